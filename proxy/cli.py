@@ -1,0 +1,130 @@
+"""The command line: ``mcp-resume-proxy [options] -- CMD [ARGS...]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+
+import structlog
+from aiohttp import web
+
+from proxy import __version__
+from proxy.config import Config, ConfigError, load_config, override
+from proxy.downstream.http import build_app
+from proxy.logs import configure_logging
+from proxy.runtime import Registry
+
+log = structlog.get_logger("proxy.cli")
+
+DESCRIPTION = """\
+Serve a stdio MCP server over resumable Streamable HTTP.
+
+Clients connect to http://HOST:PORT/mcp. Each client session gets its own server
+process. When a client's connection drops, the server's work goes on and everything it
+says is kept; the client resumes with GET + Last-Event-ID (the official SDKs do this by
+themselves) and receives every later message exactly once, in order.
+"""
+
+EPILOG = """\
+examples:
+  mcp-resume-proxy -- python my_server.py
+  mcp-resume-proxy --port 9000 -- npx -y @modelcontextprotocol/server-everything
+  mcp-resume-proxy --config config/local-stdio.yaml
+
+Options given on the command line override the config file. Stop with Ctrl-C or
+SIGTERM: the proxy stops accepting, ends every session, stops every server process,
+and exits 0.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-resume-proxy",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", metavar="FILE", help="YAML config file (see config/)")
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to listen on (default 8808)")
+    parser.add_argument(
+        "--log-format", choices=("console", "json"), help="log format (default console)"
+    )
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), help="default info"
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD [ARGS...]",
+        help="the stdio MCP server to run, one process per client session",
+    )
+    return parser
+
+
+def resolve_config(args: argparse.Namespace) -> Config:
+    config = load_config(args.config) if args.config else Config()
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    config = override(config, "listen", host=args.host, port=args.port)
+    config = override(config, "log", format=args.log_format, level=args.log_level)
+    if command:
+        config = override(config, "upstream", command=command)
+    if not config.upstream.command:
+        raise ConfigError(
+            "upstream.command: no MCP server to run; give one after '--' or in the config file"
+        )
+    return config
+
+
+async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, then end every session and stop every process."""
+    registry = Registry(config)
+    app = build_app(config, registry)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+    await runner.setup()
+    site = web.TCPSite(runner, config.listen.host, config.listen.port)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    host = config.listen.host
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{config.listen.port}{config.listen.path}"
+    log.info("proxy_listening", url=url, upstream=" ".join(config.upstream.command))
+    print(f"mcp-resume-proxy {__version__} serving {url}", file=sys.stderr, flush=True)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        log.info("proxy_stopping", sessions=len(registry))
+        await site.stop()  # stop accepting
+        await registry.shutdown()  # end sessions, stop every child process
+        await runner.cleanup()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        log.info("proxy_stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = resolve_config(args)
+    except ConfigError as exc:
+        print(f"mcp-resume-proxy: config error: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.log.format, config.log.level)
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:
+        print(f"mcp-resume-proxy: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,199 @@
+"""YAML → typed, validated configuration. Every error names the key path.
+
+The schema is the dataclasses below; ``config/*.yaml`` are annotated examples. Unknown
+keys and wrong types are refused at start (``ConfigError``), never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from proxy.core.httprules import LOCAL_HOSTNAMES
+from proxy.core.session import SessionSettings
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message starts with the key path."""
+
+
+@dataclass(frozen=True)
+class ListenConfig:
+    host: str = "127.0.0.1"
+    port: int = 8808
+    path: str = "/mcp"
+    # DNS-rebinding guards (2025-11-25 transports §Security). Add the names clients use
+    # when you bind beyond loopback; "*" turns a check off.
+    allowed_hosts: list[str] = field(default_factory=lambda: list(LOCAL_HOSTNAMES))
+    allowed_origins: list[str] = field(default_factory=lambda: list(LOCAL_HOSTNAMES))
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    inherit_env: bool = True
+    cwd: str | None = None
+    stop_grace_seconds: float = 5.0
+    max_line_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SseConfig:
+    keepalive_seconds: float = 15.0
+    retry_ms: int = 1000
+    # Close response streams after this long so 2025-11-25 clients poll-reconnect
+    # (SEP-1699). null: keep them open until the response.
+    max_stream_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class SessionsConfig:
+    idle_timeout_seconds: float = 600.0
+    completed_retention_seconds: float = 120.0
+    max_message_bytes: int = 4 * 1024 * 1024
+    stream_max_events: int = 100_000
+    stream_max_bytes: int = 64 * 1024 * 1024
+    standalone_max_events: int = 1000
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    format: str = "console"
+    level: str = "info"
+
+
+@dataclass(frozen=True)
+class Config:
+    listen: ListenConfig = field(default_factory=ListenConfig)
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
+    sse: SseConfig = field(default_factory=SseConfig)
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def session_settings(self) -> SessionSettings:
+        s = self.sessions
+        return SessionSettings(
+            retry_ms=self.sse.retry_ms,
+            max_stream_seconds=self.sse.max_stream_seconds,
+            completed_retention=s.completed_retention_seconds,
+            idle_timeout=s.idle_timeout_seconds,
+            stream_max_events=s.stream_max_events,
+            stream_max_bytes=s.stream_max_bytes,
+            standalone_max_events=s.standalone_max_events,
+        )
+
+
+_CHOICES = {"log.format": ("console", "json"), "log.level": ("debug", "info", "warning", "error")}
+_POSITIVE = {
+    "listen.port",
+    "sse.keepalive_seconds",
+    "sse.retry_ms",
+    "sse.max_stream_seconds",
+    "sessions.idle_timeout_seconds",
+    "sessions.max_message_bytes",
+    "sessions.stream_max_events",
+    "sessions.stream_max_bytes",
+    "sessions.standalone_max_events",
+    "upstream.max_line_bytes",
+}
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _convert(path: str, tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(path, inner, value)
+    if dataclasses.is_dataclass(tp):
+        return _build(path, tp, value)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list, got {_describe(value)}")
+        return [_convert(f"{path}[{i}]", item, v) for i, v in enumerate(value)]
+    if origin is dict:
+        _, item = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {_describe(value)}")
+        return {str(k): _convert(f"{path}.{k}", item, v) for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true or false, got {_describe(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {_describe(value)}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{path}: expected a number, got {_describe(value)}")
+        return float(value)
+    if tp is str:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ConfigError(f"{path}: expected a string, got {_describe(value)}")
+        return str(value)
+    raise ConfigError(f"{path}: unsupported type {tp!r}")  # pragma: no cover
+
+
+def _build(prefix: str, cls: Any, data: Any) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {_describe(data)}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            raise ConfigError(f"{path}: unknown key (known here: {', '.join(names)})")
+        converted = _convert(path, hints[key], value)
+        if path in _CHOICES and converted not in _CHOICES[path]:
+            raise ConfigError(f"{path}: must be one of {', '.join(_CHOICES[path])}")
+        if path in _POSITIVE and converted is not None and converted <= 0:
+            raise ConfigError(f"{path}: must be greater than 0, got {converted!r}")
+        kwargs[key] = converted
+    return cls(**kwargs)
+
+
+def config_from_mapping(data: Any) -> Config:
+    config: Config = _build("", Config, data)
+    if not 0 < config.listen.port < 65536:
+        raise ConfigError(f"listen.port: must be 1..65535, got {config.listen.port}")
+    if not config.listen.path.startswith("/"):
+        raise ConfigError(f"listen.path: must start with '/', got {config.listen.path!r}")
+    return config
+
+
+def load_config(path: str | Path) -> Config:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return config_from_mapping(data)
+
+
+def override(config: Config, section: str, **values: Any) -> Config:
+    """A copy of ``config`` with some keys of one section replaced (CLI flags win)."""
+    values = {k: v for k, v in values.items() if v is not None}
+    if not values:
+        return config
+    part = dataclasses.replace(getattr(config, section), **values)
+    return dataclasses.replace(config, **{section: part})

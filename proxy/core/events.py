@@ -1,0 +1,147 @@
+"""What the runtime tells a session (events) and what a session asks of it (commands).
+
+``Session.handle(event, now)`` takes one event and returns a list of commands, to be
+carried out in order. Commands for one connection must reach the wire in the order they
+were returned; that ordering is what makes replay-then-live seamless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NewType
+
+from proxy.core.jsonrpc import Message
+
+ConnId = NewType("ConnId", int)
+"""A client connection (one HTTP response stream), numbered by the runtime."""
+
+
+# ---------------------------------------------------------------- events (runtime → core)
+@dataclass(frozen=True, slots=True)
+class ClientPost:
+    """A POST body's messages (one, or a 2025-03-26 batch) on connection ``conn``."""
+
+    conn: ConnId
+    messages: list[Message]
+    batch: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClientGet:
+    """A GET: open the standalone stream, or resume the stream ``last_event_id`` names."""
+
+    conn: ConnId
+    last_event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDetached:
+    """The connection is gone (client hung up, or the runtime finished closing it)."""
+
+    conn: ConnId
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDelete:
+    """``DELETE`` of the session: end it now."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamMessage:
+    msg: Message
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamClosed:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A wake-up the session asked for with :class:`WakeAt` (or any time: it is idempotent)."""
+
+
+Event = (
+    ClientPost | ClientGet | ClientDetached | ClientDelete | UpstreamMessage | UpstreamClosed | Tick
+)
+
+
+# ---------------------------------------------------------------- commands (core → runtime)
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """Answer the POST on ``conn`` with 202 and no body."""
+
+    conn: ConnId
+
+
+@dataclass(frozen=True, slots=True)
+class StartSse:
+    """Answer the request on ``conn`` with a 200 ``text/event-stream`` response."""
+
+    conn: ConnId
+
+
+@dataclass(frozen=True, slots=True)
+class SendToClient:
+    """Write one event, already in the stream's log. ``payload=None``: a priming event."""
+
+    conn: ConnId
+    event_id: str
+    payload: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class CloseClient:
+    """End the response stream on ``conn``; write ``retry:`` first when given (SEP-1699)."""
+
+    conn: ConnId
+    retry_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SendUpstream:
+    """Write one message (ids already rewritten) to the upstream server."""
+
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAt:
+    """Feed a :class:`Tick` at time ``at`` (replaces any earlier wake-up)."""
+
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StopUpstream:
+    """Stop the upstream server of this session; no more client requests are taken."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetSession:
+    """Drop the session: nothing in it can be resumed any more."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogNote:
+    """Something worth a structured log line (never carries secrets)."""
+
+    event: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+Command = (
+    Accepted
+    | StartSse
+    | SendToClient
+    | CloseClient
+    | SendUpstream
+    | WakeAt
+    | StopUpstream
+    | ForgetSession
+    | LogNote
+)

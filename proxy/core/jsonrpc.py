@@ -1,0 +1,139 @@
+"""Parse, classify and serialise JSON-RPC 2.0 messages.
+
+A message is kept as the parsed ``dict`` it arrived as, so that everything the proxy does
+not need to touch passes through byte-for-byte equivalent; only ``id`` (and
+``params.requestId`` of a cancellation) is rewritten at the session boundary.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from proxy.core.errors import InvalidMessage, ParseError
+
+JSONRPC_VERSION = "2.0"
+
+
+class Kind(Enum):
+    REQUEST = "request"
+    NOTIFICATION = "notification"
+    RESPONSE = "response"  # result or error
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One classified JSON-RPC message; ``raw`` is the parsed object."""
+
+    kind: Kind
+    raw: dict[str, Any]
+
+    @property
+    def id(self) -> Any:
+        return self.raw.get("id")
+
+    @property
+    def method(self) -> str | None:
+        method = self.raw.get("method")
+        return method if isinstance(method, str) else None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        params = self.raw.get("params")
+        return params if isinstance(params, dict) else {}
+
+    @property
+    def is_error(self) -> bool:
+        return self.kind is Kind.RESPONSE and "error" in self.raw
+
+
+def _valid_id(value: Any) -> bool:
+    # JSON-RPC 2.0 §4: String, Number or Null; MCP forbids null for requests.
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def classify(obj: Any) -> Message:
+    """Classify one decoded JSON value; raise :class:`InvalidMessage` if it is not JSON-RPC."""
+    if not isinstance(obj, dict):
+        raise InvalidMessage("Invalid Request: a JSON-RPC message must be an object")
+    if obj.get("jsonrpc") != JSONRPC_VERSION:
+        raise InvalidMessage('Invalid Request: "jsonrpc" must be "2.0"', request_id=_id_of(obj))
+    if "method" in obj:
+        if not isinstance(obj["method"], str):
+            raise InvalidMessage(
+                'Invalid Request: "method" must be a string', request_id=_id_of(obj)
+            )
+        if "params" in obj and not isinstance(obj["params"], dict | list):
+            raise InvalidMessage(
+                'Invalid Request: "params" must be an object or array', request_id=_id_of(obj)
+            )
+        if "id" not in obj:
+            return Message(Kind.NOTIFICATION, obj)
+        if not _valid_id(obj["id"]):
+            raise InvalidMessage('Invalid Request: "id" must be a string or an integer')
+        return Message(Kind.REQUEST, obj)
+    has_result, has_error = "result" in obj, "error" in obj
+    if has_result == has_error:
+        raise InvalidMessage(
+            'Invalid Request: need exactly one of "method", "result" or "error"',
+            request_id=_id_of(obj),
+        )
+    if has_error and not (isinstance(obj["error"], dict) and "code" in obj["error"]):
+        raise InvalidMessage('Invalid Request: "error" must be an object with a code')
+    rid = obj.get("id")
+    if not (_valid_id(rid) or (has_error and rid is None)):
+        raise InvalidMessage('Invalid Request: a response needs a string or integer "id"')
+    return Message(Kind.RESPONSE, obj)
+
+
+def _id_of(obj: dict[str, Any]) -> Any:
+    rid = obj.get("id")
+    return rid if _valid_id(rid) else None
+
+
+def decode(data: bytes | str) -> Any:
+    """Decode JSON text; raise :class:`ParseError` (-32700) on anything that is not JSON."""
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ParseError(f"Parse error: {exc}") from None
+
+
+def parse_body(data: bytes | str) -> tuple[list[Message], bool]:
+    """Parse an HTTP body: one message, or a batch (a JSON array).
+
+    Returns the messages and whether the body was a batch. An empty batch is invalid
+    (JSON-RPC 2.0 §6).
+    """
+    obj = decode(data)
+    if isinstance(obj, list):
+        if not obj:
+            raise InvalidMessage("Invalid Request: empty batch")
+        return [classify(item) for item in obj], True
+    return [classify(obj)], False
+
+
+def parse_line(data: bytes | str) -> Message:
+    """Parse one newline-delimited message (stdio transport); no batches."""
+    return classify(decode(data))
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """Serialise compactly on one line (never contains a newline: safe for stdio and SSE)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def with_id(msg: Message, new_id: Any) -> dict[str, Any]:
+    """A shallow copy of the message with ``id`` replaced."""
+    out = dict(msg.raw)
+    out["id"] = new_id
+    return out
+
+
+def error_response(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error}

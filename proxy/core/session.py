@@ -1,0 +1,477 @@
+"""One client session: id mapping, which message belongs to which stream, expiry.
+
+The session is the single owner of its streams' logs. Every message for the client is
+appended to its stream's log *before* a :class:`SendToClient` for it is returned, so what
+reaches the wire is always a prefix of what is stored (DESIGN.md §3).
+
+Routing (DESIGN.md §5), upstream → stream:
+
+1. a response goes to the stream of the request with that id;
+2. ``notifications/progress`` goes to the stream of the request that carried its
+   ``progressToken``;
+3. (HTTP upstreams only; not here);
+4. any other server→client request or notification goes to the stream of the only
+   in-flight request if exactly one is in flight, else to the standalone stream (0).
+
+Ids are owned by their sender: client request ids are rewritten to session-unique
+upstream ids, and server→client request ids to session-unique downstream ids, and the
+replies mapped back — so a reply may come on any connection of the session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core import jsonrpc
+from proxy.core.errors import BadRequest, Conflict, ResumeError, SessionNotFound
+from proxy.core.eventid import format_event_id, parse_event_id
+from proxy.core.events import (
+    Accepted,
+    ClientDelete,
+    ClientDetached,
+    ClientGet,
+    ClientPost,
+    CloseClient,
+    Command,
+    ConnId,
+    Event,
+    ForgetSession,
+    LogNote,
+    SendToClient,
+    SendUpstream,
+    StartSse,
+    StopUpstream,
+    Tick,
+    UpstreamClosed,
+    UpstreamMessage,
+    WakeAt,
+)
+from proxy.core.jsonrpc import Kind, Message
+from proxy.core.stream import StreamEvent, StreamLog, StreamState, transition
+
+STANDALONE = 0
+"""Stream number of the session's standalone (GET) stream."""
+
+# Revisions that allow JSON-RPC batches in a POST body (removed in 2025-06-18).
+_BATCH_REVISIONS = frozenset({"2024-11-05", "2025-03-26"})
+# From this revision on: priming events and server-initiated close (SEP-1699).
+_POLLING_REVISION = "2025-11-25"
+
+UPSTREAM_EXITED = -32000
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """The knobs a session needs; the runtime builds it from the config."""
+
+    retry_ms: int = 1000
+    max_stream_seconds: float | None = None
+    completed_retention: float = 120.0
+    idle_timeout: float = 600.0
+    stream_max_events: int = 100_000
+    stream_max_bytes: int = 64 * 1024 * 1024
+    standalone_max_events: int = 1000
+
+
+@dataclass(slots=True)
+class _Stream:
+    number: int
+    log: StreamLog
+    state: StreamState = StreamState.LIVE
+    pending: set[int] = field(default_factory=set)
+    conn: ConnId | None = None
+    cursor: int = 0  # seq of the last event handed to ``conn``
+    sent_upto: int = 0  # highest seq ever handed to any connection
+    attaches: int = 0
+    close_at: float | None = None  # SEP-1699 deadline of the current connection
+    done_at: float | None = None  # when it completed or last sent, whichever is later
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    client_id: Any
+    stream: int
+    method: str
+    progress_token: Any
+
+
+class Session:
+    """A client session. Feed it events with :meth:`handle`; carry out what it returns."""
+
+    def __init__(self, session_id: str, epoch: str, settings: SessionSettings, now: float) -> None:
+        self.session_id = session_id
+        self.epoch = epoch
+        self.settings = settings
+        self.protocol_version: str | None = None
+        self.closed = False  # upstream gone: no new requests, retained streams resumable
+        self.forgotten = False
+        self._initialize_seen = False
+        self._streams: dict[int, _Stream] = {}
+        self._by_conn: dict[ConnId, int] = {}
+        self._requests: dict[int, _Pending] = {}  # upstream id → client request
+        self._progress: dict[Any, int] = {}  # progressToken → stream number
+        self._server_requests: dict[int, Any] = {}  # downstream id → upstream id
+        self._next_stream = 1
+        self._next_upstream_id = 1
+        self._next_downstream_id = 1
+        self._idle_since: float | None = now
+        self._wake: float | None = None
+        self._now = now
+        self._streams[STANDALONE] = _Stream(
+            STANDALONE,
+            StreamLog(settings.standalone_max_events, settings.stream_max_bytes),
+        )
+
+    # ------------------------------------------------------------------ entry point
+    def handle(self, event: Event, now: float) -> list[Command]:
+        """Apply one event at time ``now``; return the commands to carry out, in order."""
+        self._now = now
+        out: list[Command] = []
+        if isinstance(event, ClientPost):
+            self._on_post(event, out)
+        elif isinstance(event, ClientGet):
+            self._on_get(event, out)
+        elif isinstance(event, ClientDetached):
+            self._detach(event.conn)
+        elif isinstance(event, UpstreamMessage):
+            self._on_upstream(event.msg, out)
+        elif isinstance(event, UpstreamClosed):
+            self._on_upstream_closed(event.reason, out)
+        elif isinstance(event, ClientDelete):
+            self._end("deleted by client", out)
+        elif isinstance(event, Tick):
+            self._wake = None  # the runtime's timer fired: always re-arm
+            self._on_tick(out)
+        else:  # pragma: no cover - the Event union is closed
+            raise TypeError(f"unexpected event {event!r}")
+        self._after(out)
+        return out
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def live_requests(self) -> int:
+        return len(self._requests)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return sum(s.log.bytes for s in self._streams.values())
+
+    def stream_numbers(self) -> list[int]:
+        return sorted(self._streams)
+
+    def accepts_batches(self) -> bool:
+        return (self.protocol_version or "2025-03-26") in _BATCH_REVISIONS
+
+    # ------------------------------------------------------------------ client side
+    def _on_post(self, ev: ClientPost, out: list[Command]) -> None:
+        if self.closed:
+            raise SessionNotFound("Session not found: it has ended")
+        if ev.batch and not self.accepts_batches():
+            raise BadRequest(
+                f"JSON-RPC batches are not allowed in protocol {self.protocol_version}"
+            )
+        requests = [m for m in ev.messages if m.kind is Kind.REQUEST]
+        if any(m.method == "initialize" for m in requests):
+            if self._initialize_seen or len(ev.messages) > 1:
+                raise BadRequest("initialize must be sent alone, once, to open a session")
+            self._initialize_seen = True
+        for msg in ev.messages:
+            if msg.kind is Kind.NOTIFICATION:
+                self._client_notification(msg, out)
+            elif msg.kind is Kind.RESPONSE:
+                self._client_response(msg, out)
+        if not requests:
+            out.append(Accepted(ev.conn))
+            return
+        stream = self._new_stream()
+        out.append(StartSse(ev.conn))
+        self._attach(stream, ev.conn, out)
+        for msg in requests:
+            upstream_id = self._next_upstream_id
+            self._next_upstream_id += 1
+            token = msg.params.get("_meta", {}).get("progressToken") if msg.params else None
+            if isinstance(token, bool) or not isinstance(token, str | int):
+                token = None
+            self._requests[upstream_id] = _Pending(msg.id, stream.number, msg.method or "", token)
+            stream.pending.add(upstream_id)
+            if token is not None:
+                self._progress[token] = stream.number
+            out.append(SendUpstream(jsonrpc.encode(jsonrpc.with_id(msg, upstream_id))))
+
+    def _client_notification(self, msg: Message, out: list[Command]) -> None:
+        if msg.method == "notifications/cancelled":
+            client_id = msg.params.get("requestId")
+            upstream_id = self._upstream_id_of(client_id)
+            if upstream_id is None:
+                out.append(LogNote("cancel_unknown_request", {"request_id": client_id}))
+                return
+            raw = dict(msg.raw)
+            raw["params"] = {**msg.params, "requestId": upstream_id}
+            out.append(SendUpstream(jsonrpc.encode(raw)))
+            # The client stops waiting; a late upstream answer is dropped as unmatched.
+            self._finish_request(upstream_id, out)
+            return
+        out.append(SendUpstream(jsonrpc.encode(msg.raw)))
+
+    def _client_response(self, msg: Message, out: list[Command]) -> None:
+        rid = msg.id
+        key = rid if isinstance(rid, int) and not isinstance(rid, bool) else None
+        if key is None or key not in self._server_requests:
+            out.append(LogNote("client_response_unmatched", {"response_id": rid}))
+            return
+        upstream_id = self._server_requests.pop(key)
+        out.append(SendUpstream(jsonrpc.encode(jsonrpc.with_id(msg, upstream_id))))
+
+    def _upstream_id_of(self, client_id: Any) -> int | None:
+        # The newest in-flight request with that client id (ids may be reused after reply).
+        for upstream_id in sorted(self._requests, reverse=True):
+            if self._requests[upstream_id].client_id == client_id and type(
+                self._requests[upstream_id].client_id
+            ) is type(client_id):
+                return upstream_id
+        return None
+
+    def _on_get(self, ev: ClientGet, out: list[Command]) -> None:
+        if ev.last_event_id is None:
+            if self.closed:
+                raise SessionNotFound("Session not found: it has ended")
+            stream = self._streams[STANDALONE]
+            if stream.conn is not None:
+                raise Conflict("the session's standalone stream is already open")
+            out.append(StartSse(ev.conn))
+            self._attach(stream, ev.conn, out, start=stream.sent_upto)
+            return
+        pos = parse_event_id(ev.last_event_id)
+        if pos.epoch != self.epoch:
+            raise ResumeError("Last-Event-ID was issued by another session", reason="wrong_session")
+        found = self._streams.get(pos.stream)
+        if found is None or found.state is StreamState.EXPIRED:
+            raise ResumeError(
+                "the stream Last-Event-ID names has expired or never existed",
+                reason="unknown_stream",
+            )
+        found.log.after(pos.seq)  # raises before any effect if the replay cannot be whole
+        if found.conn is not None:
+            # A resume takes the stream over: the old connection is presumed dead.
+            old = found.conn
+            self._detach(old)
+            out.append(CloseClient(old))
+        out.append(StartSse(ev.conn))
+        self._attach(found, ev.conn, out, start=pos.seq)
+
+    def _attach(self, stream: _Stream, conn: ConnId, out: list[Command], *, start: int = 0) -> None:
+        stream.conn = conn
+        stream.cursor = start
+        stream.attaches += 1
+        self._by_conn[conn] = stream.number
+        polling = (self.protocol_version or "") >= _POLLING_REVISION
+        if polling:
+            # 2025-11-25 §Resumability: prime the client with an id before anything else.
+            event_id = format_event_id(self.epoch, stream.number, start, stream.attaches)
+            out.append(SendToClient(conn, event_id, None))
+            if self.settings.max_stream_seconds is not None:
+                stream.close_at = self._now + self.settings.max_stream_seconds
+        self._flush(stream, out)
+
+    def _detach(self, conn: ConnId) -> None:
+        number = self._by_conn.pop(conn, None)
+        if number is None:
+            return
+        stream = self._streams.get(number)
+        if stream is not None and stream.conn == conn:
+            stream.conn = None
+            stream.close_at = None
+
+    def _flush(self, stream: _Stream, out: list[Command]) -> None:
+        """Send what the attached connection has not been given; close when complete."""
+        conn = stream.conn
+        if conn is None:
+            return
+        if stream.cursor < stream.log.last_seq:
+            for entry in stream.log.after(stream.cursor):
+                out.append(
+                    SendToClient(
+                        conn, format_event_id(self.epoch, stream.number, entry.seq), entry.payload
+                    )
+                )
+            stream.cursor = stream.log.last_seq
+            stream.sent_upto = max(stream.sent_upto, stream.cursor)
+            if stream.state is StreamState.COMPLETED:
+                stream.done_at = self._now
+        if stream.state is StreamState.COMPLETED:
+            self._detach(conn)
+            out.append(CloseClient(conn))
+
+    # ------------------------------------------------------------------ upstream side
+    def _on_upstream(self, msg: Message, out: list[Command]) -> None:
+        if msg.kind is Kind.RESPONSE:
+            self._upstream_response(msg, out)
+        elif msg.kind is Kind.REQUEST:
+            downstream_id = self._next_downstream_id
+            self._next_downstream_id += 1
+            self._server_requests[downstream_id] = msg.id
+            self._append(self._route_unrelated(), jsonrpc.with_id(msg, downstream_id), out)
+        elif msg.method == "notifications/progress":
+            token = msg.params.get("progressToken")
+            number = self._progress.get(token) if isinstance(token, str | int) else None
+            if number is None:
+                number = self._route_unrelated()
+            self._append(number, msg.raw, out)
+        elif msg.method == "notifications/cancelled":
+            # The server gave up one of its own requests: rewrite to our downstream id.
+            upstream_id = msg.params.get("requestId")
+            downstream = next(
+                (d for d, u in self._server_requests.items() if u == upstream_id), None
+            )
+            if downstream is None:
+                out.append(LogNote("upstream_cancel_unmatched", {"request_id": upstream_id}))
+                return
+            del self._server_requests[downstream]
+            raw = dict(msg.raw)
+            raw["params"] = {**msg.params, "requestId": downstream}
+            self._append(self._route_unrelated(), raw, out)
+        else:
+            self._append(self._route_unrelated(), msg.raw, out)
+
+    def _upstream_response(self, msg: Message, out: list[Command]) -> None:
+        rid = msg.id
+        pending = (
+            self._requests.get(rid) if isinstance(rid, int) and not isinstance(rid, bool) else None
+        )
+        if pending is None:
+            out.append(LogNote("upstream_response_unmatched", {"upstream_id": rid}))
+            return
+        if pending.method == "initialize" and not msg.is_error:
+            result = msg.raw.get("result")
+            version = result.get("protocolVersion") if isinstance(result, dict) else None
+            if isinstance(version, str):
+                self.protocol_version = version
+        self._append(pending.stream, jsonrpc.with_id(msg, pending.client_id), out)
+        self._finish_request(rid, out)
+
+    def _finish_request(self, upstream_id: int, out: list[Command]) -> None:
+        pending = self._requests.pop(upstream_id)
+        if pending.progress_token is not None:
+            self._progress.pop(pending.progress_token, None)
+        stream = self._streams.get(pending.stream)
+        if stream is None:
+            return
+        stream.pending.discard(upstream_id)
+        if not stream.pending and stream.state is StreamState.LIVE:
+            stream.state = transition(stream.state, StreamEvent.COMPLETE)
+            stream.done_at = self._now
+            self._flush(stream, out)
+
+    def _route_unrelated(self) -> int:
+        if len(self._requests) == 1:
+            return next(iter(self._requests.values())).stream
+        return STANDALONE
+
+    def _append(self, number: int, obj: dict[str, Any], out: list[Command]) -> None:
+        stream = self._streams[number]
+        stream.log.append(jsonrpc.encode(obj))
+        self._flush(stream, out)
+
+    def _on_upstream_closed(self, reason: str, out: list[Command]) -> None:
+        if self.closed:
+            return
+        out.append(LogNote("upstream_closed", {"reason": reason}))
+        for upstream_id in sorted(self._requests):
+            pending = self._requests[upstream_id]
+            error = jsonrpc.error_response(
+                pending.client_id, UPSTREAM_EXITED, f"MCP server exited: {reason}"
+            )
+            self._append(pending.stream, error, out)
+            self._finish_request(upstream_id, out)
+        self._close(reason, out)
+
+    # ------------------------------------------------------------------ lifetime
+    def _new_stream(self) -> _Stream:
+        number = self._next_stream
+        self._next_stream += 1
+        s = self.settings
+        stream = _Stream(number, StreamLog(s.stream_max_events, s.stream_max_bytes))
+        self._streams[number] = stream
+        return stream
+
+    def _close(self, reason: str, out: list[Command]) -> None:
+        """No more requests; the upstream stops; completed streams stay resumable."""
+        self.closed = True
+        self._server_requests.clear()
+        standalone = self._streams[STANDALONE]
+        if standalone.conn is not None:
+            out.append(CloseClient(standalone.conn))
+            self._detach(standalone.conn)
+        standalone.state = transition(standalone.state, StreamEvent.COMPLETE)
+        standalone.done_at = self._now
+        out.append(StopUpstream(reason))
+
+    def _end(self, reason: str, out: list[Command]) -> None:
+        if not self.closed:
+            for upstream_id in list(self._requests):
+                self._finish_request(upstream_id, out)
+            self._close(reason, out)
+        for conn in list(self._by_conn):
+            self._detach(conn)
+            out.append(CloseClient(conn))
+        for stream in self._streams.values():
+            stream.state = StreamState.EXPIRED
+            stream.log.clear()
+        self._streams.clear()
+        self.forgotten = True
+        out.append(ForgetSession(reason))
+
+    def _on_tick(self, out: list[Command]) -> None:
+        now = self._now
+        for stream in list(self._streams.values()):
+            if stream.conn is not None and stream.close_at is not None and stream.close_at <= now:
+                conn = stream.conn
+                self._detach(conn)
+                out.append(CloseClient(conn, self.settings.retry_ms))
+            if (
+                stream.state is StreamState.COMPLETED
+                and stream.conn is None
+                and stream.done_at is not None
+                and stream.done_at + self.settings.completed_retention <= now
+                and stream.number != STANDALONE
+            ):
+                stream.state = transition(stream.state, StreamEvent.EXPIRE)
+                stream.log.clear()
+                del self._streams[stream.number]
+        if self.closed:
+            if all(s.number == STANDALONE for s in self._streams.values()) and not self._by_conn:
+                self._end("ended and nothing left to resume", out)
+        elif self._idle_since is not None and self._idle_since + self.settings.idle_timeout <= now:
+            self._end("idle timeout", out)
+
+    def _after(self, out: list[Command]) -> None:
+        if self.forgotten:
+            return
+        busy = bool(self._by_conn) or bool(self._requests)
+        if busy:
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = self._now
+        wake = self._next_deadline()
+        if wake is not None and wake != self._wake:
+            out.append(WakeAt(wake))
+        self._wake = wake
+
+    def _next_deadline(self) -> float | None:
+        deadlines: list[float] = []
+        for stream in self._streams.values():
+            if stream.conn is not None and stream.close_at is not None:
+                deadlines.append(stream.close_at)
+            if (
+                stream.state is StreamState.COMPLETED
+                and stream.conn is None
+                and stream.done_at is not None
+                and stream.number != STANDALONE
+            ):
+                deadlines.append(stream.done_at + self.settings.completed_retention)
+        if self.closed and not deadlines:
+            deadlines.append(self._now)
+        if self._idle_since is not None and not self.closed:
+            deadlines.append(self._idle_since + self.settings.idle_timeout)
+        return min(deadlines) if deadlines else None

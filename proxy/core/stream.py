@@ -1,0 +1,119 @@
+"""One resumable stream: its state machine and its event log.
+
+States and every legal transition live in :data:`TRANSITIONS` (h11 style: one table, one
+module); :func:`transition` raises on anything else.
+
+::
+
+    LIVE ──complete──▶ COMPLETED ──expire──▶ EXPIRED
+      └─────────────────expire──────────────────┘
+
+A request stream is LIVE while any of its requests awaits a response; the standalone
+(GET) stream stays LIVE for the life of the session. EXPIRED streams hold no events.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+from proxy.core.errors import ProxyError, ResumeError
+
+
+class StreamState(Enum):
+    LIVE = "live"
+    COMPLETED = "completed"
+    EXPIRED = "expired"
+
+
+class StreamEvent(Enum):
+    COMPLETE = "complete"
+    EXPIRE = "expire"
+
+
+TRANSITIONS: dict[StreamState, dict[StreamEvent, StreamState]] = {
+    StreamState.LIVE: {
+        StreamEvent.COMPLETE: StreamState.COMPLETED,
+        StreamEvent.EXPIRE: StreamState.EXPIRED,
+    },
+    StreamState.COMPLETED: {StreamEvent.EXPIRE: StreamState.EXPIRED},
+    StreamState.EXPIRED: {},
+}
+
+
+class IllegalTransition(ProxyError):
+    """A bug: the core asked a stream for a transition its state does not allow."""
+
+
+def transition(state: StreamState, event: StreamEvent) -> StreamState:
+    try:
+        return TRANSITIONS[state][event]
+    except KeyError:
+        raise IllegalTransition(f"stream cannot {event.value} when {state.value}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    seq: int
+    payload: bytes
+
+
+class StreamLog:
+    """The events of one stream, numbered from 1, bounded by count and bytes.
+
+    When a bound is passed the oldest events are dropped; a later read from before the
+    oldest kept event raises ``history_truncated`` rather than return a partial replay.
+    """
+
+    __slots__ = ("_entries", "_last_seq", "bytes", "max_bytes", "max_events")
+
+    def __init__(self, max_events: int, max_bytes: int) -> None:
+        self._entries: deque[LogEntry] = deque()
+        self._last_seq = 0
+        self.bytes = 0
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    @property
+    def first_kept_seq(self) -> int:
+        """Seq of the oldest event still held (``last_seq + 1`` when empty)."""
+        return self._entries[0].seq if self._entries else self._last_seq + 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def append(self, payload: bytes) -> int:
+        self._last_seq += 1
+        self._entries.append(LogEntry(self._last_seq, payload))
+        self.bytes += len(payload)
+        while len(self._entries) > 1 and (
+            len(self._entries) > self.max_events or self.bytes > self.max_bytes
+        ):
+            self.bytes -= len(self._entries.popleft().payload)
+        return self._last_seq
+
+    def after(self, seq: int) -> list[LogEntry]:
+        """Every event after ``seq``, whole, or a :class:`ResumeError`."""
+        if seq > self._last_seq or seq < 0:
+            raise ResumeError(
+                "Last-Event-ID names a position this stream never reached",
+                reason="unknown_position",
+            )
+        if seq + 1 < self.first_kept_seq:
+            raise ResumeError(
+                "the events after Last-Event-ID were dropped from the buffer",
+                reason="history_truncated",
+            )
+        if seq == self._last_seq:
+            return []
+        skip = seq + 1 - self.first_kept_seq
+        return [self._entries[i] for i in range(skip, len(self._entries))]
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0

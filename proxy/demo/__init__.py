@@ -1,0 +1,1 @@
+"""The bundled demo legacy server (``python -m proxy.demo``)."""

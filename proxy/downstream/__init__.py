@@ -1,0 +1,1 @@
+"""What the proxy serves to clients (Streamable HTTP now; WebSocket and stdio shim later)."""

@@ -1,0 +1,213 @@
+"""Streamable HTTP for clients (revisions 2025-03-26, 2025-06-18, 2025-11-25), on aiohttp.
+
+This layer reads requests, applies the header rules of :mod:`proxy.core.httprules`, feeds
+the session and writes out what the session queued for the connection. Errors become wire
+form here and only here (:func:`error_response`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from proxy import __version__
+from proxy.config import Config
+from proxy.core import httprules, jsonrpc
+from proxy.core.errors import (
+    BadRequest,
+    MethodNotAllowed,
+    PayloadTooLarge,
+    ProxyError,
+    SessionNotFound,
+)
+from proxy.core.events import ClientGet, ClientPost
+from proxy.core.jsonrpc import Kind
+from proxy.core.sse import encode_comment, encode_retry
+from proxy.runtime import ClientConn, CloseMarker, Registry, SessionRunner
+
+log = structlog.get_logger("proxy.http")
+
+SESSION_HEADER = "Mcp-Session-Id"
+REGISTRY_KEY = web.AppKey("registry", Registry)
+
+# How often a writer checks that its client is still there while nothing is queued.
+_LIVENESS_SECONDS = 1.0
+
+
+def error_response(error: ProxyError, headers: dict[str, str] | None = None) -> web.Response:
+    """The one place a :class:`ProxyError` becomes HTTP: its status and a JSON-RPC body."""
+    return web.json_response(error.to_jsonrpc(), status=error.http_status, headers=headers)
+
+
+class StreamableHttp:
+    """The ``/mcp`` endpoint."""
+
+    def __init__(self, config: Config, registry: Registry) -> None:
+        self.config = config
+        self.registry = registry
+        self._handlers: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ entry
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        listen = self.config.listen
+        try:
+            httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
+            httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
+            if request.method == "POST":
+                return await self._post(request)
+            if request.method == "GET":
+                return await self._get(request)
+            if request.method == "DELETE":
+                return await self._delete(request)
+            raise MethodNotAllowed(f"Method Not Allowed: {request.method}")
+        except ProxyError as exc:
+            log.info(
+                "request_refused",
+                method=request.method,
+                status=exc.http_status,
+                reason=exc.reason,
+                error=exc.message,
+            )
+            headers = {"Allow": "GET, POST, DELETE"} if isinstance(exc, MethodNotAllowed) else None
+            return error_response(exc, headers)
+
+    def _session(self, request: web.Request) -> SessionRunner:
+        session_id = request.headers.get(SESSION_HEADER)
+        if not session_id:
+            raise BadRequest("Bad Request: missing Mcp-Session-Id header", reason="missing_session")
+        return self.registry.get(session_id)
+
+    # ------------------------------------------------------------------ POST
+    async def _post(self, request: web.Request) -> web.StreamResponse:
+        httprules.check_post_accept(request.headers.get("Accept"))
+        httprules.check_content_type(request.headers.get("Content-Type"))
+        limit = self.config.sessions.max_message_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise PayloadTooLarge(f"Payload Too Large: body over {limit} bytes")
+        body = await request.content.read(limit + 1)
+        if len(body) > limit:
+            raise PayloadTooLarge(f"Payload Too Large: body over {limit} bytes")
+        messages, batch = jsonrpc.parse_body(body)
+        is_init = any(m.kind is Kind.REQUEST and m.method == "initialize" for m in messages)
+        if is_init:
+            if batch:
+                raise BadRequest("Bad Request: initialize must not be part of a batch")
+            existing = request.headers.get(SESSION_HEADER)
+            if existing and existing in self.registry:
+                raise BadRequest("Bad Request: this session is already initialized")
+            if not self.registry.accepting:
+                raise SessionNotFound("the proxy is shutting down")
+            runner = await self.registry.create()
+        else:
+            runner = self._session(request)
+            httprules.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
+        conn = runner.open_conn()
+        try:
+            runner.feed(ClientPost(conn.id, messages, batch))
+        except ProxyError:
+            runner.conn_gone(conn)
+            if is_init:
+                await runner.end("initialize refused")
+            raise
+        if conn.outcome != "sse":
+            runner.conn_gone(conn)
+            return web.Response(status=202, headers={SESSION_HEADER: runner.session_id})
+        return await self._stream(request, runner, conn)
+
+    # ------------------------------------------------------------------ GET
+    async def _get(self, request: web.Request) -> web.StreamResponse:
+        httprules.check_get_accept(request.headers.get("Accept"))
+        runner = self._session(request)
+        httprules.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
+        conn = runner.open_conn()
+        try:
+            runner.feed(ClientGet(conn.id, request.headers.get("Last-Event-ID")))
+        except ProxyError:
+            runner.conn_gone(conn)
+            raise
+        return await self._stream(request, runner, conn)
+
+    # ------------------------------------------------------------------ DELETE
+    async def _delete(self, request: web.Request) -> web.StreamResponse:
+        runner = self._session(request)
+        await runner.end("deleted by client")
+        return web.Response(status=200)
+
+    # ------------------------------------------------------------------ SSE writer
+    async def _stream(
+        self, request: web.Request, runner: SessionRunner, conn: ClientConn
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache, no-transform",
+                "Connection": "keep-alive",
+                "X-Accel-Buffering": "no",
+                SESSION_HEADER: runner.session_id,
+            },
+        )
+        keepalive = self.config.sse.keepalive_seconds
+        loop = asyncio.get_running_loop()
+        try:
+            await response.prepare(request)
+            next_keepalive = loop.time() + keepalive
+            while True:
+                wait = min(_LIVENESS_SECONDS, max(0.0, next_keepalive - loop.time()))
+                try:
+                    item = await asyncio.wait_for(conn.queue.get(), wait)
+                except TimeoutError:
+                    transport = request.transport
+                    if transport is None or transport.is_closing():
+                        break
+                    if loop.time() >= next_keepalive:
+                        await response.write(encode_comment("keepalive"))
+                        next_keepalive = loop.time() + keepalive
+                    continue
+                chunks: list[bytes] = []
+                close: CloseMarker | None = None
+                while True:
+                    if isinstance(item, CloseMarker):
+                        close = item
+                        break
+                    chunks.append(item)
+                    if conn.queue.empty():
+                        break
+                    item = conn.queue.get_nowait()
+                if close is not None and close.retry_ms is not None:
+                    chunks.append(encode_retry(close.retry_ms))
+                if chunks:
+                    await response.write(b"".join(chunks))
+                    next_keepalive = loop.time() + keepalive
+                if close is not None:
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        await response.write_eof()
+                    break
+        except (ConnectionError, asyncio.CancelledError, RuntimeError) as exc:
+            # The client went away. Nothing is lost: every event is in the stream's log
+            # and a GET with Last-Event-ID resumes it.
+            log.debug("client_gone", session=runner.session_id[:8], conn=conn.id, error=repr(exc))
+            if isinstance(exc, asyncio.CancelledError):
+                runner.conn_gone(conn)
+                raise
+        finally:
+            runner.conn_gone(conn)
+        return response
+
+
+async def _health(request: web.Request) -> web.Response:
+    registry = request.app[REGISTRY_KEY]
+    return web.json_response({"status": "ok", "version": __version__, "sessions": len(registry)})
+
+
+def build_app(config: Config, registry: Registry) -> web.Application:
+    app = web.Application(client_max_size=config.sessions.max_message_bytes + 1)
+    app[REGISTRY_KEY] = registry
+    endpoint = StreamableHttp(config, registry)
+    app.router.add_route("*", config.listen.path, endpoint.handle)
+    app.router.add_get("/healthz", _health)
+    return app

@@ -1,0 +1,237 @@
+"""Wires the sans-I/O sessions to real processes, connections and timers.
+
+A :class:`SessionRunner` owns one core :class:`~proxy.core.session.Session`, its upstream
+process, its client connections and its one timer. Everything the core decides arrives
+as commands, which are carried out here synchronously and in order (queue puts, timer
+moves, task starts), so that no ``await`` separates a decision from its effect.
+
+The :class:`Registry` owns every runner: it creates sessions, finds them by id, and ends
+them all on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from proxy.config import Config
+from proxy.core.errors import SessionNotFound
+from proxy.core.events import (
+    Accepted,
+    ClientDelete,
+    ClientDetached,
+    CloseClient,
+    Command,
+    ConnId,
+    Event,
+    ForgetSession,
+    LogNote,
+    SendToClient,
+    SendUpstream,
+    StartSse,
+    StopUpstream,
+    Tick,
+    UpstreamClosed,
+    UpstreamMessage,
+    WakeAt,
+)
+from proxy.core.jsonrpc import Message
+from proxy.core.session import Session
+from proxy.core.sse import encode_event
+from proxy.upstream.stdio import StdioUpstream
+
+log = structlog.get_logger("proxy.runtime")
+
+
+@dataclass(frozen=True, slots=True)
+class CloseMarker:
+    retry_ms: int | None
+
+
+@dataclass(eq=False)
+class ClientConn:
+    """One client HTTP response: the core decides, the HTTP handler writes the queue out."""
+
+    id: ConnId
+    outcome: str | None = None  # "sse" or "accepted", set by the core's first command
+    queue: asyncio.Queue[bytes | CloseMarker] = field(default_factory=asyncio.Queue)
+    closed: bool = False
+
+
+def new_session_id() -> str:
+    """An unguessable session id: 192 random bits, visible ASCII (2025-03-26 §Session)."""
+    return secrets.token_urlsafe(24)
+
+
+def new_epoch() -> str:
+    return secrets.token_hex(6)
+
+
+class SessionRunner:
+    """Runs one session: feeds it events, carries out its commands."""
+
+    def __init__(
+        self,
+        config: Config,
+        session_id: str,
+        epoch: str,
+        on_forget: Callable[[SessionRunner], None],
+        next_conn_id: Callable[[], ConnId],
+    ) -> None:
+        self.config = config
+        self.session_id = session_id
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self.session = Session(session_id, epoch, config.session_settings(), loop.time())
+        self._on_forget = on_forget
+        self._next_conn_id = next_conn_id
+        self._conns: dict[ConnId, ClientConn] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._stop_task: asyncio.Task[None] | None = None
+        self.upstream = StdioUpstream(
+            config.upstream,
+            session_id=session_id,
+            on_message=self._upstream_message,
+            on_closed=self._upstream_closed,
+        )
+        self.log = log.bind(session=session_id[:8])
+
+    async def start(self) -> None:
+        await self.upstream.start()
+
+    # ------------------------------------------------------------------ connections
+    def open_conn(self) -> ClientConn:
+        conn = ClientConn(self._next_conn_id())
+        self._conns[conn.id] = conn
+        return conn
+
+    def conn_gone(self, conn: ClientConn) -> None:
+        """The HTTP handler is done with ``conn`` (written out, or the client hung up)."""
+        if self._conns.pop(conn.id, None) is not None and not self.session.forgotten:
+            self.feed(ClientDetached(conn.id))
+
+    # ------------------------------------------------------------------ events
+    def feed(self, event: Event) -> None:
+        """Hand one event to the core and carry out its commands. Raises ``ProxyError``."""
+        if self.session.forgotten:
+            raise SessionNotFound("Session not found")
+        commands = self.session.handle(event, self._loop.time())
+        for command in commands:
+            self._execute(command)
+
+    def _upstream_message(self, msg: Message) -> None:
+        if not self.session.forgotten:
+            self.feed(UpstreamMessage(msg))
+
+    def _upstream_closed(self, reason: str) -> None:
+        if not self.session.forgotten:
+            self.feed(UpstreamClosed(reason))
+
+    def _tick(self) -> None:
+        self._timer = None
+        if not self.session.forgotten:
+            self.feed(Tick())
+
+    def _execute(self, command: Command) -> None:
+        if isinstance(command, SendToClient):
+            conn = self._conns.get(command.conn)
+            if conn is not None and not conn.closed:
+                conn.queue.put_nowait(encode_event(command.payload, event_id=command.event_id))
+        elif isinstance(command, SendUpstream):
+            self.upstream.send(command.payload)
+        elif isinstance(command, StartSse | Accepted):
+            conn = self._conns.get(command.conn)
+            if conn is not None:
+                conn.outcome = "sse" if isinstance(command, StartSse) else "accepted"
+        elif isinstance(command, CloseClient):
+            conn = self._conns.get(command.conn)
+            if conn is not None and not conn.closed:
+                conn.closed = True
+                conn.queue.put_nowait(CloseMarker(command.retry_ms))
+        elif isinstance(command, WakeAt):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._loop.call_at(command.at, self._tick)
+        elif isinstance(command, StopUpstream):
+            self.log.info("session_closing", reason=command.reason)
+            if self._stop_task is None:
+                self._stop_task = asyncio.create_task(self.upstream.stop())
+        elif isinstance(command, ForgetSession):
+            self.log.info("session_forgotten", reason=command.reason)
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._on_forget(self)
+        elif isinstance(command, LogNote):
+            self.log.info(command.event, **command.fields)
+        else:  # pragma: no cover - the Command union is closed
+            raise RuntimeError(f"unexpected command {command!r}")
+
+    async def end(self, reason: str) -> None:
+        """End the session now (DELETE or shutdown) and wait until its process is gone."""
+        if not self.session.forgotten:
+            self.feed(ClientDelete())
+            self.log.info("session_ended", reason=reason)
+        await self.wait_stopped()
+
+    async def wait_stopped(self) -> None:
+        if self._stop_task is None:
+            self._stop_task = asyncio.create_task(self.upstream.stop())
+        await asyncio.shield(self._stop_task)
+
+
+class Registry:
+    """Every live session of this process, by id."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._runners: dict[str, SessionRunner] = {}
+        self._forgotten: set[SessionRunner] = set()
+        self._conn_counter = 0
+        self._reaper: set[asyncio.Task[Any]] = set()
+        self.accepting = True
+
+    def __len__(self) -> int:
+        return len(self._runners)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._runners
+
+    def _next_conn_id(self) -> ConnId:
+        self._conn_counter += 1
+        return ConnId(self._conn_counter)
+
+    def get(self, session_id: str) -> SessionRunner:
+        runner = self._runners.get(session_id)
+        if runner is None or runner.session.forgotten:
+            raise SessionNotFound("Session not found")
+        return runner
+
+    async def create(self) -> SessionRunner:
+        runner = SessionRunner(
+            self.config, new_session_id(), new_epoch(), self._forget, self._next_conn_id
+        )
+        await runner.start()
+        self._runners[runner.session_id] = runner
+        runner.log.info("session_created", upstream_pid=runner.upstream.pid)
+        return runner
+
+    def _forget(self, runner: SessionRunner) -> None:
+        self._runners.pop(runner.session_id, None)
+        # Make sure the process is reaped even if nobody awaits the runner.
+        task = asyncio.create_task(runner.wait_stopped())
+        self._reaper.add(task)
+        task.add_done_callback(self._reaper.discard)
+
+    async def shutdown(self) -> None:
+        """End every session and wait for every child process to be gone."""
+        self.accepting = False
+        runners = list(self._runners.values())
+        await asyncio.gather(*(r.end("proxy shutting down") for r in runners))
+        if self._reaper:
+            await asyncio.gather(*self._reaper, return_exceptions=True)

@@ -1,0 +1,198 @@
+"""A stdio MCP server as a child process (DESIGN.md U1).
+
+The child runs in its own process group (``start_new_session``) so that stopping it
+reaches everything it spawned: SIGTERM to the group, SIGKILL after a grace. Messages are
+newline-delimited JSON-RPC on stdin/stdout; stderr lines are logged with the session id;
+a stdout line that is not JSON-RPC is logged and skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from proxy.config import UpstreamConfig
+from proxy.core import jsonrpc
+from proxy.core.errors import ProxyError
+from proxy.core.jsonrpc import Message
+
+log = structlog.get_logger("proxy.upstream.stdio")
+
+
+class UpstreamStartError(ProxyError):
+    jsonrpc_code = -32603
+    http_status = 502
+    reason = "upstream_start_failed"
+
+
+class StdioUpstream:
+    """Owns one child process and the tasks that read and write its pipes."""
+
+    def __init__(
+        self,
+        config: UpstreamConfig,
+        *,
+        session_id: str,
+        on_message: Callable[[Message], None],
+        on_closed: Callable[[str], None],
+    ) -> None:
+        self._config = config
+        self._session_id = session_id[:8]  # a prefix: session ids are bearer secrets
+        self._on_message = on_message
+        self._on_closed = on_closed
+        self._proc: asyncio.subprocess.Process | None = None
+        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stopping = False
+        self._closed_reported = False
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    async def start(self) -> None:
+        cfg = self._config
+        env = dict(os.environ) if cfg.inherit_env else {}
+        env.update(cfg.env)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *cfg.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=cfg.cwd,
+                env=env,
+                start_new_session=True,
+                limit=cfg.max_line_bytes,
+            )
+        except OSError as exc:
+            raise UpstreamStartError(
+                f"cannot start MCP server {cfg.command[0]!r}: {exc.strerror or exc}"
+            ) from None
+        log.info("upstream_started", session=self._session_id, pid=self._proc.pid)
+        self._tasks = [
+            asyncio.create_task(self._read_stdout(), name=f"stdout-{self._session_id[:8]}"),
+            asyncio.create_task(self._read_stderr(), name=f"stderr-{self._session_id[:8]}"),
+            asyncio.create_task(self._write_stdin(), name=f"stdin-{self._session_id[:8]}"),
+        ]
+
+    def send(self, payload: bytes) -> None:
+        """Queue one message for the child's stdin (order is kept)."""
+        if not self._stopping:
+            self._outbox.put_nowait(payload)
+
+    async def _write_stdin(self) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        stdin = self._proc.stdin
+        while True:
+            payload = await self._outbox.get()
+            if payload is None:
+                break
+            # Write everything already queued in one go: fewer syscalls under load.
+            chunks = [payload, b"\n"]
+            while not self._outbox.empty():
+                more = self._outbox.get_nowait()
+                if more is None:
+                    self._outbox.put_nowait(None)
+                    break
+                chunks += (more, b"\n")
+            try:
+                stdin.write(b"".join(chunks))
+                await stdin.drain()
+            except (ConnectionError, BrokenPipeError):
+                break
+        with contextlib.suppress(Exception):
+            stdin.close()
+
+    async def _read_stdout(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        stdout = self._proc.stdout
+        while True:
+            try:
+                line = await stdout.readline()
+            except ValueError:
+                # Longer than max_line_bytes: skip to the next newline.
+                log.warning("upstream_line_too_long", session=self._session_id)
+                with contextlib.suppress(asyncio.LimitOverrunError, ValueError):
+                    await stdout.readuntil(b"\n")
+                continue
+            if not line:
+                break
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                msg = jsonrpc.parse_line(line)
+            except ProxyError as exc:
+                log.warning(
+                    "upstream_line_skipped",
+                    session=self._session_id,
+                    error=exc.message,
+                    line=line[:200].decode(errors="replace"),
+                )
+                continue
+            self._on_message(msg)
+        returncode = await self._proc.wait()
+        self._report_closed(f"exit code {returncode}")
+
+    async def _read_stderr(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        stderr = self._proc.stderr
+        while True:
+            try:
+                line = await stderr.readline()
+            except ValueError:
+                continue
+            if not line:
+                return
+            log.info(
+                "upstream_stderr",
+                session=self._session_id,
+                line=line.rstrip().decode(errors="replace"),
+            )
+
+    def _report_closed(self, reason: str) -> None:
+        if self._closed_reported:
+            return
+        self._closed_reported = True
+        if self._stopping:
+            log.info("upstream_stopped", session=self._session_id, reason=reason)
+        else:
+            log.warning("upstream_exited", session=self._session_id, reason=reason)
+        self._on_closed(reason)
+
+    async def stop(self) -> None:
+        """Stop the child's whole process group: TERM, then KILL after the grace."""
+        self._stopping = True
+        proc = self._proc
+        if proc is None:
+            return
+        self._outbox.put_nowait(None)  # the writer closes stdin: the polite request
+        grace = self._config.stop_grace_seconds
+        # MCP stdio §Shutdown: close stdin, then SIGTERM, then SIGKILL.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), min(0.5, grace / 2))
+        if proc.returncode is None:
+            self._signal_group(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+            except TimeoutError:
+                log.warning("upstream_kill", session=self._session_id, pid=proc.pid)
+        # The group may hold grandchildren even when the leader is gone.
+        self._signal_group(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        for task in self._tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
