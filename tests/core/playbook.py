@@ -1,0 +1,102 @@
+"""A small driver for core sessions: feed events at a fake time, collect commands."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core import jsonrpc
+from proxy.core.events import (
+    ClientGet,
+    ClientPost,
+    Command,
+    ConnId,
+    Event,
+    SendToClient,
+    SendUpstream,
+    Tick,
+    UpstreamMessage,
+)
+from proxy.core.session import Session, SessionSettings
+
+
+def req(rid: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def note(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def ok(rid: Any, result: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "result": result or {}}
+
+
+def progress(token: Any, n: int) -> dict[str, Any]:
+    return note("notifications/progress", {"progressToken": token, "progress": n})
+
+
+@dataclass
+class Playbook:
+    """Drives one :class:`Session` with a fake clock; remembers every command."""
+
+    settings: SessionSettings = field(default_factory=SessionSettings)
+    now: float = 1000.0
+    version: str = "2025-11-25"
+    session: Session = field(init=False)
+    log: list[Command] = field(default_factory=list)
+    _conn: int = 0
+
+    def __post_init__(self) -> None:
+        self.session = Session("sid", "ep0ch", self.settings, self.now)
+
+    def conn(self) -> ConnId:
+        self._conn += 1
+        return ConnId(self._conn)
+
+    def feed(self, event: Event) -> list[Command]:
+        out = self.session.handle(event, self.now)
+        self.log.extend(out)
+        return out
+
+    def post(self, conn: ConnId, *messages: dict[str, Any]) -> list[Command]:
+        msgs = [jsonrpc.classify(m) for m in messages]
+        return self.feed(ClientPost(conn, msgs, batch=len(msgs) > 1))
+
+    def get(self, conn: ConnId, last_event_id: str | None = None) -> list[Command]:
+        return self.feed(ClientGet(conn, last_event_id))
+
+    def upstream(self, obj: dict[str, Any]) -> list[Command]:
+        return self.feed(UpstreamMessage(jsonrpc.classify(obj)))
+
+    def tick(self, advance: float = 0.0) -> list[Command]:
+        self.now += advance
+        return self.feed(Tick())
+
+    def initialize(self) -> None:
+        """Run the initialize exchange so the session knows its protocol version."""
+        c = self.conn()
+        out = self.post(c, req(0, "initialize", {"protocolVersion": self.version}))
+        up = upstream_sent(out)[0]
+        self.upstream(ok(up["id"], {"protocolVersion": self.version, "capabilities": {}}))
+        self.post(self.conn(), note("notifications/initialized"))
+
+
+def upstream_sent(commands: list[Command]) -> list[dict[str, Any]]:
+    return [json.loads(c.payload) for c in commands if isinstance(c, SendUpstream)]
+
+
+def client_sent(commands: list[Command], conn: ConnId | None = None) -> list[SendToClient]:
+    return [c for c in commands if isinstance(c, SendToClient) and conn in (None, c.conn)]
+
+
+def payloads(commands: list[Command], conn: ConnId | None = None) -> list[dict[str, Any]]:
+    """The JSON messages (priming events left out) sent to ``conn``."""
+    return [json.loads(c.payload) for c in client_sent(commands, conn) if c.payload is not None]

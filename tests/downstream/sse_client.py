@@ -1,0 +1,76 @@
+"""A raw aiohttp MCP client for protocol-level tests: it sees every byte and header."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from proxy.core.sse import SSEDecoder, SSEEvent
+from tests.support import MCP_HEADERS
+
+
+@dataclass
+class RawSession:
+    http: aiohttp.ClientSession
+    url: str
+    session_id: str = ""
+    version: str = "2025-11-25"
+    init_result: dict[str, Any] = field(default_factory=dict)
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        h = dict(MCP_HEADERS)
+        if self.session_id:
+            h["Mcp-Session-Id"] = self.session_id
+            h["MCP-Protocol-Version"] = self.version
+        h.update(extra)
+        return h
+
+    async def initialize(self) -> None:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": self.version,
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        }
+        async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
+            assert resp.status == 200, await resp.text()
+            self.session_id = resp.headers["Mcp-Session-Id"]
+            events = await read_events(resp)
+        self.init_result = json.loads(events[-1].data)["result"]
+        await self.notify("notifications/initialized")
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            body["params"] = params
+        async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
+            assert resp.status == 202, await resp.text()
+
+    async def request(
+        self, rid: Any, method: str, params: dict[str, Any] | None = None
+    ) -> list[SSEEvent]:
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            body["params"] = params
+        async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
+            assert resp.status == 200, await resp.text()
+            return await read_events(resp)
+
+
+async def read_events(resp: aiohttp.ClientResponse) -> list[SSEEvent]:
+    dec = SSEDecoder()
+    events: list[SSEEvent] = []
+    async for chunk in resp.content.iter_any():
+        events += dec.feed(chunk)
+    return events
+
+
+def messages(events: list[SSEEvent]) -> list[dict[str, Any]]:
+    return [json.loads(e.data) for e in events if e.data]

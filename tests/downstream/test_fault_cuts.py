@@ -1,0 +1,97 @@
+"""Cut the client's connection at many seeded random byte offsets of a long burst.
+
+Each cut lands anywhere, also in the middle of an SSE event; the client keeps only the
+events it received whole and resumes with the id of the last of them (GET +
+Last-Event-ID), as the WHATWG event-stream rules and the MCP transports ask. The sequence
+it ends up with must equal what the server sent: no gap, no duplicate.
+
+Replay a failure with ``FAULT_SEED=<seed> pytest tests/downstream/test_fault_cuts.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from proxy.core.sse import SSEDecoder
+from tests.downstream.sse_client import RawSession
+from tests.support import FIXTURE, run_proxy
+
+N = 2000
+CUTS = 220
+
+
+async def _cut_and_resume(
+    tmp_path: Path, seed: int, tool: str, tool_args: dict[str, Any], n: int, text: str
+) -> None:
+    rng = random.Random(seed)
+    print(f"fault test seed={seed} (replay with FAULT_SEED={seed})")
+    async with run_proxy(tmp_path, command=FIXTURE) as proxy, aiohttp.ClientSession() as http:
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        approx_total = n * 300
+        cuts = sorted(rng.randrange(1, approx_total) for _ in range(CUTS))
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": tool_args, "_meta": {"progressToken": "b"}},
+        }
+        received: list[dict[str, Any]] = []
+        last_id: str | None = None
+        offset = 0  # bytes read over all connections
+        connections = 0
+        done = False
+        while not done:
+            connections += 1
+            if last_id is None:
+                resp = await http.post(proxy.url, json=body, headers=s.headers())
+            else:
+                resp = await http.get(proxy.url, headers=s.headers(**{"Last-Event-ID": last_id}))
+            assert resp.status == 200, (resp.status, await resp.text(), last_id)
+            dec = SSEDecoder()
+            try:
+                async for chunk in resp.content.iter_any():
+                    cut = cuts[0] if cuts else None
+                    if cut is not None and offset + len(chunk) >= cut:
+                        chunk = chunk[: cut - offset]
+                        cuts.pop(0)
+                    offset += len(chunk)
+                    for event in dec.feed(chunk):
+                        if event.id is not None:
+                            last_id = event.id
+                        if event.data:
+                            received.append(json.loads(event.data))
+                    if cut is not None and offset >= cut:
+                        break  # hang up here, maybe mid-event
+                else:
+                    done = True  # the proxy ended the stream: the response was sent
+            finally:
+                resp.close()
+        progress = [m["params"]["progress"] for m in received if m.get("method")]
+        results = [m for m in received if "result" in m or "error" in m]
+        assert progress == list(range(1, n + 1)), (
+            f"seed {seed}: gap or duplicate; first bad index "
+            f"{next(i for i, p in enumerate(progress) if p != i + 1) if progress != list(range(1, len(progress) + 1)) else len(progress)}"
+        )
+        assert len(results) == 1 and results[0]["id"] == 1, results
+        assert results[0]["result"]["content"][0]["text"] == text
+        assert received[-1] is results[0], "the response comes last"
+        assert connections > CUTS // 4, f"only {connections} connections: cuts did not land"
+
+
+async def test_burst_survives_many_random_cuts(tmp_path: Path) -> None:
+    seed = int(os.environ.get("FAULT_SEED", random.randrange(2**32)))
+    await _cut_and_resume(tmp_path, seed, "burst", {"n": N, "size": 200}, N, f"burst {N}")
+
+
+async def test_paced_stream_survives_cuts_at_the_replay_to_live_seam(tmp_path: Path) -> None:
+    """Events keep arriving while each replay runs: the hand-over must not lose any."""
+    seed = int(os.environ.get("FAULT_SEED", random.randrange(2**32)))
+    n = 600
+    await _cut_and_resume(tmp_path, seed, "slow", {"steps": n, "delay": 0.003}, n, f"done {n}")

@@ -1,0 +1,261 @@
+"""Streamable HTTP edge cases against the real proxy process and a real stdio server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+import aiohttp
+
+from tests.downstream.sse_client import RawSession, messages, read_events
+from tests.support import FIXTURE, MCP_HEADERS, run_proxy
+
+
+def call_body(
+    rid: int, name: str, args: dict[str, object], token: str | None = None
+) -> dict[str, object]:
+    params: dict[str, object] = {"name": name, "arguments": args}
+    if token is not None:
+        params["_meta"] = {"progressToken": token}
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+
+async def test_status_codes_and_the_session_keeps_working(tmp_path: Path) -> None:
+    async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        assert s.init_result["serverInfo"]["name"] == "mcp-resume-proxy-demo"
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+
+        async def status(method: str, **kw: object) -> tuple[int, dict[str, object] | None]:
+            async with http.request(method, proxy.url, **kw) as resp:  # type: ignore[arg-type]
+                text = await resp.text()
+                return resp.status, json.loads(text) if text.startswith("{") else None
+
+        # 406: Accept lacks text/event-stream
+        code, body = await status("POST", json=ping, headers=s.headers(Accept="application/json"))
+        assert code == 406 and body and body["error"]["code"] == -32600
+        # 415
+        code, _ = await status(
+            "POST", data=b"x", headers=s.headers(**{"Content-Type": "text/plain"})
+        )
+        assert code == 415
+        # -32700 / 400
+        code, body = await status("POST", data=b"{bad json", headers=s.headers())
+        assert code == 400 and body and body["error"]["code"] == -32700
+        # -32600 / 400
+        code, body = await status("POST", json={"hello": 1}, headers=s.headers())
+        assert code == 400 and body and body["error"]["code"] == -32600
+        # batch not allowed for 2025-11-25
+        code, body = await status("POST", json=[ping, ping], headers=s.headers())
+        assert code == 400
+        # missing session → 400; unknown → 404
+        h = dict(MCP_HEADERS)
+        code, body = await status("POST", json=ping, headers=h)
+        assert code == 400 and body and body["error"]["data"]["reason"] == "missing_session"
+        code, body = await status("POST", json=ping, headers={**h, "Mcp-Session-Id": "nope"})
+        assert code == 404 and body and body["error"]["code"] == -32001
+        # unsupported protocol version → 400
+        code, body = await status(
+            "POST", json=ping, headers=s.headers(**{"MCP-Protocol-Version": "1999-01-01"})
+        )
+        assert (
+            code == 400
+            and body
+            and body["error"]["data"]["reason"] == "unsupported_protocol_version"
+        )
+        # Origin → 403, Host → 421
+        code, _ = await status("POST", json=ping, headers=s.headers(Origin="http://evil.example"))
+        assert code == 403
+        code, _ = await status("POST", json=ping, headers=s.headers(Host="evil.example"))
+        assert code == 421
+        # other methods → 405
+        code, _ = await status("PUT", json=ping, headers=s.headers())
+        assert code == 405
+        # GET without event-stream accept → 406
+        code, _ = await status(
+            "GET", headers={"Accept": "application/json", "Mcp-Session-Id": s.session_id}
+        )
+        assert code == 406
+        # too large → 413
+        big = {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"x": "y" * 5_000_000}}
+        code, _ = await status("POST", json=big, headers=s.headers())
+        assert code == 413
+        # and after all that the session still answers
+        assert messages(await s.request(3, "ping")) == [{"jsonrpc": "2.0", "id": 3, "result": {}}]
+        tools = messages(await s.request(4, "tools/list"))[-1]["result"]["tools"]
+        assert {t["name"] for t in tools} == {"echo", "countdown"}
+
+
+async def test_priming_keepalive_and_headers(tmp_path: Path) -> None:
+    async with (
+        run_proxy(tmp_path, sse={"keepalive_seconds": 0.2}) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        body = call_body(1, "countdown", {"steps": 3, "delay": 0.3}, "p")
+        async with http.post(proxy.url, json=body, headers=s.headers()) as resp:
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            assert resp.headers["X-Accel-Buffering"] == "no"
+            raw = await resp.read()
+        assert raw.startswith(b"id: "), raw[:60]
+        first = raw.split(b"\n\n", 1)[0]
+        assert first.endswith(b"data: "), "priming event: an id and empty data"
+        assert b": keepalive" in raw
+        msgs = [json.loads(e.data) for e in read_sse(raw) if e.data]
+        assert [m.get("params", {}).get("progress") for m in msgs[:-1]] == [1, 2, 3]
+        assert msgs[-1]["result"]["content"][0]["text"] == "liftoff after 3 steps"
+
+
+def read_sse(raw: bytes):  # type: ignore[no-untyped-def]
+    from proxy.core.sse import SSEDecoder
+
+    return SSEDecoder().feed(raw)
+
+
+async def test_older_revisions_get_no_priming_and_2025_03_26_may_batch(tmp_path: Path) -> None:
+    async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
+        s = RawSession(http, proxy.url, version="2025-03-26")
+        await s.initialize()
+        batch = [
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        ]
+        async with http.post(proxy.url, json=batch, headers=s.headers()) as resp:
+            assert resp.status == 200
+            events = await read_events(resp)
+        assert all(e.data for e in events), "no priming event before 2025-11-25"
+        assert sorted(m["id"] for m in messages(events)) == [1, 2]
+        only_notes = [{"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}]
+        async with http.post(proxy.url, json=only_notes, headers=s.headers()) as resp:
+            assert resp.status == 202
+
+
+async def test_resume_by_last_event_id_and_its_errors(tmp_path: Path) -> None:
+    async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        body = call_body(5, "countdown", {"steps": 6, "delay": 0.15}, "r")
+        from proxy.core.sse import SSEDecoder
+
+        dec = SSEDecoder()
+        seen = []
+        async with http.post(proxy.url, json=body, headers=s.headers()) as resp:
+            async for chunk in resp.content.iter_any():
+                seen += dec.feed(chunk)
+                if len([e for e in seen if e.data]) >= 2:
+                    break  # hang up mid-call
+        last = seen[-1].id
+        assert last is not None
+        async with http.get(proxy.url, headers=s.headers(**{"Last-Event-ID": last})) as resp:
+            assert resp.status == 200
+            rest = await read_events(resp)
+        got = [m.get("params", {}).get("progress", m.get("id")) for m in messages(seen + rest)]
+        assert got == [1, 2, 3, 4, 5, 6, 5], got
+        # errors: malformed, foreign, unknown stream
+        for bad, status, reason in [
+            ("garbage", 400, "malformed_event_id"),
+            ("0123abcd.2.1", 400, "wrong_session"),
+            (last.rsplit(".", 2)[0] + ".99.1", 410, "unknown_stream"),
+        ]:
+            async with http.get(proxy.url, headers=s.headers(**{"Last-Event-ID": bad})) as resp:
+                assert resp.status == status, (bad, await resp.text())
+                assert (await resp.json())["error"]["data"]["reason"] == reason
+
+
+async def test_delete_ends_the_session_and_its_process(tmp_path: Path) -> None:
+    async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        pid = started_pid(proxy.log_text())
+        async with http.delete(proxy.url, headers=s.headers()) as resp:
+            assert resp.status == 200
+        assert not alive(pid)
+        async with http.post(
+            proxy.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=s.headers()
+        ) as resp:
+            assert resp.status == 404
+
+
+async def test_upstream_crash_fails_the_call_then_404(tmp_path: Path) -> None:
+    async with run_proxy(tmp_path, command=FIXTURE) as proxy, aiohttp.ClientSession() as http:
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        events = await s.request(1, "tools/call", {"name": "crash", "arguments": {}})
+        (err,) = messages(events)
+        assert err["id"] == 1 and err["error"]["code"] == -32000
+        async with http.post(
+            proxy.url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=s.headers()
+        ) as resp:
+            assert resp.status == 404
+
+
+async def test_bad_upstream_lines_are_skipped(tmp_path: Path) -> None:
+    script = tmp_path / "noisy.py"
+    script.write_text(
+        "import sys, json\n"
+        "for line in sys.stdin:\n"
+        "    m = json.loads(line)\n"
+        "    if 'id' in m and 'method' in m:\n"
+        "        print('this is not json', flush=True)\n"
+        "        print(json.dumps({'not': 'jsonrpc'}), flush=True)\n"
+        "        r = {'protocolVersion': '2025-11-25', 'capabilities': {}, 'serverInfo': {'name': 'n', 'version': '1'}}\n"
+        "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r if m['method'] == 'initialize' else {}}), flush=True)\n"
+    )
+    async with (
+        run_proxy(tmp_path, command=[os.sys.executable, str(script)]) as proxy,
+        aiohttp.ClientSession() as http,
+    ):  # type: ignore[attr-defined]
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        assert messages(await s.request(1, "ping")) == [{"jsonrpc": "2.0", "id": 1, "result": {}}]
+        assert "upstream_line_skipped" in proxy.log_text()
+
+
+async def test_sigterm_ends_sessions_and_children_exit_0(tmp_path: Path) -> None:
+    async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
+        pids = []
+        for _ in range(3):
+            s = RawSession(http, proxy.url)
+            await s.initialize()
+        pids = [int(x) for x in _pids(proxy.log_text())]
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+        # a call in flight while the signal arrives
+        body = call_body(1, "countdown", {"steps": 50, "delay": 0.1}, "t")
+        task = asyncio.create_task(http.post(proxy.url, json=body, headers=s.headers()))
+        await asyncio.sleep(0.3)
+        proxy.process.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proxy.process.wait(), 30) == 0
+        with_resp = await task
+        with_resp.close()
+    assert not any(alive(p) for p in pids)
+
+
+def _pids(log: str) -> list[str]:
+    out = []
+    for line in log.splitlines():
+        if '"upstream_started"' in line:
+            out.append(str(json.loads(line)["pid"]))
+    return out
+
+
+def started_pid(log: str) -> int:
+    return int(_pids(log)[-1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); read its state
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
