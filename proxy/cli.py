@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -34,7 +35,8 @@ examples:
   mcp-resume-proxy --port 9000 -- npx -y @modelcontextprotocol/server-everything
   mcp-resume-proxy --config config/local-stdio.yaml
 
-Options given on the command line override the config file. Stop with Ctrl-C or
+Settings come from defaults, then the config file, then the environment
+(MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _LOG_FORMAT, _LOG_LEVEL), then the command line. Stop with Ctrl-C or
 SIGTERM: the proxy stops accepting, ends every session, stops every server process,
 and exits 0.
 """
@@ -66,8 +68,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+ENV_PREFIX = "MCP_RESUME_PROXY_"
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(ENV_PREFIX + name)
+    return value if value else None
+
+
 def resolve_config(args: argparse.Namespace) -> Config:
-    config = load_config(args.config) if args.config else Config()
+    """Defaults < config file < environment (MCP_RESUME_PROXY_*) < command line."""
+    config_path = args.config or _env("CONFIG")
+    config = load_config(config_path) if config_path else Config()
+    env_port = _env("PORT")
+    if env_port is not None:
+        if not env_port.isdigit():
+            raise ConfigError(f"MCP_RESUME_PROXY_PORT: expected a port number, got {env_port!r}")
+        config = override(config, "listen", port=int(env_port))
+    config = override(config, "listen", host=_env("HOST"))
+    config = override(config, "log", format=_env("LOG_FORMAT"), level=_env("LOG_LEVEL"))
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]

@@ -141,7 +141,11 @@ class SessionRunner:
         if isinstance(command, SendToClient):
             conn = self._conns.get(command.conn)
             if conn is not None and not conn.closed:
-                conn.queue.put_nowait(encode_event(command.payload, event_id=command.event_id))
+                conn.queue.put_nowait(
+                    encode_event(
+                        command.payload, event_id=command.event_id, retry_ms=command.retry_ms
+                    )
+                )
         elif isinstance(command, SendUpstream):
             self.upstream.send(command.payload)
         elif isinstance(command, StartSse | Accepted):

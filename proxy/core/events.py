@@ -88,6 +88,7 @@ class SendToClient:
     conn: ConnId
     event_id: str
     payload: bytes | None
+    retry_ms: int | None = None  # sent with priming events: how long to wait to reconnect
 
 
 @dataclass(frozen=True, slots=True)

@@ -269,7 +269,7 @@ class Session:
         if polling:
             # 2025-11-25 §Resumability: prime the client with an id before anything else.
             event_id = format_event_id(self.epoch, stream.number, start, stream.attaches)
-            out.append(SendToClient(conn, event_id, None))
+            out.append(SendToClient(conn, event_id, None, self.settings.retry_ms))
             if self.settings.max_stream_seconds is not None:
                 stream.close_at = self._now + self.settings.max_stream_seconds
         self._flush(stream, out)

@@ -1,0 +1,22 @@
+# mcp-resume-proxy as a sidecar. The image serves the bundled demo server by default;
+# put your own stdio server in a derived image and pass its command after "--".
+#
+#   docker build -t mcp-resume-proxy .
+#   docker run --rm -p 8808:8808 -e MCP_RESUME_PROXY_HOST=0.0.0.0 mcp-resume-proxy
+#
+# Inside the container the proxy still binds 127.0.0.1 unless told otherwise
+# (MCP_RESUME_PROXY_HOST=0.0.0.0, or listen.host in a config file such as
+# config/sidecar.yaml, mounted and named by MCP_RESUME_PROXY_CONFIG).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+WORKDIR /opt/mcp-resume-proxy
+COPY pyproject.toml README.md ./
+COPY proxy ./proxy
+COPY config ./config
+RUN pip install . && useradd --system --uid 10001 --create-home proxy
+USER proxy
+EXPOSE 8808
+HEALTHCHECK --interval=30s --timeout=3s CMD python -c "import urllib.request,os;urllib.request.urlopen('http://127.0.0.1:'+os.environ.get('MCP_RESUME_PROXY_PORT','8808')+'/healthz',timeout=2)" || exit 1
+ENTRYPOINT ["mcp-resume-proxy", "--log-format", "json"]
+CMD ["--", "python", "-m", "proxy.demo"]
