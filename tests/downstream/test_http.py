@@ -257,5 +257,42 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+    except OSError:  # gone between the two looks (ENOENT, or ESRCH on read)
         return False
+
+
+async def test_max_stream_seconds_sends_retry_then_closes_and_get_resumes(tmp_path: Path) -> None:
+    sse = {"max_stream_seconds": 0.4, "retry_ms": 50}
+    async with run_proxy(tmp_path, sse=sse) as proxy, aiohttp.ClientSession() as http:
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        body = call_body(1, "countdown", {"steps": 8, "delay": 0.1}, "m")
+        async with http.post(proxy.url, json=body, headers=s.headers()) as resp:
+            raw = await resp.read()
+        assert raw.rstrip().endswith(b"retry: 50"), raw[-80:]
+        events = read_sse(raw)
+        got = messages(events)
+        assert got and all("method" in m for m in got), "closed before the response"
+        last = [e.id for e in events if e.id][-1]
+        while True:  # poll back as a 2025-11-25 client does
+            async with http.get(proxy.url, headers=s.headers(**{"Last-Event-ID": last})) as resp:
+                assert resp.status == 200
+                events = read_sse(await resp.read())
+            got += messages(events)
+            last = [e.id for e in events if e.id][-1]
+            if "result" in got[-1]:
+                break
+        assert [m.get("params", {}).get("progress") for m in got[:-1]] == list(range(1, 9))
+
+
+async def test_idle_session_expires_and_its_process_stops(tmp_path: Path) -> None:
+    async with run_proxy(tmp_path, sessions={"idle_timeout_seconds": 0.5}) as proxy, aiohttp.ClientSession() as http:
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        pid = started_pid(proxy.log_text())
+        deadline = asyncio.get_running_loop().time() + 20
+        while alive(pid):
+            assert asyncio.get_running_loop().time() < deadline, "idle session never expired"
+            await asyncio.sleep(0.05)
+        async with http.post(proxy.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=s.headers()) as resp:
+            assert resp.status == 404
