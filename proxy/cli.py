@@ -36,7 +36,8 @@ examples:
   mcp-resume-proxy --config config/local-stdio.yaml
 
 Settings come from defaults, then the config file, then the environment
-(MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _LOG_FORMAT, _LOG_LEVEL), then the command line. Stop with Ctrl-C or
+(MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _LOG_FORMAT, _LOG_LEVEL), then the command
+line. Stop with Ctrl-C or
 SIGTERM: the proxy stops accepting, ends every session, stops every server process,
 and exits 0.
 """

@@ -88,9 +88,10 @@ class StreamableHttp:
         limit = self.config.sessions.max_message_bytes
         if request.content_length is not None and request.content_length > limit:
             raise PayloadTooLarge(f"Payload Too Large: body over {limit} bytes")
-        body = await request.content.read(limit + 1)
-        if len(body) > limit:
-            raise PayloadTooLarge(f"Payload Too Large: body over {limit} bytes")
+        try:
+            body = await request.read()  # all of it, bounded by client_max_size
+        except web.HTTPRequestEntityTooLarge:
+            raise PayloadTooLarge(f"Payload Too Large: body over {limit} bytes") from None
         messages, batch = jsonrpc.parse_body(body)
         is_init = any(m.kind is Kind.REQUEST and m.method == "initialize" for m in messages)
         if is_init:
@@ -134,6 +135,7 @@ class StreamableHttp:
     # ------------------------------------------------------------------ DELETE
     async def _delete(self, request: web.Request) -> web.StreamResponse:
         runner = self._session(request)
+        httprules.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
         await runner.end("deleted by client")
         return web.Response(status=200)
 
@@ -205,7 +207,7 @@ async def _health(request: web.Request) -> web.Response:
 
 
 def build_app(config: Config, registry: Registry) -> web.Application:
-    app = web.Application(client_max_size=config.sessions.max_message_bytes + 1)
+    app = web.Application(client_max_size=config.sessions.max_message_bytes)
     app[REGISTRY_KEY] = registry
     endpoint = StreamableHttp(config, registry)
     app.router.add_route("*", config.listen.path, endpoint.handle)

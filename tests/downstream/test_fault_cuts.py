@@ -75,9 +75,10 @@ async def _cut_and_resume(
                 resp.close()
         progress = [m["params"]["progress"] for m in received if m.get("method")]
         results = [m for m in received if "result" in m or "error" in m]
+        first_bad = next((i for i, p in enumerate(progress) if p != i + 1), min(len(progress), n))
         assert progress == list(range(1, n + 1)), (
-            f"seed {seed}: gap or duplicate; first bad index "
-            f"{next(i for i, p in enumerate(progress) if p != i + 1) if progress != list(range(1, len(progress) + 1)) else len(progress)}"
+            f"seed {seed}: gap or duplicate at index {first_bad}: "
+            f"{progress[max(0, first_bad - 3) : first_bad + 3]}"
         )
         assert len(results) == 1 and results[0]["id"] == 1, results
         assert results[0]["result"]["content"][0]["text"] == text

@@ -204,8 +204,10 @@ async def test_bad_upstream_lines_are_skipped(tmp_path: Path) -> None:
         "    if 'id' in m and 'method' in m:\n"
         "        print('this is not json', flush=True)\n"
         "        print(json.dumps({'not': 'jsonrpc'}), flush=True)\n"
-        "        r = {'protocolVersion': '2025-11-25', 'capabilities': {}, 'serverInfo': {'name': 'n', 'version': '1'}}\n"
-        "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r if m['method'] == 'initialize' else {}}), flush=True)\n"
+        "        r = {'protocolVersion': '2025-11-25', 'capabilities': {},\n"
+        "             'serverInfo': {'name': 'n', 'version': '1'}}\n"
+        "        r = r if m['method'] == 'initialize' else {}\n"
+        "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)\n"
     )
     async with (
         run_proxy(tmp_path, command=[os.sys.executable, str(script)]) as proxy,
@@ -286,7 +288,10 @@ async def test_max_stream_seconds_sends_retry_then_closes_and_get_resumes(tmp_pa
 
 
 async def test_idle_session_expires_and_its_process_stops(tmp_path: Path) -> None:
-    async with run_proxy(tmp_path, sessions={"idle_timeout_seconds": 0.5}) as proxy, aiohttp.ClientSession() as http:
+    async with (
+        run_proxy(tmp_path, sessions={"idle_timeout_seconds": 0.5}) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
         s = RawSession(http, proxy.url)
         await s.initialize()
         pid = started_pid(proxy.log_text())
@@ -294,5 +299,23 @@ async def test_idle_session_expires_and_its_process_stops(tmp_path: Path) -> Non
         while alive(pid):
             assert asyncio.get_running_loop().time() < deadline, "idle session never expired"
             await asyncio.sleep(0.05)
-        async with http.post(proxy.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=s.headers()) as resp:
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        async with http.post(proxy.url, json=ping, headers=s.headers()) as resp:
             assert resp.status == 404
+
+
+async def test_a_large_body_sent_in_many_chunks_is_read_whole(tmp_path: Path) -> None:
+    async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        text = "z" * 1_000_000
+        raw = json.dumps(call_body(1, "echo", {"text": text})).encode()
+
+        async def chunks():  # type: ignore[no-untyped-def]
+            for i in range(0, len(raw), 4096):
+                yield raw[i : i + 4096]
+
+        async with http.post(proxy.url, data=chunks(), headers=s.headers()) as resp:
+            assert resp.status == 200
+            (result,) = messages(await read_events(resp))
+        assert result["result"]["content"][0]["text"] == text
