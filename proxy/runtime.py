@@ -195,7 +195,6 @@ class Registry:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._runners: dict[str, SessionRunner] = {}
-        self._forgotten: set[SessionRunner] = set()
         self._conn_counter = 0
         self._reaper: set[asyncio.Task[Any]] = set()
         self.accepting = True

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 import structlog
 from aiohttp import web
@@ -49,7 +48,6 @@ class StreamableHttp:
     def __init__(self, config: Config, registry: Registry) -> None:
         self.config = config
         self.registry = registry
-        self._handlers: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------------ entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
