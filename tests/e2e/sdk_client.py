@@ -134,10 +134,13 @@ async def connect(
     """A new session: connect, ``initialize`` at ``protocol_version``, ``initialized``."""
     http_log = HttpLog()
     async with (
-        httpx2.AsyncClient(timeout=HTTP_TIMEOUT, event_hooks={"response": [http_log.on_response]})
-        as http,
-        streamable_http_client(url, http_client=http, terminate_on_close=terminate_on_close)
-        as (read_stream, write_stream),
+        httpx2.AsyncClient(
+            timeout=HTTP_TIMEOUT, event_hooks={"response": [http_log.on_response]}
+        ) as http,
+        streamable_http_client(url, http_client=http, terminate_on_close=terminate_on_close) as (
+            read_stream,
+            write_stream,
+        ),
         ClientSession(
             read_stream,
             write_stream,

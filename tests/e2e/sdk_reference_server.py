@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import itertools
 import logging
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -181,6 +182,9 @@ def main() -> None:
         session_idle_timeout=None,
     )
     logging.basicConfig(level=logging.INFO)
+    # uvicorn shuts down gracefully on SIGTERM and then re-raises the signal with the handler
+    # it found installed; make that one a no-op so a SIGTERM stop exits with status 0.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=2)
 
 

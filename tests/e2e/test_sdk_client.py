@@ -18,19 +18,20 @@ strictly increase, so a duplicate or a reordering breaks the sequence and a loss
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
-from mcp.client.session import ClientRequestContext, IncomingMessage
+from mcp.client.session import ClientRequestContext, ClientSession, IncomingMessage
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ClientMessageMetadata
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
-from tests.e2e.conftest import RunningServer, ServerFactory, wait_until
-from tests.e2e.sdk_client import HttpLog, connect, rejoin, text_of
+from .sdk_client import HttpExchange, HttpLog, connect, rejoin, text_of
+from .servers import RunningServer, ServerFactory, wait_until
 
 # The revisions a 2025-era Streamable HTTP client can negotiate (2024-11-05 has no
 # Streamable HTTP). The SDK's own `initialize()` offers the first one.
@@ -61,16 +62,50 @@ class ProgressLog:
 
 
 def assert_exactly_once_in_order(values: list[float], expected_count: int) -> None:
-    """``values`` strictly increase (no duplicate, no reordering) and none is missing."""
-    out_of_order = [(a, b) for a, b in zip(values, values[1:], strict=False) if b <= a]
-    assert not out_of_order, f"duplicated or reordered progress {out_of_order[:5]} in {values}"
+    """``values`` strictly increase (no duplicate, no reordering) and none is missing.
+
+    The fixture's progress values are 1, 2, 3, ...; the messages name the gaps that way.
+    """
+    out_of_order = [(a, b) for a, b in itertools.pairwise(values) if b <= a]
+    assert not out_of_order, f"duplicated or reordered progress (a, then b): {out_of_order[:10]}"
+    gaps = [(a, b) for a, b in itertools.pairwise(values) if b > a + 1]
     assert len(values) == expected_count, (
-        f"{len(values)} progress notifications instead of {expected_count}: {values}"
+        f"{len(values)} progress notifications instead of {expected_count}; "
+        f"first {values[:1]}, last {values[-1:]}, gaps (a, then b): {gaps[:10]}"
     )
 
 
 def call_tool_request(name: str, arguments: dict[str, object]) -> types.CallToolRequest:
     return types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
+
+
+async def call_tool_seeing_event_ids(
+    session: ClientSession, name: str, arguments: dict[str, object], progress: ProgressLog
+) -> tuple[types.CallToolResult, list[str]]:
+    """``call_tool``, plus the SSE event ids of the call's own stream (reconnections included).
+
+    ``on_resumption_token_update`` alone does not change how the SDK sends the request (still
+    a POST); it only reports each event id, which tells this call's stream apart from the
+    standalone GET stream when counting ``Last-Event-ID`` reconnections.
+    """
+    event_ids: list[str] = []
+
+    async def record(event_id: str) -> None:
+        event_ids.append(event_id)
+
+    result = await session.send_request(
+        call_tool_request(name, arguments),
+        types.CallToolResult,
+        metadata=ClientMessageMetadata(on_resumption_token_update=record),
+        progress_callback=progress,
+    )
+    return result, event_ids
+
+
+def call_resumptions(http_log: HttpLog, event_ids: list[str]) -> list[HttpExchange]:
+    """The ``GET`` + ``Last-Event-ID`` requests that resumed the call's stream."""
+    ids = set(event_ids)
+    return [x for x in http_log.resumptions() if x.last_event_id in ids]
 
 
 async def test_client_class_legacy_mode(mcp_server: RunningServer) -> None:
@@ -79,7 +114,7 @@ async def test_client_class_legacy_mode(mcp_server: RunningServer) -> None:
         async with Client(mcp_server.url, mode="legacy") as client:
             assert client.protocol_version == LATEST_HANDSHAKE_VERSION
             tools = await client.list_tools()
-            assert TOOLS <= {tool.name for tool in tools.tools}
+            assert {tool.name for tool in tools.tools} >= TOOLS
             result = await client.call_tool("echo", {"text": "hello via Client"})
             assert not result.is_error
             assert text_of(result) == "hello via Client"
@@ -107,7 +142,7 @@ async def test_initialize_list_tools_and_echo(
             assert conn.initialize_result.protocol_version == protocol_version
             assert conn.http_log.assigned_session_id, "no Mcp-Session-Id on the initialize reply"
             tools = await conn.session.list_tools()
-            assert TOOLS <= {tool.name for tool in tools.tools}
+            assert {tool.name for tool in tools.tools} >= TOOLS
             result = await conn.session.call_tool("echo", {"text": "héllo ✓"})
             assert not result.is_error
             assert text_of(result) == "héllo ✓"
@@ -185,23 +220,35 @@ async def test_crash_fails_the_call_and_ends_the_session(
         f"expected the next request to get 404 (session gone), got {statuses}; "
         f"crash error {crashed.value.code} {crashed.value.message!r}"
     )
-    # The SDK reports a 404 on a live session as -32600 "Session terminated", or the
-    # JSON-RPC error the server put in the 404 body.
-    assert gone.value.code == types.INVALID_REQUEST, (gone.value.code, gone.value.message)
+    # What the SDK raises is the JSON-RPC error in the 404 body when there is one (the proxy
+    # and the TypeScript SDK use -32001, the Python SDK -32600), else its own -32600
+    # "Session terminated": the code is the server's choice, the 404 is what matters.
+    assert isinstance(gone.value.code, int)
 
 
 async def test_sdk_reconnects_by_itself_when_the_server_closes_the_stream(
-    server_factory: ServerFactory, protocol_version: str
+    server_factory: ServerFactory,
+    protocol_version: str,
+    e2e_target: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     """(a) SEP-1699 polling: the proxy ends each response stream after 0.5 s (having sent
     ``retry:``); the SDK transport reconnects with ``GET`` + ``Last-Event-ID`` on its own."""
+    if e2e_target == "sdk" and protocol_version == LATEST_HANDSHAKE_VERSION:
+        request.applymarker(
+            pytest.mark.xfail(
+                reason="the SDK server loses a message stored while it replays (between "
+                "replay_events_after and re-registering the stream), see DESIGN.md §3",
+                strict=False,
+            )
+        )
     progress = ProgressLog()
     config = {"sse": {"max_stream_seconds": 0.5, "retry_ms": 200}}
     async with server_factory.start(config) as server:
         with anyio.fail_after(CALL_DEADLINE_S):
             async with connect(server.url, protocol_version=protocol_version) as conn:
-                result = await conn.session.call_tool(
-                    "slow", {"steps": 10, "delay": 0.2}, progress_callback=progress
+                result, event_ids = await call_tool_seeing_event_ids(
+                    conn.session, "slow", {"steps": 10, "delay": 0.2}, progress
                 )
                 await wait_until(lambda: len(progress.values) >= 10, timeout=CALLBACKS_SETTLE_S)
                 http_log = conn.http_log
@@ -210,7 +257,38 @@ async def test_sdk_reconnects_by_itself_when_the_server_closes_the_stream(
     if protocol_version == LATEST_HANDSHAKE_VERSION:
         # Only 2025-11-25 clients get priming events and server-initiated closes; a 2 s call
         # under a 0.5 s limit must have been resumed at least once.
-        assert http_log.resumptions(), f"no GET with Last-Event-ID:\n{http_log.describe()}"
+        assert call_resumptions(http_log, event_ids), (
+            f"the call's stream was never resumed; event ids {event_ids}\n{http_log.describe()}"
+        )
+
+
+async def test_sdk_reconnects_many_times_during_a_fast_stream(
+    server_factory: ServerFactory, e2e_target: str, request: pytest.FixtureRequest
+) -> None:
+    """(a), harder: 300 progress notifications 10 ms apart under a 0.2 s stream limit, so the
+    SDK reconnects about fifteen times while the upstream keeps talking. Every replay then
+    races live messages: the hand-over DESIGN.md §3 says implementations get wrong."""
+    if e2e_target == "sdk":
+        request.applymarker(
+            pytest.mark.xfail(
+                reason="the SDK server loses messages stored while it replays", strict=False
+            )
+        )
+    steps = 300
+    progress = ProgressLog()
+    config = {"sse": {"max_stream_seconds": 0.2, "retry_ms": 20}}
+    async with server_factory.start(config) as server:
+        with anyio.fail_after(CALL_DEADLINE_S):
+            async with connect(server.url) as conn:
+                result, event_ids = await call_tool_seeing_event_ids(
+                    conn.session, "slow", {"steps": steps, "delay": 0.01}, progress
+                )
+                await wait_until(lambda: len(progress.values) >= steps, timeout=CALLBACKS_SETTLE_S)
+                http_log = conn.http_log
+    assert text_of(result) == f"done {steps}"
+    assert_exactly_once_in_order(progress.values, steps)
+    resumed = call_resumptions(http_log, event_ids)
+    assert len(resumed) >= 3, f"{len(resumed)} reconnections only:\n{http_log.describe()}"
 
 
 @dataclass
@@ -235,9 +313,9 @@ class LeavingClient:
         if len(self.seen) == self.leave_after:
             # The transport calls on_resumption_token_update for an event right after handing
             # the message over, before the dispatcher runs this callback for it, so the last
-            # token is this progress notification's event id.
-            assert self.tokens, "no event id arrived with the progress notifications"
-            self.resume_from = self.tokens[-1]
+            # token is this progress notification's event id. (No assert here: the SDK logs
+            # and swallows exceptions raised by progress callbacks.)
+            self.resume_from = self.tokens[-1] if self.tokens else None
             self.left.set()
 
 
@@ -290,7 +368,8 @@ async def test_new_client_resumes_a_call_with_the_last_token(
                 await first.left.wait()
                 tg.cancel_scope.cancel()  # the first client goes away mid-call
     assert not finished_early, "the call finished before the first client left"
-    assert first.resume_from is not None
+    assert first.resume_from is not None, "no SSE event id came with the first progress"
+    assert len(first.seen) == first.leave_after
 
     second_progress = ProgressNotifications()
     second_tokens: list[str] = []
@@ -324,18 +403,6 @@ async def test_new_client_resumes_a_call_with_the_last_token(
         f"the resume was not a GET with Last-Event-ID={first.resume_from}: "
         f"{conn2.http_log.describe()}"
     )
-    assert len(second_progress.tokens) <= 1, second_progress.tokens
-    assert first.seen, "the first client saw no progress"
-    assert second_progress.values, "the second client got no progress"
+    assert second_tokens, "the resumed stream carried no SSE event ids"
+    assert len(second_progress.tokens) == 1, second_progress.tokens
     assert_exactly_once_in_order(first.seen + second_progress.values, steps)
-
-
-async def test_http_log_sees_the_session(mcp_server: RunningServer) -> None:
-    """The helpers themselves: the session id comes from the initialize response."""
-    log = HttpLog()
-    assert log.assigned_session_id is None
-    with anyio.fail_after(CALL_DEADLINE_S):
-        async with connect(mcp_server.url) as conn:
-            assert conn.session_id
-            assert conn.http_log.exchanges[0].method == "POST"
-            assert conn.http_log.exchanges[0].status == 200

@@ -1,0 +1,118 @@
+"""The README's first quick-start command, as a newcomer runs it.
+
+``scripts/demo --port P`` installs the proxy and serves the bundled demo server; an official
+SDK client connects to the URL it prints, uses the tools, drops mid-``countdown`` and a new
+client resumes the call with the SDK's resumption token: every progress notification and
+the result arrive exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+from mcp.client import Client
+from mcp.shared.message import ClientMessageMetadata
+
+from tests.e2e.sdk_client import connect, rejoin, text_of
+from tests.e2e.servers import free_port, wait_until
+from tests.e2e.test_sdk_client import (
+    CALL_DEADLINE_S,
+    CALLBACKS_SETTLE_S,
+    LeavingClient,
+    ProgressNotifications,
+    assert_exactly_once_in_order,
+    call_tool_request,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.asynccontextmanager
+async def demo(tmp_path: Path) -> AsyncIterator[str]:
+    port = free_port()
+    log_path = tmp_path / "demo.log"
+    with log_path.open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            "bash",
+            str(ROOT / "scripts" / "demo"),
+            "--port",
+            str(port),
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 180  # it installs first
+        while not (found := re.search(rb"serving (http://\S+)", log_path.read_bytes())):
+            assert proc.returncode is None, log_path.read_text()
+            assert loop.time() < deadline, "scripts/demo never printed its URL"
+            await asyncio.sleep(0.1)
+        yield found.group(1).decode()
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as the README says
+        try:
+            code = await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        assert code == 0, log_path.read_text()[-3000:]
+
+
+async def test_the_demo_serves_an_sdk_client_that_survives_a_drop(tmp_path: Path) -> None:
+    async with demo(tmp_path) as url:
+        assert url.startswith("http://127.0.0.1:")
+        with anyio.fail_after(CALL_DEADLINE_S):
+            async with Client(url) as client:  # the SDK's default: probe, then initialize
+                tools = await client.list_tools()
+                assert {t.name for t in tools.tools} == {"echo", "countdown"}
+                assert text_of(await client.call_tool("echo", {"text": "hi"})) == "hi"
+
+        steps = 12
+        request = call_tool_request("countdown", {"steps": steps, "delay": 0.15})
+        first = LeavingClient(leave_after=4)
+        with anyio.fail_after(CALL_DEADLINE_S):
+            async with connect(url, terminate_on_close=False) as conn:
+                session_id, init = conn.session_id, conn.initialize_result
+
+                async def call() -> None:
+                    await conn.session.send_request(
+                        request,
+                        types.CallToolResult,
+                        metadata=ClientMessageMetadata(
+                            on_resumption_token_update=first.on_resumption_token
+                        ),
+                        progress_callback=first.on_progress,
+                    )
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    await first.left.wait()
+                    tg.cancel_scope.cancel()  # the connection drops mid-call
+        assert first.resume_from is not None
+
+        rest = ProgressNotifications()
+        with anyio.fail_after(CALL_DEADLINE_S):
+            async with rejoin(
+                url, session_id=session_id, initialize_result=init, message_handler=rest
+            ) as conn2:
+                result = await conn2.session.send_request(
+                    request,
+                    types.CallToolResult,
+                    metadata=ClientMessageMetadata(resumption_token=first.resume_from),
+                )
+                await wait_until(
+                    lambda: len(rest.values) >= steps - len(first.seen),
+                    timeout=CALLBACKS_SETTLE_S,
+                )
+        assert text_of(result) == f"liftoff after {steps} steps"
+        assert_exactly_once_in_order(first.seen + rest.values, steps)
