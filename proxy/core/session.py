@@ -47,6 +47,7 @@ from proxy.core.events import (
     UpstreamMessage,
     WakeAt,
 )
+from proxy.core.idmap import IdMap, progress_token_of
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.stream import StreamEvent, StreamLog, StreamState, transition
 
@@ -88,14 +89,6 @@ class _Stream:
     done_at: float | None = None  # when it completed or last sent, whichever is later
 
 
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    client_id: Any
-    stream: int
-    method: str
-    progress_token: Any
-
-
 class Session:
     """A client session. Feed it events with :meth:`handle`; carry out what it returns."""
 
@@ -109,12 +102,8 @@ class Session:
         self._initialize_seen = False
         self._streams: dict[int, _Stream] = {}
         self._by_conn: dict[ConnId, int] = {}
-        self._requests: dict[int, _Pending] = {}  # upstream id → client request
-        self._progress: dict[Any, int] = {}  # progressToken → stream number
-        self._server_requests: dict[int, Any] = {}  # downstream id → upstream id
+        self._ids = IdMap()
         self._next_stream = 1
-        self._next_upstream_id = 1
-        self._next_downstream_id = 1
         self._idle_since: float | None = now
         self._wake: float | None = None
         self._now = now
@@ -151,7 +140,7 @@ class Session:
     # ------------------------------------------------------------------ queries
     @property
     def live_requests(self) -> int:
-        return len(self._requests)
+        return len(self._ids)
 
     @property
     def buffered_bytes(self) -> int:
@@ -188,21 +177,17 @@ class Session:
         out.append(StartSse(ev.conn))
         self._attach(stream, ev.conn, out)
         for msg in requests:
-            upstream_id = self._next_upstream_id
-            self._next_upstream_id += 1
-            token = msg.params.get("_meta", {}).get("progressToken") if msg.params else None
-            if isinstance(token, bool) or not isinstance(token, str | int):
-                token = None
-            self._requests[upstream_id] = _Pending(msg.id, stream.number, msg.method or "", token)
+            token = progress_token_of(msg.params)
+            upstream_id = self._ids.add_client_request(
+                msg.id, msg.method or "", stream.number, token
+            )
             stream.pending.add(upstream_id)
-            if token is not None:
-                self._progress[token] = stream.number
             out.append(SendUpstream(jsonrpc.encode(jsonrpc.with_id(msg, upstream_id))))
 
     def _client_notification(self, msg: Message, out: list[Command]) -> None:
         if msg.method == "notifications/cancelled":
             client_id = msg.params.get("requestId")
-            upstream_id = self._upstream_id_of(client_id)
+            upstream_id = self._ids.upstream_id_of(client_id)
             if upstream_id is None:
                 out.append(LogNote("cancel_unknown_request", {"request_id": client_id}))
                 return
@@ -215,22 +200,11 @@ class Session:
         out.append(SendUpstream(jsonrpc.encode(msg.raw)))
 
     def _client_response(self, msg: Message, out: list[Command]) -> None:
-        rid = msg.id
-        key = rid if isinstance(rid, int) and not isinstance(rid, bool) else None
-        if key is None or key not in self._server_requests:
-            out.append(LogNote("client_response_unmatched", {"response_id": rid}))
+        known, server_id = self._ids.take_server_request(msg.id)
+        if not known:
+            out.append(LogNote("client_response_unmatched", {"response_id": msg.id}))
             return
-        upstream_id = self._server_requests.pop(key)
-        out.append(SendUpstream(jsonrpc.encode(jsonrpc.with_id(msg, upstream_id))))
-
-    def _upstream_id_of(self, client_id: Any) -> int | None:
-        # The newest in-flight request with that client id (ids may be reused after reply).
-        for upstream_id in sorted(self._requests, reverse=True):
-            if self._requests[upstream_id].client_id == client_id and type(
-                self._requests[upstream_id].client_id
-            ) is type(client_id):
-                return upstream_id
-        return None
+        out.append(SendUpstream(jsonrpc.encode(jsonrpc.with_id(msg, server_id))))
 
     def _on_get(self, ev: ClientGet, out: list[Command]) -> None:
         if ev.last_event_id is None:
@@ -308,26 +282,20 @@ class Session:
         if msg.kind is Kind.RESPONSE:
             self._upstream_response(msg, out)
         elif msg.kind is Kind.REQUEST:
-            downstream_id = self._next_downstream_id
-            self._next_downstream_id += 1
-            self._server_requests[downstream_id] = msg.id
+            downstream_id = self._ids.add_server_request(msg.id)
             self._append(self._route_unrelated(), jsonrpc.with_id(msg, downstream_id), out)
         elif msg.method == "notifications/progress":
-            token = msg.params.get("progressToken")
-            number = self._progress.get(token) if isinstance(token, str | int) else None
+            number = self._ids.stream_of_progress(msg.params.get("progressToken"))
             if number is None:
                 number = self._route_unrelated()
             self._append(number, msg.raw, out)
         elif msg.method == "notifications/cancelled":
             # The server gave up one of its own requests: rewrite to our downstream id.
-            upstream_id = msg.params.get("requestId")
-            downstream = next(
-                (d for d, u in self._server_requests.items() if u == upstream_id), None
-            )
+            server_id = msg.params.get("requestId")
+            downstream = self._ids.cancel_server_request(server_id)
             if downstream is None:
-                out.append(LogNote("upstream_cancel_unmatched", {"request_id": upstream_id}))
+                out.append(LogNote("upstream_cancel_unmatched", {"request_id": server_id}))
                 return
-            del self._server_requests[downstream]
             raw = dict(msg.raw)
             raw["params"] = {**msg.params, "requestId": downstream}
             self._append(self._route_unrelated(), raw, out)
@@ -336,9 +304,7 @@ class Session:
 
     def _upstream_response(self, msg: Message, out: list[Command]) -> None:
         rid = msg.id
-        pending = (
-            self._requests.get(rid) if isinstance(rid, int) and not isinstance(rid, bool) else None
-        )
+        pending = self._ids.pending(rid)
         if pending is None:
             out.append(LogNote("upstream_response_unmatched", {"upstream_id": rid}))
             return
@@ -351,9 +317,7 @@ class Session:
         self._finish_request(rid, out)
 
     def _finish_request(self, upstream_id: int, out: list[Command]) -> None:
-        pending = self._requests.pop(upstream_id)
-        if pending.progress_token is not None:
-            self._progress.pop(pending.progress_token, None)
+        pending = self._ids.finish(upstream_id)
         stream = self._streams.get(pending.stream)
         if stream is None:
             return
@@ -364,9 +328,8 @@ class Session:
             self._flush(stream, out)
 
     def _route_unrelated(self) -> int:
-        if len(self._requests) == 1:
-            return next(iter(self._requests.values())).stream
-        return STANDALONE
+        number = self._ids.only_stream_in_flight()
+        return STANDALONE if number is None else number
 
     def _append(self, number: int, obj: dict[str, Any], out: list[Command]) -> None:
         stream = self._streams[number]
@@ -377,8 +340,9 @@ class Session:
         if self.closed:
             return
         out.append(LogNote("upstream_closed", {"reason": reason}))
-        for upstream_id in sorted(self._requests):
-            pending = self._requests[upstream_id]
+        for upstream_id in self._ids.in_flight():
+            pending = self._ids.pending(upstream_id)
+            assert pending is not None
             error = jsonrpc.error_response(
                 pending.client_id, UPSTREAM_EXITED, f"MCP server exited: {reason}"
             )
@@ -398,7 +362,7 @@ class Session:
     def _close(self, reason: str, out: list[Command]) -> None:
         """No more requests; the upstream stops; completed streams stay resumable."""
         self.closed = True
-        self._server_requests.clear()
+        self._ids.drop_server_requests()
         standalone = self._streams[STANDALONE]
         if standalone.conn is not None:
             out.append(CloseClient(standalone.conn))
@@ -409,7 +373,7 @@ class Session:
 
     def _end(self, reason: str, out: list[Command]) -> None:
         if not self.closed:
-            for upstream_id in list(self._requests):
+            for upstream_id in self._ids.in_flight():
                 self._finish_request(upstream_id, out)
             self._close(reason, out)
         for conn in list(self._by_conn):
@@ -448,7 +412,7 @@ class Session:
     def _after(self, out: list[Command]) -> None:
         if self.forgotten:
             return
-        busy = bool(self._by_conn) or bool(self._requests)
+        busy = bool(self._by_conn) or len(self._ids) > 0
         if busy:
             self._idle_since = None
         elif self._idle_since is None:
