@@ -118,7 +118,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{config.listen.port}{config.listen.path}"
     log.info("proxy_listening", url=url, upstream=" ".join(config.upstream.command))
-    print(f"mcp-resume-proxy {__version__} serving {url}", file=sys.stderr, flush=True)
+    if config.log.format == "console":
+        print(f"mcp-resume-proxy {__version__} serving {url}", file=sys.stderr, flush=True)
     if ready is not None:
         ready.set()
     try:

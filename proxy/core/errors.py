@@ -17,7 +17,8 @@
     ├── Conflict                    e.g. a second standalone GET stream  -32600 / 409
     └── ResumeError                 a resume that cannot be served whole -32602 / 400|410
             (``reason`` says why: malformed_event_id, wrong_session, unknown_stream,
-            unknown_position, history_truncated, abandoned, invalid_token, busy)
+            unknown_position, history_truncated, abandoned, stream_completed,
+            invalid_token, busy)
 
 Each error knows its JSON-RPC code and HTTP status; transports turn it into wire form at
 exactly one place (``ProxyError.to_jsonrpc``).
@@ -126,7 +127,7 @@ class ResumeError(ProxyError):
     http_status = 400
 
     # Reasons whose history is gone for good answer 410 Gone; the rest are 400.
-    _GONE = frozenset({"unknown_stream", "history_truncated", "abandoned"})
+    _GONE = frozenset({"unknown_stream", "history_truncated", "abandoned", "stream_completed"})
 
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message, reason=reason, http_status=410 if reason in self._GONE else 400)

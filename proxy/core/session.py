@@ -226,12 +226,32 @@ class Session:
                 reason="unknown_stream",
             )
         found.log.after(pos.seq)  # raises before any effect if the replay cannot be whole
+        if found.state is StreamState.COMPLETED and pos.seq == found.log.last_seq:
+            # The client has it all and nothing more will come. A 200 that only primes and
+            # closes would invite it to poll again until retention ends; say it is over.
+            if found.number == STANDALONE:
+                raise SessionNotFound("Session not found: it has ended")
+            raise ResumeError(
+                "the stream is complete and the client already has all of it",
+                reason="stream_completed",
+            )
         if found.conn is not None:
             # A resume takes the stream over: the old connection is presumed dead.
             old = found.conn
             self._detach(old)
             out.append(CloseClient(old))
         out.append(StartSse(ev.conn))
+        out.append(
+            LogNote(
+                "stream_resumed",
+                {
+                    "stream": found.number,
+                    "after": pos.seq,
+                    "replay": found.log.last_seq - pos.seq,
+                    "state": found.state.value,
+                },
+            )
+        )
         self._attach(found, ev.conn, out, start=pos.seq)
 
     def _attach(self, stream: _Stream, conn: ConnId, out: list[Command], *, start: int = 0) -> None:
@@ -244,7 +264,7 @@ class Session:
             # 2025-11-25 §Resumability: prime the client with an id before anything else.
             event_id = format_event_id(self.epoch, stream.number, start, stream.attaches)
             out.append(SendToClient(conn, event_id, None, self.settings.retry_ms))
-            if self.settings.max_stream_seconds is not None:
+            if self.settings.max_stream_seconds is not None and stream.number != STANDALONE:
                 stream.close_at = self._now + self.settings.max_stream_seconds
         self._flush(stream, out)
 
@@ -393,6 +413,7 @@ class Session:
                 conn = stream.conn
                 self._detach(conn)
                 out.append(CloseClient(conn, self.settings.retry_ms))
+                out.append(LogNote("stream_polling_close", {"stream": stream.number}))
             if (
                 stream.state is StreamState.COMPLETED
                 and stream.conn is None

@@ -162,10 +162,44 @@ def test_resume_after_completion_replays_the_tail_within_retention() -> None:
     out = pb.get(r, "ep0ch.2.0")
     assert payloads(out, r) == [progress("tok", 1), ok(7)]
     assert CloseClient(r) in out
-    # from the very end: nothing to send, the stream just ends
-    r2 = pb.conn()
-    out = pb.get(r2, "ep0ch.2.2")
-    assert payloads(out, r2) == [] and CloseClient(r2) in out
+    # from the very end: the client has it all; polling again would be pointless
+    with pytest.raises(ResumeError) as info:
+        pb.get(pb.conn(), "ep0ch.2.2")
+    assert (info.value.reason, info.value.http_status) == ("stream_completed", 410)
+
+
+def test_resume_at_the_end_of_a_live_stream_waits_for_more() -> None:
+    pb = Playbook()
+    pb.initialize()
+    c, up = call(pb)
+    pb.upstream(progress("tok", 1))
+    pb.feed(ClientDetached(c))
+    r = pb.conn()
+    out = pb.get(r, "ep0ch.2.1")
+    assert StartSse(r) in out and payloads(out, r) == [] and CloseClient(r) not in out
+    assert payloads(pb.upstream(ok(up)), r) == [ok(7)]
+
+
+def test_a_cancelled_request_stream_tells_a_polling_client_it_is_over() -> None:
+    pb = Playbook()
+    pb.initialize()
+    c, up = call(pb)
+    pb.upstream(progress("tok", 1))
+    pb.post(pb.conn(), note("notifications/cancelled", {"requestId": 7}))
+    with pytest.raises(ResumeError) as info:
+        pb.get(pb.conn(), "ep0ch.2.1")
+    assert info.value.reason == "stream_completed"
+
+
+def test_after_an_upstream_exit_the_standalone_stream_says_the_session_is_gone() -> None:
+    pb = Playbook()
+    pb.initialize()
+    pb.upstream(note("notifications/tools/list_changed"))
+    pb.feed(UpstreamClosed("exit code 1"))
+    r = pb.conn()
+    assert payloads(pb.get(r, "ep0ch.0.0"), r) == [note("notifications/tools/list_changed")]
+    with pytest.raises(SessionNotFound):
+        pb.get(pb.conn(), "ep0ch.0.1")
 
 
 def test_completed_stream_expires_after_retention() -> None:
@@ -249,11 +283,13 @@ def test_second_standalone_get_conflicts_and_buffered_messages_wait_for_it() -> 
 def test_max_stream_seconds_closes_with_retry_and_the_client_polls_back() -> None:
     pb = Playbook(settings=SessionSettings(max_stream_seconds=5, retry_ms=250))
     pb.initialize()
+    g = pb.conn()
+    pb.get(g)  # the standalone stream is left open: it carries no response to wait for
     c, up = call(pb)
     assert WakeAt(1005.0) in pb.log
     pb.upstream(progress("tok", 1))
     out = pb.tick(5)
-    assert CloseClient(c, 250) in out
+    assert CloseClient(c, 250) in out and not any(getattr(x, "conn", None) == g for x in out)
     out = pb.upstream(progress("tok", 2))
     assert not client_sent(out)
     r = pb.conn()

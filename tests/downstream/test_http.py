@@ -157,6 +157,11 @@ async def test_resume_by_last_event_id_and_its_errors(tmp_path: Path) -> None:
             rest = await read_events(resp)
         got = [m.get("params", {}).get("progress", m.get("id")) for m in messages(seen + rest)]
         assert got == [1, 2, 3, 4, 5, 6, 5], got
+        # the client has it all: a poll-back is told the stream is over, not primed again
+        end = [e.id for e in rest if e.id][-1]
+        async with http.get(proxy.url, headers=s.headers(**{"Last-Event-ID": end})) as resp:
+            assert resp.status == 410
+            assert (await resp.json())["error"]["data"]["reason"] == "stream_completed"
         # errors: malformed, foreign, unknown stream
         for bad, status, reason in [
             ("garbage", 400, "malformed_event_id"),
