@@ -335,6 +335,9 @@ class Session:
                 self.protocol_version = version
         self._append(pending.stream, jsonrpc.with_id(msg, pending.client_id), out)
         self._finish_request(rid, out)
+        if pending.method == "initialize" and msg.is_error:
+            # No session was established: do not keep a server process for it.
+            self._close("initialize failed", out)
 
     def _finish_request(self, upstream_id: int, out: list[Command]) -> None:
         pending = self._ids.finish(upstream_id)

@@ -127,19 +127,36 @@ class StdioUpstream:
             line = line.strip()
             if not line:
                 continue
-            try:
-                msg = jsonrpc.parse_line(line)
-            except ProxyError as exc:
-                log.warning(
-                    "upstream_line_skipped",
-                    session=self._session_id,
-                    error=exc.message,
-                    line=line[:200].decode(errors="replace"),
-                )
-                continue
-            self._on_message(msg)
+            for msg in self._messages_of(line):
+                self._on_message(msg)
         returncode = await self._proc.wait()
         self._report_closed(f"exit code {returncode}")
+
+    def _messages_of(self, line: bytes) -> list[Message]:
+        """The messages of one stdout line: one, or a batch (2025-03-26 allows them).
+
+        Anything that is not JSON-RPC is logged and skipped; the session goes on.
+        """
+        try:
+            obj = jsonrpc.decode(line)
+        except ProxyError as exc:
+            self._skipped(line, exc)
+            return []
+        messages = []
+        for item in obj if isinstance(obj, list) else [obj]:
+            try:
+                messages.append(jsonrpc.classify(item))
+            except ProxyError as exc:
+                self._skipped(line, exc)
+        return messages
+
+    def _skipped(self, line: bytes, exc: ProxyError) -> None:
+        log.warning(
+            "upstream_line_skipped",
+            session=self._session_id,
+            error=exc.message,
+            line=line[:200].decode(errors="replace"),
+        )
 
     async def _read_stderr(self) -> None:
         assert self._proc is not None and self._proc.stderr is not None

@@ -427,3 +427,16 @@ def test_any_pattern_of_cuts_delivers_every_message_once_in_order(
         if ev.payload is not None:
             received.append(json.loads(ev.payload))
     assert received == [progress("tok", i) for i in range(1, n + 1)] + [ok(7)]
+
+
+def test_a_failed_initialize_closes_the_session() -> None:
+    pb = Playbook()
+    c = pb.conn()
+    out = pb.post(c, req(0, "initialize", {"protocolVersion": "1999-01-01"}))
+    up = upstream_sent(out)[0]["id"]
+    error = {"jsonrpc": "2.0", "id": up, "error": {"code": -32602, "message": "bad version"}}
+    out = pb.upstream(error)
+    assert payloads(out, c) == [{**error, "id": 0}]
+    assert StopUpstream("initialize failed") in out
+    with pytest.raises(SessionNotFound):
+        pb.post(pb.conn(), req(1, "ping"))

@@ -212,6 +212,9 @@ async def test_bad_upstream_lines_are_skipped(tmp_path: Path) -> None:
         "        r = {'protocolVersion': '2025-11-25', 'capabilities': {},\n"
         "             'serverInfo': {'name': 'n', 'version': '1'}}\n"
         "        r = r if m['method'] == 'initialize' else {}\n"
+        "        note = {'jsonrpc': '2.0', 'method': 'notifications/message',\n"
+        "                'params': {'level': 'info', 'data': m['method']}}\n"
+        "        print(json.dumps([note, 'junk in a batch']), flush=True)\n"
         "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)\n"
     )
     async with (
@@ -220,8 +223,10 @@ async def test_bad_upstream_lines_are_skipped(tmp_path: Path) -> None:
     ):  # type: ignore[attr-defined]
         s = RawSession(http, proxy.url)
         await s.initialize()
-        assert messages(await s.request(1, "ping")) == [{"jsonrpc": "2.0", "id": 1, "result": {}}]
-        assert "upstream_line_skipped" in proxy.log_text()
+        got = messages(await s.request(1, "ping"))
+        assert got[-1] == {"jsonrpc": "2.0", "id": 1, "result": {}}
+        assert got[0]["params"]["data"] == "ping", "a batch line's good messages are kept"
+        assert proxy.log_text().count("upstream_line_skipped") >= 3
 
 
 async def test_sigterm_ends_sessions_and_children_exit_0(tmp_path: Path) -> None:
