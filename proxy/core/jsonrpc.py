@@ -8,7 +8,7 @@ not need to touch passes through byte-for-byte equivalent; only ``id`` (and
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -25,10 +25,19 @@ class Kind(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One classified JSON-RPC message; ``raw`` is the parsed object."""
+    """One classified JSON-RPC message; ``raw`` is the parsed object.
+
+    ``wire`` is the message's own serialisation when it arrived alone on one line and is
+    safe to pass on unchanged (no CR or LF inside): forwarding it saves a re-encode.
+    """
 
     kind: Kind
     raw: dict[str, Any]
+    wire: bytes | None = field(default=None, compare=False, repr=False)
+
+    def encoded(self) -> bytes:
+        """The message as one line of compact JSON (its own bytes when it has them)."""
+        return self.wire if self.wire is not None else encode(self.raw)
 
     @property
     def id(self) -> Any:
@@ -112,12 +121,21 @@ def parse_body(data: bytes | str) -> tuple[list[Message], bool]:
         if not obj:
             raise InvalidMessage("Invalid Request: empty batch")
         return [classify(item) for item in obj], True
-    return [classify(obj)], False
+    msg = classify(obj)
+    return [with_wire(msg, data) if isinstance(data, bytes) else msg], False
 
 
-def parse_line(data: bytes | str) -> Message:
+def parse_line(data: bytes) -> Message:
     """Parse one newline-delimited message (stdio transport); no batches."""
-    return classify(decode(data))
+    return with_wire(classify(decode(data)), data)
+
+
+def with_wire(msg: Message, data: bytes) -> Message:
+    """``msg`` remembering ``data`` as its serialisation, when that is safe to reuse."""
+    data = data.strip()
+    if b"\r" in data or b"\n" in data or b"\x00" in data:  # (NUL: a UTF-16/32 body)
+        return msg
+    return Message(msg.kind, msg.raw, data)
 
 
 def encode(obj: dict[str, Any]) -> bytes:

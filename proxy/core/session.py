@@ -197,7 +197,7 @@ class Session:
             # The client stops waiting; a late upstream answer is dropped as unmatched.
             self._finish_request(upstream_id, out)
             return
-        out.append(SendUpstream(jsonrpc.encode(msg.raw)))
+        out.append(SendUpstream(msg.encoded()))
 
     def _client_response(self, msg: Message, out: list[Command]) -> None:
         known, server_id = self._ids.take_server_request(msg.id)
@@ -308,7 +308,7 @@ class Session:
             number = self._ids.stream_of_progress(msg.params.get("progressToken"))
             if number is None:
                 number = self._route_unrelated()
-            self._append(number, msg.raw, out)
+            self._append_bytes(number, msg.encoded(), out)
         elif msg.method == "notifications/cancelled":
             # The server gave up one of its own requests: rewrite to our downstream id.
             server_id = msg.params.get("requestId")
@@ -320,7 +320,7 @@ class Session:
             raw["params"] = {**msg.params, "requestId": downstream}
             self._append(self._route_unrelated(), raw, out)
         else:
-            self._append(self._route_unrelated(), msg.raw, out)
+            self._append_bytes(self._route_unrelated(), msg.encoded(), out)
 
     def _upstream_response(self, msg: Message, out: list[Command]) -> None:
         rid = msg.id
@@ -355,8 +355,11 @@ class Session:
         return STANDALONE if number is None else number
 
     def _append(self, number: int, obj: dict[str, Any], out: list[Command]) -> None:
+        self._append_bytes(number, jsonrpc.encode(obj), out)
+
+    def _append_bytes(self, number: int, payload: bytes, out: list[Command]) -> None:
         stream = self._streams[number]
-        stream.log.append(jsonrpc.encode(obj))
+        stream.log.append(payload)
         self._flush(stream, out)
 
     def _on_upstream_closed(self, reason: str, out: list[Command]) -> None:

@@ -142,8 +142,14 @@ class StdioUpstream:
         except ProxyError as exc:
             self._skipped(line, exc)
             return []
+        if not isinstance(obj, list):
+            try:
+                return [jsonrpc.with_wire(jsonrpc.classify(obj), line)]
+            except ProxyError as exc:
+                self._skipped(line, exc)
+                return []
         messages = []
-        for item in obj if isinstance(obj, list) else [obj]:
+        for item in obj:
             try:
                 messages.append(jsonrpc.classify(item))
             except ProxyError as exc:

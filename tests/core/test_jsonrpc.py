@@ -86,3 +86,12 @@ def test_garbage_bytes_parse_or_raise_documented(data: bytes) -> None:
 def test_any_json_value_classifies_or_raises_invalid(value: object) -> None:
     with contextlib.suppress(InvalidMessage):
         jsonrpc.classify(value)
+
+
+def test_a_lone_message_keeps_its_own_bytes_unless_they_hold_a_line_break() -> None:
+    line = b'{"jsonrpc": "2.0", "method": "x"}\n'
+    assert jsonrpc.parse_line(line).encoded() == line.strip()
+    odd = b'{"jsonrpc":"2.0",\r"method":"x"}'
+    assert jsonrpc.parse_line(odd).encoded() == b'{"jsonrpc":"2.0","method":"x"}'
+    (msg,), _ = jsonrpc.parse_body(b' {"jsonrpc":"2.0","id":1,"result":{}} ')
+    assert msg.encoded() == b'{"jsonrpc":"2.0","id":1,"result":{}}'
