@@ -24,7 +24,7 @@ from proxy.core.errors import (
     SessionNotFound,
 )
 from proxy.core.events import ClientGet, ClientPost
-from proxy.core.jsonrpc import Kind
+from proxy.core.jsonrpc import Kind, Message
 from proxy.core.sse import encode_comment, encode_retry
 from proxy.runtime import ClientConn, CloseMarker, Registry, SessionRunner
 
@@ -91,6 +91,17 @@ class StreamableHttp:
         except web.HTTPRequestEntityTooLarge:
             raise PayloadTooLarge(f"Payload Too Large: body over {limit} bytes") from None
         messages, batch = jsonrpc.parse_body(body)
+        try:
+            return await self._post_messages(request, messages, batch)
+        except ProxyError as exc:
+            # Answer a lone request's refusal with its id (JSON-RPC 2.0 §5).
+            if exc.request_id is None and not batch and messages[0].kind is Kind.REQUEST:
+                exc.request_id = messages[0].id
+            raise
+
+    async def _post_messages(
+        self, request: web.Request, messages: list[Message], batch: bool
+    ) -> web.StreamResponse:
         is_init = any(m.kind is Kind.REQUEST and m.method == "initialize" for m in messages)
         if is_init:
             if batch:

@@ -56,6 +56,7 @@ async def test_status_codes_and_the_session_keeps_working(tmp_path: Path) -> Non
         h = dict(MCP_HEADERS)
         code, body = await status("POST", json=ping, headers=h)
         assert code == 400 and body and body["error"]["data"]["reason"] == "missing_session"
+        assert body["id"] == 1, "a lone request's refusal carries its id"
         code, body = await status("POST", json=ping, headers={**h, "Mcp-Session-Id": "nope"})
         assert code == 404 and body and body["error"]["code"] == -32001
         # unsupported protocol version → 400
