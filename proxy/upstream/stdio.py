@@ -24,6 +24,8 @@ from proxy.core.jsonrpc import Message
 
 log = structlog.get_logger("proxy.upstream.stdio")
 
+_DRAIN_SECONDS = 1.0
+
 
 class UpstreamStartError(ProxyError):
     jsonrpc_code = -32603
@@ -51,6 +53,10 @@ class StdioUpstream:
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopping = False
         self._closed_reported = False
+        self._exited: asyncio.Future[None]
+        self._watcher: asyncio.Task[None]
+        self._reader: asyncio.Task[None]
+        self._transport: asyncio.SubprocessTransport
 
     @property
     def pid(self) -> int | None:
@@ -60,8 +66,20 @@ class StdioUpstream:
         cfg = self._config
         env = dict(os.environ) if cfg.inherit_env else {}
         env.update(cfg.env)
+        loop = asyncio.get_running_loop()
+        exited = self._exited = loop.create_future()
+
+        class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+            # asyncio's Process.wait() also waits for the pipes to close, which never
+            # happens while a grandchild holds them: learn of the exit itself here.
+            def process_exited(self) -> None:
+                super().process_exited()
+                if not exited.done():
+                    exited.set_result(None)
+
         try:
-            self._proc = await asyncio.create_subprocess_exec(
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Protocol(limit=cfg.max_line_bytes, loop=loop),
                 *cfg.command,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -69,18 +87,22 @@ class StdioUpstream:
                 cwd=cfg.cwd,
                 env=env,
                 start_new_session=True,
-                limit=cfg.max_line_bytes,
             )
         except OSError as exc:
             raise UpstreamStartError(
                 f"cannot start MCP server {cfg.command[0]!r}: {exc.strerror or exc}"
             ) from None
+        self._transport = transport
+        self._proc = asyncio.subprocess.Process(transport, protocol, loop)
         log.info("upstream_started", session=self._session_id, pid=self._proc.pid)
+        name = self._session_id
+        self._reader = asyncio.create_task(self._read_stdout(), name=f"stdout-{name}")
         self._tasks = [
-            asyncio.create_task(self._read_stdout(), name=f"stdout-{self._session_id[:8]}"),
-            asyncio.create_task(self._read_stderr(), name=f"stderr-{self._session_id[:8]}"),
-            asyncio.create_task(self._write_stdin(), name=f"stdin-{self._session_id[:8]}"),
+            self._reader,
+            asyncio.create_task(self._read_stderr(), name=f"stderr-{name}"),
+            asyncio.create_task(self._write_stdin(), name=f"stdin-{name}"),
         ]
+        self._watcher = asyncio.create_task(self._watch_exit(), name=f"exit-{name}")
 
     def send(self, payload: bytes) -> None:
         """Queue one message for the child's stdin (order is kept)."""
@@ -129,8 +151,19 @@ class StdioUpstream:
                 continue
             for msg in self._messages_of(line):
                 self._on_message(msg)
-        returncode = await self._proc.wait()
-        self._report_closed(f"exit code {returncode}")
+
+    async def _watch_exit(self) -> None:
+        """When the child exits: take what it wrote last, end its group, report."""
+        assert self._proc is not None
+        await self._exited
+        with contextlib.suppress(TimeoutError):
+            # Lines written just before the exit are still in the pipe: read them first,
+            # but do not wait on a pipe that a surviving grandchild keeps open.
+            await asyncio.wait_for(asyncio.shield(self._reader), _DRAIN_SECONDS)
+        if not self._stopping:
+            # A crashed server's children must not outlive it.
+            self._signal_group(self._proc.pid, signal.SIGKILL)
+        self._report_closed(f"exit code {self._proc.returncode}")
 
     def _messages_of(self, line: bytes) -> list[Message]:
         """The messages of one stdout line: one, or a batch (2025-03-26 allows them).
@@ -198,18 +231,25 @@ class StdioUpstream:
             return
         self._outbox.put_nowait(None)  # the writer closes stdin: the polite request
         grace = self._config.stop_grace_seconds
+        exited = self._exited
         # MCP stdio §Shutdown: close stdin, then SIGTERM, then SIGKILL.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(proc.wait()), min(0.5, grace / 2))
-        if proc.returncode is None:
+            await asyncio.wait_for(asyncio.shield(exited), min(0.5, grace / 2))
+        if not exited.done():
             self._signal_group(proc.pid, signal.SIGTERM)
             try:
-                await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+                await asyncio.wait_for(asyncio.shield(exited), grace)
             except TimeoutError:
                 log.warning("upstream_kill", session=self._session_id, pid=proc.pid)
         # The group may hold grandchildren even when the leader is gone.
         self._signal_group(proc.pid, signal.SIGKILL)
-        await proc.wait()
+        await asyncio.shield(exited)
+        await asyncio.shield(self._watcher)
+        try:
+            await asyncio.wait_for(proc.wait(), _DRAIN_SECONDS)
+        except TimeoutError:
+            # Something that left the group still holds a pipe: let go of ours.
+            self._transport.close()
         for task in self._tasks:
             if not task.done():
                 task.cancel()

@@ -1,0 +1,151 @@
+"""The stdio upstream against real child processes: framing, stderr, stopping a group."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import structlog
+
+from proxy.config import UpstreamConfig
+from proxy.core.jsonrpc import Message
+from proxy.upstream.stdio import StdioUpstream, UpstreamStartError
+
+# A tiny server: echoes each request as a result, spawns a grandchild that ignores SIGTERM
+# and stdin, and (when asked) ignores SIGTERM itself.
+SERVER = r"""
+import json, os, signal, subprocess, sys
+if "--stubborn" in sys.argv:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"])
+print(f"grandchild {child.pid}", file=sys.stderr, flush=True)
+for line in sys.stdin:
+    m = json.loads(line)
+    reply = {"jsonrpc": "2.0", "id": m["id"], "result": {"echo": m["method"]}}
+    print(json.dumps(reply), flush=True)
+if "--stubborn" in sys.argv:
+    import time; time.sleep(300)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def wait_dead(pid: int, timeout: float = 10.0) -> bool:
+    """SIGKILL is delivered asynchronously: wait for the process to be gone (or a zombie)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while alive(pid):
+        if loop.time() > end:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def start(tmp_path: Path, *args: str, grace: float = 2.0):  # type: ignore[no-untyped-def]
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    got: asyncio.Queue[Message] = asyncio.Queue()
+    closed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    up = StdioUpstream(
+        UpstreamConfig(command=[sys.executable, str(script), *args], stop_grace_seconds=grace),
+        session_id="test-session-id",
+        on_message=got.put_nowait,
+        on_closed=lambda reason: closed.done() or closed.set_result(reason),
+    )
+    await up.start()
+    return up, got, closed
+
+
+async def grandchild_pid(log: structlog.testing.LogCapture) -> int:
+    for _ in range(500):
+        for entry in log.entries:
+            if entry["event"] == "upstream_stderr" and entry["line"].startswith("grandchild"):
+                return int(entry["line"].split()[1])
+        await asyncio.sleep(0.02)
+    raise AssertionError("the server never said its grandchild's pid")
+
+
+@pytest.fixture
+def log() -> structlog.testing.LogCapture:
+    capture = structlog.testing.LogCapture()
+    structlog.configure(processors=[capture])
+    yield capture
+    structlog.reset_defaults()
+
+
+async def test_messages_stderr_and_group_stop(
+    tmp_path: Path, log: structlog.testing.LogCapture
+) -> None:
+    up, got, closed = await start(tmp_path)
+    up.send(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')
+    msg = await asyncio.wait_for(got.get(), 30)
+    assert msg.raw == {"jsonrpc": "2.0", "id": 1, "result": {"echo": "ping"}}
+    grandchild = await grandchild_pid(log)
+    stderr = [e for e in log.entries if e["event"] == "upstream_stderr"]
+    assert stderr[0]["session"] == "test-ses", "stderr lines carry the session (a prefix)"
+    assert alive(grandchild)
+    await asyncio.wait_for(up.stop(), 20)
+    assert await wait_dead(up.pid or 0) and await wait_dead(grandchild), "the group is stopped"
+    assert await asyncio.wait_for(closed, 10)
+
+
+async def test_a_server_ignoring_sigterm_is_killed_after_the_grace(
+    tmp_path: Path, log: structlog.testing.LogCapture
+) -> None:
+    up, _, _ = await start(tmp_path, "--stubborn", grace=0.5)
+    grandchild = await grandchild_pid(log)
+    await asyncio.wait_for(up.stop(), 20)
+    assert await wait_dead(up.pid or 0) and await wait_dead(grandchild)
+    assert any(e["event"] == "upstream_kill" for e in log.entries)
+
+
+async def test_a_missing_command_is_a_clear_error() -> None:
+    up = StdioUpstream(
+        UpstreamConfig(command=["/nonexistent/mcp-server"]),
+        session_id="s",
+        on_message=lambda m: None,
+        on_closed=lambda r: None,
+    )
+    with pytest.raises(UpstreamStartError) as info:
+        await up.start()
+    assert info.value.http_status == 502 and "/nonexistent/mcp-server" in info.value.message
+    await up.stop()  # nothing started: a no-op
+
+
+async def test_the_exit_of_the_server_is_reported(tmp_path: Path) -> None:
+    script = tmp_path / "quit.py"
+    script.write_text("import sys; sys.exit(7)")
+    closed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    up = StdioUpstream(
+        UpstreamConfig(command=[sys.executable, str(script)]),
+        session_id="s",
+        on_message=lambda m: None,
+        on_closed=closed.set_result,
+    )
+    await up.start()
+    assert await asyncio.wait_for(closed, 30) == "exit code 7"
+    await up.stop()
+    assert os.path.exists("/proc") and not alive(up.pid or 0)
+
+
+async def test_a_crash_is_noticed_even_while_a_grandchild_holds_the_pipes(
+    tmp_path: Path, log: structlog.testing.LogCapture
+) -> None:
+    up, got, closed = await start(tmp_path)
+    grandchild = await grandchild_pid(log)
+    up.send(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')
+    await asyncio.wait_for(got.get(), 30)
+    os.kill(up.pid or 0, 9)  # the server dies; its grandchild keeps stdout open
+    assert (await asyncio.wait_for(closed, 10)) == "exit code -9"
+    assert await wait_dead(grandchild), "a crashed server's children are stopped too"
+    await asyncio.wait_for(up.stop(), 20)
