@@ -33,6 +33,15 @@ log = structlog.get_logger("proxy.http")
 SESSION_HEADER = "Mcp-Session-Id"
 REGISTRY_KEY = web.AppKey("registry", Registry)
 
+_METHODS = "GET, POST, DELETE"
+_PREFLIGHT = {
+    "Access-Control-Allow-Methods": _METHODS,
+    "Access-Control-Allow-Headers": (
+        "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID"
+    ),
+    "Access-Control-Max-Age": "600",
+}
+
 # How often a writer checks that its client is still there while nothing is queued.
 _LIVENESS_SECONDS = 1.0
 
@@ -61,6 +70,8 @@ class StreamableHttp:
                 return await self._get(request)
             if request.method == "DELETE":
                 return await self._delete(request)
+            if request.method == "OPTIONS" and request.headers.get("Origin"):
+                return web.Response(status=204, headers=_PREFLIGHT)  # CORS preflight
             raise MethodNotAllowed(f"Method Not Allowed: {request.method}")
         except ProxyError as exc:
             log.info(
@@ -70,7 +81,7 @@ class StreamableHttp:
                 reason=exc.reason,
                 error=exc.message,
             )
-            headers = {"Allow": "GET, POST, DELETE"} if isinstance(exc, MethodNotAllowed) else None
+            headers = {"Allow": _METHODS} if isinstance(exc, MethodNotAllowed) else None
             return error_response(exc, headers)
 
     def _session(self, request: web.Request) -> SessionRunner:
@@ -215,8 +226,27 @@ async def _health(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "version": __version__, "sessions": len(registry)})
 
 
+def _cors_for(config: Config):  # type: ignore[no-untyped-def]
+    """Browser clients (e.g. an inspector on localhost) may read responses of allowed origins."""
+
+    async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+        origin = request.headers.get("Origin")
+        if not origin or request.path != config.listen.path:
+            return
+        try:
+            httprules.check_origin(origin, config.listen.allowed_origins)
+        except ProxyError:
+            return
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = SESSION_HEADER
+        response.headers.add("Vary", "Origin")
+
+    return add_cors_headers
+
+
 def build_app(config: Config, registry: Registry) -> web.Application:
     app = web.Application(client_max_size=config.sessions.max_message_bytes)
+    app.on_response_prepare.append(_cors_for(config))
     app[REGISTRY_KEY] = registry
     endpoint = StreamableHttp(config, registry)
     app.router.add_route("*", config.listen.path, endpoint.handle)

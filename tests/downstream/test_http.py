@@ -330,3 +330,28 @@ async def test_a_large_body_sent_in_many_chunks_is_read_whole(tmp_path: Path) ->
             assert resp.status == 200
             (result,) = messages(await read_events(resp))
         assert result["result"]["content"][0]["text"] == text
+
+
+async def test_browser_clients_of_allowed_origins_get_cors_headers(tmp_path: Path) -> None:
+    async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
+        origin = "http://localhost:6274"
+        pre = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+        async with http.options(proxy.url, headers=pre) as resp:
+            assert resp.status == 204
+            assert resp.headers["Access-Control-Allow-Origin"] == origin
+            assert "Mcp-Session-Id" in resp.headers["Access-Control-Allow-Headers"]
+        s = RawSession(http, proxy.url)
+        body = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {}},
+        }
+        async with http.post(proxy.url, json=body, headers=s.headers(Origin=origin)) as resp:
+            assert resp.status == 200
+            assert resp.headers["Access-Control-Allow-Origin"] == origin
+            assert resp.headers["Access-Control-Expose-Headers"] == "Mcp-Session-Id"
+            await resp.read()
+        evil = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
+        async with http.options(proxy.url, headers=evil) as resp:
+            assert resp.status == 403 and "Access-Control-Allow-Origin" not in resp.headers
