@@ -14,6 +14,7 @@ A request stream is LIVE while any of its requests awaits a response; the standa
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
@@ -112,7 +113,12 @@ class StreamLog:
         if seq == self._last_seq:
             return []
         skip = seq + 1 - self.first_kept_seq
-        return [self._entries[i] for i in range(skip, len(self._entries))]
+        if skip > len(self._entries) // 2:
+            # The usual case (a live tail): walk back from the end, not forward.
+            tail = list(itertools.islice(reversed(self._entries), len(self._entries) - skip))
+            tail.reverse()
+            return tail
+        return list(itertools.islice(self._entries, skip, None))
 
     def clear(self) -> None:
         self._entries.clear()

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.core.errors import ResumeError
 from proxy.core.stream import (
@@ -49,3 +51,25 @@ def test_transition_table() -> None:
             if event not in allowed:
                 with pytest.raises(IllegalTransition):
                     transition(state, event)
+
+
+@given(
+    n=st.integers(0, 300),
+    max_events=st.integers(1, 400),
+    seq=st.integers(-1, 310),
+)
+def test_after_is_exactly_the_kept_events_past_seq(n: int, max_events: int, seq: int) -> None:
+    log = StreamLog(max_events=max_events, max_bytes=10**9)
+    for i in range(n):
+        log.append(str(i + 1).encode())
+    first = max(1, n - max_events + 1)
+    if seq < 0 or seq > n:
+        with pytest.raises(ResumeError, match="never reached"):
+            log.after(seq)
+    elif seq + 1 < first:
+        with pytest.raises(ResumeError, match="dropped"):
+            log.after(seq)
+    else:
+        assert [e.payload for e in log.after(seq)] == [
+            str(i).encode() for i in range(seq + 1, n + 1)
+        ]
