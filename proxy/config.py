@@ -64,6 +64,25 @@ class SessionsConfig:
 
 
 @dataclass(frozen=True)
+class ResumeIntervalConfig:
+    min: float = 1.0  # seconds a client SHOULD wait before resuming or polling
+    max: float = 3600.0  # seconds without resume or poll before a stream is abandoned
+
+
+@dataclass(frozen=True)
+class StreamsConfig:
+    """The seed's stream protocol, for clients that declare ``capabilities.streams``."""
+
+    methods: list[str] = field(default_factory=lambda: ["tools/call"])
+    create_after_ms: int = 0
+    resume_interval: ResumeIntervalConfig = field(default_factory=ResumeIntervalConfig)
+    notification_shape: str = "nested"
+    detach_after_create: bool = False
+    # HMAC key for resume tokens; else MCP_RESUME_PROXY_TOKEN_SECRET; else random per start.
+    token_secret: str | None = None
+
+
+@dataclass(frozen=True)
 class LogConfig:
     format: str = "console"
     level: str = "info"
@@ -75,11 +94,20 @@ class Config:
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
     sse: SseConfig = field(default_factory=SseConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    streams: StreamsConfig = field(default_factory=StreamsConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
-    def session_settings(self) -> SessionSettings:
+    def session_settings(self, token_secret: bytes = b"") -> SessionSettings:
         s = self.sessions
+        st = self.streams
         return SessionSettings(
+            stream_methods=tuple(st.methods),
+            create_after=st.create_after_ms / 1000,
+            resume_interval_min=st.resume_interval.min,
+            resume_interval_max=st.resume_interval.max,
+            notification_shape=st.notification_shape,
+            detach_after_create=st.detach_after_create,
+            token_secret=token_secret,
             retry_ms=self.sse.retry_ms,
             max_stream_seconds=self.sse.max_stream_seconds,
             completed_retention=s.completed_retention_seconds,
@@ -90,7 +118,12 @@ class Config:
         )
 
 
-_CHOICES = {"log.format": ("console", "json"), "log.level": ("debug", "info", "warning", "error")}
+_CHOICES = {
+    "log.format": ("console", "json"),
+    "log.level": ("debug", "info", "warning", "error"),
+    "streams.notification_shape": ("nested", "flat"),
+}
+_NON_NEGATIVE = {"streams.create_after_ms", "streams.resume_interval.min"}
 _POSITIVE = {
     "listen.port",
     "sse.keepalive_seconds",
@@ -102,6 +135,7 @@ _POSITIVE = {
     "sessions.stream_max_bytes",
     "sessions.standalone_max_events",
     "upstream.max_line_bytes",
+    "streams.resume_interval.max",
 }
 
 
@@ -165,6 +199,8 @@ def _build(prefix: str, cls: Any, data: Any) -> Any:
             raise ConfigError(f"{path}: must be one of {', '.join(_CHOICES[path])}")
         if path in _POSITIVE and converted is not None and converted <= 0:
             raise ConfigError(f"{path}: must be greater than 0, got {converted!r}")
+        if path in _NON_NEGATIVE and converted < 0:
+            raise ConfigError(f"{path}: must not be negative, got {converted!r}")
         kwargs[key] = converted
     return cls(**kwargs)
 
@@ -173,6 +209,13 @@ def config_from_mapping(data: Any) -> Config:
     config: Config = _build("", Config, data)
     if not 0 < config.listen.port < 65536:
         raise ConfigError(f"listen.port: must be 1..65535, got {config.listen.port}")
+    interval = config.streams.resume_interval
+    if interval.min > interval.max:
+        raise ConfigError(
+            f"streams.resume_interval.min: must not exceed max ({interval.min} > {interval.max})"
+        )
+    if config.streams.token_secret is not None and len(config.streams.token_secret) < 16:
+        raise ConfigError("streams.token_secret: use at least 16 characters")
     if not config.listen.path.startswith("/"):
         raise ConfigError(f"listen.path: must start with '/', got {config.listen.path!r}")
     return config

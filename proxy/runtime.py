@@ -12,6 +12,7 @@ them all on shutdown.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from proxy.core.events import (
     WakeAt,
 )
 from proxy.core.jsonrpc import Message
-from proxy.core.session import Session
+from proxy.core.session import Session, SessionSettings
 from proxy.core.sse import encode_event
 from proxy.upstream.stdio import StdioUpstream
 
@@ -72,12 +73,26 @@ def new_epoch() -> str:
     return secrets.token_hex(6)
 
 
+TOKEN_SECRET_ENV = "MCP_RESUME_PROXY_TOKEN_SECRET"
+
+
+def token_secret(config: Config) -> bytes:
+    """The resume-token HMAC key: config, else environment, else random for this run.
+
+    A random key is right for the in-memory store: tokens need not outlive the streams
+    they name, and those die with the process.
+    """
+    configured = config.streams.token_secret or os.environ.get(TOKEN_SECRET_ENV)
+    return configured.encode() if configured else secrets.token_bytes(32)
+
+
 class SessionRunner:
     """Runs one session: feeds it events, carries out its commands."""
 
     def __init__(
         self,
         config: Config,
+        settings: SessionSettings,
         session_id: str,
         epoch: str,
         on_forget: Callable[[SessionRunner], None],
@@ -87,7 +102,7 @@ class SessionRunner:
         self.session_id = session_id
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self.session = Session(session_id, epoch, config.session_settings(), loop.time())
+        self.session = Session(session_id, epoch, settings, loop.time())
         self._on_forget = on_forget
         self._next_conn_id = next_conn_id
         self._conns: dict[ConnId, ClientConn] = {}
@@ -194,6 +209,7 @@ class Registry:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.settings = config.session_settings(token_secret(config))
         self._runners: dict[str, SessionRunner] = {}
         self._conn_counter = 0
         self._reaper: set[asyncio.Task[Any]] = set()
@@ -217,7 +233,12 @@ class Registry:
 
     async def create(self) -> SessionRunner:
         runner = SessionRunner(
-            self.config, new_session_id(), new_epoch(), self._forget, self._next_conn_id
+            self.config,
+            self.settings,
+            new_session_id(),
+            new_epoch(),
+            self._forget,
+            self._next_conn_id,
         )
         await runner.start()
         self._runners[runner.session_id] = runner

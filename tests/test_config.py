@@ -27,6 +27,11 @@ def test_examples_load() -> None:
         ({"log": {"format": "xml"}}, "log.format: must be one of"),
         ({"sse": {"max_stream_seconds": True}}, "sse.max_stream_seconds: expected a number"),
         ([1], "config: expected a mapping"),
+        ({"streams": {"notification_shape": "deep"}}, "streams.notification_shape: must be one"),
+        ({"streams": {"create_after_ms": -1}}, "streams.create_after_ms: must not be negative"),
+        ({"streams": {"resume_interval": {"min": 9, "max": 3}}}, "streams.resume_interval.min"),
+        ({"streams": {"resume_interval": {"max": 0}}}, "streams.resume_interval.max: must be"),
+        ({"streams": {"token_secret": "short"}}, "streams.token_secret: use at least"),
     ],
 )
 def test_errors_name_the_key_path(data: object, message: str) -> None:

@@ -24,6 +24,7 @@ class ClientPost:
     conn: ConnId
     messages: list[Message]
     batch: bool = False
+    last_event_id: str | None = None  # the request's Last-Event-ID header, if any
 
 
 @dataclass(frozen=True, slots=True)

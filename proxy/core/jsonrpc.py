@@ -150,6 +150,10 @@ def with_id(msg: Message, new_id: Any) -> dict[str, Any]:
     return out
 
 
+def ok_response(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "result": result}
+
+
 def error_response(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:

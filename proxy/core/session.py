@@ -1,31 +1,23 @@
-"""One client session: id mapping, which message belongs to which stream, expiry.
+"""One client session: which message belongs to which stream, delivery, expiry.
 
 The session is the single owner of its streams' logs. Every message for the client is
 appended to its stream's log *before* a :class:`SendToClient` for it is returned, so what
 reaches the wire is always a prefix of what is stored (DESIGN.md §3).
 
-Routing (DESIGN.md §5), upstream → stream:
-
-1. a response goes to the stream of the request with that id;
-2. ``notifications/progress`` goes to the stream of the request that carried its
-   ``progressToken``;
-3. (HTTP upstreams only; not here);
-4. any other server→client request or notification goes to the stream of the only
-   in-flight request if exactly one is in flight, else to the standalone stream (0).
-
-Ids are owned by their sender: client request ids are rewritten to session-unique
-upstream ids, and server→client request ids to session-unique downstream ids, and the
-replies mapped back — so a reply may come on any connection of the session.
+Routing (DESIGN.md §5), upstream → stream: a response goes to the stream of its request;
+``notifications/progress`` to the stream of the request that carried its
+``progressToken``; any other server→client message to the stream of the only request in
+flight if exactly one is, else to the standalone stream (0). Ids are rewritten at the
+boundary (:mod:`proxy.core.idmap`); resuming lives in :mod:`proxy.core.resume`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core import jsonrpc
-from proxy.core.errors import BadRequest, Conflict, ResumeError, SessionNotFound
-from proxy.core.eventid import format_event_id, parse_event_id
+from proxy.core import jsonrpc, seed
+from proxy.core.errors import BadRequest, SessionNotFound
+from proxy.core.eventid import format_event_id
 from proxy.core.events import (
     Accepted,
     ClientDelete,
@@ -49,10 +41,11 @@ from proxy.core.events import (
 )
 from proxy.core.idmap import IdMap, progress_token_of
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.stream import StreamEvent, StreamLog, StreamState, transition
+from proxy.core.resume import STANDALONE, ResumeMixin
+from proxy.core.session_state import SessionSettings, StreamSlot
 
-STANDALONE = 0
-"""Stream number of the session's standalone (GET) stream."""
+__all__ = ["STANDALONE", "UPSTREAM_EXITED", "Session", "SessionSettings"]
+from proxy.core.stream import StreamEvent, StreamLog, StreamState, transition
 
 # Revisions that allow JSON-RPC batches in a POST body (removed in 2025-06-18).
 _BATCH_REVISIONS = frozenset({"2024-11-05", "2025-03-26"})
@@ -62,34 +55,7 @@ _POLLING_REVISION = "2025-11-25"
 UPSTREAM_EXITED = -32000
 
 
-@dataclass(frozen=True, slots=True)
-class SessionSettings:
-    """The knobs a session needs; the runtime builds it from the config."""
-
-    retry_ms: int = 1000
-    max_stream_seconds: float | None = None
-    completed_retention: float = 120.0
-    idle_timeout: float = 600.0
-    stream_max_events: int = 100_000
-    stream_max_bytes: int = 64 * 1024 * 1024
-    standalone_max_events: int = 1000
-
-
-@dataclass(slots=True)
-class _Stream:
-    number: int
-    log: StreamLog
-    state: StreamState = StreamState.LIVE
-    pending: set[int] = field(default_factory=set)
-    conn: ConnId | None = None
-    cursor: int = 0  # seq of the last event handed to ``conn``
-    sent_upto: int = 0  # highest seq ever handed to any connection
-    attaches: int = 0
-    close_at: float | None = None  # SEP-1699 deadline of the current connection
-    done_at: float | None = None  # when it completed or last sent, whichever is later
-
-
-class Session:
+class Session(ResumeMixin):
     """A client session. Feed it events with :meth:`handle`; carry out what it returns."""
 
     def __init__(self, session_id: str, epoch: str, settings: SessionSettings, now: float) -> None:
@@ -100,14 +66,17 @@ class Session:
         self.closed = False  # upstream gone: no new requests, retained streams resumable
         self.forgotten = False
         self._initialize_seen = False
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, StreamSlot] = {}
         self._by_conn: dict[ConnId, int] = {}
         self._ids = IdMap()
         self._next_stream = 1
+        self._abandoned: set[int] = set()
+        self._continue: dict[ConnId, int] = {}  # a resume's connection goes on to its reply
+        self.speaks_streams = False  # the client declared capabilities.streams
         self._idle_since: float | None = now
         self._wake: float | None = None
         self._now = now
-        self._streams[STANDALONE] = _Stream(
+        self._streams[STANDALONE] = StreamSlot(
             STANDALONE,
             StreamLog(settings.standalone_max_events, settings.stream_max_bytes),
         )
@@ -161,6 +130,11 @@ class Session:
                 f"JSON-RPC batches are not allowed in protocol {self.protocol_version}"
             )
         requests = [m for m in ev.messages if m.kind is Kind.REQUEST]
+        if any(m.method in (seed.POLL, seed.RESUME) for m in requests):
+            if len(ev.messages) > 1:
+                raise BadRequest("stream/poll and stream/resume must be sent alone")
+            self._local_request(ev.conn, requests[0], ev.last_event_id, out)
+            return
         if any(m.method == "initialize" for m in requests):
             if self._initialize_seen or len(ev.messages) > 1:
                 raise BadRequest("initialize must be sent alone, once, to open a session")
@@ -176,13 +150,26 @@ class Session:
         stream = self._new_stream()
         out.append(StartSse(ev.conn))
         self._attach(stream, ev.conn, out)
+        stream.request_id = requests[0].id
         for msg in requests:
             token = progress_token_of(msg.params)
             upstream_id = self._ids.add_client_request(
                 msg.id, msg.method or "", stream.number, token
             )
             stream.pending.add(upstream_id)
-            out.append(SendUpstream(jsonrpc.encode(jsonrpc.with_id(msg, upstream_id))))
+            forward = jsonrpc.with_id(msg, upstream_id)
+            if msg.method == "initialize":
+                forward, self.speaks_streams = seed.without_streams_capability(forward)
+            out.append(SendUpstream(jsonrpc.encode(forward)))
+        if (
+            self.speaks_streams
+            and len(requests) == 1
+            and requests[0].method in self.settings.stream_methods
+        ):
+            if self.settings.create_after <= 0:
+                self._announce(stream, out)
+            else:
+                stream.create_at = self._now + self.settings.create_after
 
     def _client_notification(self, msg: Message, out: list[Command]) -> None:
         if msg.method == "notifications/cancelled":
@@ -206,61 +193,22 @@ class Session:
             return
         out.append(SendUpstream(jsonrpc.encode(jsonrpc.with_id(msg, server_id))))
 
-    def _on_get(self, ev: ClientGet, out: list[Command]) -> None:
-        if ev.last_event_id is None:
-            if self.closed:
-                raise SessionNotFound("Session not found: it has ended")
-            stream = self._streams[STANDALONE]
-            if stream.conn is not None:
-                raise Conflict("the session's standalone stream is already open")
-            out.append(StartSse(ev.conn))
-            self._attach(stream, ev.conn, out, start=stream.sent_upto)
-            return
-        pos = parse_event_id(ev.last_event_id)
-        if pos.epoch != self.epoch:
-            raise ResumeError("Last-Event-ID was issued by another session", reason="wrong_session")
-        found = self._streams.get(pos.stream)
-        if found is None or found.state is StreamState.EXPIRED:
-            raise ResumeError(
-                "the stream Last-Event-ID names has expired or never existed",
-                reason="unknown_stream",
-            )
-        found.log.after(pos.seq)  # raises before any effect if the replay cannot be whole
-        if found.state is StreamState.COMPLETED and pos.seq == found.log.last_seq:
-            # The client has it all and nothing more will come. A 200 that only primes and
-            # closes would invite it to poll again until retention ends; say it is over.
-            if found.number == STANDALONE:
-                raise SessionNotFound("Session not found: it has ended")
-            raise ResumeError(
-                "the stream is complete and the client already has all of it",
-                reason="stream_completed",
-            )
-        if found.conn is not None:
-            # A resume takes the stream over: the old connection is presumed dead.
-            old = found.conn
-            self._detach(old)
-            out.append(CloseClient(old))
-        out.append(StartSse(ev.conn))
-        out.append(
-            LogNote(
-                "stream_resumed",
-                {
-                    "stream": found.number,
-                    "after": pos.seq,
-                    "replay": found.log.last_seq - pos.seq,
-                    "state": found.state.value,
-                },
-            )
-        )
-        self._attach(found, ev.conn, out, start=pos.seq)
-
-    def _attach(self, stream: _Stream, conn: ConnId, out: list[Command], *, start: int = 0) -> None:
+    def _attach(
+        self,
+        stream: StreamSlot,
+        conn: ConnId,
+        out: list[Command],
+        *,
+        start: int = 0,
+        prime: bool = True,
+    ) -> None:
         stream.conn = conn
         stream.cursor = start
         stream.attaches += 1
+        stream.touched = self._now
         self._by_conn[conn] = stream.number
         polling = (self.protocol_version or "") >= _POLLING_REVISION
-        if polling:
+        if polling and prime:
             # 2025-11-25 §Resumability: prime the client with an id before anything else.
             event_id = format_event_id(self.epoch, stream.number, start, stream.attaches)
             out.append(SendToClient(conn, event_id, None, self.settings.retry_ms))
@@ -269,6 +217,7 @@ class Session:
         self._flush(stream, out)
 
     def _detach(self, conn: ConnId) -> None:
+        self._continue.pop(conn, None)
         number = self._by_conn.pop(conn, None)
         if number is None:
             return
@@ -276,8 +225,9 @@ class Session:
         if stream is not None and stream.conn == conn:
             stream.conn = None
             stream.close_at = None
+            stream.touched = self._now
 
-    def _flush(self, stream: _Stream, out: list[Command]) -> None:
+    def _flush(self, stream: StreamSlot, out: list[Command]) -> None:
         """Send what the attached connection has not been given; close when complete."""
         conn = stream.conn
         if conn is None:
@@ -294,8 +244,13 @@ class Session:
             if stream.state is StreamState.COMPLETED:
                 stream.done_at = self._now
         if stream.state is StreamState.COMPLETED:
+            then = self._streams.get(self._continue.get(conn, -1))
             self._detach(conn)
-            out.append(CloseClient(conn))
+            if then is None:
+                out.append(CloseClient(conn))
+            else:
+                # stream/resume: after the stream's end, the resume request's own answer.
+                self._attach(then, conn, out, prime=False)
 
     # ------------------------------------------------------------------ upstream side
     def _on_upstream(self, msg: Message, out: list[Command]) -> None:
@@ -345,10 +300,20 @@ class Session:
         if stream is None:
             return
         stream.pending.discard(upstream_id)
-        if not stream.pending and stream.state is StreamState.LIVE:
-            stream.state = transition(stream.state, StreamEvent.COMPLETE)
-            stream.done_at = self._now
-            self._flush(stream, out)
+        if not stream.pending:
+            self._complete(stream, out)
+
+    def _complete(self, stream: StreamSlot, out: list[Command]) -> None:
+        if stream.state is not StreamState.LIVE:
+            return
+        if stream.stream_id is not None:
+            stream.log.append(jsonrpc.encode(seed.end_notification(stream.stream_id)))
+        stream.state = transition(stream.state, StreamEvent.COMPLETE)
+        stream.done_at = self._now
+        for number in stream.waiting:
+            self._answer_resume(number, jsonrpc.ok_response(None, {}))
+        stream.waiting.clear()
+        self._flush(stream, out)
 
     def _route_unrelated(self) -> int:
         number = self._ids.only_stream_in_flight()
@@ -377,11 +342,11 @@ class Session:
         self._close(reason, out)
 
     # ------------------------------------------------------------------ lifetime
-    def _new_stream(self) -> _Stream:
+    def _new_stream(self) -> StreamSlot:
         number = self._next_stream
         self._next_stream += 1
         s = self.settings
-        stream = _Stream(number, StreamLog(s.stream_max_events, s.stream_max_bytes))
+        stream = StreamSlot(number, StreamLog(s.stream_max_events, s.stream_max_bytes))
         self._streams[number] = stream
         return stream
 
@@ -415,6 +380,14 @@ class Session:
     def _on_tick(self, out: list[Command]) -> None:
         now = self._now
         for stream in list(self._streams.values()):
+            if stream.create_at is not None and stream.create_at <= now:
+                if stream.state is StreamState.LIVE:
+                    self._announce(stream, out)
+                stream.create_at = None
+            abandon_at = self._abandon_at(stream)
+            if abandon_at is not None and abandon_at <= now:
+                self._abandon(stream, out)
+                continue
             if stream.conn is not None and stream.close_at is not None and stream.close_at <= now:
                 conn = stream.conn
                 self._detach(conn)
@@ -454,6 +427,11 @@ class Session:
         for stream in self._streams.values():
             if stream.conn is not None and stream.close_at is not None:
                 deadlines.append(stream.close_at)
+            if stream.create_at is not None and stream.state is StreamState.LIVE:
+                deadlines.append(stream.create_at)
+            abandon_at = self._abandon_at(stream)
+            if abandon_at is not None:
+                deadlines.append(abandon_at)
             if (
                 stream.state is StreamState.COMPLETED
                 and stream.conn is None

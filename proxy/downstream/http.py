@@ -128,7 +128,7 @@ class StreamableHttp:
             httprules.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
         conn = runner.open_conn()
         try:
-            runner.feed(ClientPost(conn.id, messages, batch))
+            runner.feed(ClientPost(conn.id, messages, batch, request.headers.get("Last-Event-ID")))
         except ProxyError:
             runner.conn_gone(conn)
             if is_init:

@@ -80,13 +80,15 @@ class Playbook:
         self.now += advance
         return self.feed(Tick())
 
-    def initialize(self) -> None:
+    def initialize(self, capabilities: dict[str, Any] | None = None) -> list[Command]:
         """Run the initialize exchange so the session knows its protocol version."""
         c = self.conn()
-        out = self.post(c, req(0, "initialize", {"protocolVersion": self.version}))
+        params = {"protocolVersion": self.version, "capabilities": capabilities or {}}
+        out = self.post(c, req(0, "initialize", params))
         up = upstream_sent(out)[0]
         self.upstream(ok(up["id"], {"protocolVersion": self.version, "capabilities": {}}))
         self.post(self.conn(), note("notifications/initialized"))
+        return out
 
 
 def upstream_sent(commands: list[Command]) -> list[dict[str, Any]]:

@@ -1,0 +1,274 @@
+"""The seed's stream protocol (D2) in the core: create, poll, resume, end, abandonment."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from proxy.core.events import ClientDetached, ClientPost, CloseClient, ConnId, StartSse
+from proxy.core.jsonrpc import classify
+from proxy.core.session import SessionSettings
+from proxy.core.tokens import resume_token_for
+from tests.core.playbook import (
+    Playbook,
+    client_sent,
+    note,
+    ok,
+    payloads,
+    progress,
+    req,
+    upstream_sent,
+)
+
+SECRET = b"k" * 32
+SETTINGS = SessionSettings(token_secret=SECRET, resume_interval_min=2, resume_interval_max=60)
+
+
+def seeded(**changes: Any) -> Playbook:
+    pb = Playbook(settings=dataclasses.replace(SETTINGS, **changes))
+    out = pb.initialize({"streams": {}, "elicitation": {}})
+    (forwarded,) = upstream_sent(out)
+    assert forwarded["params"]["capabilities"] == {"elicitation": {}}, "streams stays here"
+    assert pb.session.speaks_streams
+    return pb
+
+
+def call(pb: Playbook, rid: Any = 7) -> tuple[ConnId, int, dict[str, Any]]:
+    """A tools/call; returns its connection, upstream id and the stream/create params."""
+    c = pb.conn()
+    out = pb.post(c, req(rid, "tools/call", {"name": "slow", "_meta": {"progressToken": "tok"}}))
+    (create,) = [m for m in payloads(out, c) if m.get("method") == "notifications/stream/create"]
+    return c, upstream_sent(out)[0]["id"], create["params"]["stream"]
+
+
+def local(
+    pb: Playbook, method: str, params: dict[str, Any], *, rid: Any = 99, lei: str | None = None
+):  # type: ignore[no-untyped-def]
+    c = pb.conn()
+    out = pb.feed(ClientPost(c, [classify(req(rid, method, params))], last_event_id=lei))
+    assert not upstream_sent(out), "stream/* is never forwarded upstream"
+    return c, out
+
+
+def test_create_notification_announces_the_call_with_a_bound_token() -> None:
+    pb = seeded()
+    c, up, stream = call(pb)
+    assert stream == {
+        "streamId": "ep0ch.2",
+        "resumeToken": resume_token_for(SECRET, "sid", "ep0ch.2"),
+        "requestId": 7,
+        "resumeInterval": {"min": 2, "max": 60},
+    }
+    out = pb.upstream(progress("tok", 1)) + pb.upstream(ok(up))
+    assert payloads(out, c) == [
+        progress("tok", 1),
+        ok(7),
+        note("notifications/stream/end", {"streamId": "ep0ch.2"}),
+    ]
+    assert CloseClient(c) in out
+
+
+def test_flat_shape_and_only_configured_methods() -> None:
+    pb = seeded(notification_shape="flat")
+    c, _, _ = pb.conn(), None, None
+    out = pb.post(c, req(1, "tools/call", {"name": "x"}))
+    (create,) = payloads(out, c)
+    assert set(create["params"]) == {"streamId", "resumeToken", "requestId", "resumeInterval"}
+    c2 = pb.conn()
+    out = pb.post(c2, req(2, "tools/list"))
+    assert payloads(out, c2) == [], "tools/list gets no stream"
+
+
+def test_clients_without_the_capability_get_no_stream() -> None:
+    pb = Playbook(settings=SETTINGS)
+    pb.initialize()
+    c = pb.conn()
+    assert payloads(pb.post(c, req(1, "tools/call", {})), c) == []
+
+
+def test_poll_reports_what_the_client_has_not_acknowledged() -> None:
+    pb = seeded()
+    c, up, stream = call(pb)
+    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    pb.upstream(progress("tok", 1))
+    pb.feed(ClientDetached(c))
+    pb.upstream(req("srv-1", "elicitation/create", {"message": "?"}))
+    p, out = local(pb, "stream/poll", ref, lei="ep0ch.2.2")
+    (result,) = [m["result"] for m in payloads(out, p)]
+    assert result == {
+        "streamId": "ep0ch.2",
+        "status": "live",
+        "pendingMessages": True,
+        "hasRequest": True,
+        "hasError": False,
+    }
+    assert CloseClient(p) in out
+    p, out = local(pb, "stream/poll", {**ref, "lastEventId": "ep0ch.2.3"})
+    (result,) = [m["result"] for m in payloads(out, p)]
+    assert (result["pendingMessages"], result["hasRequest"]) == (False, False)
+
+
+def test_resume_sends_the_rest_then_live_then_end_then_its_own_answer() -> None:
+    pb = seeded()
+    c, up, stream = call(pb)
+    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    pb.upstream(progress("tok", 1))
+    pb.upstream(progress("tok", 2))
+    pb.feed(ClientDetached(c))
+    pb.upstream(progress("tok", 3))
+    r, out = local(pb, "stream/resume", ref, rid="res-1", lei="ep0ch.2.2")
+    assert out[0] == StartSse(r)
+    assert payloads(out, r) == [progress("tok", 2), progress("tok", 3)]
+    out = pb.upstream(ok(up))
+    assert payloads(out, r) == [
+        ok(7),
+        note("notifications/stream/end", {"streamId": "ep0ch.2"}),
+        ok("res-1"),
+    ]
+    assert out[-2:] == [CloseClient(r), *out[-1:]] or CloseClient(r) in out
+
+
+def test_resume_after_completion_and_a_second_resume_taking_over() -> None:
+    pb = seeded()
+    c, up, stream = call(pb)
+    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    pb.feed(ClientDetached(c))
+    r1, _ = local(pb, "stream/resume", ref, rid=1, lei="ep0ch.2.1")
+    r2, out = local(pb, "stream/resume", ref, rid=2, lei="ep0ch.2.1")
+    assert CloseClient(r1) in out, "the second resume takes the stream over"
+    out = pb.upstream(progress("tok", 1)) + pb.upstream(ok(up))
+    assert payloads(out, r2) == [
+        progress("tok", 1),
+        ok(7),
+        note("notifications/stream/end", {"streamId": "ep0ch.2"}),
+        ok(2),
+    ]
+    r3, out = local(pb, "stream/resume", ref, rid=3, lei="ep0ch.2.2")
+    assert payloads(out, r3) == [
+        ok(7),
+        note("notifications/stream/end", {"streamId": "ep0ch.2"}),
+        ok(3),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ({"streamId": "ep0ch.2", "resumeToken": "nope"}, "invalid_token"),
+        ({"streamId": "ep0ch.2"}, "invalid_token"),
+        ({"streamId": "other.2", "resumeToken": "x"}, "unknown_stream"),
+        (
+            {"streamId": "ep0ch.77", "resumeToken": resume_token_for(SECRET, "sid", "ep0ch.77")},
+            "unknown_stream",
+        ),
+        ({"resumeToken": "x"}, "unknown_stream"),
+    ],
+)
+def test_errors_name_their_reason_and_replay_nothing(params: dict[str, Any], reason: str) -> None:
+    pb = seeded()
+    call(pb)
+    for method in ("stream/poll", "stream/resume"):
+        r, out = local(pb, method, params)
+        (err,) = payloads(out, r)
+        assert err["id"] == 99 and err["error"]["code"] == -32602
+        assert err["error"]["data"] == {"reason": reason}
+
+
+def test_a_token_of_another_sessions_stream_is_refused() -> None:
+    pb = seeded()
+    call(pb)
+    other = resume_token_for(SECRET, "another-session", "ep0ch.2")
+    r, out = local(pb, "stream/resume", {"streamId": "ep0ch.2", "resumeToken": other})
+    assert payloads(out, r)[0]["error"]["data"]["reason"] == "invalid_token"
+
+
+def test_resume_into_dropped_history_is_refused() -> None:
+    pb = seeded(stream_max_events=3)
+    c, up, stream = call(pb)
+    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    pb.feed(ClientDetached(c))
+    for i in range(1, 6):
+        pb.upstream(progress("tok", i))
+    r, out = local(pb, "stream/resume", ref)
+    assert payloads(out, r)[0]["error"]["data"]["reason"] == "history_truncated"
+
+
+def test_abandoned_streams_are_cancelled_upstream_and_freed() -> None:
+    pb = seeded(resume_interval_max=60, completed_retention=10)
+    calls = []
+    for i in range(1000):
+        c, up, stream = call(pb, rid=i)
+        pb.upstream(progress("tok", 1))
+        pb.feed(ClientDetached(c))
+        calls.append((up, stream))
+    assert pb.session.buffered_bytes > 0
+    out = pb.tick(59)
+    assert not upstream_sent(out)
+    out = pb.tick(1)
+    cancelled = [m["params"]["requestId"] for m in upstream_sent(out)]
+    assert sorted(cancelled) == sorted(up for up, _ in calls)
+    assert pb.session.live_requests == 0
+    assert pb.session.stream_numbers() == [0] and pb.session.buffered_bytes == 0
+    up, stream = calls[0]
+    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    r, out = local(pb, "stream/poll", ref)
+    assert payloads(out, r)[0]["error"]["data"]["reason"] == "abandoned"
+    assert not client_sent(pb.upstream(ok(up))), "a late answer is dropped"
+
+
+def test_a_poll_resets_the_abandonment_timer() -> None:
+    pb = seeded(resume_interval_max=60)
+    c, up, stream = call(pb)
+    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    pb.feed(ClientDetached(c))
+    pb.tick(50)
+    local(pb, "stream/poll", ref)
+    assert not upstream_sent(pb.tick(50))
+    assert upstream_sent(pb.tick(10))[0]["method"] == "notifications/cancelled"
+
+
+def test_create_after_announces_only_calls_that_run_long_enough() -> None:
+    pb = seeded(create_after=0.5)
+    c = pb.conn()
+    out = pb.post(c, req(1, "tools/call", {}))
+    assert payloads(out, c) == []
+    quick = upstream_sent(out)[0]["id"]
+    assert payloads(pb.upstream(ok(quick)), c) == [ok(1)], "done in time: no stream, no end"
+    c2 = pb.conn()
+    up = upstream_sent(pb.post(c2, req(2, "tools/call", {})))[0]["id"]
+    (create,) = payloads(pb.tick(0.5), c2)
+    assert create["method"] == "notifications/stream/create"
+    assert payloads(pb.upstream(ok(up)), c2)[-1]["method"] == "notifications/stream/end"
+
+
+def test_detach_after_create_ends_the_post_with_the_announcement() -> None:
+    pb = seeded(detach_after_create=True)
+    c = pb.conn()
+    out = pb.post(c, req(1, "tools/call", {}))
+    assert [m["method"] for m in payloads(out, c)] == ["notifications/stream/create"]
+    assert CloseClient(c) in out
+    up = upstream_sent(out)[0]["id"]
+    (create,) = payloads(out, c)
+    pb.upstream(ok(up))
+    ref = {k: create["params"]["stream"][k] for k in ("streamId", "resumeToken")}
+    r, out = local(pb, "stream/resume", ref, lei="ep0ch.2.1")
+    assert payloads(out, r) == [
+        ok(1),
+        note("notifications/stream/end", {"streamId": "ep0ch.2"}),
+        ok(99),
+    ]
+
+
+def test_a_server_request_is_answered_after_resuming_on_another_connection() -> None:
+    pb = seeded()
+    c, up, stream = call(pb)
+    pb.feed(ClientDetached(c))
+    pb.upstream(req("srv-1", "elicitation/create", {"message": "?"}))
+    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    r, out = local(pb, "stream/resume", ref, lei="ep0ch.2.1")
+    (asked,) = payloads(out, r)
+    answer = pb.conn()
+    out = pb.post(answer, {"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}})
+    assert upstream_sent(out) == [{"jsonrpc": "2.0", "id": "srv-1", "result": {"action": "accept"}}]
