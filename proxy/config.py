@@ -61,6 +61,9 @@ class SessionsConfig:
     stream_max_events: int = 100_000
     stream_max_bytes: int = 64 * 1024 * 1024
     standalone_max_events: int = 1000
+    max_sessions: int = 256  # a new initialize beyond this gets 503
+    max_streams_per_session: int = 1000
+    max_buffered_bytes: int = 1024 * 1024 * 1024  # all streams of all sessions
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class Config:
             stream_max_events=s.stream_max_events,
             stream_max_bytes=s.stream_max_bytes,
             standalone_max_events=s.standalone_max_events,
+            max_streams=s.max_streams_per_session,
         )
 
 
@@ -134,6 +138,9 @@ _POSITIVE = {
     "sessions.stream_max_events",
     "sessions.stream_max_bytes",
     "sessions.standalone_max_events",
+    "sessions.max_sessions",
+    "sessions.max_streams_per_session",
+    "sessions.max_buffered_bytes",
     "upstream.max_line_bytes",
     "streams.resume_interval.max",
 }

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 
 from proxy.config import Config
-from proxy.core.errors import SessionNotFound
+from proxy.core.errors import Overloaded, SessionNotFound
 from proxy.core.events import (
     Accepted,
     ClientDelete,
@@ -44,6 +44,7 @@ from proxy.core.events import (
 from proxy.core.jsonrpc import Message
 from proxy.core.session import Session, SessionSettings
 from proxy.core.sse import encode_event
+from proxy.core.stream import ByteBudget
 from proxy.upstream.stdio import StdioUpstream
 
 log = structlog.get_logger("proxy.runtime")
@@ -93,6 +94,7 @@ class SessionRunner:
         self,
         config: Config,
         settings: SessionSettings,
+        budget: ByteBudget,
         session_id: str,
         epoch: str,
         on_forget: Callable[[SessionRunner], None],
@@ -102,7 +104,7 @@ class SessionRunner:
         self.session_id = session_id
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self.session = Session(session_id, epoch, settings, loop.time())
+        self.session = Session(session_id, epoch, settings, loop.time(), budget)
         self._on_forget = on_forget
         self._next_conn_id = next_conn_id
         self._conns: dict[ConnId, ClientConn] = {}
@@ -210,6 +212,7 @@ class Registry:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.settings = config.session_settings(token_secret(config))
+        self.budget = ByteBudget(config.sessions.max_buffered_bytes)
         self._runners: dict[str, SessionRunner] = {}
         self._conn_counter = 0
         self._reaper: set[asyncio.Task[Any]] = set()
@@ -232,9 +235,16 @@ class Registry:
         return runner
 
     async def create(self) -> SessionRunner:
+        limit = self.config.sessions.max_sessions
+        if len(self._runners) >= limit:
+            raise Overloaded(
+                f"Too many sessions (sessions.max_sessions={limit}); try again later",
+                reason="too_many_sessions",
+            )
         runner = SessionRunner(
             self.config,
             self.settings,
+            self.budget,
             new_session_id(),
             new_epoch(),
             self._forget,

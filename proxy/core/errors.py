@@ -15,6 +15,7 @@
     │   └── MethodNotAllowed        HTTP method not served               -32600 / 405
     ├── SessionNotFound             unknown or ended session             -32001 / 404
     ├── Conflict                    e.g. a second standalone GET stream  -32600 / 409
+    ├── Overloaded                  a configured limit refuses new work  -32000 / 503
     └── ResumeError                 a resume that cannot be served whole -32602 / 400|410
             (``reason`` says why: malformed_event_id, wrong_session, unknown_stream,
             unknown_position, history_truncated, abandoned, stream_completed,
@@ -118,6 +119,14 @@ class Conflict(ProxyError):
     jsonrpc_code = -32600
     http_status = 409
     reason = "conflict"
+
+
+class Overloaded(ProxyError):
+    """A configured limit (sessions, streams) refuses new work; existing work goes on."""
+
+    jsonrpc_code = -32000
+    http_status = 503
+    reason = "overloaded"
 
 
 class ResumeError(ProxyError):

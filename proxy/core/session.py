@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core import jsonrpc, seed
-from proxy.core.errors import BadRequest, SessionNotFound
+from proxy.core.errors import BadRequest, Overloaded, SessionNotFound
 from proxy.core.eventid import format_event_id
 from proxy.core.events import (
     Accepted,
@@ -45,7 +45,7 @@ from proxy.core.resume import STANDALONE, ResumeMixin
 from proxy.core.session_state import SessionSettings, StreamSlot
 
 __all__ = ["STANDALONE", "UPSTREAM_EXITED", "Session", "SessionSettings"]
-from proxy.core.stream import StreamEvent, StreamLog, StreamState, transition
+from proxy.core.stream import ByteBudget, StreamEvent, StreamLog, StreamState, transition
 
 # Revisions that allow JSON-RPC batches in a POST body (removed in 2025-06-18).
 _BATCH_REVISIONS = frozenset({"2024-11-05", "2025-03-26"})
@@ -58,7 +58,14 @@ UPSTREAM_EXITED = -32000
 class Session(ResumeMixin):
     """A client session. Feed it events with :meth:`handle`; carry out what it returns."""
 
-    def __init__(self, session_id: str, epoch: str, settings: SessionSettings, now: float) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        epoch: str,
+        settings: SessionSettings,
+        now: float,
+        budget: ByteBudget | None = None,
+    ) -> None:
         self.session_id = session_id
         self.epoch = epoch
         self.settings = settings
@@ -67,6 +74,7 @@ class Session(ResumeMixin):
         self.forgotten = False
         self._initialize_seen = False
         self._streams: dict[int, StreamSlot] = {}
+        self.budget = budget if budget is not None else ByteBudget(2**63)
         self._by_conn: dict[ConnId, int] = {}
         self._ids = IdMap()
         self._next_stream = 1
@@ -78,7 +86,7 @@ class Session(ResumeMixin):
         self._now = now
         self._streams[STANDALONE] = StreamSlot(
             STANDALONE,
-            StreamLog(settings.standalone_max_events, settings.stream_max_bytes),
+            StreamLog(settings.standalone_max_events, settings.stream_max_bytes, self.budget),
         )
 
     # ------------------------------------------------------------------ entry point
@@ -343,12 +351,27 @@ class Session(ResumeMixin):
 
     # ------------------------------------------------------------------ lifetime
     def _new_stream(self) -> StreamSlot:
+        s = self.settings
+        if len(self._streams) > s.max_streams:  # the standalone stream is not counted
+            self._evict_finished()
         number = self._next_stream
         self._next_stream += 1
-        s = self.settings
-        stream = StreamSlot(number, StreamLog(s.stream_max_events, s.stream_max_bytes))
+        stream = StreamSlot(number, StreamLog(s.stream_max_events, s.stream_max_bytes, self.budget))
         self._streams[number] = stream
         return stream
+
+    def _evict_finished(self) -> None:
+        """Make room by dropping the oldest completed, unattached stream; else refuse."""
+        for number, stream in self._streams.items():  # oldest first
+            if stream.state is StreamState.COMPLETED and stream.conn is None and number:
+                stream.log.clear()
+                del self._streams[number]
+                return
+        raise Overloaded(
+            f"Too many streams in this session (sessions.max_streams_per_session="
+            f"{self.settings.max_streams})",
+            reason="too_many_streams",
+        )
 
     def _close(self, reason: str, out: list[Command]) -> None:
         """No more requests; the upstream stops; completed streams stay resumable."""

@@ -20,6 +20,7 @@ class SessionSettings:
     stream_max_events: int = 100_000
     stream_max_bytes: int = 64 * 1024 * 1024
     standalone_max_events: int = 1000
+    max_streams: int = 1000  # per session, live and retained; the oldest finished go first
     # The seed's stream protocol (D2), for clients that declare capabilities.streams.
     stream_methods: tuple[str, ...] = ("tools/call",)
     create_after: float = 0.0  # seconds a request runs before its stream is announced

@@ -60,21 +60,38 @@ class LogEntry:
     payload: bytes
 
 
+class ByteBudget:
+    """Bytes buffered by every stream log that shares it: the process-wide bound."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    @property
+    def over(self) -> bool:
+        return self.used > self.limit
+
+
 class StreamLog:
     """The events of one stream, numbered from 1, bounded by count and bytes.
 
-    When a bound is passed the oldest events are dropped; a later read from before the
-    oldest kept event raises ``history_truncated`` rather than return a partial replay.
+    When a bound is passed — the stream's own, or the process-wide :class:`ByteBudget` —
+    the oldest events are dropped (the newest one is always kept); a later read from
+    before the oldest kept event raises ``history_truncated`` rather than return a
+    partial replay.
     """
 
-    __slots__ = ("_entries", "_last_seq", "bytes", "max_bytes", "max_events")
+    __slots__ = ("_entries", "_last_seq", "budget", "bytes", "max_bytes", "max_events")
 
-    def __init__(self, max_events: int, max_bytes: int) -> None:
+    def __init__(self, max_events: int, max_bytes: int, budget: ByteBudget | None = None) -> None:
         self._entries: deque[LogEntry] = deque()
         self._last_seq = 0
         self.bytes = 0
         self.max_events = max_events
         self.max_bytes = max_bytes
+        self.budget = budget if budget is not None else ByteBudget(2**63)
 
     @property
     def last_seq(self) -> int:
@@ -92,10 +109,13 @@ class StreamLog:
         self._last_seq += 1
         self._entries.append(LogEntry(self._last_seq, payload))
         self.bytes += len(payload)
+        self.budget.used += len(payload)
         while len(self._entries) > 1 and (
-            len(self._entries) > self.max_events or self.bytes > self.max_bytes
+            len(self._entries) > self.max_events or self.bytes > self.max_bytes or self.budget.over
         ):
-            self.bytes -= len(self._entries.popleft().payload)
+            dropped = len(self._entries.popleft().payload)
+            self.bytes -= dropped
+            self.budget.used -= dropped
         return self._last_seq
 
     def after(self, seq: int) -> list[LogEntry]:
@@ -122,4 +142,5 @@ class StreamLog:
 
     def clear(self) -> None:
         self._entries.clear()
+        self.budget.used -= self.bytes
         self.bytes = 0

@@ -355,3 +355,28 @@ async def test_browser_clients_of_allowed_origins_get_cors_headers(tmp_path: Pat
         evil = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
         async with http.options(proxy.url, headers=evil) as resp:
             assert resp.status == 403 and "Access-Control-Allow-Origin" not in resp.headers
+
+
+async def test_session_limit_refuses_new_sessions_with_503_and_keeps_the_others(
+    tmp_path: Path,
+) -> None:
+    async with (
+        run_proxy(tmp_path, sessions={"max_sessions": 2}) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        first, second = RawSession(http, proxy.url), RawSession(http, proxy.url)
+        await first.initialize()
+        await second.initialize()
+        third = RawSession(http, proxy.url)
+        body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
+        async with http.post(proxy.url, json=body, headers=third.headers()) as resp:
+            assert resp.status == 503
+            error = (await resp.json())["error"]
+            assert (
+                error["data"]["reason"] == "too_many_sessions"
+                and "max_sessions" in error["message"]
+            )
+        assert messages(await first.request(1, "ping"))[-1]["result"] == {}
+        async with http.delete(proxy.url, headers=second.headers()) as resp:
+            assert resp.status == 200
+        await third.initialize()  # room again
