@@ -51,6 +51,9 @@ class SseConfig:
     # Close response streams after this long so 2025-11-25 clients poll-reconnect
     # (SEP-1699). null: keep them open until the response.
     max_stream_seconds: float | None = None
+    # A client that lets more than this wait unread loses its connection (not its
+    # stream): it resumes with Last-Event-ID. Bounds the memory a slow reader can cost.
+    max_queued_bytes: int = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ _POSITIVE = {
     "sse.keepalive_seconds",
     "sse.retry_ms",
     "sse.max_stream_seconds",
+    "sse.max_queued_bytes",
     "sessions.idle_timeout_seconds",
     "sessions.max_message_bytes",
     "sessions.stream_max_events",

@@ -63,6 +63,13 @@ class ClientConn:
     outcome: str | None = None  # "sse" or "accepted", set by the core's first command
     queue: asyncio.Queue[bytes | CloseMarker] = field(default_factory=asyncio.Queue)
     closed: bool = False
+    queued_bytes: int = 0  # in the queue, not yet handed to the socket
+    replay_left: int = 0  # of those, a replay's (at the front of the queue)
+
+    def written(self, n: int) -> None:
+        """The writer handed ``n`` bytes from the front of the queue to the socket."""
+        self.queued_bytes -= n
+        self.replay_left = max(0, self.replay_left - n)
 
 
 def new_session_id() -> str:
@@ -108,6 +115,7 @@ class SessionRunner:
         self._on_forget = on_forget
         self._next_conn_id = next_conn_id
         self._conns: dict[ConnId, ClientConn] = {}
+        self._max_queued = config.sse.max_queued_bytes
         self._timer: asyncio.TimerHandle | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self.upstream = StdioUpstream(
@@ -138,8 +146,10 @@ class SessionRunner:
         if self.session.forgotten:
             raise SessionNotFound("Session not found")
         commands = self.session.handle(event, self._loop.time())
+        # A client's own request may replay a whole log at once: that is not slowness.
+        live = isinstance(event, UpstreamMessage | UpstreamClosed | Tick)
         for command in commands:
-            self._execute(command)
+            self._execute(command, live)
 
     def _upstream_message(self, msg: Message) -> None:
         if not self.session.forgotten:
@@ -154,15 +164,21 @@ class SessionRunner:
         if not self.session.forgotten:
             self.feed(Tick())
 
-    def _execute(self, command: Command) -> None:
+    def _execute(self, command: Command, live: bool = True) -> None:
         if isinstance(command, SendToClient):
             conn = self._conns.get(command.conn)
             if conn is not None and not conn.closed:
-                conn.queue.put_nowait(
-                    encode_event(
-                        command.payload, event_id=command.event_id, retry_ms=command.retry_ms
-                    )
+                data = encode_event(
+                    command.payload, event_id=command.event_id, retry_ms=command.retry_ms
                 )
+                backlog = conn.queued_bytes - conn.replay_left
+                if live and backlog and backlog + len(data) > self._max_queued:
+                    self._too_slow(conn)
+                else:
+                    conn.queued_bytes += len(data)
+                    if not live:
+                        conn.replay_left += len(data)
+                    conn.queue.put_nowait(data)
         elif isinstance(command, SendUpstream):
             self.upstream.send(command.payload)
         elif isinstance(command, StartSse | Accepted):
@@ -192,6 +208,21 @@ class SessionRunner:
             self.log.info(command.event, **command.fields)
         else:  # pragma: no cover - the Command union is closed
             raise RuntimeError(f"unexpected command {command!r}")
+
+    def _too_slow(self, conn: ClientConn) -> None:
+        """A client reads slower than its stream grows: end its connection, not the stream.
+
+        Its queue would otherwise grow without bound. Everything is in the stream's log;
+        the client resumes with Last-Event-ID from what it really received.
+        """
+        self.log.info("client_too_slow", conn=conn.id, queued_bytes=conn.queued_bytes)
+        while not conn.queue.empty():
+            conn.queue.get_nowait()
+        conn.queued_bytes = conn.replay_left = 0
+        conn.closed = True
+        conn.queue.put_nowait(CloseMarker(self.config.sse.retry_ms))
+        # Tell the core once the commands of this step are carried out (no re-entry).
+        self._loop.call_soon(self.conn_gone, conn)
 
     async def end(self, reason: str) -> None:
         """End the session now (DELETE or shutdown) and wait until its process is gone."""

@@ -200,6 +200,7 @@ class StreamableHttp:
                     if conn.queue.empty():
                         break
                     item = conn.queue.get_nowait()
+                conn.written(sum(len(c) for c in chunks))
                 if close is not None and close.retry_ms is not None:
                     chunks.append(encode_retry(close.retry_ms))
                 if chunks:

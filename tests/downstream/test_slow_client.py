@@ -1,0 +1,71 @@
+"""A client that stops reading costs its connection, never unbounded memory or a message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from proxy.core.sse import SSEDecoder
+from tests.downstream.sse_client import RawSession
+from tests.support import ROOT, run_proxy
+
+FLOOD = [sys.executable, str(ROOT / "tests" / "fixtures" / "flood_server.py")]
+
+
+async def test_a_stalled_reader_is_cut_loose_and_resumes_exactly(tmp_path: Path) -> None:
+    n = 40_000  # ~20 MB: more than the socket buffers between us can hide
+    sse = {"max_queued_bytes": 256 * 1024}
+    async with (
+        run_proxy(tmp_path, command=FLOOD, sse=sse) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "flood",
+                "arguments": {"n": n, "size": 500},
+                "_meta": {"progressToken": 1},
+            },
+        }
+        received: list[dict[str, object]] = []
+        last_id = None
+        dec = SSEDecoder()
+
+        def take(chunk: bytes) -> None:
+            nonlocal last_id
+            for event in dec.feed(chunk):
+                last_id = event.id or last_id
+                if event.data:
+                    received.append(json.loads(event.data))
+
+        async with http.post(proxy.url, json=body, headers=s.headers()) as resp:
+            take(await resp.content.read(1024))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while "client_too_slow" not in proxy.log_text():  # we stall; the proxy notices
+                assert loop.time() < deadline, "the proxy never gave up on the stalled reader"
+                await asyncio.sleep(0.05)
+            async for chunk in resp.content.iter_any():  # what was in flight, then the end
+                take(chunk)
+        assert not any("result" in m for m in received), "cut before the response"
+        for _ in range(500):  # reconnect as SDK clients do, until the response is in
+            assert last_id is not None
+            dec = SSEDecoder()
+            headers = s.headers(**{"Last-Event-ID": last_id})
+            async with http.get(proxy.url, headers=headers) as resp:
+                assert resp.status == 200
+                async for chunk in resp.content.iter_any():
+                    take(chunk)
+            if "result" in received[-1]:
+                break
+        progress = [m["params"]["progress"] for m in received if "method" in m]  # type: ignore[index]
+        assert progress == list(range(1, n + 1))
+        assert received[-1]["result"]["content"][0]["text"] == f"flood {n}"  # type: ignore[index]
