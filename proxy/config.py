@@ -67,6 +67,9 @@ class SessionsConfig:
     max_sessions: int = 256  # a new initialize beyond this gets 503
     max_streams_per_session: int = 1000
     max_buffered_bytes: int = 1024 * 1024 * 1024  # all streams of all sessions
+    # Past a stream's bound: "block" stops reading the server until a client takes what
+    # it was never sent (nothing lost); "truncate" drops the oldest events instead.
+    overflow: str = "block"
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ class Config:
             stream_max_bytes=s.stream_max_bytes,
             standalone_max_events=s.standalone_max_events,
             max_streams=s.max_streams_per_session,
+            overflow=s.overflow,
         )
 
 
@@ -129,6 +133,7 @@ _CHOICES = {
     "log.format": ("console", "json"),
     "log.level": ("debug", "info", "warning", "error"),
     "streams.notification_shape": ("nested", "flat"),
+    "sessions.overflow": ("block", "truncate"),
 }
 _NON_NEGATIVE = {"streams.create_after_ms", "streams.resume_interval.min"}
 _POSITIVE = {

@@ -32,6 +32,8 @@ from proxy.core.events import (
     Event,
     ForgetSession,
     LogNote,
+    PauseUpstream,
+    ResumeUpstream,
     SendToClient,
     SendUpstream,
     StartSse,
@@ -181,6 +183,12 @@ class SessionRunner:
                     conn.queue.put_nowait(data)
         elif isinstance(command, SendUpstream):
             self.upstream.send(command.payload)
+        elif isinstance(command, PauseUpstream):
+            self.log.info("upstream_paused", reason="stream buffer full (overflow: block)")
+            self.upstream.pause()
+        elif isinstance(command, ResumeUpstream):
+            self.log.info("upstream_resumed")
+            self.upstream.resume()
         elif isinstance(command, StartSse | Accepted):
             conn = self._conns.get(command.conn)
             if conn is not None:

@@ -108,6 +108,16 @@ class SendUpstream:
 
 
 @dataclass(frozen=True, slots=True)
+class PauseUpstream:
+    """Stop reading the upstream: a stream holds all it may of what no client was sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeUpstream:
+    """Read the upstream again."""
+
+
+@dataclass(frozen=True, slots=True)
 class WakeAt:
     """Feed a :class:`Tick` at time ``at`` (replaces any earlier wake-up)."""
 
@@ -142,6 +152,8 @@ Command = (
     | SendToClient
     | CloseClient
     | SendUpstream
+    | PauseUpstream
+    | ResumeUpstream
     | WakeAt
     | StopUpstream
     | ForgetSession

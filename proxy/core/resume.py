@@ -166,7 +166,13 @@ class ResumeMixin:
                 "the last event id names a position the stream never reached",
                 reason="unknown_position",
             )
-        stream.acked = max(stream.acked, pos.seq)
+        self._acknowledge(stream, pos.seq)
+
+    def _acknowledge(self, stream: StreamSlot, seq: int) -> None:
+        """The client has everything up to ``seq``: that much may now be dropped."""
+        stream.acked = max(stream.acked, seq)
+        if stream.log.over_bound:
+            stream.log.trim(stream.acked)
 
     def _abandon(self, stream: StreamSlot, out: list[Command]) -> None:
         """Nobody came back in time: cancel the upstream work and free the buffer."""
@@ -191,7 +197,8 @@ class ResumeMixin:
         out.append(LogNote("stream_abandoned", {"stream": stream.number}))
 
     def _abandon_at(self, stream: StreamSlot) -> float | None:
-        if stream.stream_id is None or stream.conn is not None:
+        """DESIGN.md §6: a request stream nobody resumed or polled for resumeInterval.max."""
+        if stream.number == STANDALONE or stream.conn is not None or not stream.pending:
             return None
         if stream.state is not StreamState.LIVE:
             return None
@@ -212,13 +219,18 @@ class ResumeMixin:
         if pos.epoch != self.epoch:
             raise ResumeError("Last-Event-ID was issued by another session", reason="wrong_session")
         found = self._streams.get(pos.stream)
+        if pos.stream in self._abandoned:
+            raise ResumeError(
+                "the stream was abandoned: nobody resumed it within resumeInterval.max",
+                reason="abandoned",
+            )
         if found is None or found.state is StreamState.EXPIRED:
             raise ResumeError(
                 "the stream Last-Event-ID names has expired or never existed",
                 reason="unknown_stream",
             )
         found.log.after(pos.seq)  # raises before any effect if the replay cannot be whole
-        found.acked = max(found.acked, pos.seq)
+        self._acknowledge(found, pos.seq)
         if found.state is StreamState.COMPLETED and pos.seq == found.log.last_seq:
             # The client has it all and nothing more will come. A 200 that only primes and
             # closes would invite it to poll again until retention ends; say it is over.

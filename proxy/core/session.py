@@ -30,6 +30,8 @@ from proxy.core.events import (
     Event,
     ForgetSession,
     LogNote,
+    PauseUpstream,
+    ResumeUpstream,
     SendToClient,
     SendUpstream,
     StartSse,
@@ -81,6 +83,8 @@ class Session(ResumeMixin):
         self._abandoned: set[int] = set()
         self._continue: dict[ConnId, int] = {}  # a resume's connection goes on to its reply
         self.speaks_streams = False  # the client declared capabilities.streams
+        self.upstream_paused = False  # overflow: block is holding the server back
+        self._over: set[int] = set()  # streams holding more than their bounds (block)
         self._idle_since: float | None = now
         self._wake: float | None = None
         self._now = now
@@ -239,6 +243,8 @@ class Session(ResumeMixin):
         """Send what the attached connection has not been given; close when complete."""
         conn = stream.conn
         if conn is None:
+            if stream.log.over_bound:
+                self._over.add(stream.number)
             return
         if stream.cursor < stream.log.last_seq:
             for entry in stream.log.after(stream.cursor):
@@ -251,6 +257,14 @@ class Session(ResumeMixin):
             stream.sent_upto = max(stream.sent_upto, stream.cursor)
             if stream.state is StreamState.COMPLETED:
                 stream.done_at = self._now
+        if stream.log.over_bound and stream.state is StreamState.LIVE:
+            # overflow: block, full of what the client was sent but never acknowledged:
+            # end the connection (retry:) so it reconnects with its Last-Event-ID.
+            self._over.add(stream.number)
+            self._detach(conn)
+            out.append(CloseClient(conn, self.settings.retry_ms))
+            out.append(LogNote("ack_solicited", {"stream": stream.number}))
+            return
         if stream.state is StreamState.COMPLETED:
             then = self._streams.get(self._continue.get(conn, -1))
             self._detach(conn)
@@ -332,7 +346,11 @@ class Session(ResumeMixin):
 
     def _append_bytes(self, number: int, payload: bytes, out: list[Command]) -> None:
         stream = self._streams[number]
-        stream.log.append(payload)
+        # overflow: block keeps every event its client has not acknowledged (by event id):
+        # a write to a connection proves nothing. The standalone stream always truncates:
+        # no request waits on it, so it must never hold the server back.
+        block = self.settings.overflow == "block" and number != STANDALONE
+        stream.log.append(payload, keep_after=stream.acked if block else None)
         self._flush(stream, out)
 
     def _on_upstream_closed(self, reason: str, out: list[Command]) -> None:
@@ -356,7 +374,8 @@ class Session(ResumeMixin):
             self._evict_finished()
         number = self._next_stream
         self._next_stream += 1
-        stream = StreamSlot(number, StreamLog(s.stream_max_events, s.stream_max_bytes, self.budget))
+        log = StreamLog(s.stream_max_events, s.stream_max_bytes, self.budget)
+        stream = StreamSlot(number, log, touched=self._now)
         self._streams[number] = stream
         return stream
 
@@ -435,6 +454,15 @@ class Session(ResumeMixin):
     def _after(self, out: list[Command]) -> None:
         if self.forgotten:
             return
+        for number in list(self._over):
+            held = self._streams.get(number)
+            if held is None or not held.log.over_bound:
+                self._over.discard(number)
+        blocked = bool(self._over)
+        if blocked != self.upstream_paused:
+            # overflow: block — stop reading the server until a client takes the backlog.
+            self.upstream_paused = blocked
+            out.append(PauseUpstream() if blocked else ResumeUpstream())
         busy = bool(self._by_conn) or len(self._ids) > 0
         if busy:
             self._idle_since = None

@@ -21,6 +21,9 @@ class SessionSettings:
     stream_max_bytes: int = 64 * 1024 * 1024
     standalone_max_events: int = 1000
     max_streams: int = 1000  # per session, live and retained; the oldest finished go first
+    # Past a stream bound: "block" stops reading the upstream until a client takes what
+    # was never sent (nothing lost); "truncate" drops the oldest (history_truncated).
+    overflow: str = "block"
     # The seed's stream protocol (D2), for clients that declare capabilities.streams.
     stream_methods: tuple[str, ...] = ("tools/call",)
     create_after: float = 0.0  # seconds a request runs before its stream is announced

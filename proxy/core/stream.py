@@ -105,18 +105,37 @@ class StreamLog:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def append(self, payload: bytes) -> int:
+    @property
+    def over_bound(self) -> bool:
+        """Holding more than its own bounds allow (possible only while trimming is held back)."""
+        return len(self._entries) > self.max_events or self.bytes > self.max_bytes
+
+    def append(self, payload: bytes, *, keep_after: int | None = None) -> int:
+        """Add an event and trim to the bounds, never dropping events after ``keep_after``."""
         self._last_seq += 1
         self._entries.append(LogEntry(self._last_seq, payload))
         self.bytes += len(payload)
         self.budget.used += len(payload)
-        while len(self._entries) > 1 and (
-            len(self._entries) > self.max_events or self.bytes > self.max_bytes or self.budget.over
-        ):
-            dropped = len(self._entries.popleft().payload)
+        self.trim(keep_after)
+        return self._last_seq
+
+    def trim(self, keep_after: int | None = None) -> None:
+        """Drop the oldest events while over a bound, never the newest.
+
+        Past its own bounds, only events up to ``keep_after`` go (``overflow: block`` keeps
+        what the client has not acknowledged). The process-wide budget is a hard cap: past
+        it the oldest go regardless.
+        """
+        entries = self._entries
+        while len(entries) > 1:
+            if not self.budget.over:
+                if keep_after is not None and entries[0].seq > keep_after:
+                    break
+                if len(entries) <= self.max_events and self.bytes <= self.max_bytes:
+                    break
+            dropped = len(entries.popleft().payload)
             self.bytes -= dropped
             self.budget.used -= dropped
-        return self._last_seq
 
     def after(self, seq: int) -> list[LogEntry]:
         """Every event after ``seq``, whole, or a :class:`ResumeError`."""

@@ -224,7 +224,14 @@ class StreamableHttp:
 
 async def _health(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY_KEY]
-    return web.json_response({"status": "ok", "version": __version__, "sessions": len(registry)})
+    return web.json_response(
+        {
+            "status": "ok",
+            "version": __version__,
+            "sessions": len(registry),
+            "buffered_bytes": registry.budget.used,
+        }
+    )
 
 
 def _cors_for(config: Config):  # type: ignore[no-untyped-def]

@@ -53,6 +53,8 @@ class StdioUpstream:
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopping = False
         self._closed_reported = False
+        self._readable = asyncio.Event()  # cleared: overflow: block holds the server back
+        self._readable.set()
         self._exited: asyncio.Future[None]
         self._watcher: asyncio.Task[None]
         self._reader: asyncio.Task[None]
@@ -104,6 +106,13 @@ class StdioUpstream:
         ]
         self._watcher = asyncio.create_task(self._watch_exit(), name=f"exit-{name}")
 
+    def pause(self) -> None:
+        """Stop reading stdout; the child blocks once the pipe is full."""
+        self._readable.clear()
+
+    def resume(self) -> None:
+        self._readable.set()
+
     def send(self, payload: bytes) -> None:
         """Queue one message for the child's stdin (order is kept)."""
         if not self._stopping:
@@ -136,6 +145,7 @@ class StdioUpstream:
         assert self._proc is not None and self._proc.stdout is not None
         stdout = self._proc.stdout
         while True:
+            await self._readable.wait()
             try:
                 line = await stdout.readline()
             except ValueError:

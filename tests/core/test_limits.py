@@ -7,9 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core.errors import Overloaded, ResumeError
+from proxy.core.events import ClientDetached, CloseClient, PauseUpstream, ResumeUpstream
 from proxy.core.session import Session, SessionSettings
 from proxy.core.stream import ByteBudget, StreamLog
-from tests.core.playbook import Playbook, ok, progress, req, upstream_sent
+from tests.core.playbook import Playbook, ok, payloads, progress, req, upstream_sent
 
 
 def test_streams_per_session_evict_the_oldest_finished_then_refuse() -> None:
@@ -30,7 +31,7 @@ def test_streams_per_session_evict_the_oldest_finished_then_refuse() -> None:
 
 
 def test_the_process_budget_bounds_all_sessions_together() -> None:
-    budget = ByteBudget(10_000)
+    budget = ByteBudget(10_000)  # a hard cap, whatever the overflow policy
     sessions = [Session(f"s{i}", "ep", SessionSettings(), 0.0, budget) for i in range(3)]
     pbs = []
     for session in sessions:
@@ -76,3 +77,42 @@ def test_logs_sharing_a_budget_never_hold_more_than_it_plus_their_newest(
     for log in logs:
         log.clear()
     assert budget.used == 0
+
+
+def call_away(pb: Playbook) -> int:
+    """A tools/call whose client went away at once; returns its upstream id."""
+    c = pb.conn()
+    out = pb.post(c, req(1, "tools/call", {"_meta": {"progressToken": "t"}}))
+    pb.feed(ClientDetached(c))
+    return int(upstream_sent(out)[0]["id"])
+
+
+def test_block_holds_what_no_client_was_sent_and_pauses_the_server() -> None:
+    pb = Playbook(settings=SessionSettings(stream_max_events=5, overflow="block"))
+    pb.initialize()
+    up = call_away(pb)
+    outs = [pb.upstream(progress("t", i)) for i in range(1, 8)]
+    assert [PauseUpstream() in out for out in outs] == [False] * 5 + [True, False]
+    assert pb.session.upstream_paused
+    r = pb.conn()
+    out = pb.get(r, "ep0ch.2.0")  # the client comes back from the start: nothing was lost
+    assert [m["params"]["progress"] for m in payloads(out, r)] == list(range(1, 8))
+    # still unacknowledged: the proxy asks for the client's position by ending the stream
+    assert CloseClient(r, 1000) in out and pb.session.upstream_paused
+    r2 = pb.conn()
+    out = pb.get(r2, "ep0ch.2.7")
+    assert ResumeUpstream() in out and not pb.session.upstream_paused
+    assert payloads(pb.upstream(ok(up)), r2) == [ok(1)]
+
+
+def test_truncate_drops_the_oldest_and_never_pauses() -> None:
+    pb = Playbook(settings=SessionSettings(stream_max_events=5, overflow="truncate"))
+    pb.initialize()
+    call_away(pb)
+    outs = [pb.upstream(progress("t", i)) for i in range(1, 8)]
+    assert not any(PauseUpstream() in out for out in outs)
+    with pytest.raises(ResumeError) as info:
+        pb.get(pb.conn(), "ep0ch.2.0")
+    assert info.value.reason == "history_truncated"
+    r = pb.conn()
+    assert [m["params"]["progress"] for m in payloads(pb.get(r, "ep0ch.2.2"), r)] == [3, 4, 5, 6, 7]

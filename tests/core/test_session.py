@@ -239,7 +239,7 @@ def test_resume_errors_are_whole_and_named(last_event_id: str, reason: str, stat
 
 
 def test_resume_into_dropped_history_is_refused() -> None:
-    pb = Playbook(settings=SessionSettings(stream_max_events=3))
+    pb = Playbook(settings=SessionSettings(stream_max_events=3, overflow="truncate"))
     pb.initialize()
     c, _ = call(pb)
     for i in range(1, 6):
@@ -440,3 +440,20 @@ def test_a_failed_initialize_closes_the_session() -> None:
     assert StopUpstream("initialize failed") in out
     with pytest.raises(SessionNotFound):
         pb.post(pb.conn(), req(1, "ping"))
+
+
+def test_a_request_stream_whose_client_never_returns_is_abandoned() -> None:
+    """DESIGN.md §6 holds for Last-Event-ID streams too, counted from the detach."""
+    pb = Playbook(now=50_000.0, settings=SessionSettings(resume_interval_max=60))
+    pb.initialize()
+    c, up = call(pb)
+    pb.tick(100)  # attached: a client that is there is never abandoned
+    pb.feed(ClientDetached(c))
+    assert not upstream_sent(pb.tick(59))
+    (cancel,) = upstream_sent(pb.tick(1))
+    assert cancel == note(
+        "notifications/cancelled", {"requestId": up, "reason": "stream abandoned by the client"}
+    )
+    with pytest.raises(ResumeError) as info:
+        pb.get(pb.conn(), "ep0ch.2.0")
+    assert (info.value.reason, info.value.http_status) == ("abandoned", 410)

@@ -185,7 +185,7 @@ def test_a_token_of_another_sessions_stream_is_refused() -> None:
 
 
 def test_resume_into_dropped_history_is_refused() -> None:
-    pb = seeded(stream_max_events=3)
+    pb = seeded(stream_max_events=3, overflow="truncate")
     c, up, stream = call(pb)
     ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
     pb.feed(ClientDetached(c))

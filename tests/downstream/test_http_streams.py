@@ -77,7 +77,11 @@ async def test_create_poll_resume_end_over_http(tmp_path: Path) -> None:
             m["params"]["progress"] for m in got if m.get("method") == "notifications/progress"
         ]
         assert progress == list(range(1, 9))
-        assert [m.get("method") or m["id"] for m in got[-3:]] == [1, "notifications/stream/end", 50]
+        assert [m.get("method") or m["id"] for m in got[-3:]] == [
+            1,
+            "notifications/stream/end",
+            50,
+        ], got[-4:]
         assert got[-1]["result"] == {}
         # the stream is over: a poll says so, with nothing pending past the end
         end_id = f"{last.rsplit('.', 1)[0]}.{1 + 8 + 2}"  # create, 8 progress, result, end

@@ -69,3 +69,50 @@ async def test_a_stalled_reader_is_cut_loose_and_resumes_exactly(tmp_path: Path)
         progress = [m["params"]["progress"] for m in received if "method" in m]  # type: ignore[index]
         assert progress == list(range(1, n + 1))
         assert received[-1]["result"]["content"][0]["text"] == f"flood {n}"  # type: ignore[index]
+
+
+async def test_overflow_block_pauses_the_server_and_loses_nothing(tmp_path: Path) -> None:
+    n = 40_000
+    sessions = {"stream_max_events": 2000, "overflow": "block"}
+    async with (
+        run_proxy(tmp_path, command=FLOOD, sessions=sessions) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "flood", "arguments": {"n": n, "size": 500}},
+        }
+        body["params"]["_meta"] = {"progressToken": 1}  # type: ignore[index]
+        resp = await http.post(proxy.url, json=body, headers=s.headers())
+        dec = SSEDecoder()
+        first = dec.feed(await resp.content.readuntil(b"\n\n"))  # the priming event
+        resp.close()  # the client is gone before anything else arrives
+        last_id = first[0].id
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while "upstream_paused" not in proxy.log_text():
+            assert loop.time() < deadline, "the server was never held back"
+            await asyncio.sleep(0.05)
+        async with http.get(proxy.base + "/healthz") as health:
+            held = (await health.json())["buffered_bytes"]
+        assert held < 2000 * 600 + 64 * 1024, f"{held} bytes held past the stream bound"
+        received: list[dict[str, object]] = []
+        for _ in range(500):
+            dec = SSEDecoder()
+            headers = s.headers(**{"Last-Event-ID": last_id or ""})
+            async with http.get(proxy.url, headers=headers) as resp:
+                assert resp.status == 200, await resp.text()
+                async for chunk in resp.content.iter_any():
+                    for event in dec.feed(chunk):
+                        last_id = event.id or last_id
+                        if event.data:
+                            received.append(json.loads(event.data))
+            if received and "result" in received[-1]:
+                break
+        progress = [m["params"]["progress"] for m in received if "method" in m]  # type: ignore[index]
+        assert progress == list(range(1, n + 1)), "overflow: block must lose nothing"
+        assert "upstream_resumed" in proxy.log_text()
