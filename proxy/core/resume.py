@@ -7,7 +7,7 @@ calls back into the session for attaching, flushing and answering.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.core import jsonrpc, seed
 from proxy.core.errors import Conflict, ResumeError, SessionNotFound
@@ -43,28 +43,25 @@ class ResumeMixin:
     _ids: IdMap
     _now: float
 
-    def _attach(
-        self,
-        stream: StreamSlot,
-        conn: ConnId,
-        out: list[Command],
-        *,
-        start: int = 0,
-        prime: bool = True,
-    ) -> None:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by Session; declared here for the type checker
 
-    def _detach(self, conn: ConnId) -> None:
-        raise NotImplementedError
+        def _attach(
+            self,
+            stream: StreamSlot,
+            conn: ConnId,
+            out: list[Command],
+            *,
+            start: int = 0,
+            prime: bool = True,
+        ) -> None: ...
 
-    def _flush(self, stream: StreamSlot, out: list[Command]) -> None:
-        raise NotImplementedError
+        def _detach(self, conn: ConnId) -> None: ...
 
-    def _new_stream(self) -> StreamSlot:
-        raise NotImplementedError
+        def _flush(self, stream: StreamSlot, out: list[Command]) -> None: ...
 
-    def _complete(self, stream: StreamSlot, out: list[Command]) -> None:
-        raise NotImplementedError
+        def _new_stream(self) -> StreamSlot: ...
+
+        def _complete(self, stream: StreamSlot, out: list[Command]) -> None: ...
 
     def _answer_resume(self, number: int, response: dict[str, Any]) -> None:
         """Log a waiting stream/resume request's answer; its connection arrives after."""

@@ -30,8 +30,6 @@ from proxy.core.events import (
     Event,
     ForgetSession,
     LogNote,
-    PauseUpstream,
-    ResumeUpstream,
     SendToClient,
     SendUpstream,
     StartSse,
@@ -39,8 +37,8 @@ from proxy.core.events import (
     Tick,
     UpstreamClosed,
     UpstreamMessage,
-    WakeAt,
 )
+from proxy.core.expiry import ExpiryMixin
 from proxy.core.idmap import IdMap, progress_token_of
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.resume import STANDALONE, ResumeMixin
@@ -57,7 +55,7 @@ _POLLING_REVISION = "2025-11-25"
 UPSTREAM_EXITED = -32000
 
 
-class Session(ResumeMixin):
+class Session(ExpiryMixin, ResumeMixin):
     """A client session. Feed it events with :meth:`handle`; carry out what it returns."""
 
     def __init__(
@@ -418,80 +416,3 @@ class Session(ResumeMixin):
         self._streams.clear()
         self.forgotten = True
         out.append(ForgetSession(reason))
-
-    def _on_tick(self, out: list[Command]) -> None:
-        now = self._now
-        for stream in list(self._streams.values()):
-            if stream.create_at is not None and stream.create_at <= now:
-                if stream.state is StreamState.LIVE:
-                    self._announce(stream, out)
-                stream.create_at = None
-            abandon_at = self._abandon_at(stream)
-            if abandon_at is not None and abandon_at <= now:
-                self._abandon(stream, out)
-                continue
-            if stream.conn is not None and stream.close_at is not None and stream.close_at <= now:
-                conn = stream.conn
-                self._detach(conn)
-                out.append(CloseClient(conn, self.settings.retry_ms))
-                out.append(LogNote("stream_polling_close", {"stream": stream.number}))
-            if (
-                stream.state is StreamState.COMPLETED
-                and stream.conn is None
-                and stream.done_at is not None
-                and stream.done_at + self.settings.completed_retention <= now
-                and stream.number != STANDALONE
-            ):
-                stream.state = transition(stream.state, StreamEvent.EXPIRE)
-                stream.log.clear()
-                del self._streams[stream.number]
-        if self.closed:
-            if all(s.number == STANDALONE for s in self._streams.values()) and not self._by_conn:
-                self._end("ended and nothing left to resume", out)
-        elif self._idle_since is not None and self._idle_since + self.settings.idle_timeout <= now:
-            self._end("idle timeout", out)
-
-    def _after(self, out: list[Command]) -> None:
-        if self.forgotten:
-            return
-        for number in list(self._over):
-            held = self._streams.get(number)
-            if held is None or not held.log.over_bound:
-                self._over.discard(number)
-        blocked = bool(self._over)
-        if blocked != self.upstream_paused:
-            # overflow: block — stop reading the server until a client takes the backlog.
-            self.upstream_paused = blocked
-            out.append(PauseUpstream() if blocked else ResumeUpstream())
-        busy = bool(self._by_conn) or len(self._ids) > 0
-        if busy:
-            self._idle_since = None
-        elif self._idle_since is None:
-            self._idle_since = self._now
-        wake = self._next_deadline()
-        if wake is not None and wake != self._wake:
-            out.append(WakeAt(wake))
-        self._wake = wake
-
-    def _next_deadline(self) -> float | None:
-        deadlines: list[float] = []
-        for stream in self._streams.values():
-            if stream.conn is not None and stream.close_at is not None:
-                deadlines.append(stream.close_at)
-            if stream.create_at is not None and stream.state is StreamState.LIVE:
-                deadlines.append(stream.create_at)
-            abandon_at = self._abandon_at(stream)
-            if abandon_at is not None:
-                deadlines.append(abandon_at)
-            if (
-                stream.state is StreamState.COMPLETED
-                and stream.conn is None
-                and stream.done_at is not None
-                and stream.number != STANDALONE
-            ):
-                deadlines.append(stream.done_at + self.settings.completed_retention)
-        if self.closed and not deadlines:
-            deadlines.append(self._now)
-        if self._idle_since is not None and not self.closed:
-            deadlines.append(self._idle_since + self.settings.idle_timeout)
-        return min(deadlines) if deadlines else None
