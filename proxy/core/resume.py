@@ -121,6 +121,19 @@ class ResumeMixin:
             )
             self._reply(reply, error, out)
             return
+        if target.conn is None and self._now - target.touched < self.settings.resume_interval_min:
+            # Served all the same (refusing would only make the client retry sooner);
+            # logged so an operator can see who ignores resumeInterval.min.
+            out.append(
+                LogNote(
+                    "resumed_early",
+                    {
+                        "stream": target.number,
+                        "method": msg.method,
+                        "after_seconds": round(self._now - target.touched, 3),
+                    },
+                )
+            )
         target.touched = self._now
         if msg.method == seed.POLL:
             self._attach(reply, conn, out)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.core.events import ClientDetached, ClientPost, CloseClient, ConnId, StartSse
+from proxy.core.events import ClientDetached, ClientPost, CloseClient, ConnId, LogNote, StartSse
 from proxy.core.jsonrpc import classify
 from proxy.core.session import SessionSettings
 from proxy.core.tokens import resume_token_for
@@ -272,3 +272,76 @@ def test_a_server_request_is_answered_after_resuming_on_another_connection() -> 
     answer = pb.conn()
     out = pb.post(answer, {"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}})
     assert upstream_sent(out) == [{"jsonrpc": "2.0", "id": "srv-1", "result": {"action": "accept"}}]
+
+
+def test_resuming_before_resume_interval_min_is_served_and_logged() -> None:
+    pb = seeded(resume_interval_min=2)
+    c, up, stream = call(pb)
+    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    pb.feed(ClientDetached(c))
+    pb.now += 0.5
+    p, out = local(pb, "stream/poll", ref)
+    assert "result" in payloads(out, p)[-1]
+    assert [n.fields for n in out if isinstance(n, LogNote) and n.event == "resumed_early"]
+    pb.now += 3
+    p, out = local(pb, "stream/poll", ref)
+    assert not [n for n in out if isinstance(n, LogNote) and n.event == "resumed_early"]
+
+
+RECOVERY = [
+    # (name, how far the client got, what happens before it resumes, expected)
+    ("from the start", 0, "live", ["p1", "p2", "p3"]),
+    ("from the middle", 3, "live", ["p2", "p3"]),
+    ("from the end", 5, "live", []),
+    ("after completion", 3, "complete", ["p2", "p3", "result", "end"]),
+    ("from the end after completion", 7, "complete", []),
+    ("after abandonment", 3, "abandon", "abandoned"),
+    ("after truncation", 0, "truncate", "history_truncated"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "acked", "then", "expected"), RECOVERY, ids=[r[0] for r in RECOVERY]
+)
+def test_recovery_table(name: str, acked: int, then: str, expected: list[str] | str) -> None:
+    """Events of the call's stream: 1 create, 2 priming-free progress p1..p3 (seq 2-4)…"""
+    pb = seeded(resume_interval_max=60, stream_max_events=4, overflow="truncate")
+    c, up, stream = call(pb)
+    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    for i in (1, 2, 3):
+        pb.upstream(progress("tok", i))  # seq 2, 3, 4 (the create is seq 1)
+    pb.feed(ClientDetached(c))
+    if then == "complete":
+        pb.upstream(ok(up))  # result 5, end 6
+    elif then == "abandon":
+        pb.tick(61)
+    elif then == "truncate":
+        pb.upstream(progress("tok", 4))  # seq 5; with max 4 events, seq 1 goes
+    # acked counts events: 0 = none, 3 = create+p1, 5 = through p3 (live end), 7 = all
+    last = {0: None, 3: "ep0ch.2.2", 5: "ep0ch.2.4", 7: "ep0ch.2.6"}[acked]
+    params = {**ref, **({"lastEventId": last} if last else {})}
+    r, out = local(pb, "stream/resume", params, rid="r")
+    got = payloads(out, r)
+    if isinstance(expected, str):
+        assert got == [got[0]] and got[0]["error"]["data"]["reason"] == expected
+        return
+    names = {
+        "notifications/stream/create": "create",
+        "notifications/stream/end": "end",
+        "notifications/progress": None,
+    }
+    seen = []
+    for m in got:
+        if m.get("id") == "r":
+            continue  # the resume's own {} (after the end, when complete)
+        if m.get("method") == "notifications/progress":
+            seen.append(f"p{m['params']['progress']}")
+        elif "result" in m:
+            seen.append("result")
+        else:
+            seen.append(names[m["method"]] or "?")
+    if name == "from the start":
+        expected = ["create", *expected]
+    assert seen == expected
+    if then == "complete":
+        assert got[-1] == ok("r")
