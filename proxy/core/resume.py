@@ -181,8 +181,9 @@ class ResumeMixin:
     def _acknowledge(self, stream: StreamSlot, seq: int) -> None:
         """The client has everything up to ``seq``: that much may now be dropped."""
         stream.acked = max(stream.acked, seq)
-        if stream.log.over_bound:
-            stream.log.trim(stream.acked)
+        if stream.log.keep_after is not None:
+            stream.log.keep_after = stream.acked
+            stream.log.trim()
 
     def _abandon(self, stream: StreamSlot, out: list[Command]) -> None:
         """Nobody came back in time: cancel the upstream work and free the buffer."""

@@ -344,11 +344,7 @@ class Session(ExpiryMixin, ResumeMixin):
 
     def _append_bytes(self, number: int, payload: bytes, out: list[Command]) -> None:
         stream = self._streams[number]
-        # overflow: block keeps every event its client has not acknowledged (by event id):
-        # a write to a connection proves nothing. The standalone stream always truncates:
-        # no request waits on it, so it must never hold the server back.
-        block = self.settings.overflow == "block" and number != STANDALONE
-        stream.log.append(payload, keep_after=stream.acked if block else None)
+        stream.log.append(payload)
         self._flush(stream, out)
 
     def _on_upstream_closed(self, reason: str, out: list[Command]) -> None:
@@ -373,6 +369,11 @@ class Session(ExpiryMixin, ResumeMixin):
         number = self._next_stream
         self._next_stream += 1
         log = StreamLog(s.stream_max_events, s.stream_max_bytes, self.budget)
+        if s.overflow == "block":
+            # Keep every event the client has not acknowledged (by event id): a write to a
+            # connection proves nothing. (The standalone stream always truncates: no
+            # request waits on it, so it must never hold the server back.)
+            log.keep_after = 0
         stream = StreamSlot(number, log, touched=self._now)
         self._streams[number] = stream
         return stream

@@ -83,7 +83,15 @@ class StreamLog:
     partial replay.
     """
 
-    __slots__ = ("_entries", "_last_seq", "budget", "bytes", "max_bytes", "max_events")
+    __slots__ = (
+        "_entries",
+        "_last_seq",
+        "budget",
+        "bytes",
+        "keep_after",
+        "max_bytes",
+        "max_events",
+    )
 
     def __init__(self, max_events: int, max_bytes: int, budget: ByteBudget | None = None) -> None:
         self._entries: deque[LogEntry] = deque()
@@ -92,6 +100,9 @@ class StreamLog:
         self.max_events = max_events
         self.max_bytes = max_bytes
         self.budget = budget if budget is not None else ByteBudget(2**63)
+        # overflow: block sets this to what the client acknowledged: later events are
+        # never dropped for the log's own bounds. None: drop the oldest (truncate).
+        self.keep_after: int | None = None
 
     @property
     def last_seq(self) -> int:
@@ -110,22 +121,23 @@ class StreamLog:
         """Holding more than its own bounds allow (possible only while trimming is held back)."""
         return len(self._entries) > self.max_events or self.bytes > self.max_bytes
 
-    def append(self, payload: bytes, *, keep_after: int | None = None) -> int:
-        """Add an event and trim to the bounds, never dropping events after ``keep_after``."""
+    def append(self, payload: bytes) -> int:
+        """Add an event and trim to the bounds."""
         self._last_seq += 1
         self._entries.append(LogEntry(self._last_seq, payload))
         self.bytes += len(payload)
         self.budget.used += len(payload)
-        self.trim(keep_after)
+        self.trim()
         return self._last_seq
 
-    def trim(self, keep_after: int | None = None) -> None:
+    def trim(self) -> None:
         """Drop the oldest events while over a bound, never the newest.
 
         Past its own bounds, only events up to ``keep_after`` go (``overflow: block`` keeps
         what the client has not acknowledged). The process-wide budget is a hard cap: past
         it the oldest go regardless.
         """
+        keep_after = self.keep_after
         entries = self._entries
         while len(entries) > 1:
             if not self.budget.over:

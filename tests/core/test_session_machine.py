@@ -1,9 +1,13 @@
 """A Hypothesis state machine over the core session: many calls, drops and resumes.
 
 Clients drop at any moment, keeping any prefix of what was in flight on the wire, and
-resume with the id of the last event they kept. Whatever the interleaving, each call's
-messages reach its client as a prefix of what the server sent (never a gap, never a
-duplicate), and once everything is collected, exactly all of it followed by the result.
+resume with the id of the last event they kept — by ``GET`` + ``Last-Event-ID`` or, when
+the session speaks the seed protocol, by ``stream/resume`` — and poll. Streams are small
+and overflow under either policy. Whatever the interleaving, each call's messages reach
+its client as a prefix of what the server sent (never a gap, never a duplicate); a resume
+is either that exact rest or, under ``truncate`` only, ``history_truncated``; no log holds
+more than its bound (plus the one event that trips it, while ``block`` pauses the
+server); once everything is collected, each client has all of it and the result.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -24,9 +28,19 @@ from hypothesis.stateful import (
 )
 
 from proxy.core.errors import ResumeError
-from proxy.core.events import ClientDetached, CloseClient, Command, ConnId, SendToClient
+from proxy.core.events import (
+    ClientDetached,
+    ClientPost,
+    CloseClient,
+    Command,
+    ConnId,
+    SendToClient,
+)
+from proxy.core.jsonrpc import classify
 from proxy.core.session import SessionSettings
-from tests.core.playbook import Playbook, note, ok, progress, req, upstream_sent
+from tests.core.playbook import Playbook, note, ok, payloads, progress, req, upstream_sent
+
+IGNORED = {"notifications/message", "notifications/stream/create", "notifications/stream/end"}
 
 
 @dataclass
@@ -40,15 +54,31 @@ class Call:
     last_id: str | None = None
     answered: bool = False
     finished: bool = False  # the client read the response
-    lost: bool = False  # dropped before any event id arrived: nothing to resume from
+    lost: bool = False  # nothing to resume from, or (truncate) its history was dropped
+    ref: dict[str, Any] | None = None  # streamId + resumeToken, when announced
+
+    def mine(self) -> list[dict[str, Any]]:
+        return [m for m in self.received if m.get("method") not in IGNORED]
 
 
 class SessionMachine(RuleBasedStateMachine):
-    @initialize()
-    def start(self) -> None:
-        self.pb = Playbook(settings=SessionSettings(completed_retention=1e9, idle_timeout=1e9))
-        self.pb.initialize()
+    @initialize(
+        overflow=st.sampled_from(["block", "truncate"]),
+        max_events=st.integers(2, 8),
+        seeded=st.booleans(),
+    )
+    def start(self, overflow: str, max_events: int, seeded: bool) -> None:
+        settings = SessionSettings(
+            completed_retention=1e9,
+            idle_timeout=1e9,
+            overflow=overflow,
+            stream_max_events=max_events,
+            token_secret=b"k" * 32,
+        )
+        self.pb = Playbook(settings=settings)
+        self.pb.initialize({"streams": {}} if seeded else None)
         self.calls: list[Call] = []
+        self.resumes = 0
 
     def _route(self, out: list[Command]) -> None:
         by_conn = {c.conn: c for c in self.calls if c.conn is not None}
@@ -62,10 +92,14 @@ class SessionMachine(RuleBasedStateMachine):
 
     def _read(self, call: Call, n: int) -> None:
         for ev in call.wire[:n]:
+            msg = json.loads(ev.payload) if ev.payload is not None else {}
+            if str(msg.get("id", "")).startswith("res-"):
+                continue  # a stream/resume request's own {} (its own stream): not the call's
             call.last_id = ev.event_id
             if ev.payload is not None:
-                msg = json.loads(ev.payload)
                 call.received.append(msg)
+                if msg.get("method") == "notifications/stream/create":
+                    call.ref = {k: msg["params"]["stream"][k] for k in ("streamId", "resumeToken")}
                 if "result" in msg:
                     call.finished = True
         del call.wire[:n]
@@ -79,8 +113,11 @@ class SessionMachine(RuleBasedStateMachine):
         call = Call(rid, upstream_sent(out)[0]["id"], conn)
         self.calls.append(call)
         self._route(out)
+        self._read(call, min(2, len(call.wire)))  # the priming event and the announcement
 
-    @precondition(lambda self: any(not c.answered for c in self.calls))
+    @precondition(
+        lambda self: any(not c.answered for c in self.calls) and not self.pb.session.upstream_paused
+    )
     @rule(data=st.data(), answer=st.booleans())
     def server_speaks(self, data: st.DataObject, answer: bool) -> None:
         call = data.draw(st.sampled_from([c for c in self.calls if not c.answered]))
@@ -93,6 +130,7 @@ class SessionMachine(RuleBasedStateMachine):
             call.emitted.append(msg)
         self._route(self.pb.upstream(msg))
 
+    @precondition(lambda self: not self.pb.session.upstream_paused)
     @rule()
     def server_logs(self) -> None:
         # Unrelated: goes to the only call in flight or to the standalone stream.
@@ -111,19 +149,64 @@ class SessionMachine(RuleBasedStateMachine):
     def _waiting(self) -> list[Call]:
         return [c for c in self.calls if c.conn is None and not c.finished and not c.lost]
 
+    def _refused(self, call: Call, reason: str) -> None:
+        event(f"resume refused: {reason}")
+        if reason == "history_truncated" and self.pb.session.settings.overflow == "truncate":
+            call.lost, call.conn = True, None  # explicit, and only where truncation is allowed
+            return
+        pytest.fail(f"resume refused: {reason}")
+
     @precondition(lambda self: bool(self._waiting()))
-    @rule(data=st.data())
-    def client_resumes(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), seed_protocol=st.booleans())
+    def client_resumes(self, data: st.DataObject, seed_protocol: bool) -> None:
         waiting = self._waiting()
         call = data.draw(st.sampled_from(waiting))
         assert call.last_id is not None
         conn = self.pb.conn()
         call.conn = conn
-        try:
-            out = self.pb.get(conn, call.last_id)
-        except ResumeError as exc:
-            pytest.fail(f"resume refused: {exc.reason}")
+        if seed_protocol and call.ref is not None:
+            self.resumes += 1
+            rid = f"res-{self.resumes}"
+            params = {**call.ref, "lastEventId": call.last_id}
+            out = self.pb.feed(ClientPost(conn, [classify(req(rid, "stream/resume", params))]))
+            event("resume by stream/resume")
+            errors = [m for m in payloads(out, conn) if m.get("id") == rid and "error" in m]
+            if errors:
+                self._refused(call, errors[0]["error"]["data"]["reason"])
+                return
+        else:
+            event("resume by GET")
+            try:
+                out = self.pb.get(conn, call.last_id)
+            except ResumeError as exc:
+                self._refused(call, exc.reason or "")
+                return
         self._route(out)
+
+    @precondition(lambda self: any(c.ref is not None and c.last_id for c in self.calls))
+    @rule(data=st.data())
+    def client_polls(self, data: st.DataObject) -> None:
+        call = data.draw(st.sampled_from([c for c in self.calls if c.ref and c.last_id]))
+        conn = self.pb.conn()
+        params = {**call.ref, "lastEventId": call.last_id}  # type: ignore[dict-item]
+        out = self.pb.feed(ClientPost(conn, [classify(req("poll", "stream/poll", params))]))
+        (reply,) = payloads(out, conn)
+        if "error" in reply:
+            assert reply["error"]["data"]["reason"] == "history_truncated"
+        else:
+            assert reply["result"]["streamId"] == call.ref["streamId"]  # type: ignore[index]
+
+    @invariant()
+    def note_pauses(self) -> None:
+        if self.pb.session.upstream_paused:
+            event("server paused (block)")
+
+    @invariant()
+    def logs_stay_within_their_bounds(self) -> None:
+        limit = self.pb.session.settings.stream_max_events
+        for number in self.pb.session.stream_numbers():
+            held = self.pb.session._streams[number].log
+            assert len(held) <= max(limit, 1000) + 1
 
     @rule(data=st.data())
     def client_reads(self, data: st.DataObject) -> None:
@@ -139,7 +222,7 @@ class SessionMachine(RuleBasedStateMachine):
     @invariant()
     def each_client_holds_a_prefix_of_its_call(self) -> None:
         for call in self.calls:
-            mine = [m for m in call.received if m.get("method") != "notifications/message"]
+            mine = call.mine()
             assert mine == call.emitted[: len(mine)], (mine, call.emitted)
 
     def teardown(self) -> None:
@@ -161,9 +244,14 @@ class SessionMachine(RuleBasedStateMachine):
                     break
                 if call.conn is None:
                     call.conn = self.pb.conn()
-                    self._route(self.pb.get(call.conn, call.last_id or ""))
-            mine = [m for m in call.received if m.get("method") != "notifications/message"]
-            assert mine == call.emitted, (call.rid, mine, call.emitted)
+                    try:
+                        self._route(self.pb.get(call.conn, call.last_id or ""))
+                    except ResumeError as exc:
+                        self._refused(call, exc.reason or "")
+                        break
+            if call.lost:
+                continue
+            assert call.mine() == call.emitted, (call.rid, call.mine(), call.emitted)
 
 
 SessionMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
