@@ -116,3 +116,42 @@ async def test_overflow_block_pauses_the_server_and_loses_nothing(tmp_path: Path
         progress = [m["params"]["progress"] for m in received if "method" in m]  # type: ignore[index]
         assert progress == list(range(1, n + 1)), "overflow: block must lose nothing"
         assert "upstream_resumed" in proxy.log_text()
+
+
+async def test_a_stalled_flood_never_stalls_another_session(tmp_path: Path) -> None:
+    """Session A floods a client that stopped reading (its server is held back, its
+    connection cut); session B keeps answering all the while."""
+    sessions = {"stream_max_events": 2000, "overflow": "block"}
+    sse = {"max_queued_bytes": 256 * 1024}
+    async with (
+        run_proxy(tmp_path, command=FLOOD, sessions=sessions, sse=sse) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        a, b = RawSession(http, proxy.url), RawSession(http, proxy.url)
+        await a.initialize()
+        await b.initialize()
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "flood",
+                "arguments": {"n": 100_000, "size": 500},
+                "_meta": {"progressToken": 1},
+            },
+        }
+        stalled = await http.post(proxy.url, json=body, headers=a.headers())
+        try:
+            await stalled.content.read(100)  # then A stops reading
+            loop = asyncio.get_running_loop()
+            latencies = []
+            for i in range(100):
+                start = loop.time()
+                async with asyncio.timeout(10):  # liveness, not speed: bench/ measures speed
+                    await b.request(100 + i, "ping")
+                latencies.append(loop.time() - start)
+            assert "upstream_paused" in proxy.log_text() or "client_too_slow" in proxy.log_text()
+            latencies.sort()
+            print(f"session B ping while A is stalled: p50 {latencies[50] * 1000:.1f} ms")
+        finally:
+            stalled.close()
