@@ -87,6 +87,9 @@ class StreamsConfig:
     resume_interval: ResumeIntervalConfig = field(default_factory=ResumeIntervalConfig)
     notification_shape: str = "nested"
     detach_after_create: bool = False
+    # Put each message's event id in _meta["io.github.mcp-resume-proxy/eventId"] (opt-in;
+    # for transports without SSE ids, where it is what lastEventId names).
+    event_id_in_meta: bool = False
     # HMAC key for resume tokens; else MCP_RESUME_PROXY_TOKEN_SECRET; else random per start.
     token_secret: str | None = None
 
@@ -116,6 +119,7 @@ class Config:
             resume_interval_max=st.resume_interval.max,
             notification_shape=st.notification_shape,
             detach_after_create=st.detach_after_create,
+            event_id_in_meta=st.event_id_in_meta,
             token_secret=token_secret,
             retry_ms=self.sse.retry_ms,
             max_stream_seconds=self.sse.max_stream_seconds,

@@ -63,6 +63,8 @@ class ResumeMixin:
 
         def _complete(self, stream: StreamSlot, out: list[Command]) -> None: ...
 
+        def _stamped(self, stream: StreamSlot, payload: bytes) -> bytes: ...
+
     def _answer_resume(self, number: int, response: dict[str, Any]) -> None:
         """Log a waiting stream/resume request's answer; its connection arrives after."""
         reply = self._streams.get(number)
@@ -91,7 +93,7 @@ class ResumeMixin:
             interval_min=s.resume_interval_min,
             interval_max=s.resume_interval_max,
         )
-        stream.log.append(jsonrpc.encode(create))
+        stream.log.append(self._stamped(stream, jsonrpc.encode(create)))
         stream.touched = self._now
         conn = stream.conn
         self._flush(stream, out)

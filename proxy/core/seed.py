@@ -69,6 +69,26 @@ def create_notification(
     return {"jsonrpc": "2.0", "method": CREATE, "params": params}
 
 
+EVENT_ID_META = "io.github.mcp-resume-proxy/eventId"
+"""``_meta`` key carrying a message's event id, for clients that opt in
+(``streams.event_id_in_meta``): on transports without SSE ids it is how a client can name
+what it received (``lastEventId``)."""
+
+
+def with_event_id(payload: bytes, event_id: str) -> bytes:
+    """``payload`` with its event id in ``params._meta`` / ``result._meta`` (errors: as is)."""
+    msg = json.loads(payload)
+    key = "params" if "method" in msg else "result"
+    body = msg.get(key, {} if key == "params" else None)
+    if not isinstance(body, dict):
+        return payload
+    meta = body.get("_meta")
+    meta = dict(meta) if isinstance(meta, dict) else {}
+    meta[EVENT_ID_META] = event_id
+    msg[key] = {**body, "_meta": meta}
+    return json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def end_notification(stream_id: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": END, "params": {"streamId": stream_id}}
 

@@ -327,7 +327,8 @@ class Session(ExpiryMixin, ResumeMixin):
         if stream.state is not StreamState.LIVE:
             return
         if stream.stream_id is not None:
-            stream.log.append(jsonrpc.encode(seed.end_notification(stream.stream_id)))
+            end = jsonrpc.encode(seed.end_notification(stream.stream_id))
+            stream.log.append(self._stamped(stream, end))
         stream.state = transition(stream.state, StreamEvent.COMPLETE)
         stream.done_at = self._now
         for number in stream.waiting:
@@ -344,8 +345,15 @@ class Session(ExpiryMixin, ResumeMixin):
 
     def _append_bytes(self, number: int, payload: bytes, out: list[Command]) -> None:
         stream = self._streams[number]
-        stream.log.append(payload)
+        stream.log.append(self._stamped(stream, payload))
         self._flush(stream, out)
+
+    def _stamped(self, stream: StreamSlot, payload: bytes) -> bytes:
+        """With ``streams.event_id_in_meta``: the id the payload gets, in its ``_meta``."""
+        if stream.stream_id is None or not self.settings.event_id_in_meta:
+            return payload
+        next_id = format_event_id(self.epoch, stream.number, stream.log.last_seq + 1)
+        return seed.with_event_id(payload, next_id)
 
     def _on_upstream_closed(self, reason: str, out: list[Command]) -> None:
         if self.closed:

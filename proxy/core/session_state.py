@@ -31,6 +31,7 @@ class SessionSettings:
     resume_interval_max: float = 3600.0
     notification_shape: str = "nested"  # or "flat" (the PR's final schema.ts)
     detach_after_create: bool = False
+    event_id_in_meta: bool = False  # opt-in: announced streams' messages carry their id
     token_secret: bytes = b""
 
 

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import pytest
 
-from proxy.core.events import ClientDetached, ClientPost, CloseClient, ConnId, LogNote, StartSse
+from proxy.core.events import (
+    ClientDetached,
+    ClientPost,
+    CloseClient,
+    ConnId,
+    LogNote,
+    SendToClient,
+    StartSse,
+)
 from proxy.core.jsonrpc import classify
 from proxy.core.session import SessionSettings
 from proxy.core.tokens import resume_token_for
@@ -345,3 +354,20 @@ def test_recovery_table(name: str, acked: int, then: str, expected: list[str] | 
     assert seen == expected
     if then == "complete":
         assert got[-1] == ok("r")
+
+
+def test_event_ids_in_meta_only_when_opted_in() -> None:
+    key = "io.github.mcp-resume-proxy/eventId"
+    pb = seeded(event_id_in_meta=True)
+    c, up, stream = call(pb)
+    out = pb.upstream(progress("tok", 1)) + pb.upstream(ok(up, {"content": []}))
+    sent = [s for s in pb.log if isinstance(s, SendToClient) and s.conn == c and s.payload]
+    for event in sent:  # the create, the progress, the result and the end
+        msg = json.loads(event.payload or b"")
+        body = msg["params"] if "method" in msg else msg["result"]
+        assert body["_meta"][key] == event.event_id
+    assert len(sent) == 4
+    plain = seeded()
+    c, up, _ = call(plain)
+    out = plain.upstream(progress("tok", 1))
+    assert "_meta" not in payloads(out, c)[0]["params"]

@@ -155,3 +155,45 @@ async def test_a_stalled_flood_never_stalls_another_session(tmp_path: Path) -> N
             print(f"session B ping while A is stalled: p50 {latencies[50] * 1000:.1f} ms")
         finally:
             stalled.close()
+
+
+async def test_overflow_truncate_keeps_memory_bounded_and_says_what_was_lost(
+    tmp_path: Path,
+) -> None:
+    n = 40_000
+    sessions = {"stream_max_events": 2000, "overflow": "truncate"}
+    async with (
+        run_proxy(tmp_path, command=FLOOD, sessions=sessions) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "flood",
+                "arguments": {"n": n, "size": 500},
+                "_meta": {"progressToken": 1},
+            },
+        }
+        resp = await http.post(proxy.url, json=body, headers=s.headers())
+        (priming,) = SSEDecoder().feed(await resp.content.readuntil(b"\n\n"))
+        resp.close()  # gone at once
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while True:  # the server runs on; the oldest events go
+            headers = s.headers(**{"Last-Event-ID": priming.id or ""})
+            async with http.get(proxy.url, headers=headers) as again:
+                if again.status == 410:
+                    reason = (await again.json())["error"]["data"]["reason"]
+                    break
+                again.close()
+            assert loop.time() < deadline
+            await asyncio.sleep(0.05)
+        assert reason == "history_truncated"
+        async with http.get(proxy.base + "/healthz") as health:
+            held = (await health.json())["buffered_bytes"]
+        assert held < 2000 * 600 + 64 * 1024, f"{held} bytes held past the stream bound"
+        assert "upstream_paused" not in proxy.log_text()
