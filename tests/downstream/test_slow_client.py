@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -14,6 +15,20 @@ from tests.downstream.sse_client import RawSession
 from tests.support import ROOT, run_proxy
 
 FLOOD = [sys.executable, str(ROOT / "tests" / "fixtures" / "flood_server.py")]
+
+
+def flood_call(n: int) -> dict[str, Any]:
+    """tools/call of the flood fixture: ``n`` progress notifications of ~500 bytes."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "flood",
+            "arguments": {"n": n, "size": 500},
+            "_meta": {"progressToken": 1},
+        },
+    }
 
 
 async def test_a_stalled_reader_is_cut_loose_and_resumes_exactly(tmp_path: Path) -> None:
@@ -25,16 +40,7 @@ async def test_a_stalled_reader_is_cut_loose_and_resumes_exactly(tmp_path: Path)
     ):
         s = RawSession(http, proxy.url)
         await s.initialize()
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {
-                "name": "flood",
-                "arguments": {"n": n, "size": 500},
-                "_meta": {"progressToken": 1},
-            },
-        }
+        body = flood_call(n)
         received: list[dict[str, object]] = []
         last_id = None
         dec = SSEDecoder()
@@ -80,13 +86,7 @@ async def test_overflow_block_pauses_the_server_and_loses_nothing(tmp_path: Path
     ):
         s = RawSession(http, proxy.url)
         await s.initialize()
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": "flood", "arguments": {"n": n, "size": 500}},
-        }
-        body["params"]["_meta"] = {"progressToken": 1}  # type: ignore[index]
+        body = flood_call(n)
         resp = await http.post(proxy.url, json=body, headers=s.headers())
         dec = SSEDecoder()
         first = dec.feed(await resp.content.readuntil(b"\n\n"))  # the priming event
@@ -130,16 +130,7 @@ async def test_a_stalled_flood_never_stalls_another_session(tmp_path: Path) -> N
         a, b = RawSession(http, proxy.url), RawSession(http, proxy.url)
         await a.initialize()
         await b.initialize()
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {
-                "name": "flood",
-                "arguments": {"n": 100_000, "size": 500},
-                "_meta": {"progressToken": 1},
-            },
-        }
+        body = flood_call(100_000)
         stalled = await http.post(proxy.url, json=body, headers=a.headers())
         try:
             await stalled.content.read(100)  # then A stops reading
@@ -168,16 +159,7 @@ async def test_overflow_truncate_keeps_memory_bounded_and_says_what_was_lost(
     ):
         s = RawSession(http, proxy.url)
         await s.initialize()
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {
-                "name": "flood",
-                "arguments": {"n": n, "size": 500},
-                "_meta": {"progressToken": 1},
-            },
-        }
+        body = flood_call(n)
         resp = await http.post(proxy.url, json=body, headers=s.headers())
         (priming,) = SSEDecoder().feed(await resp.content.readuntil(b"\n\n"))
         resp.close()  # gone at once
