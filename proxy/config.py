@@ -42,6 +42,9 @@ class UpstreamConfig:
     cwd: str | None = None
     stop_grace_seconds: float = 5.0
     max_line_bytes: int = 16 * 1024 * 1024
+    # A server that stops reading its stdin: past this many bytes waiting for it, new
+    # POSTs of the session get 503 (upstream_busy) instead of piling up in memory.
+    max_pending_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,7 @@ _POSITIVE = {
     "sessions.max_streams_per_session",
     "sessions.max_buffered_bytes",
     "upstream.max_line_bytes",
+    "upstream.max_pending_bytes",
     "streams.resume_interval.max",
 }
 

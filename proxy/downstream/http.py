@@ -19,6 +19,7 @@ from proxy.core import httprules, jsonrpc
 from proxy.core.errors import (
     BadRequest,
     MethodNotAllowed,
+    Overloaded,
     PayloadTooLarge,
     ProxyError,
     SessionNotFound,
@@ -126,6 +127,11 @@ class StreamableHttp:
         else:
             runner = self._session(request)
             httprules.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
+            if runner.upstream.pending_bytes > self.config.upstream.max_pending_bytes:
+                raise Overloaded(
+                    "The MCP server is not reading its input; try again later",
+                    reason="upstream_busy",
+                )
         conn = runner.open_conn()
         try:
             runner.feed(ClientPost(conn.id, messages, batch, request.headers.get("Last-Event-ID")))

@@ -53,6 +53,7 @@ class StdioUpstream:
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopping = False
         self._closed_reported = False
+        self.pending_bytes = 0  # queued for stdin, not yet taken by the child
         self._readable = asyncio.Event()  # cleared: overflow: block holds the server back
         self._readable.set()
         self._exited: asyncio.Future[None]
@@ -116,6 +117,7 @@ class StdioUpstream:
     def send(self, payload: bytes) -> None:
         """Queue one message for the child's stdin (order is kept)."""
         if not self._stopping:
+            self.pending_bytes += len(payload) + 1
             self._outbox.put_nowait(payload)
 
     async def _write_stdin(self) -> None:
@@ -133,11 +135,13 @@ class StdioUpstream:
                     self._outbox.put_nowait(None)
                     break
                 chunks += (more, b"\n")
+            data = b"".join(chunks)
             try:
-                stdin.write(b"".join(chunks))
+                stdin.write(data)
                 await stdin.drain()
             except (ConnectionError, BrokenPipeError):
                 break
+            self.pending_bytes -= len(data)
         with contextlib.suppress(Exception):
             stdin.close()
 

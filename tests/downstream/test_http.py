@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -380,3 +381,31 @@ async def test_session_limit_refuses_new_sessions_with_503_and_keeps_the_others(
         async with http.delete(proxy.url, headers=second.headers()) as resp:
             assert resp.status == 200
         await third.initialize()  # room again
+
+
+async def test_a_server_that_stops_reading_gets_503_not_unbounded_memory(tmp_path: Path) -> None:
+    deaf = tmp_path / "deaf.py"
+    deaf.write_text(
+        "import json, sys, time\n"
+        "m = json.loads(sys.stdin.readline())\n"
+        "r = {'protocolVersion': '2025-11-25', 'capabilities': {},\n"
+        "     'serverInfo': {'name': 'deaf', 'version': '1'}}\n"
+        "print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)\n"
+        "time.sleep(600)  # and never reads stdin again\n"
+    )
+    upstream = {"max_pending_bytes": 2 * 1024 * 1024}
+    async with (
+        run_proxy(tmp_path, command=[sys.executable, str(deaf)], upstream=upstream) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        note = {"jsonrpc": "2.0", "method": "notifications/x", "params": {"pad": "y" * 1_000_000}}
+        statuses = []
+        for _ in range(8):
+            async with http.post(proxy.url, json=note, headers=s.headers()) as resp:
+                statuses.append(resp.status)
+                if resp.status == 503:
+                    body = await resp.json()
+                    assert body["error"]["data"]["reason"] == "upstream_busy"
+        assert statuses[0] == 202 and statuses[-1] == 503, statuses
