@@ -38,6 +38,7 @@ class ExpiryMixin:
     _ids: IdMap
     _idle_since: float | None
     _wake: float | None
+    _deadlines_moved: bool
     _now: float
 
     if TYPE_CHECKING:  # provided by Session; declared here for the type checker
@@ -96,6 +97,8 @@ class ExpiryMixin:
             # overflow: block — stop reading the server until a client takes the backlog.
             self.upstream_paused = blocked
             out.append(PauseUpstream() if blocked else ResumeUpstream())
+        if not self._deadlines_moved:
+            return
         busy = bool(self._by_conn) or len(self._ids) > 0
         if busy:
             self._idle_since = None

@@ -83,6 +83,7 @@ class Session(ExpiryMixin, ResumeMixin):
         self.speaks_streams = False  # the client declared capabilities.streams
         self.upstream_paused = False  # overflow: block is holding the server back
         self._over: set[int] = set()  # streams holding more than their bounds (block)
+        self._deadlines_moved = True
         self._idle_since: float | None = now
         self._wake: float | None = None
         self._now = now
@@ -96,6 +97,12 @@ class Session(ExpiryMixin, ResumeMixin):
         """Apply one event at time ``now``; return the commands to carry out, in order."""
         self._now = now
         out: list[Command] = []
+        # A server notification only appends to a live stream: no deadline moves unless a
+        # connection goes or a stream completes (those mark it themselves). Everything else
+        # may move one. This keeps the hot path from scanning every stream per message.
+        self._deadlines_moved = not (
+            isinstance(event, UpstreamMessage) and event.msg.kind is Kind.NOTIFICATION
+        )
         if isinstance(event, ClientPost):
             self._on_post(event, out)
         elif isinstance(event, ClientGet):
@@ -227,6 +234,7 @@ class Session(ExpiryMixin, ResumeMixin):
         self._flush(stream, out)
 
     def _detach(self, conn: ConnId) -> None:
+        self._deadlines_moved = True
         self._continue.pop(conn, None)
         number = self._by_conn.pop(conn, None)
         if number is None:
@@ -326,6 +334,7 @@ class Session(ExpiryMixin, ResumeMixin):
     def _complete(self, stream: StreamSlot, out: list[Command]) -> None:
         if stream.state is not StreamState.LIVE:
             return
+        self._deadlines_moved = True
         if stream.stream_id is not None:
             end = jsonrpc.encode(seed.end_notification(stream.stream_id))
             stream.log.append(self._stamped(stream, end))
