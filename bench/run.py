@@ -27,6 +27,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
+LEGACY = ROOT / "tests" / "fixtures" / "legacy_server.py"
+SERVE_HTTP = ROOT / "tests" / "fixtures" / "serve_http.py"
+FLOOD = ROOT / "tests" / "fixtures" / "flood_server.py"
 PYTHON = sys.executable
 PROXY = str(ROOT / ".venv" / "bin" / "mcp-resume-proxy")
 HOST = "127.0.0.1"
@@ -48,11 +51,9 @@ class Contender:
 CONTENDERS: dict[str, Contender] = {
     c.name: c
     for c in [
-        Contender("direct", "burst", False, [PYTHON, str(BENCH / "servers" / "direct_http.py")]),
-        Contender(
-            "proxy+sdk", "burst", True, [PYTHON, str(ROOT / "tests/fixtures/legacy_server.py")]
-        ),
-        Contender("proxy+raw", "flood", True, [PYTHON, str(BENCH / "servers" / "raw_server.py")]),
+        Contender("direct", "burst", False, [PYTHON, str(SERVE_HTTP), "--fixture", str(LEGACY)]),
+        Contender("proxy+sdk", "burst", True, [PYTHON, str(LEGACY)]),
+        Contender("proxy+raw", "flood", True, [PYTHON, str(FLOOD)]),
     ]
 }
 

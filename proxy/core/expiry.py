@@ -20,10 +20,8 @@ from proxy.core.events import (
     WakeAt,
 )
 from proxy.core.idmap import IdMap
-from proxy.core.session_state import SessionSettings, StreamSlot
-from proxy.core.stream import StreamEvent, StreamState, transition
-
-STANDALONE = 0  # the standalone (GET) stream's number (also in proxy.core.resume)
+from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot
+from proxy.core.stream import StreamState
 
 
 class ExpiryMixin:
@@ -53,6 +51,19 @@ class ExpiryMixin:
 
         def _abandon_at(self, stream: StreamSlot) -> float | None: ...
 
+        def _drop_stream(self, stream: StreamSlot) -> None: ...
+
+    def _expire_at(self, stream: StreamSlot) -> float | None:
+        """When a finished request stream nobody is reading stops being resumable."""
+        if (
+            stream.state is not StreamState.COMPLETED
+            or stream.conn is not None
+            or stream.done_at is None
+            or stream.number == STANDALONE
+        ):
+            return None
+        return stream.done_at + self.settings.completed_retention
+
     def _on_tick(self, out: list[Command]) -> None:
         now = self._now
         for stream in list(self._streams.values()):
@@ -69,16 +80,9 @@ class ExpiryMixin:
                 self._detach(conn)
                 out.append(CloseClient(conn, self.settings.retry_ms))
                 out.append(LogNote("stream_polling_close", {"stream": stream.number}))
-            if (
-                stream.state is StreamState.COMPLETED
-                and stream.conn is None
-                and stream.done_at is not None
-                and stream.done_at + self.settings.completed_retention <= now
-                and stream.number != STANDALONE
-            ):
-                stream.state = transition(stream.state, StreamEvent.EXPIRE)
-                stream.log.clear()
-                del self._streams[stream.number]
+            expire_at = self._expire_at(stream)
+            if expire_at is not None and expire_at <= now:
+                self._drop_stream(stream)
         if self.closed:
             if all(s.number == STANDALONE for s in self._streams.values()) and not self._by_conn:
                 self._end("ended and nothing left to resume", out)
@@ -119,13 +123,9 @@ class ExpiryMixin:
             abandon_at = self._abandon_at(stream)
             if abandon_at is not None:
                 deadlines.append(abandon_at)
-            if (
-                stream.state is StreamState.COMPLETED
-                and stream.conn is None
-                and stream.done_at is not None
-                and stream.number != STANDALONE
-            ):
-                deadlines.append(stream.done_at + self.settings.completed_retention)
+            expire_at = self._expire_at(stream)
+            if expire_at is not None:
+                deadlines.append(expire_at)
         if self.closed and not deadlines:
             deadlines.append(self._now)
         if self._idle_since is not None and not self.closed:

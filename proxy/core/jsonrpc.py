@@ -150,6 +150,11 @@ def with_id(msg: Message, new_id: Any) -> dict[str, Any]:
     return out
 
 
+def with_param(msg: Message, key: str, value: Any) -> dict[str, Any]:
+    """A shallow copy of the message with ``params[key]`` replaced."""
+    return {**msg.raw, "params": {**msg.params, key: value}}
+
+
 def ok_response(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "result": result}
 

@@ -23,12 +23,9 @@ from proxy.core.events import (
 )
 from proxy.core.idmap import IdMap
 from proxy.core.jsonrpc import Message
-from proxy.core.session_state import SessionSettings, StreamSlot
+from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot
 from proxy.core.stream import StreamEvent, StreamState, transition
 from proxy.core.tokens import resume_token_for, token_matches
-
-STANDALONE = 0
-"""Stream number of the session's standalone (GET) stream."""
 
 
 class ResumeMixin:
@@ -64,6 +61,8 @@ class ResumeMixin:
         def _complete(self, stream: StreamSlot, out: list[Command]) -> None: ...
 
         def _stamped(self, stream: StreamSlot, payload: bytes) -> bytes: ...
+
+        def _drop_stream(self, stream: StreamSlot) -> None: ...
 
     def _answer_resume(self, number: int, response: dict[str, Any]) -> None:
         """Log a waiting stream/resume request's answer; its connection arrives after."""
@@ -203,9 +202,7 @@ class ResumeMixin:
         )
         for number in stream.waiting:
             self._answer_resume(number, abandoned)
-        stream.state = transition(stream.state, StreamEvent.EXPIRE)
-        stream.log.clear()
-        del self._streams[stream.number]
+        self._drop_stream(stream)
         self._abandoned.add(stream.number)
         out.append(LogNote("stream_abandoned", {"stream": stream.number}))
 

@@ -41,8 +41,8 @@ from proxy.core.events import (
 from proxy.core.expiry import ExpiryMixin
 from proxy.core.idmap import IdMap, progress_token_of
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.resume import STANDALONE, ResumeMixin
-from proxy.core.session_state import SessionSettings, StreamSlot
+from proxy.core.resume import ResumeMixin
+from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot
 
 __all__ = ["STANDALONE", "UPSTREAM_EXITED", "Session", "SessionSettings"]
 from proxy.core.stream import ByteBudget, StreamEvent, StreamLog, StreamState, transition
@@ -195,9 +195,9 @@ class Session(ExpiryMixin, ResumeMixin):
             if upstream_id is None:
                 out.append(LogNote("cancel_unknown_request", {"request_id": client_id}))
                 return
-            raw = dict(msg.raw)
-            raw["params"] = {**msg.params, "requestId": upstream_id}
-            out.append(SendUpstream(jsonrpc.encode(raw)))
+            out.append(
+                SendUpstream(jsonrpc.encode(jsonrpc.with_param(msg, "requestId", upstream_id)))
+            )
             # The client stops waiting; a late upstream answer is dropped as unmatched.
             self._finish_request(upstream_id, out)
             return
@@ -299,9 +299,8 @@ class Session(ExpiryMixin, ResumeMixin):
             if downstream is None:
                 out.append(LogNote("upstream_cancel_unmatched", {"request_id": server_id}))
                 return
-            raw = dict(msg.raw)
-            raw["params"] = {**msg.params, "requestId": downstream}
-            self._append(self._route_unrelated(), raw, out)
+            rewritten = jsonrpc.with_param(msg, "requestId", downstream)
+            self._append(self._route_unrelated(), rewritten, out)
         else:
             self._append_bytes(self._route_unrelated(), msg.encoded(), out)
 
@@ -399,14 +398,19 @@ class Session(ExpiryMixin, ResumeMixin):
         """Make room by dropping the oldest completed, unattached stream; else refuse."""
         for number, stream in self._streams.items():  # oldest first
             if stream.state is StreamState.COMPLETED and stream.conn is None and number:
-                stream.log.clear()
-                del self._streams[number]
+                self._drop_stream(stream)
                 return
         raise Overloaded(
             f"Too many streams in this session (sessions.max_streams_per_session="
             f"{self.settings.max_streams})",
             reason="too_many_streams",
         )
+
+    def _drop_stream(self, stream: StreamSlot) -> None:
+        """Forget a stream and free its log (it can no longer be resumed)."""
+        stream.state = transition(stream.state, StreamEvent.EXPIRE)
+        stream.log.clear()
+        del self._streams[stream.number]
 
     def _close(self, reason: str, out: list[Command]) -> None:
         """No more requests; the upstream stops; completed streams stay resumable."""

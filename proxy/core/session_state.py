@@ -8,6 +8,9 @@ from typing import Any
 from proxy.core.events import ConnId
 from proxy.core.stream import StreamLog, StreamState
 
+STANDALONE = 0
+"""Stream number of the session's standalone (GET) stream."""
+
 
 @dataclass(frozen=True, slots=True)
 class SessionSettings:

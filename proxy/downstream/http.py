@@ -221,7 +221,6 @@ class StreamableHttp:
             # and a GET with Last-Event-ID resumes it.
             log.debug("client_gone", session=runner.session_id[:8], conn=conn.id, error=repr(exc))
             if isinstance(exc, asyncio.CancelledError):
-                runner.conn_gone(conn)
                 raise
         finally:
             runner.conn_gone(conn)

@@ -24,7 +24,7 @@ from typing import Final
 from .suite import REPO_ROOT
 
 FIXTURE_SERVER: Final = REPO_ROOT / "tests" / "fixtures" / "conformance_server.py"
-SDK_HTTP_SERVER: Final = Path(__file__).resolve().parent / "serve_fixture_http.py"
+SDK_HTTP_SERVER: Final = Path(__file__).resolve().parents[1] / "fixtures" / "serve_http.py"
 HOST: Final = "127.0.0.1"
 START_DEADLINE_S: Final = 60.0
 STOP_GRACE_S: Final = 15.0

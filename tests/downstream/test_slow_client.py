@@ -12,7 +12,7 @@ import aiohttp
 
 from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession
-from tests.support import ROOT, run_proxy
+from tests.support import ROOT, RunningProxy, run_proxy
 
 FLOOD = [sys.executable, str(ROOT / "tests" / "fixtures" / "flood_server.py")]
 
@@ -31,6 +31,49 @@ def flood_call(n: int) -> dict[str, Any]:
     }
 
 
+class Collector:
+    """What a client keeps of one call's SSE events over its connections."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        self.last_id: str | None = None
+        self._dec = SSEDecoder()
+
+    def new_connection(self) -> None:
+        self._dec = SSEDecoder()  # a cut-off event of the old connection is not dispatched
+
+    def take(self, chunk: bytes) -> None:
+        for event in self._dec.feed(chunk):
+            self.last_id = event.id or self.last_id
+            if event.data:
+                self.received.append(json.loads(event.data))
+
+    async def resume_until_result(self, http: aiohttp.ClientSession, s: RawSession) -> None:
+        """Reconnect with Last-Event-ID, as SDK clients do, until the response is in."""
+        for _ in range(500):
+            assert self.last_id is not None
+            self.new_connection()
+            headers = s.headers(**{"Last-Event-ID": self.last_id})
+            async with http.get(s.url, headers=headers) as resp:
+                assert resp.status == 200, await resp.text()
+                async for chunk in resp.content.iter_any():
+                    self.take(chunk)
+            if self.received and "result" in self.received[-1]:
+                return
+        raise AssertionError("the response never came")
+
+    def progress(self) -> list[int]:
+        return [m["params"]["progress"] for m in self.received if "method" in m]
+
+
+async def wait_for_log(proxy: RunningProxy, text: str, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while text not in proxy.log_text():
+        assert loop.time() < deadline, what
+        await asyncio.sleep(0.05)
+
+
 async def test_a_stalled_reader_is_cut_loose_and_resumes_exactly(tmp_path: Path) -> None:
     n = 40_000  # ~20 MB: more than the socket buffers between us can hide
     sse = {"max_queued_bytes": 256 * 1024}
@@ -40,41 +83,17 @@ async def test_a_stalled_reader_is_cut_loose_and_resumes_exactly(tmp_path: Path)
     ):
         s = RawSession(http, proxy.url)
         await s.initialize()
-        body = flood_call(n)
-        received: list[dict[str, object]] = []
-        last_id = None
-        dec = SSEDecoder()
-
-        def take(chunk: bytes) -> None:
-            nonlocal last_id
-            for event in dec.feed(chunk):
-                last_id = event.id or last_id
-                if event.data:
-                    received.append(json.loads(event.data))
-
-        async with http.post(proxy.url, json=body, headers=s.headers()) as resp:
-            take(await resp.content.read(1024))
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 60
-            while "client_too_slow" not in proxy.log_text():  # we stall; the proxy notices
-                assert loop.time() < deadline, "the proxy never gave up on the stalled reader"
-                await asyncio.sleep(0.05)
+        call = Collector()
+        async with http.post(proxy.url, json=flood_call(n), headers=s.headers()) as resp:
+            call.take(await resp.content.read(1024))
+            # we stall; the proxy notices
+            await wait_for_log(proxy, "client_too_slow", "the proxy never gave up on the reader")
             async for chunk in resp.content.iter_any():  # what was in flight, then the end
-                take(chunk)
-        assert not any("result" in m for m in received), "cut before the response"
-        for _ in range(500):  # reconnect as SDK clients do, until the response is in
-            assert last_id is not None
-            dec = SSEDecoder()
-            headers = s.headers(**{"Last-Event-ID": last_id})
-            async with http.get(proxy.url, headers=headers) as resp:
-                assert resp.status == 200
-                async for chunk in resp.content.iter_any():
-                    take(chunk)
-            if "result" in received[-1]:
-                break
-        progress = [m["params"]["progress"] for m in received if "method" in m]  # type: ignore[index]
-        assert progress == list(range(1, n + 1))
-        assert received[-1]["result"]["content"][0]["text"] == f"flood {n}"  # type: ignore[index]
+                call.take(chunk)
+        assert not any("result" in m for m in call.received), "cut before the response"
+        await call.resume_until_result(http, s)
+        assert call.progress() == list(range(1, n + 1))
+        assert call.received[-1]["result"]["content"][0]["text"] == f"flood {n}"
 
 
 async def test_overflow_block_pauses_the_server_and_loses_nothing(tmp_path: Path) -> None:
@@ -86,35 +105,16 @@ async def test_overflow_block_pauses_the_server_and_loses_nothing(tmp_path: Path
     ):
         s = RawSession(http, proxy.url)
         await s.initialize()
-        body = flood_call(n)
-        resp = await http.post(proxy.url, json=body, headers=s.headers())
-        dec = SSEDecoder()
-        first = dec.feed(await resp.content.readuntil(b"\n\n"))  # the priming event
+        call = Collector()
+        resp = await http.post(proxy.url, json=flood_call(n), headers=s.headers())
+        call.take(await resp.content.readuntil(b"\n\n"))  # the priming event
         resp.close()  # the client is gone before anything else arrives
-        last_id = first[0].id
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 60
-        while "upstream_paused" not in proxy.log_text():
-            assert loop.time() < deadline, "the server was never held back"
-            await asyncio.sleep(0.05)
+        await wait_for_log(proxy, "upstream_paused", "the server was never held back")
         async with http.get(proxy.base + "/healthz") as health:
             held = (await health.json())["buffered_bytes"]
         assert held < 2000 * 600 + 64 * 1024, f"{held} bytes held past the stream bound"
-        received: list[dict[str, object]] = []
-        for _ in range(500):
-            dec = SSEDecoder()
-            headers = s.headers(**{"Last-Event-ID": last_id or ""})
-            async with http.get(proxy.url, headers=headers) as resp:
-                assert resp.status == 200, await resp.text()
-                async for chunk in resp.content.iter_any():
-                    for event in dec.feed(chunk):
-                        last_id = event.id or last_id
-                        if event.data:
-                            received.append(json.loads(event.data))
-            if received and "result" in received[-1]:
-                break
-        progress = [m["params"]["progress"] for m in received if "method" in m]  # type: ignore[index]
-        assert progress == list(range(1, n + 1)), "overflow: block must lose nothing"
+        await call.resume_until_result(http, s)
+        assert call.progress() == list(range(1, n + 1)), "overflow: block must lose nothing"
         assert "upstream_resumed" in proxy.log_text()
 
 
