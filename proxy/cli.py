@@ -1,9 +1,11 @@
-"""The command line: ``mcp-resume-proxy [options] -- CMD [ARGS...]``."""
+"""The command line: ``mcp-resume-proxy [options] -- CMD [ARGS...]``,
+``mcp-resume-proxy [options] --upstream URL`` and ``mcp-resume-proxy connect URL``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -13,7 +15,7 @@ import structlog
 from aiohttp import web
 
 from proxy import __version__
-from proxy.config import Config, ConfigError, load_config, override
+from proxy.config import Config, ConfigError, config_from_mapping, load_config, override
 from proxy.downstream.http import build_app
 from proxy.logs import configure_logging
 from proxy.runtime import Registry
@@ -21,12 +23,13 @@ from proxy.runtime import Registry
 log = structlog.get_logger("proxy.cli")
 
 DESCRIPTION = """\
-Serve a stdio MCP server over resumable Streamable HTTP.
+Serve an MCP server (a stdio command, or a remote URL) over resumable Streamable HTTP.
 
 Clients connect to http://HOST:PORT/mcp. Each client session gets its own server
-process. When a client's connection drops, the server's work goes on and everything it
-says is kept; the client resumes with GET + Last-Event-ID (the official SDKs do this by
-themselves) and receives every later message exactly once, in order.
+process (or its own upstream session on a URL). When a client's connection drops, the
+server's work goes on and everything it says is kept; the client resumes with GET +
+Last-Event-ID (the official SDKs do this by themselves) and receives every later message
+exactly once, in order.
 """
 
 EPILOG = """\
@@ -34,9 +37,12 @@ examples:
   mcp-resume-proxy -- python my_server.py
   mcp-resume-proxy --port 9000 -- npx -y @modelcontextprotocol/server-everything
   mcp-resume-proxy --config config/local-stdio.yaml
+  mcp-resume-proxy --upstream https://example.com/mcp --header "Authorization: Bearer ${TOKEN}"
+  mcp-resume-proxy connect http://127.0.0.1:8808/mcp   # a stdio server for desktop hosts
 
 Settings come from defaults, then the config file, then the environment
-(MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _LOG_FORMAT, _LOG_LEVEL), then the command
+(MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _UPSTREAM_URL, _LOG_FORMAT, _LOG_LEVEL), then the
+command
 line. Stop with Ctrl-C or
 SIGTERM: the proxy stops accepting, ends every session, stops every server process,
 and exits 0.
@@ -58,6 +64,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-level", choices=("debug", "info", "warning", "error"), help="default info"
+    )
+    parser.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="a remote MCP server to front instead of a command (http(s):// or ws(s)://)",
+    )
+    parser.add_argument(
+        "--transport",
+        choices=("auto", "streamable-http", "sse", "websocket"),
+        help="how to speak to --upstream (default auto: by scheme and path)",
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="a header for every request to --upstream (repeatable; ${VAR} expands)",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
@@ -93,13 +116,34 @@ def resolve_config(args: argparse.Namespace) -> Config:
         command = command[1:]
     config = override(config, "listen", host=args.host, port=args.port)
     config = override(config, "log", format=args.log_format, level=args.log_level)
-    if command:
-        config = override(config, "upstream", command=command)
-    if not config.upstream.command:
+    url = args.upstream or (_env("UPSTREAM_URL") if not command else None)
+    if command and args.upstream:
+        raise ConfigError("give either a command after '--' or --upstream URL, not both")
+    if command:  # the command line wins over a config file's upstream
+        upstream = dataclasses.replace(config.upstream, command=command, url=None)
+        config = dataclasses.replace(config, upstream=upstream)
+    elif url:
+        upstream = dataclasses.replace(config.upstream, url=url, command=[])
+        config = dataclasses.replace(config, upstream=upstream)
+    headers = dict(config.upstream.headers)
+    for header in args.header:
+        name, sep, value = header.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"--header: expected 'NAME: VALUE', got {header!r}")
+        headers[name.strip()] = value.strip()
+    config = override(config, "upstream", transport=args.transport, headers=headers or None)
+    config = config_from_mapping(_as_mapping(config))  # re-validate what flags changed
+    if not config.upstream.command and not config.upstream.url:
         raise ConfigError(
-            "upstream.command: no MCP server to run; give one after '--' or in the config file"
+            "upstream: no MCP server; give a command after '--', --upstream URL, "
+            "or upstream.command / upstream.url in the config file"
         )
+    config.upstream.resolved_headers()  # an unset ${VAR} is a config error now, not later
     return config
+
+
+def _as_mapping(config: Config) -> dict[str, object]:
+    return dataclasses.asdict(config)
 
 
 async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
@@ -117,7 +161,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     host = config.listen.host
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{config.listen.port}{config.listen.path}"
-    log.info("proxy_listening", url=url, upstream=" ".join(config.upstream.command))
+    upstream = config.upstream.url or " ".join(config.upstream.command)
+    log.info("proxy_listening", url=url, upstream=upstream, transport=config.upstream.kind)
     if config.log.format == "console":
         print(f"mcp-resume-proxy {__version__} serving {url}", file=sys.stderr, flush=True)
     if ready is not None:
@@ -135,6 +180,11 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["connect"]:
+        from proxy.shim import main as connect_main  # the stdio shim (DESIGN D5)
+
+        return connect_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

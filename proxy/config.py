@@ -7,6 +7,8 @@ keys and wrong types are refused at start (``ConfigError``), never silently igno
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -23,6 +25,9 @@ class ConfigError(Exception):
     """The configuration is invalid; the message starts with the key path."""
 
 
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
 @dataclass(frozen=True)
 class ListenConfig:
     host: str = "127.0.0.1"
@@ -34,9 +39,24 @@ class ListenConfig:
     allowed_origins: list[str] = field(default_factory=lambda: list(LOCAL_HOSTNAMES))
 
 
+UPSTREAM_TRANSPORTS = ("auto", "stdio", "streamable-http", "sse", "websocket")
+
+
 @dataclass(frozen=True)
 class UpstreamConfig:
+    # Either a stdio command (one process per client session) ...
     command: list[str] = field(default_factory=list)
+    # ... or the URL of a remote server (one upstream session per client session).
+    url: str | None = None
+    # auto: ws:// and wss:// are WebSocket, a path ending in /sse is the 2024-11-05
+    # HTTP+SSE transport, anything else Streamable HTTP.
+    transport: str = "auto"
+    # Sent with every request to a URL upstream (e.g. Authorization). "${NAME}" in a value
+    # is replaced by the environment variable NAME at start; never logged.
+    headers: dict[str, str] = field(default_factory=dict)
+    connect_timeout_seconds: float = 10.0
+    # A network upstream that stays unreachable this long ends its client sessions.
+    reconnect_max_seconds: float = 30.0
     env: dict[str, str] = field(default_factory=dict)
     inherit_env: bool = True
     cwd: str | None = None
@@ -45,6 +65,31 @@ class UpstreamConfig:
     # A server that stops reading its stdin: past this many bytes waiting for it, new
     # POSTs of the session get 503 (upstream_busy) instead of piling up in memory.
     max_pending_bytes: int = 16 * 1024 * 1024
+
+    @property
+    def kind(self) -> str:
+        """Which transport: stdio, streamable-http, sse or websocket."""
+        if self.transport != "auto":
+            return self.transport
+        if not self.url:
+            return "stdio"
+        scheme, _, rest = self.url.partition("://")
+        if scheme.lower() in ("ws", "wss"):
+            return "websocket"
+        path = rest.partition("?")[0].rstrip("/")
+        return "sse" if path.endswith("/sse") else "streamable-http"
+
+    def resolved_headers(self) -> dict[str, str]:
+        """``headers`` with ``${NAME}`` replaced from the environment (ConfigError if unset)."""
+        out = {}
+        for name, value in self.headers.items():
+            try:
+                out[name] = _ENV_REF.sub(lambda m: os.environ[m.group(1)], value)
+            except KeyError as exc:
+                raise ConfigError(
+                    f"upstream.headers.{name}: environment variable {exc.args[0]} is not set"
+                ) from None
+        return out
 
 
 @dataclass(frozen=True)
@@ -141,6 +186,7 @@ _CHOICES = {
     "log.level": ("debug", "info", "warning", "error"),
     "streams.notification_shape": ("nested", "flat"),
     "sessions.overflow": ("block", "truncate"),
+    "upstream.transport": UPSTREAM_TRANSPORTS,
 }
 _NON_NEGATIVE = {"streams.create_after_ms", "streams.resume_interval.min"}
 _POSITIVE = {
@@ -159,6 +205,8 @@ _POSITIVE = {
     "sessions.max_buffered_bytes",
     "upstream.max_line_bytes",
     "upstream.max_pending_bytes",
+    "upstream.connect_timeout_seconds",
+    "upstream.reconnect_max_seconds",
     "streams.resume_interval.max",
 }
 
@@ -240,9 +288,25 @@ def config_from_mapping(data: Any) -> Config:
         )
     if config.streams.token_secret is not None and len(config.streams.token_secret) < 16:
         raise ConfigError("streams.token_secret: use at least 16 characters")
+    _check_upstream(config.upstream)
     if not config.listen.path.startswith("/"):
         raise ConfigError(f"listen.path: must start with '/', got {config.listen.path!r}")
     return config
+
+
+def _check_upstream(up: UpstreamConfig) -> None:
+    if up.url and up.command:
+        raise ConfigError("upstream: give either command (stdio) or url, not both")
+    if up.url is not None:
+        scheme = up.url.partition("://")[0].lower()
+        if scheme not in ("http", "https", "ws", "wss") or "://" not in up.url:
+            raise ConfigError(
+                f"upstream.url: expected an http(s):// or ws(s):// URL, got {up.url!r}"
+            )
+        if up.transport == "stdio":
+            raise ConfigError("upstream.transport: stdio needs upstream.command, not a url")
+    elif up.transport not in ("auto", "stdio"):
+        raise ConfigError(f"upstream.transport: {up.transport} needs upstream.url")
 
 
 def load_config(path: str | Path) -> Config:

@@ -47,7 +47,8 @@ from proxy.core.jsonrpc import Message
 from proxy.core.session import Session, SessionSettings
 from proxy.core.sse import encode_event
 from proxy.core.stream import ByteBudget
-from proxy.upstream.stdio import StdioUpstream
+from proxy.upstream import open_upstream
+from proxy.upstream.base import UpstreamHealth
 
 log = structlog.get_logger("proxy.runtime")
 
@@ -62,6 +63,9 @@ class ClientConn:
     """One client HTTP response: the core decides, the HTTP handler writes the queue out."""
 
     id: ConnId
+    # "sse": queue items are SSE frames; "message": bare JSON-RPC payloads (WebSocket),
+    # priming events and retry hints left out.
+    framing: str = "sse"
     outcome: str | None = None  # "sse" or "accepted", set by the core's first command
     queue: asyncio.Queue[bytes | CloseMarker] = field(default_factory=asyncio.Queue)
     closed: bool = False
@@ -108,6 +112,7 @@ class SessionRunner:
         epoch: str,
         on_forget: Callable[[SessionRunner], None],
         next_conn_id: Callable[[], ConnId],
+        health: UpstreamHealth,
     ) -> None:
         self.config = config
         self.session_id = session_id
@@ -120,11 +125,12 @@ class SessionRunner:
         self._max_queued = config.sse.max_queued_bytes
         self._timer: asyncio.TimerHandle | None = None
         self._stop_task: asyncio.Task[None] | None = None
-        self.upstream = StdioUpstream(
+        self.upstream = open_upstream(
             config.upstream,
             session_id=session_id,
             on_message=self._upstream_message,
             on_closed=self._upstream_closed,
+            health=health,
         )
         self.log = log.bind(session=session_id[:8])
 
@@ -132,8 +138,8 @@ class SessionRunner:
         await self.upstream.start()
 
     # ------------------------------------------------------------------ connections
-    def open_conn(self) -> ClientConn:
-        conn = ClientConn(self._next_conn_id())
+    def open_conn(self, framing: str = "sse") -> ClientConn:
+        conn = ClientConn(self._next_conn_id(), framing)
         self._conns[conn.id] = conn
         return conn
 
@@ -153,9 +159,9 @@ class SessionRunner:
         for command in commands:
             self._execute(command, live)
 
-    def _upstream_message(self, msg: Message) -> None:
+    def _upstream_message(self, msg: Message, origin: int | None = None) -> None:
         if not self.session.forgotten:
-            self.feed(UpstreamMessage(msg))
+            self.feed(UpstreamMessage(msg, origin))
 
     def _upstream_closed(self, reason: str) -> None:
         if not self.session.forgotten:
@@ -170,9 +176,14 @@ class SessionRunner:
         if isinstance(command, SendToClient):
             conn = self._conns.get(command.conn)
             if conn is not None and not conn.closed:
-                data = encode_event(
-                    command.payload, event_id=command.event_id, retry_ms=command.retry_ms
-                )
+                if conn.framing == "sse":
+                    data = encode_event(
+                        command.payload, event_id=command.event_id, retry_ms=command.retry_ms
+                    )
+                elif command.payload is None:
+                    return  # a priming event: nothing to say without SSE ids
+                else:
+                    data = command.payload
                 backlog = conn.queued_bytes - conn.replay_left
                 if live and backlog and backlog + len(data) > self._max_queued:
                     self._too_slow(conn)
@@ -252,6 +263,7 @@ class Registry:
         self.config = config
         self.settings = config.session_settings(token_secret(config))
         self.budget = ByteBudget(config.sessions.max_buffered_bytes)
+        self.health = UpstreamHealth()
         self._runners: dict[str, SessionRunner] = {}
         self._conn_counter = 0
         self._reaper: set[asyncio.Task[Any]] = set()
@@ -288,10 +300,13 @@ class Registry:
             new_epoch(),
             self._forget,
             self._next_conn_id,
+            self.health,
         )
         await runner.start()
         self._runners[runner.session_id] = runner
-        runner.log.info("session_created", upstream_pid=runner.upstream.pid)
+        runner.log.info(
+            "session_created", upstream=runner.upstream.describe(), upstream_pid=runner.upstream.pid
+        )
         return runner
 
     def _forget(self, runner: SessionRunner) -> None:

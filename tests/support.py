@@ -79,6 +79,8 @@ async def run_proxy(
     }
     for key, value in sections.items():
         config.setdefault(key, {}).update(value)
+    if config["upstream"].get("url"):  # a URL upstream instead of the command
+        config["upstream"].pop("command", None)
     config_path = tmp_path / f"proxy-{port}.yaml"
     config_path.write_text(yaml.safe_dump(config))
     log_path = tmp_path / f"proxy-{port}.log"

@@ -32,6 +32,11 @@ def test_examples_load() -> None:
         ({"streams": {"resume_interval": {"min": 9, "max": 3}}}, "streams.resume_interval.min"),
         ({"streams": {"resume_interval": {"max": 0}}}, "streams.resume_interval.max: must be"),
         ({"streams": {"token_secret": "short"}}, "streams.token_secret: use at least"),
+        ({"upstream": {"command": ["a"], "url": "http://x/mcp"}}, "upstream: give either"),
+        ({"upstream": {"url": "ftp://x"}}, "upstream.url: expected an http(s)://"),
+        ({"upstream": {"url": "http://x", "transport": "stdio"}}, "upstream.transport: stdio"),
+        ({"upstream": {"transport": "sse"}}, "upstream.transport: sse needs upstream.url"),
+        ({"upstream": {"transport": "grpc"}}, "upstream.transport: must be one of"),
     ],
 )
 def test_errors_name_the_key_path(data: object, message: str) -> None:
@@ -53,5 +58,48 @@ def test_cli_flags_override_the_file(tmp_path: Path) -> None:
 
 
 def test_no_command_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match=r"upstream\.command"):
+    with pytest.raises(ConfigError, match=r"upstream: no MCP server"):
         resolve_config(build_parser().parse_args([]))
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("http://h/mcp", "streamable-http"),
+        ("https://h/", "streamable-http"),
+        ("http://h/sse", "sse"),
+        ("http://h/v1/sse/?x=1", "sse"),
+        ("ws://h/mcp", "websocket"),
+        ("WSS://h", "websocket"),
+    ],
+)
+def test_the_upstream_transport_follows_the_url(url: str, kind: str) -> None:
+    assert config_from_mapping({"upstream": {"url": url}}).upstream.kind == kind
+    forced = config_from_mapping({"upstream": {"url": url, "transport": "sse"}})
+    assert forced.upstream.kind == "sse"
+    assert config_from_mapping({"upstream": {"command": ["x"]}}).upstream.kind == "stdio"
+
+
+def test_upstream_url_headers_and_env_from_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SECRET_T", "s3cr3t")
+    args = ["--upstream", "http://h/mcp", "--header", "Authorization: Bearer ${SECRET_T}"]
+    cfg = resolve_config(build_parser().parse_args(args))
+    assert cfg.upstream.url == "http://h/mcp" and not cfg.upstream.command
+    assert cfg.upstream.resolved_headers() == {"Authorization": "Bearer s3cr3t"}
+    monkeypatch.delenv("SECRET_T")
+    with pytest.raises(ConfigError, match=r"upstream\.headers\.Authorization: environment"):
+        resolve_config(build_parser().parse_args(args))
+    with pytest.raises(ConfigError, match="--header: expected"):
+        resolve_config(build_parser().parse_args(["--upstream", "http://h", "--header", "x"]))
+    with pytest.raises(ConfigError, match="not both"):
+        resolve_config(build_parser().parse_args(["--upstream", "http://h", "--", "cmd"]))
+    # A command on the command line wins over a file's url, and the environment's url
+    # is used when nothing else names a server.
+    path = tmp_path / "c.yaml"
+    path.write_text("upstream: {url: 'ws://h/mcp'}\n")
+    cfg = resolve_config(build_parser().parse_args(["--config", str(path), "--", "srv"]))
+    assert cfg.upstream.command == ["srv"] and cfg.upstream.url is None
+    monkeypatch.setenv("MCP_RESUME_PROXY_UPSTREAM_URL", "http://env/sse")
+    assert resolve_config(build_parser().parse_args([])).upstream.kind == "sse"

@@ -49,7 +49,11 @@ class ClientDelete:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamMessage:
+    """One message from the server. ``origin``: the (upstream) id of the request whose
+    HTTP response stream carried it, when the transport knows (DESIGN §5 rule 3)."""
+
     msg: Message
+    origin: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

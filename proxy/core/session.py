@@ -7,7 +7,8 @@ reaches the wire is always a prefix of what is stored (DESIGN.md §3).
 Routing (DESIGN.md §5), upstream → stream: a response goes to the stream of its request;
 ``notifications/progress`` to the stream of the request that carried its
 ``progressToken``; any other server→client message to the stream of the only request in
-flight if exactly one is, else to the standalone stream (0). Ids are rewritten at the
+flight if exactly one is (or, over HTTP, to the stream of the request whose response
+carried it), else to the standalone stream (0). Ids are rewritten at the
 boundary (:mod:`proxy.core.idmap`); resuming lives in :mod:`proxy.core.resume`.
 """
 
@@ -110,7 +111,7 @@ class Session(ExpiryMixin, ResumeMixin):
         elif isinstance(event, ClientDetached):
             self._detach(event.conn)
         elif isinstance(event, UpstreamMessage):
-            self._on_upstream(event.msg, out)
+            self._on_upstream(event.msg, event.origin, out)
         elif isinstance(event, UpstreamClosed):
             self._on_upstream_closed(event.reason, out)
         elif isinstance(event, ClientDelete):
@@ -281,16 +282,16 @@ class Session(ExpiryMixin, ResumeMixin):
                 self._attach(then, conn, out, prime=False)
 
     # ------------------------------------------------------------------ upstream side
-    def _on_upstream(self, msg: Message, out: list[Command]) -> None:
+    def _on_upstream(self, msg: Message, origin: int | None, out: list[Command]) -> None:
         if msg.kind is Kind.RESPONSE:
             self._upstream_response(msg, out)
         elif msg.kind is Kind.REQUEST:
             downstream_id = self._ids.add_server_request(msg.id)
-            self._append(self._route_unrelated(), jsonrpc.with_id(msg, downstream_id), out)
+            self._append(self._route_unrelated(origin), jsonrpc.with_id(msg, downstream_id), out)
         elif msg.method == "notifications/progress":
             number = self._ids.stream_of_progress(msg.params.get("progressToken"))
             if number is None:
-                number = self._route_unrelated()
+                number = self._route_unrelated(origin)
             self._append_bytes(number, msg.encoded(), out)
         elif msg.method == "notifications/cancelled":
             # The server gave up one of its own requests: rewrite to our downstream id.
@@ -300,9 +301,9 @@ class Session(ExpiryMixin, ResumeMixin):
                 out.append(LogNote("upstream_cancel_unmatched", {"request_id": server_id}))
                 return
             rewritten = jsonrpc.with_param(msg, "requestId", downstream)
-            self._append(self._route_unrelated(), rewritten, out)
+            self._append(self._route_unrelated(origin), rewritten, out)
         else:
-            self._append_bytes(self._route_unrelated(), msg.encoded(), out)
+            self._append_bytes(self._route_unrelated(origin), msg.encoded(), out)
 
     def _upstream_response(self, msg: Message, out: list[Command]) -> None:
         rid = msg.id
@@ -344,7 +345,13 @@ class Session(ExpiryMixin, ResumeMixin):
         stream.waiting.clear()
         self._flush(stream, out)
 
-    def _route_unrelated(self) -> int:
+    def _route_unrelated(self, origin: int | None = None) -> int:
+        """Rule 3: what came on a request's HTTP response goes to its stream; rule 4:
+        else the only request in flight's stream, else the standalone stream."""
+        if origin is not None:
+            pending = self._ids.pending(origin)
+            if pending is not None and pending.stream in self._streams:
+                return pending.stream
         number = self._ids.only_stream_in_flight()
         return STANDALONE if number is None else number
 
@@ -371,7 +378,7 @@ class Session(ExpiryMixin, ResumeMixin):
             pending = self._ids.pending(upstream_id)
             assert pending is not None
             error = jsonrpc.error_response(
-                pending.client_id, UPSTREAM_EXITED, f"MCP server exited: {reason}"
+                pending.client_id, UPSTREAM_EXITED, f"MCP server gone: {reason}"
             )
             self._append(pending.stream, error, out)
             self._finish_request(upstream_id, out)

@@ -228,14 +228,20 @@ class StreamableHttp:
 
 
 async def _health(request: web.Request) -> web.Response:
+    """200 while the upstream works; 503 ("degraded") while it fails to start, crashes or
+    cannot be reached, until it works again."""
     registry = request.app[REGISTRY_KEY]
+    upstream = registry.health.as_dict()
+    ok = upstream["state"] == "ok"
     return web.json_response(
         {
-            "status": "ok",
+            "status": "ok" if ok else "degraded",
             "version": __version__,
             "sessions": len(registry),
             "buffered_bytes": registry.budget.used,
-        }
+            "upstream": {"transport": registry.config.upstream.kind, **upstream},
+        },
+        status=200 if ok else 503,
     )
 
 

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -21,6 +20,7 @@ from proxy.config import UpstreamConfig
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Message
+from proxy.upstream.base import OnClosed, OnMessage, UpstreamHealth
 
 log = structlog.get_logger("proxy.upstream.stdio")
 
@@ -41,13 +41,15 @@ class StdioUpstream:
         config: UpstreamConfig,
         *,
         session_id: str,
-        on_message: Callable[[Message], None],
-        on_closed: Callable[[str], None],
+        on_message: OnMessage,
+        on_closed: OnClosed,
+        health: UpstreamHealth | None = None,
     ) -> None:
         self._config = config
         self._session_id = session_id[:8]  # a prefix: session ids are bearer secrets
         self._on_message = on_message
         self._on_closed = on_closed
+        self._health = health or UpstreamHealth()
         self._proc: asyncio.subprocess.Process | None = None
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -64,6 +66,9 @@ class StdioUpstream:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    def describe(self) -> str:
+        return " ".join(self._config.command)
 
     async def start(self) -> None:
         cfg = self._config
@@ -92,12 +97,14 @@ class StdioUpstream:
                 start_new_session=True,
             )
         except OSError as exc:
+            self._health.failing(f"cannot start {cfg.command[0]!r}: {exc.strerror or exc}")
             raise UpstreamStartError(
                 f"cannot start MCP server {cfg.command[0]!r}: {exc.strerror or exc}"
             ) from None
         self._transport = transport
         self._proc = asyncio.subprocess.Process(transport, protocol, loop)
         log.info("upstream_started", session=self._session_id, pid=self._proc.pid)
+        self._health.ok()
         name = self._session_id
         self._reader = asyncio.create_task(self._read_stdout(), name=f"stdout-{name}")
         self._tasks = [
@@ -164,7 +171,7 @@ class StdioUpstream:
             if not line:
                 continue
             for msg in self._messages_of(line):
-                self._on_message(msg)
+                self._on_message(msg, None)
 
     async def _watch_exit(self) -> None:
         """When the child exits: take what it wrote last, end its group, report."""
@@ -177,7 +184,7 @@ class StdioUpstream:
         if not self._stopping:
             # A crashed server's children must not outlive it.
             self._signal_group(self._proc.pid, signal.SIGKILL)
-        self._report_closed(f"exit code {self._proc.returncode}")
+        self._report_closed(f"exited with code {self._proc.returncode}")
 
     def _messages_of(self, line: bytes) -> list[Message]:
         """The messages of one stdout line: one, or a batch (2025-03-26 allows them).
@@ -235,6 +242,7 @@ class StdioUpstream:
             log.info("upstream_stopped", session=self._session_id, reason=reason)
         else:
             log.warning("upstream_exited", session=self._session_id, reason=reason)
+            self._health.failing(f"MCP server {reason}")
         self._on_closed(reason)
 
     async def stop(self) -> None:

@@ -73,8 +73,8 @@ class Playbook:
     def get(self, conn: ConnId, last_event_id: str | None = None) -> list[Command]:
         return self.feed(ClientGet(conn, last_event_id))
 
-    def upstream(self, obj: dict[str, Any]) -> list[Command]:
-        return self.feed(UpstreamMessage(jsonrpc.classify(obj)))
+    def upstream(self, obj: dict[str, Any], origin: int | None = None) -> list[Command]:
+        return self.feed(UpstreamMessage(jsonrpc.classify(obj), origin))
 
     def tick(self, advance: float = 0.0) -> list[Command]:
         self.now += advance

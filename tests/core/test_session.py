@@ -109,6 +109,25 @@ def test_unrelated_messages_go_to_the_standalone_stream_when_several_are_in_flig
     assert payloads(out, c2) == [progress("b", 1)] and not payloads(out, c1)
 
 
+def test_a_message_on_a_requests_http_response_goes_to_that_requests_stream() -> None:
+    """DESIGN §5 rule 3: the transport says which upstream request's response carried it."""
+    pb = Playbook()
+    pb.initialize()
+    c1, up1 = call(pb, rid=1, token="a")
+    c2, up2 = call(pb, rid=2, token="b")
+    log_msg = note("notifications/message", {"level": "info", "data": "x"})
+    out = pb.upstream(log_msg, origin=up2)
+    assert payloads(out, c2) == [log_msg] and not payloads(out, c1)
+    ask = req(7, "sampling/createMessage", {"messages": []})
+    out = pb.upstream(ask, origin=up1)
+    (sent,) = payloads(out, c1)
+    assert sent["method"] == "sampling/createMessage"
+    # An origin that is no longer in flight falls back to the usual rules.
+    pb.upstream(ok(up2))
+    out = pb.upstream(log_msg, origin=up2)
+    assert payloads(out, c1) == [log_msg]
+
+
 def test_server_request_ids_are_rewritten_and_the_answer_may_come_on_any_connection() -> None:
     pb = Playbook()
     pb.initialize()

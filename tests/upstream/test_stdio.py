@@ -59,7 +59,7 @@ async def start(tmp_path: Path, *args: str, grace: float = 2.0):  # type: ignore
     up = StdioUpstream(
         UpstreamConfig(command=[sys.executable, str(script), *args], stop_grace_seconds=grace),
         session_id="test-session-id",
-        on_message=got.put_nowait,
+        on_message=lambda m, origin: got.put_nowait(m),
         on_closed=lambda reason: closed.done() or closed.set_result(reason),
     )
     await up.start()
@@ -113,7 +113,7 @@ async def test_a_missing_command_is_a_clear_error() -> None:
     up = StdioUpstream(
         UpstreamConfig(command=["/nonexistent/mcp-server"]),
         session_id="s",
-        on_message=lambda m: None,
+        on_message=lambda m, origin: None,
         on_closed=lambda r: None,
     )
     with pytest.raises(UpstreamStartError) as info:
@@ -129,11 +129,11 @@ async def test_the_exit_of_the_server_is_reported(tmp_path: Path) -> None:
     up = StdioUpstream(
         UpstreamConfig(command=[sys.executable, str(script)]),
         session_id="s",
-        on_message=lambda m: None,
+        on_message=lambda m, origin: None,
         on_closed=closed.set_result,
     )
     await up.start()
-    assert await asyncio.wait_for(closed, 30) == "exit code 7"
+    assert await asyncio.wait_for(closed, 30) == "exited with code 7"
     await up.stop()
     assert os.path.exists("/proc") and not alive(up.pid or 0)
 
@@ -146,6 +146,6 @@ async def test_a_crash_is_noticed_even_while_a_grandchild_holds_the_pipes(
     up.send(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')
     await asyncio.wait_for(got.get(), 30)
     os.kill(up.pid or 0, 9)  # the server dies; its grandchild keeps stdout open
-    assert (await asyncio.wait_for(closed, 10)) == "exit code -9"
+    assert (await asyncio.wait_for(closed, 10)) == "exited with code -9"
     assert await wait_dead(grandchild), "a crashed server's children are stopped too"
     await asyncio.wait_for(up.stop(), 20)

@@ -1,0 +1,166 @@
+"""What every upstream transport offers the runtime, and the parts they share.
+
+One :class:`Upstream` per client session (DESIGN.md §2). The runtime calls ``start``,
+``send``, ``pause``/``resume`` and ``stop``; the transport calls back ``on_message(msg,
+origin)`` for each server message and ``on_closed(reason)`` once, when the upstream
+session is over for good (the client session then ends: in-flight requests get errors
+from the core).
+
+Contract for network transports (HTTP, legacy SSE, WebSocket):
+
+- ``send`` never blocks and never raises: it queues, in order. Payloads are JSON-RPC
+  messages whose ids the core has already rewritten (requests carry int ids).
+- A request that cannot be delivered, or whose answer is lost with its connection, gets
+  a JSON-RPC error response synthesized by the transport (:meth:`InFlight.fail`), logged
+  once with the session prefix. Nothing waits forever.
+- A lost connection is re-established with :class:`Backoff`; while a transport is
+  failing it reports so to the shared :class:`UpstreamHealth` (``/healthz`` shows it).
+- ``stop`` ends every task and connection the transport owns and returns once they
+  are gone; it also says goodbye where the protocol has a way (HTTP ``DELETE``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import structlog
+
+from proxy.config import UpstreamConfig
+from proxy.core import jsonrpc
+from proxy.core.jsonrpc import Kind, Message
+
+log = structlog.get_logger("proxy.upstream")
+
+OnMessage = Callable[[Message, "int | None"], None]
+"""``on_message(msg, origin)``: origin is the upstream request id whose response carried
+``msg`` (DESIGN §5 rule 3), or None."""
+OnClosed = Callable[[str], None]
+
+# JSON-RPC code of errors the proxy synthesizes for requests the upstream never answered
+# (implementation-defined server error range, JSON-RPC 2.0 §5.1).
+UPSTREAM_UNAVAILABLE = -32000
+
+
+class Upstream(Protocol):
+    """One upstream MCP session, seen from the runtime."""
+
+    pending_bytes: int  # queued for the server, not yet taken by it (503 upstream_busy)
+
+    def __init__(
+        self,
+        config: UpstreamConfig,
+        *,
+        session_id: str,
+        on_message: OnMessage,
+        on_closed: OnClosed,
+        health: UpstreamHealth,
+    ) -> None: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def describe(self) -> str:
+        """For logs: a command line or a URL (never credentials)."""
+        ...
+
+    async def start(self) -> None:
+        """Connect or spawn; raise ``ProxyError`` (502) if that cannot be done now."""
+        ...
+
+    def send(self, payload: bytes) -> None: ...
+
+    def pause(self) -> None:
+        """Stop reading from the server (overflow: block); best effort for networks."""
+        ...
+
+    def resume(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class UpstreamHealth:
+    """The process-wide view of the upstream's health, for ``/healthz``.
+
+    Transports report successes and failures; the latest one wins. A failure is logged
+    by the transport that saw it, not here.
+    """
+
+    def __init__(self) -> None:
+        self.state = "ok"
+        self.last_error: str | None = None
+        self.failing_since: float | None = None
+
+    def ok(self) -> None:
+        self.state = "ok"
+        self.failing_since = None
+
+    def failing(self, error: str) -> None:
+        if self.state != "failing":
+            self.failing_since = time.time()
+        self.state = "failing"
+        self.last_error = error
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "last_error": self.last_error,
+            "failing_since": self.failing_since,
+        }
+
+
+class Backoff:
+    """Exponential backoff with full jitter: 0.1 s doubling up to ``cap`` seconds."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
+        self.first = first
+        self.cap = cap
+        self.attempt = 0
+
+    def next_delay(self) -> float:
+        ceiling = min(self.cap, self.first * (2**self.attempt))
+        self.attempt += 1
+        return random.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class InFlight:
+    """The requests sent upstream and not yet answered, so that a transport can answer
+    them with an error when their answer can no longer come."""
+
+    def __init__(self, on_message: OnMessage, session: str) -> None:
+        self._on_message = on_message
+        self._session = session
+        self.ids: dict[Any, str] = {}  # upstream request id -> method
+
+    def sent(self, payload: bytes) -> Any:
+        """Note a payload going upstream; return its request id if it is a request."""
+        try:
+            msg = jsonrpc.classify(jsonrpc.decode(payload))
+        except Exception:  # the core only sends what it parsed: never expected
+            return None
+        if msg.kind is Kind.REQUEST:
+            self.ids[msg.id] = msg.method or ""
+            return msg.id
+        return None
+
+    def answered(self, msg: Message) -> None:
+        if msg.kind is Kind.RESPONSE:
+            self.ids.pop(msg.id, None)
+
+    def fail(self, request_id: Any, why: str) -> None:
+        """Answer one request with an error (once): its answer can no longer come."""
+        method = self.ids.pop(request_id, None)
+        if method is None:
+            return
+        log.warning("upstream_request_failed", session=self._session, method=method, error=why)
+        error = jsonrpc.error_response(request_id, UPSTREAM_UNAVAILABLE, why)
+        self._on_message(jsonrpc.classify(error), None)
+
+    def fail_all(self, why: str) -> None:
+        for request_id in list(self.ids):
+            self.fail(request_id, why)
