@@ -71,6 +71,7 @@ class ClientConn:
     closed: bool = False
     queued_bytes: int = 0  # in the queue, not yet handed to the socket
     replay_left: int = 0  # of those, a replay's (at the front of the queue)
+    last_event_id: str | None = None  # of the last event queued (framing "message" hides ids)
 
     def written(self, n: int) -> None:
         """The writer handed ``n`` bytes from the front of the queue to the socket."""
@@ -181,6 +182,7 @@ class SessionRunner:
                         command.payload, event_id=command.event_id, retry_ms=command.retry_ms
                     )
                 elif command.payload is None:
+                    conn.last_event_id = command.event_id
                     return  # a priming event: nothing to say without SSE ids
                 else:
                     data = command.payload
@@ -189,6 +191,7 @@ class SessionRunner:
                     self._too_slow(conn)
                 else:
                     conn.queued_bytes += len(data)
+                    conn.last_event_id = command.event_id
                     if not live:
                         conn.replay_left += len(data)
                     conn.queue.put_nowait(data)
