@@ -196,10 +196,20 @@ async def test_upstream_crash_fails_the_call_then_404(tmp_path: Path) -> None:
         events = await s.request(1, "tools/call", {"name": "crash", "arguments": {}})
         (err,) = messages(events)
         assert err["id"] == 1 and err["error"]["code"] == -32000
+        assert "MCP server gone: exited with code 3" in err["error"]["message"]
         async with http.post(
             proxy.url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=s.headers()
         ) as resp:
             assert resp.status == 404
+        # Health says so until a server process works again.
+        async with http.get(proxy.base + "/healthz") as resp:
+            health = await resp.json()
+            assert resp.status == 503 and health["status"] == "degraded", health
+            assert health["upstream"]["transport"] == "stdio"
+            assert "exited with code 3" in health["upstream"]["last_error"]
+        await RawSession(http, proxy.url).initialize()
+        async with http.get(proxy.base + "/healthz") as resp:
+            assert resp.status == 200 and (await resp.json())["upstream"]["state"] == "ok"
 
 
 async def test_bad_upstream_lines_are_skipped(tmp_path: Path) -> None:
