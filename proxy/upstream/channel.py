@@ -1,0 +1,380 @@
+"""What the upstreams whose connection *is* the upstream session share (legacy SSE, U3;
+WebSocket, U4).
+
+Neither transport can resume: when the connection drops, whatever the server was doing
+is gone. :class:`ChannelUpstream` then answers every request in flight with a JSON-RPC
+error, reports the failure to ``/healthz``, reconnects with :class:`Backoff` for at most
+``reconnect_max_seconds``, and re-initializes the new upstream session by itself: it
+replays the client's cached ``initialize`` under an id of its own (the answer is consumed
+here) and ``notifications/initialized``, so the client's session goes on. If reconnection
+gives up, ``on_closed("upstream unreachable: ...")`` ends the client session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import structlog
+
+from proxy.config import UpstreamConfig
+from proxy.core import jsonrpc
+from proxy.core.errors import ProxyError
+from proxy.core.jsonrpc import Kind, Message
+from proxy.upstream.base import Backoff, InFlight, OnClosed, OnMessage, UpstreamHealth
+from proxy.upstream.stdio import UpstreamStartError
+
+log = structlog.get_logger("proxy.upstream")
+
+_REINIT_ID = "mcp-resume-proxy/reinitialize/"  # core ids upstream are ints: no clash
+
+
+class ConnectFailed(Exception):
+    """A connection (or the re-initialization on it) could not be established."""
+
+
+class DeliveryFailed(Exception):
+    """One message could not be handed to the server (its request gets an error)."""
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user info, query or fragment: those may carry credentials."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class ChannelUpstream:
+    """An upstream whose one connection is its session: reconnect and re-initialize.
+
+    Subclasses implement ``_connect`` (open, bounded by the caller's timeout),
+    ``_receive`` (read until the connection is lost, then return why), ``_deliver`` (hand
+    one message over, or raise :class:`DeliveryFailed`) and ``_disconnect``.
+    """
+
+    transport = "channel"
+
+    def __init__(
+        self,
+        config: UpstreamConfig,
+        *,
+        session_id: str,
+        on_message: OnMessage,
+        on_closed: OnClosed,
+        health: UpstreamHealth | None = None,
+    ) -> None:
+        self._config = config
+        self._url = config.url or ""
+        self._session_id = session_id[:8]  # a prefix: session ids are bearer secrets
+        self._on_message = on_message
+        self._on_closed = on_closed
+        self._health = health or UpstreamHealth()
+        self._inflight = InFlight(on_message, self._session_id)
+        self._outbox: asyncio.Queue[bytes] = asyncio.Queue()
+        self._connected = asyncio.Event()  # the writer delivers only while set
+        self._readable = asyncio.Event()  # cleared: overflow: block holds the server back
+        self._readable.set()
+        self.pending_bytes = 0  # queued for the server, not yet handed over
+        self._init_request: dict[str, Any] | None = None  # the client's, once answered
+        self._init_pending: tuple[Any, dict[str, Any]] | None = None
+        self._initialized_sent = False
+        self._reinit: tuple[str, asyncio.Future[Message]] | None = None
+        self._reinit_count = 0
+        self._receiver: asyncio.Task[str] | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stopping = False
+        self._closed_reported = False
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    def describe(self) -> str:
+        return redact_url(self._url)
+
+    def _scrub(self, text: str) -> str:
+        """An error text without the URLs we use in full (they may carry credentials)."""
+        for url in self._secret_urls():
+            text = text.replace(url, redact_url(url))
+        return text
+
+    def _secret_urls(self) -> list[str]:
+        return [self._url]
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Connect; raise :class:`UpstreamStartError` (502) if the server is unreachable."""
+        try:
+            await self._open()
+        except ConnectFailed as exc:
+            error = self._scrub(str(exc))
+            await self._disconnect()
+            await self._shutdown()
+            self._health.failing(f"cannot reach MCP server {self.describe()}: {error}")
+            log.warning(
+                "upstream_unreachable", session=self._session_id, url=self.describe(), error=error
+            )
+            raise UpstreamStartError(
+                f"cannot reach MCP server {self.describe()}: {error}"
+            ) from None
+        self._health.ok()
+        log.info(
+            "upstream_connected",
+            session=self._session_id,
+            transport=self.transport,
+            url=self.describe(),
+        )
+        self._connected.set()
+        name = self._session_id
+        self._tasks = [
+            asyncio.create_task(self._supervise(), name=f"{self.transport}-supervise-{name}"),
+            asyncio.create_task(self._write_loop(), name=f"{self.transport}-write-{name}"),
+        ]
+
+    async def stop(self) -> None:
+        """End every task and the connection; returns once they are gone."""
+        self._stopping = True
+        self._connected.clear()
+        tasks = [t for t in (*self._tasks, self._receiver) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        receiver = self._receiver  # one the supervisor may have opened meanwhile
+        if receiver is not None and not receiver.done():
+            receiver.cancel()
+            await asyncio.gather(receiver, return_exceptions=True)
+        await self._disconnect()
+        await self._shutdown()
+        self._report_closed("stopped")
+
+    def pause(self) -> None:
+        """Stop reading from the server; it is held back by the transport's flow control."""
+        self._readable.clear()
+
+    def resume(self) -> None:
+        self._readable.set()
+
+    def send(self, payload: bytes) -> None:
+        """Queue one message; the writer delivers them in order (never blocks or raises)."""
+        if not self._stopping and not self._closed_reported:
+            self.pending_bytes += len(payload)
+            self._outbox.put_nowait(payload)
+
+    # ------------------------------------------------------------------ hooks
+    async def _connect(self) -> None:
+        raise NotImplementedError
+
+    async def _receive(self) -> str:
+        raise NotImplementedError
+
+    async def _deliver(self, payload: bytes) -> None:
+        raise NotImplementedError
+
+    async def _disconnect(self) -> None:
+        """Let go of the current connection (idempotent)."""
+
+    async def _shutdown(self) -> None:
+        """Let go of what outlives connections (an HTTP client), after the last one."""
+
+    # ------------------------------------------------------------------ connection
+    async def _open(self) -> None:
+        try:
+            async with asyncio.timeout(self._config.connect_timeout_seconds):
+                await self._connect()
+        except TimeoutError:
+            raise ConnectFailed(
+                f"no connection within {self._config.connect_timeout_seconds:g}s"
+            ) from None
+        self._receiver = asyncio.create_task(
+            self._receive(), name=f"{self.transport}-read-{self._session_id}"
+        )
+
+    async def _supervise(self) -> None:
+        """Wait for the connection to drop; then fail what is in flight and reconnect."""
+        while True:
+            assert self._receiver is not None
+            try:
+                reason = await self._receiver
+            except Exception as exc:  # a bug in a reader must not leave the session hanging
+                log.exception("upstream_reader_failed", session=self._session_id)
+                reason = f"internal error: {exc!r}"
+            self._connected.clear()
+            await self._disconnect()
+            if self._stopping:
+                return
+            reason = self._scrub(reason)
+            log.warning(
+                "upstream_connection_lost",
+                session=self._session_id,
+                transport=self.transport,
+                url=self.describe(),
+                reason=reason,
+                in_flight=len(self._inflight.ids),
+            )
+            self._health.failing(f"connection to MCP server lost: {reason}")
+            # The session died with its connection: no answer can come any more.
+            self._inflight.fail_all(f"MCP server connection lost: {reason}")
+            error = await self._reconnect()
+            if error is not None:
+                log.warning(
+                    "upstream_unreachable",
+                    session=self._session_id,
+                    url=self.describe(),
+                    error=error,
+                )
+                self._health.failing(f"MCP server unreachable: {error}")
+                self._report_closed(f"upstream unreachable: {error}")
+                return
+
+    async def _reconnect(self) -> str | None:
+        """Reconnect and re-initialize; None on success, else the last error."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._config.reconnect_max_seconds
+        backoff = Backoff()
+        error = "gave up"
+        attempts = 0
+        while loop.time() < deadline:
+            await asyncio.sleep(min(backoff.next_delay(), max(0.0, deadline - loop.time())))
+            attempts += 1
+            try:
+                await self._open()
+                await self._replay_handshake()
+            except ConnectFailed as exc:
+                error = self._scrub(str(exc))
+                log.debug("upstream_reconnect_failed", session=self._session_id, error=error)
+                if self._receiver is not None and not self._receiver.done():
+                    self._receiver.cancel()
+                    await asyncio.gather(self._receiver, return_exceptions=True)
+                await self._disconnect()
+                continue
+            self._health.ok()
+            log.info(
+                "upstream_reconnected",
+                session=self._session_id,
+                url=self.describe(),
+                attempts=attempts,
+                reinitialized=self._init_request is not None,
+            )
+            self._connected.set()
+            return None
+        return error
+
+    async def _replay_handshake(self) -> None:
+        """Lifecycle §Initialization on the new session, answered to us, not the client."""
+        if self._init_request is None:
+            return  # the client has not initialized yet: it will
+        assert self._receiver is not None
+        self._reinit_count += 1
+        rid = f"{_REINIT_ID}{self._reinit_count}"
+        answer: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._reinit = (rid, answer)
+        try:
+            await self._deliver_or_fail(jsonrpc.encode({**self._init_request, "id": rid}))
+            # Until it is answered, or the new connection drops too.
+            waiters: set[asyncio.Future[Any]] = {answer, self._receiver}
+            timeout = self._config.connect_timeout_seconds
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done() or answer.cancelled():
+                raise ConnectFailed("no answer to the replayed initialize")
+            if answer.result().is_error:
+                error = answer.result().raw.get("error", {})
+                raise ConnectFailed(f"the replayed initialize was refused: {error.get('message')}")
+        finally:
+            self._reinit = None
+        if self._initialized_sent:
+            await self._deliver_or_fail(
+                jsonrpc.encode({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            )
+
+    async def _deliver_or_fail(self, payload: bytes) -> None:
+        try:
+            await self._deliver(payload)
+        except DeliveryFailed as exc:
+            raise ConnectFailed(str(exc)) from None
+
+    # ------------------------------------------------------------------ messages
+    async def _write_loop(self) -> None:
+        """The one writer: messages go out in ``send`` order, only while connected."""
+        while True:
+            payload = await self._outbox.get()
+            await self._connected.wait()
+            rid = self._inflight.sent(payload)
+            self._note_handshake(rid, payload)
+            try:
+                await self._deliver(payload)
+            except DeliveryFailed as exc:
+                error = self._scrub(str(exc))
+                if rid is not None:
+                    self._inflight.fail(rid, f"MCP server did not take the request: {error}")
+                else:
+                    log.warning("upstream_message_dropped", session=self._session_id, error=error)
+            finally:
+                self.pending_bytes -= len(payload)
+
+    def _note_handshake(self, rid: Any, payload: bytes) -> None:
+        """Remember the client's handshake, to replay it on a new upstream session."""
+        if rid is not None and self._inflight.ids.get(rid) == "initialize":
+            self._init_pending = (rid, jsonrpc.decode(payload))
+        elif rid is None and b"notifications/initialized" in payload:
+            with contextlib.suppress(ProxyError):
+                msg = jsonrpc.classify(jsonrpc.decode(payload))
+                self._initialized_sent |= msg.method == "notifications/initialized"
+
+    def _received_data(self, data: bytes | str) -> None:
+        """One SSE event's data or text frame: a message or a batch (2024-11-05 allows).
+
+        What is not JSON-RPC is logged and skipped; the session goes on.
+        """
+        try:
+            obj = jsonrpc.decode(data)
+        except ProxyError as exc:
+            self._skipped(data, exc)
+            return
+        for item in obj if isinstance(obj, list) else [obj]:
+            try:
+                msg = jsonrpc.classify(item)
+            except ProxyError as exc:
+                self._skipped(data, exc)
+                continue
+            self._received(msg)
+
+    def _skipped(self, data: bytes | str, exc: ProxyError) -> None:
+        text = data if isinstance(data, str) else data.decode(errors="replace")
+        log.warning(
+            "upstream_message_skipped", session=self._session_id, error=exc.message, data=text[:200]
+        )
+
+    def _received(self, msg: Message) -> None:
+        if msg.kind is Kind.RESPONSE:
+            if self._reinit is not None and msg.id == self._reinit[0]:
+                if not self._reinit[1].done():
+                    self._reinit[1].set_result(msg)
+                return  # the answer to our own replayed initialize
+            if self._init_pending is not None and msg.id == self._init_pending[0]:
+                if not msg.is_error:
+                    self._init_request = self._init_pending[1]
+                self._init_pending = None
+        self._inflight.answered(msg)
+        try:
+            self._on_message(msg, None)
+        except ProxyError as exc:
+            log.warning("upstream_message_refused", session=self._session_id, error=exc.message)
+
+    def _report_closed(self, reason: str) -> None:
+        if self._closed_reported:
+            return
+        self._closed_reported = True
+        log.info("upstream_stopped", session=self._session_id, reason=reason)
+        self._on_closed(reason)
+
+
+def describe_error(exc: BaseException) -> str:
+    """An exception for a log or an error message: its text, else its type."""
+    text = str(exc)
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name

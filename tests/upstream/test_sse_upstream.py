@@ -1,0 +1,438 @@
+"""The 2024-11-05 HTTP+SSE upstream (U3) against the SDK's own SSE server, with real clients.
+
+The server is ``tests/fixtures/serve_http.py --transport sse`` serving
+``tests/fixtures/legacy_server.py``: the SDK's ``SseServerTransport`` (``GET /sse``, the
+``endpoint`` event, ``POST /messages/``). In front of it runs the real proxy; the clients
+are the official ``mcp`` SDK client and a raw aiohttp client that cuts its connection at
+seeded random points. The helpers here serve ``test_ws_upstream.py`` too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import mcp_types as types
+import pytest
+from aiohttp import web
+
+from proxy.config import UpstreamConfig
+from proxy.core.jsonrpc import Message
+from proxy.core.sse import SSEDecoder
+from proxy.upstream.base import UpstreamHealth
+from proxy.upstream.sse import SseUpstream
+from proxy.upstream.stdio import UpstreamStartError
+from tests.downstream.sse_client import RawSession
+from tests.e2e.sdk_client import connect, text_of
+from tests.support import ROOT, free_port, run_proxy, wait_for_port
+
+FIXTURES = ROOT / "tests" / "fixtures"
+TOOLS = {"echo", "slow", "burst", "ask", "crash"}
+DEADLINE = 60.0  # generous: everything here happens within seconds
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "upstream-test", "version": "0"},
+    },
+}
+
+
+class ServerProcess:
+    """A test server subprocess on a fixed port that a test may kill and start again."""
+
+    def __init__(self, args: list[str], port: int, log_path: Path) -> None:
+        self.args = args
+        self.port = port
+        self.log_path = log_path
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        with self.log_path.open("ab") as log_file:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.args, stdout=log_file, stderr=log_file, cwd=str(ROOT)
+            )
+        await wait_for_port(self.port)
+
+    async def kill(self) -> None:
+        """SIGKILL: the server vanishes without a word, and its connections with it."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+
+    async def stop(self) -> None:
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), 15)
+        except TimeoutError:
+            await self.kill()
+
+
+@contextlib.asynccontextmanager
+async def running(args: list[str], port: int, tmp_path: Path) -> AsyncIterator[ServerProcess]:
+    server = ServerProcess(args, port, tmp_path / f"server-{port}.log")
+    try:
+        await server.start()
+        yield server
+    finally:
+        await server.stop()
+
+
+def sse_server_args(port: int) -> list[str]:
+    return [
+        sys.executable,
+        str(FIXTURES / "serve_http.py"),
+        "--port",
+        str(port),
+        "--transport",
+        "sse",
+        "--fixture",
+        str(FIXTURES / "legacy_server.py"),
+    ]
+
+
+def children_of(pid: int) -> list[str]:
+    """The child processes of ``pid`` (Linux /proc)."""
+    found: list[str] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found += f.read().split()
+    return found
+
+
+async def health(http: aiohttp.ClientSession, base: str) -> tuple[int, dict[str, Any]]:
+    async with http.get(base + "/healthz") as resp:
+        return resp.status, await resp.json()
+
+
+async def wait_health(http: aiohttp.ClientSession, base: str, status: int) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + DEADLINE
+    while True:
+        got, body = await health(http, base)
+        if got == status:
+            return body
+        assert loop.time() < end, f"/healthz stayed {got} {body}, expected {status}"
+        await asyncio.sleep(0.05)
+
+
+def tool_call(
+    rid: int, name: str, arguments: dict[str, Any], token: str | None = None
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if token is not None:
+        params["_meta"] = {"progressToken": token}
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+
+def log_events(log_text: str, event: str) -> list[dict[str, Any]]:
+    out = []
+    for line in log_text.splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and entry.get("event") == event:
+                out.append(entry)
+    return out
+
+
+# ---------------------------------------------------------------------- shared scenarios
+async def sdk_client_session(proxy_url: str) -> None:
+    """The official SDK client: initialize, tools/list, echo, slow with progress."""
+    values: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        values.append(progress)
+
+    async with connect(proxy_url) as conn:
+        listed = await conn.session.list_tools()
+        assert {tool.name for tool in listed.tools} == TOOLS
+        assert text_of(await conn.session.call_tool("echo", {"text": "hello"})) == "hello"
+        result = await conn.session.call_tool(
+            "slow", {"steps": 8, "delay": 0.02}, progress_callback=on_progress
+        )
+        assert isinstance(result, types.CallToolResult) and text_of(result) == "done 8"
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 10  # progress callbacks run as tasks: let them drain
+        while len(values) < 8 and loop.time() < end:
+            await asyncio.sleep(0.01)
+        assert values == [float(i) for i in range(1, 9)]
+
+
+async def cut_and_resume(proxy_url: str, n: int, cuts: int, seed: int) -> None:
+    """A burst of ``n`` progress notifications read over connections cut at seeded random
+    byte offsets (also mid-event), each resumed with GET + Last-Event-ID from the last
+    whole event: the client ends up with exactly the produced sequence, then the result."""
+    rng = random.Random(seed)
+    print(f"cut seed={seed}")
+    offsets = sorted(rng.randrange(200, n * 200) for _ in range(cuts))
+    async with aiohttp.ClientSession() as http:
+        s = RawSession(http, proxy_url)
+        await s.initialize()
+        received: list[dict[str, Any]] = []
+        last_id: str | None = None
+        read = 0
+        first = True
+        done = False
+        while not done:
+            if first:
+                body = tool_call(1, "burst", {"n": n, "size": 200}, token="cut")
+                resp = await http.post(proxy_url, json=body, headers=s.headers())
+            else:
+                assert last_id is not None, f"seed {seed}: cut before the first event id"
+                resp = await http.get(proxy_url, headers=s.headers(**{"Last-Event-ID": last_id}))
+            first = False
+            assert resp.status == 200, (seed, resp.status, await resp.text())
+            decoder = SSEDecoder()
+            try:
+                async for chunk in resp.content.iter_any():
+                    cut = offsets[0] if offsets else None
+                    if cut is not None and read + len(chunk) >= cut:
+                        chunk = chunk[: max(0, cut - read)]
+                    read += len(chunk)
+                    for event in decoder.feed(chunk):
+                        last_id = event.id or last_id
+                        if event.data:
+                            received.append(json.loads(event.data))
+                    if cut is not None and read >= cut:
+                        offsets.pop(0)
+                        break  # hang up, maybe in the middle of an event
+                else:
+                    done = True
+            finally:
+                resp.close()
+    progress = [m["params"]["progress"] for m in received if m.get("method")]
+    assert progress == list(range(1, n + 1)), f"seed {seed}: not the produced sequence"
+    assert received[-1]["id"] == 1, f"seed {seed}: the response comes last"
+    assert received[-1]["result"]["content"][0]["text"] == f"burst {n}"
+    assert not offsets, f"seed {seed}: {len(offsets)} cuts did not land"
+
+
+async def call_fails_when_the_upstream_goes(
+    proxy_url: str, http: aiohttp.ClientSession, s: RawSession, drop: Any
+) -> list[dict[str, Any]]:
+    """A slow call whose progress has begun, then ``drop()``: its response stream ends
+    with a JSON-RPC error. Returns the messages the call's stream carried."""
+    body = tool_call(7, "slow", {"steps": 500, "delay": 0.05}, token="lost")
+    received: list[dict[str, Any]] = []
+    async with http.post(proxy_url, json=body, headers=s.headers()) as resp:
+        assert resp.status == 200
+        decoder = SSEDecoder()
+        dropped = False
+        async for chunk in resp.content.iter_any():
+            for event in decoder.feed(chunk):
+                if event.data:
+                    received.append(json.loads(event.data))
+            if not dropped and any(m.get("method") for m in received):
+                dropped = True
+                await drop()
+    assert received[-1]["id"] == 7 and received[-1]["error"]["code"] == -32000, received[-1]
+    assert "connection lost" in received[-1]["error"]["message"]
+    return received
+
+
+# ---------------------------------------------------------------------- tests
+async def test_the_sdk_client_works_through_an_sse_upstream(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/sse"
+    async with (
+        running(sse_server_args(port), port, tmp_path),
+        run_proxy(tmp_path, upstream={"url": url}) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        await sdk_client_session(proxy.url)
+        status, body = await health(http, proxy.base)
+        assert status == 200 and body["upstream"]["transport"] == "sse"
+        assert not children_of(proxy.process.pid), "a URL upstream starts no process"
+
+
+async def test_a_cut_client_resumes_the_exact_sequence_from_an_sse_upstream(
+    tmp_path: Path,
+) -> None:
+    seed = int(os.environ.get("FAULT_SEED", random.randrange(2**32)))
+    port = free_port()
+    async with (
+        running(sse_server_args(port), port, tmp_path),
+        run_proxy(tmp_path, upstream={"url": f"http://127.0.0.1:{port}/sse"}) as proxy,
+    ):
+        await cut_and_resume(proxy.url, n=1000, cuts=25, seed=seed)
+
+
+async def test_a_lost_sse_upstream_fails_the_call_degrades_then_reconnects(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    upstream = {"url": f"http://127.0.0.1:{port}/sse", "reconnect_max_seconds": 120}
+    async with (
+        running(sse_server_args(port), port, tmp_path) as server,
+        run_proxy(tmp_path, upstream=upstream) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        await call_fails_when_the_upstream_goes(proxy.url, http, s, server.kill)
+        body = await wait_health(http, proxy.base, 503)
+        assert body["status"] == "degraded" and body["upstream"]["state"] == "failing"
+        await server.start()  # back on the same port: the proxy reconnects by itself
+        await wait_health(http, proxy.base, 200)
+        # A new call in the same client session works: the upstream was re-initialized.
+        events = await s.request(8, "tools/call", tool_call(8, "echo", {"text": "again"})["params"])
+        answer = json.loads(events[-1].data)
+        assert answer["result"]["content"][0]["text"] == "again", answer
+        reconnected = log_events(proxy.log_text(), "upstream_reconnected")
+        assert reconnected and reconnected[-1]["reinitialized"] is True
+        assert len(log_events(proxy.log_text(), "upstream_connection_lost")) == 1
+        assert not children_of(proxy.process.pid)
+
+
+async def test_an_unreachable_sse_upstream_refuses_initialize_with_502(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    upstream = {"url": f"http://127.0.0.1:{port}/sse", "connect_timeout_seconds": 5}
+    async with (
+        run_proxy(tmp_path, upstream=upstream) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.post(
+            proxy.url, json=INITIALIZE, headers=RawSession(http, "").headers()
+        ) as resp:
+            assert resp.status == 502
+            error = (await resp.json())["error"]
+        assert error["data"]["reason"] == "upstream_start_failed"
+        assert f"127.0.0.1:{port}/sse" in error["message"]
+        body = await wait_health(http, proxy.base, 503)
+        assert body["status"] == "degraded"
+
+
+# ---------------------------------------------------------------------- the class itself
+def _upstream(
+    url: str, health: UpstreamHealth | None = None, **config: Any
+) -> tuple[SseUpstream, asyncio.Queue[Message], list[str]]:
+    got: asyncio.Queue[Message] = asyncio.Queue()
+    closed: list[str] = []
+    up = SseUpstream(
+        UpstreamConfig(url=url, **config),
+        session_id="test-session-id",
+        on_message=lambda msg, origin: got.put_nowait(msg),
+        on_closed=closed.append,
+        health=health or UpstreamHealth(),
+    )
+    return up, got, closed
+
+
+async def test_a_refused_post_fails_its_request_and_stop_leaves_no_task(tmp_path: Path) -> None:
+    port = free_port()
+    async with running(sse_server_args(port), port, tmp_path):
+        before = asyncio.all_tasks()
+        up, got, closed = _upstream(f"http://127.0.0.1:{port}/sse")
+        await up.start()
+        up.send(json.dumps(INITIALIZE).encode())
+        answer = await asyncio.wait_for(got.get(), DEADLINE)
+        assert answer.raw["result"]["serverInfo"]["name"] == "legacy-fixture"
+        # JSON-RPC allows array params, MCP does not: the SDK server answers 400.
+        up.send(b'{"jsonrpc":"2.0","id":2,"method":"tools/list","params":[1]}')
+        refused = await asyncio.wait_for(got.get(), DEADLINE)
+        assert refused.raw["id"] == 2 and "HTTP 400" in refused.raw["error"]["message"]
+        await up.stop()
+        assert asyncio.all_tasks() == before, "stop() leaves no task behind"
+        assert closed == ["stopped"] and up.pending_bytes == 0
+
+
+async def _bad_sse_server(events: bytes) -> tuple[web.AppRunner, int]:
+    """A tiny real HTTP server whose GET stream says ``events`` and then nothing."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(events)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/sse", handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, port
+
+
+@pytest.mark.parametrize(
+    ("events", "error"),
+    [
+        (b"event: endpoint\ndata: http://elsewhere.example/messages\n\n", "another origin"),
+        (b": no endpoint event, ever\n\n", "no connection within"),
+    ],
+)
+async def test_a_bad_endpoint_event_is_a_start_error(events: bytes, error: str) -> None:
+    runner, port = await _bad_sse_server(events)
+    try:
+        health = UpstreamHealth()
+        url = f"http://127.0.0.1:{port}/sse"
+        up, _, _ = _upstream(url, health, connect_timeout_seconds=1.0)
+        with pytest.raises(UpstreamStartError) as info:
+            await up.start()
+        assert info.value.http_status == 502 and error in info.value.message
+        assert health.state == "failing"
+        await up.stop()
+    finally:
+        await runner.cleanup()
+
+
+async def test_configured_headers_go_with_the_get_and_every_post(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A small real server that records what it is sent and echoes each POST on the stream."""
+    monkeypatch.setenv("UPSTREAM_TEST_TOKEN", "s3cret")
+    seen: list[tuple[str, str | None, str | None]] = []
+    outbox: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def get(request: web.Request) -> web.StreamResponse:
+        seen.append(("GET", request.headers.get("Authorization"), request.headers.get("Accept")))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"event: endpoint\ndata: messages?sid=1\n\n")
+        while True:
+            await response.write(b"data: " + await outbox.get() + b"\n\n")
+
+    async def post(request: web.Request) -> web.Response:
+        seen.append(("POST", request.headers.get("Authorization"), request.query.get("sid")))
+        msg = await request.json()
+        outbox.put_nowait(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {}}).encode())
+        return web.Response(status=202)
+
+    app = web.Application()
+    app.router.add_get("/mcp/sse", get)
+    app.router.add_post("/mcp/messages", post)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        up, got, _ = _upstream(
+            f"http://127.0.0.1:{port}/mcp/sse",
+            headers={"Authorization": "Bearer ${UPSTREAM_TEST_TOKEN}"},
+        )
+        await up.start()
+        up.send(b'{"jsonrpc":"2.0","id":5,"method":"ping"}')
+        assert (await asyncio.wait_for(got.get(), DEADLINE)).raw["id"] == 5
+        await up.stop()
+        assert seen == [
+            ("GET", "Bearer s3cret", "text/event-stream"),
+            ("POST", "Bearer s3cret", "1"),  # the endpoint, resolved against the SSE URL
+        ]
+    finally:
+        await runner.cleanup()
