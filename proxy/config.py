@@ -291,6 +291,8 @@ def config_from_mapping(data: Any) -> Config:
     _check_upstream(config.upstream)
     if not config.listen.path.startswith("/"):
         raise ConfigError(f"listen.path: must start with '/', got {config.listen.path!r}")
+    if config.listen.path in ("/ws", "/healthz"):
+        raise ConfigError(f"listen.path: {config.listen.path} is taken by the proxy itself")
     return config
 
 

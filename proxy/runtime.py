@@ -58,6 +58,14 @@ class CloseMarker:
     retry_ms: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One message for a connection with framing "message", and the event id it has."""
+
+    event_id: str
+    payload: bytes
+
+
 @dataclass(eq=False)
 class ClientConn:
     """One client HTTP response: the core decides, the HTTP handler writes the queue out."""
@@ -67,11 +75,13 @@ class ClientConn:
     # priming events and retry hints left out.
     framing: str = "sse"
     outcome: str | None = None  # "sse" or "accepted", set by the core's first command
-    queue: asyncio.Queue[bytes | CloseMarker] = field(default_factory=asyncio.Queue)
+    # framing "sse": SSE-encoded bytes; framing "message": Frame
+    queue: asyncio.Queue[bytes | Frame | CloseMarker] = field(default_factory=asyncio.Queue)
     closed: bool = False
     queued_bytes: int = 0  # in the queue, not yet handed to the socket
     replay_left: int = 0  # of those, a replay's (at the front of the queue)
-    last_event_id: str | None = None  # of the last event queued (framing "message" hides ids)
+    last_event_id: str | None = None  # of the last event queued (or priming event seen)
+    first_event_id: str | None = None  # of the first event ever queued
 
     def written(self, n: int) -> None:
         """The writer handed ``n`` bytes from the front of the queue to the socket."""
@@ -177,8 +187,9 @@ class SessionRunner:
         if isinstance(command, SendToClient):
             conn = self._conns.get(command.conn)
             if conn is not None and not conn.closed:
+                item: bytes | Frame
                 if conn.framing == "sse":
-                    data = encode_event(
+                    item = data = encode_event(
                         command.payload, event_id=command.event_id, retry_ms=command.retry_ms
                     )
                 elif command.payload is None:
@@ -186,15 +197,18 @@ class SessionRunner:
                     return  # a priming event: nothing to say without SSE ids
                 else:
                     data = command.payload
+                    item = Frame(command.event_id, data)
                 backlog = conn.queued_bytes - conn.replay_left
                 if live and backlog and backlog + len(data) > self._max_queued:
                     self._too_slow(conn)
                 else:
                     conn.queued_bytes += len(data)
                     conn.last_event_id = command.event_id
+                    if conn.first_event_id is None:
+                        conn.first_event_id = command.event_id
                     if not live:
                         conn.replay_left += len(data)
-                    conn.queue.put_nowait(data)
+                    conn.queue.put_nowait(item)
         elif isinstance(command, SendUpstream):
             self.upstream.send(command.payload)
         elif isinstance(command, PauseUpstream):

@@ -37,6 +37,7 @@ def test_examples_load() -> None:
         ({"upstream": {"url": "http://x", "transport": "stdio"}}, "upstream.transport: stdio"),
         ({"upstream": {"transport": "sse"}}, "upstream.transport: sse needs upstream.url"),
         ({"upstream": {"transport": "grpc"}}, "upstream.transport: must be one of"),
+        ({"listen": {"path": "/ws"}}, "listen.path: /ws is taken"),
     ],
 )
 def test_errors_name_the_key_path(data: object, message: str) -> None:

@@ -202,6 +202,7 @@ class StreamableHttp:
                     if isinstance(item, CloseMarker):
                         close = item
                         break
+                    assert isinstance(item, bytes)  # framing "sse"
                     chunks.append(item)
                     if conn.queue.empty():
                         break
@@ -269,5 +270,11 @@ def build_app(config: Config, registry: Registry) -> web.Application:
     app[REGISTRY_KEY] = registry
     endpoint = StreamableHttp(config, registry)
     app.router.add_route("*", config.listen.path, endpoint.handle)
+    # MCP over WebSocket (D2 over WebSocket). Imported here: that module builds on this one.
+    from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
+
+    sockets = WebSocketEndpoint(config, registry)
+    app.router.add_route("*", WS_PATH, sockets.handle)
+    app.on_shutdown.append(sockets.close_all)  # open sockets get 1001 Going Away
     app.router.add_get("/healthz", _health)
     return app
