@@ -1,0 +1,328 @@
+"""One host's MCP session carried over the proxy, across drops and proxy-side expiry.
+
+The host's messages are POSTed one at a time, in the order the host wrote them (each
+POST waits for its response headers, which the proxy sends once it has taken the
+message), so a ``notifications/cancelled`` can never overtake its request. Answers stream
+back concurrently: each request's SSE response is followed by its own task, the session's
+standalone ``GET`` stream by another, and every message they carry is written to the
+host once. The rules are documented in :mod:`proxy.shim`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+import structlog
+
+from proxy.core import jsonrpc
+from proxy.core.jsonrpc import Kind, Message
+from proxy.shim.http import (
+    Lost,
+    NotSent,
+    ProxyLink,
+    SseReader,
+    error_of,
+    is_sse,
+    reason_of,
+)
+from proxy.shim.stdio import HostPipe
+from proxy.shim.streams import (
+    SESSION_EXPIRED,
+    SESSION_EXPIRED_CODE,
+    UNAVAILABLE_CODE,
+    Call,
+    follow_request,
+    follow_standalone,
+    unknown_outcome,
+)
+from proxy.upstream.base import Backoff
+
+log = structlog.get_logger("proxy.shim")
+
+
+class ShimSession:
+    """Forwards host messages to the proxy and everything that comes back to the host."""
+
+    def __init__(self, pipe: HostPipe, link: ProxyLink, *, reconnect_max_seconds: float) -> None:
+        self.pipe = pipe
+        self.link = link
+        self.budget = reconnect_max_seconds
+        self.calls: dict[Any, Call] = {}  # by request id, host's or the shim's own
+        self._followers: set[asyncio.Task[None]] = set()
+        self._standalone: asyncio.Task[None] | None = None
+        self._init_request: dict[str, Any] | None = None  # the host's, replayed after 404
+        self._host_initialized = False  # the host sent notifications/initialized
+        self._needs_reinit = False
+        self._reinits = 0
+
+    # ------------------------------------------------------------------ to the host
+    def answer_error(self, call: Call, code: int, message: str, reason: str) -> None:
+        """Answer ``call`` with an error, unless it is answered or the host cancelled it
+        (no response is expected after ``notifications/cancelled``)."""
+        if call.answered:
+            return
+        call.answer = jsonrpc.error_response(call.id, code, message, {"reason": reason})
+        self._finish(call)
+        log.warning(
+            "request_failed",
+            session=self.link.session_label,
+            method=call.method,
+            reason=reason,
+            error=message,
+        )
+        if not call.internal and not call.cancelled:
+            self.pipe.write(jsonrpc.encode(call.answer))
+
+    def _finish(self, call: Call) -> None:
+        if self.calls.get(call.id) is call:
+            del self.calls[call.id]
+        call.done.set()
+
+    def from_proxy(self, data: str) -> None:
+        """One SSE event's data: write each message to the host once; keep answers to
+        the shim's own requests. Garbage is logged and skipped."""
+        try:
+            parsed = json.loads(data)
+        except ValueError:
+            log.warning("bad_event_from_proxy", session=self.link.session_label, size=len(data))
+            return
+        items = parsed if isinstance(parsed, list) else [parsed]
+        for item in items:
+            if not isinstance(item, dict):
+                log.warning("bad_event_from_proxy", session=self.link.session_label)
+                continue
+            if "method" not in item and ("result" in item or "error" in item):
+                rid = item.get("id")
+                call = self.calls.get(rid) if isinstance(rid, str | int) else None
+                if call is None:  # never a second answer, nor one the host did not ask for
+                    log.warning("unmatched_response", session=self.link.session_label)
+                    continue
+                call.answer = item
+                self._finish(call)
+                if call.method == "initialize":
+                    self._adopt_version(item)
+                if call.internal:
+                    continue
+            single = len(items) == 1 and "\n" not in data and isinstance(parsed, dict)
+            self.pipe.write(data.encode() if single else jsonrpc.encode(item))
+
+    def _adopt_version(self, answer: dict[str, Any]) -> None:
+        result = answer.get("result")
+        version = result.get("protocolVersion") if isinstance(result, dict) else None
+        if isinstance(version, str):
+            self.link.protocol_version = version  # MCP-Protocol-Version from now on
+
+    # ------------------------------------------------------------------ from the host
+    async def deliver(self, msg: Message) -> None:
+        """Send one host message to the proxy; returns once the proxy has taken it."""
+        if msg.kind is Kind.REQUEST:
+            call = Call(msg.id, msg.method or "")
+            if msg.method == "initialize":
+                await self._start_session(call, msg)
+            elif self._needs_reinit and not await self._reinitialize():
+                self.answer_error(
+                    call,
+                    SESSION_EXPIRED_CODE,
+                    f"{SESSION_EXPIRED}; a new one could not be started",
+                    "session_expired",
+                )
+            else:
+                await self.send_request(call, msg)
+            return
+        if msg.method == "notifications/cancelled":
+            target_id = msg.params.get("requestId")
+            target = self.calls.get(target_id) if isinstance(target_id, str | int) else None
+            if target is not None:
+                target.cancelled = True
+        if self._needs_reinit:  # it belongs to the expired session
+            log.info("dropped_for_expired_session", method=msg.method or "response")
+            return
+        accepted = await self._send_other(msg)
+        if msg.method == "notifications/initialized" and accepted:
+            self._host_initialized = True
+            self.ensure_standalone()
+
+    async def _start_session(self, call: Call, msg: Message) -> None:
+        if self.link.session_id is not None:  # the host starts over: end the old one
+            await self.end_session()
+        self._init_request = dict(msg.raw)
+        self._host_initialized = False
+        self._needs_reinit = False
+        await self.send_request(call, msg, fresh=True)
+        await call.done.wait()  # nothing else may go before the InitializeResult
+
+    async def send_request(
+        self, call: Call, msg: Message, *, fresh: bool = False, after_reinit: bool = False
+    ) -> None:
+        """POST a request and hand its answer stream to a follower task.
+
+        A connect error proves the proxy never got it: retried with backoff for up to the
+        reconnect budget. Any other failure before the stream's first event id leaves
+        the outcome unknown: answered with ``outcome_unknown``, never re-sent.
+        """
+        backoff = Backoff()
+        started = time.monotonic()
+        while True:
+            if call.answered:  # the session expired while the proxy was unreachable
+                return
+            call.session_id = None if fresh else self.link.session_id
+            self.calls[call.id] = call
+            try:
+                response = await self.link.post(msg.encoded(), fresh=fresh)
+                break
+            except NotSent as exc:
+                if time.monotonic() - started > self.budget:
+                    self.answer_error(
+                        call,
+                        UNAVAILABLE_CODE,
+                        f"the proxy is unreachable: {exc}",
+                        "proxy_unreachable",
+                    )
+                    return
+                log.info("proxy_unreachable", session=self.link.session_label, error=str(exc))
+                await asyncio.sleep(backoff.next_delay())
+            except Lost as exc:
+                self.answer_error(call, UNAVAILABLE_CODE, unknown_outcome(exc), "outcome_unknown")
+                return
+        if response.status == 404 and call.session_id is not None:
+            # Refused, so certainly not run: this request may go to a new session.
+            response.release()
+            if self.calls.get(call.id) is call:
+                del self.calls[call.id]
+            self.session_gone(call.session_id, "404 on POST")
+            if not call.internal and not after_reinit and await self._reinitialize():
+                await self.send_request(call, msg, after_reinit=True)
+            else:
+                self.answer_error(call, SESSION_EXPIRED_CODE, SESSION_EXPIRED, "session_expired")
+            return
+        await self._take_response(call, response, fresh)
+
+    async def _take_response(
+        self, call: Call, response: aiohttp.ClientResponse, fresh: bool
+    ) -> None:
+        if fresh and response.status == 200:
+            self.link.session_id = response.headers.get("Mcp-Session-Id")
+            call.session_id = self.link.session_id
+            log.info("session_started", session=self.link.session_label)
+        if response.status == 200 and is_sse(response):
+            self._follow(call, SseReader(response))
+            self.ensure_standalone()
+            return
+        try:
+            body = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.answer_error(call, UNAVAILABLE_CODE, unknown_outcome(exc), "outcome_unknown")
+            return
+        finally:
+            response.release()
+        if response.status == 200:  # a JSON answer (§Sending Messages, item 5)
+            self.from_proxy(body.decode(errors="replace"))
+            if not call.answered:
+                self.answer_error(
+                    call,
+                    UNAVAILABLE_CODE,
+                    "the proxy's JSON answer had no response",
+                    "bad_answer",
+                )
+            return
+        error = error_of(response.status, body)
+        message = str(error.get("message", ""))
+        self.answer_error(call, int(error["code"]), message, reason_of(error))
+
+    async def _send_other(self, msg: Message) -> bool:
+        """POST a notification or response; True once the proxy accepted it (202).
+
+        Retried while no connection can be made. After a failure that may have reached
+        the proxy, a response is sent again (the proxy drops an answer that matches no
+        open request) and a notification is not (logged as possibly lost).
+        """
+        backoff = Backoff()
+        started = time.monotonic()
+        what = msg.method or "response"
+        while True:
+            session_id = self.link.session_id
+            try:
+                response = await self.link.post(msg.encoded())
+            except (NotSent, Lost) as exc:
+                retry = isinstance(exc, NotSent) or msg.kind is Kind.RESPONSE
+                if not retry or time.monotonic() - started > self.budget:
+                    log.warning("message_maybe_lost", message=what, error=str(exc))
+                    return False
+                log.info("proxy_unreachable", session=self.link.session_label, error=str(exc))
+                await asyncio.sleep(backoff.next_delay())
+                continue
+            response.release()
+            if response.status == 404:
+                self.session_gone(session_id, "404 on POST")
+            elif response.status >= 300:
+                log.warning("message_refused", message=what, status=response.status)
+            return response.status < 300
+
+    # ------------------------------------------------------------------ streams
+    def _follow(self, call: Call, reader: SseReader) -> None:
+        task = asyncio.create_task(follow_request(self, call, reader), name=f"call-{call.id}")
+        self._followers.add(task)
+        task.add_done_callback(self._followers.discard)
+
+    def ensure_standalone(self) -> None:
+        """Keep the session's GET stream open (§Listening for Messages from the Server)."""
+        if not self._host_initialized or self._needs_reinit or self.link.session_id is None:
+            return
+        if self._standalone is None or self._standalone.done():
+            self._standalone = asyncio.create_task(
+                follow_standalone(self, self.link.session_id), name="standalone"
+            )
+
+    # ------------------------------------------------------------------ expiry
+    def session_gone(self, session_id: str | None, why: str) -> None:
+        """The proxy answered 404 for this session (§Session Management, item 3): every
+        request in flight gets ``session expired at the proxy``; the next host request
+        starts a new session first (item 4)."""
+        if session_id is None or session_id != self.link.session_id:
+            return  # already handled, or an older session's news
+        log.warning(
+            "session_expired", session=self.link.session_label, why=why, in_flight=len(self.calls)
+        )
+        for call in list(self.calls.values()):
+            self.answer_error(call, SESSION_EXPIRED_CODE, SESSION_EXPIRED, "session_expired")
+        self.link.session_id = None
+        self._needs_reinit = True
+        current = asyncio.current_task()
+        for task in [*self._followers, self._standalone]:
+            if task is not None and task is not current:
+                task.cancel()
+
+    async def _reinitialize(self) -> bool:
+        """Replay the host's ``initialize`` (answer kept here) and ``initialized``."""
+        if self._init_request is None:
+            return False
+        self._reinits += 1
+        raw = {**self._init_request, "id": f"mcp-resume-proxy-reinit-{self._reinits}"}
+        call = Call(raw["id"], "initialize", internal=True)
+        await self.send_request(call, jsonrpc.classify(raw), fresh=True)
+        await call.done.wait()
+        if call.answer is None or "result" not in call.answer or self.link.session_id is None:
+            log.error("reinitialize_failed", answer=(call.answer or {}).get("error"))
+            return False
+        self._needs_reinit = False
+        if self._host_initialized:
+            note = jsonrpc.classify({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            await self._send_other(note)
+        log.info("session_reinitialized", session=self.link.session_label)
+        self.ensure_standalone()
+        return True
+
+    async def end_session(self) -> None:
+        """Stop every stream task and DELETE the session (§Session Management, item 5)."""
+        tasks = [t for t in [*self._followers, self._standalone] if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.link.session_id is not None:
+            status = await self.link.delete()
+            log.info("session_deleted", session=self.link.session_label, status=status)
+            self.link.session_id = None

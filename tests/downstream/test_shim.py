@@ -1,0 +1,374 @@
+"""``mcp-resume-proxy connect URL`` (the stdio shim, DESIGN.md D5), all real: the proxy in
+front of the SDK-built legacy fixture, the shim as a subprocess launched by the official
+``mcp`` SDK stdio client (or driven by hand over its pipes), and between the shim and the
+proxy a TCP forwarder (tests/cut_proxy.py) that cuts its connections.
+
+Replay a random test with ``SHIM_FAULT_SEED=<seed>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import mcp_types as types
+import pytest
+from mcp.client.session import ClientRequestContext, ClientSession, ElicitationFnT
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+
+from tests.cut_proxy import CutProxy
+from tests.support import FIXTURE, ROOT, RunningProxy, run_proxy
+
+N = 2000
+CUTS = 60
+DEADLINE = 120.0  # generous: every call here takes seconds at most
+
+
+def _seed() -> int:
+    seed = int(os.environ.get("SHIM_FAULT_SEED", random.randrange(2**32)))
+    print(f"shim fault test seed={seed} (replay with SHIM_FAULT_SEED={seed})")
+    return seed
+
+
+async def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not check():
+        if loop.time() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def shim_processes(url: str) -> list[int]:
+    """Pids of live processes whose command line names ``url`` (a shim of this test)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if url.encode() in argv and b"connect" in argv and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def shim_argv(url: str, *extra: str) -> list[str]:
+    return ["-m", "proxy", "connect", url, "--log-level", "debug", *extra]
+
+
+@asynccontextmanager
+async def forwarder(proxy: RunningProxy) -> AsyncIterator[CutProxy]:
+    cut = CutProxy(int(proxy.base.rsplit(":", 1)[1]))
+    await cut.start()
+    try:
+        yield cut
+    finally:
+        await cut.stop()
+        await wait_until(lambda: not shim_processes(cut.url()), "the shim to be gone", 15.0)
+
+
+@asynccontextmanager
+async def sdk_host(
+    tmp_path: Path, url: str, *extra: str, elicitation: ElicitationFnT | None = None
+) -> AsyncIterator[ClientSession]:
+    """The official SDK stdio client launching the shim, initialized."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=shim_argv(url, *extra),
+        cwd=str(ROOT),
+        env={"PYTHONUNBUFFERED": "1"},
+    )
+    with (tmp_path / "shim.log").open("w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write, elicitation_callback=elicitation) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+@asynccontextmanager
+async def rig(
+    tmp_path: Path,
+    *extra: str,
+    elicitation: ElicitationFnT | None = None,
+    sse: dict[str, Any] | None = None,
+) -> AsyncIterator[tuple[RunningProxy, CutProxy, ClientSession]]:
+    """The proxy, the forwarder in front of it, and an SDK host running the shim on it."""
+    async with (
+        run_proxy(tmp_path, FIXTURE, sse=sse or {}) as proxy,
+        forwarder(proxy) as cut,
+        sdk_host(tmp_path, cut.url(), *extra, elicitation=elicitation) as host,
+    ):
+        yield proxy, cut, host
+
+
+def shim_log(tmp_path: Path) -> str:
+    return (tmp_path / "shim.log").read_text(errors="replace")
+
+
+async def sessions_at(proxy: RunningProxy) -> int:
+    async with aiohttp.ClientSession() as http, http.get(proxy.base + "/healthz") as resp:
+        return int((await resp.json())["sessions"])
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "".join(b.text for b in result.content if isinstance(b, types.TextContent))
+
+
+async def test_burst_survives_random_cuts_of_the_shims_connection(tmp_path: Path) -> None:
+    rng = random.Random(_seed())
+    async with rig(tmp_path) as (proxy, cut, host):
+        seen: list[float] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+
+        # From 2,000 bytes on: the call's response headers and priming event (its
+        # first event id) come first, and a cut before them would leave the request's
+        # fate unknown (answered with an error by design, tested below).
+        cut.schedule_cuts([rng.randrange(2000, N * 220) for _ in range(CUTS)])
+        result = await asyncio.wait_for(
+            host.call_tool("burst", {"n": N, "size": 200}, progress_callback=on_progress),
+            DEADLINE,
+        )
+        assert text_of(result) == f"burst {N}"
+        await wait_until(lambda: len(seen) >= N, "every progress notification", 10)
+        first_bad = next((i for i, p in enumerate(seen) if p != i + 1), None)
+        assert first_bad is None, (
+            f"gap or duplicate at {first_bad}: {seen[max(0, first_bad - 3) : first_bad + 3]}"
+        )
+        assert len(seen) == N
+        assert cut.cuts >= CUTS // 2, f"only {cut.cuts} cuts landed"
+        log = shim_log(tmp_path)
+        resumes = [line for line in log.splitlines() if "stream_resumed" in line]
+        assert len([r for r in resumes if "stream='request" in r]) >= CUTS // 2, log[-3000:]
+
+
+async def test_paced_call_survives_resets_of_every_connection(tmp_path: Path) -> None:
+    """Connection resets of the request stream and the standalone stream at once."""
+    rng = random.Random(_seed())
+    steps = 40
+    cut_at = set(rng.sample(range(1, steps), 8))
+    async with rig(tmp_path) as (proxy, cut, host):
+        seen: list[float] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+            if int(progress) in cut_at:
+                cut.cut_all(reset=True)
+
+        result = await asyncio.wait_for(
+            host.call_tool("slow", {"steps": steps, "delay": 0.05}, progress_callback=on_progress),
+            DEADLINE,
+        )
+        assert text_of(result) == f"done {steps}"
+        await wait_until(lambda: len(seen) >= steps, "every progress notification", 10)
+        assert seen == [float(i) for i in range(1, steps + 1)]
+        assert cut.cuts >= len(cut_at)
+        assert (await host.list_tools()).tools, "the session goes on"
+
+
+async def test_server_closes_are_polled_after_retry(tmp_path: Path) -> None:
+    """The proxy ends long response streams on purpose after ``retry:`` (SEP-1699): the
+    shim waits that long and resumes, and the host sees one unbroken call."""
+    sse = {"max_stream_seconds": 0.3, "retry_ms": 100}
+    async with rig(tmp_path, sse=sse) as (proxy, cut, host):
+        seen: list[float] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+
+        result = await asyncio.wait_for(
+            host.call_tool("slow", {"steps": 30, "delay": 0.05}, progress_callback=on_progress),
+            DEADLINE,
+        )
+        assert text_of(result) == "done 30"
+        await wait_until(lambda: len(seen) >= 30, "every progress notification", 10)
+        assert seen == [float(i) for i in range(1, 31)]
+        assert cut.cuts == 0
+        assert shim_log(tmp_path).count("stream='request") >= 2, "the proxy closed it twice"
+
+
+async def test_elicitation_answered_while_every_connection_is_reset(tmp_path: Path) -> None:
+    """A server request reaches the host, the connections drop, the host's answer goes
+    out on a new one and the call's stream resumes to its result."""
+    cuts: list[CutProxy] = []
+
+    async def answer_it(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        assert cuts[0].cut_all(reset=True) >= 1
+        return types.ElicitResult(action="accept", content={"answer": "forty-two"})
+
+    async with rig(tmp_path, elicitation=answer_it) as (proxy, cut, host):
+        cuts.append(cut)
+        result = await asyncio.wait_for(host.call_tool("ask", {"question": "?"}), DEADLINE)
+        assert text_of(result) == "forty-two"
+        assert "stream_resumed" in shim_log(tmp_path)
+
+
+async def test_post_is_retried_while_the_proxy_refuses_connections(tmp_path: Path) -> None:
+    async with rig(tmp_path) as (proxy, cut, host):
+        # initialize, initialized and the standalone GET are all connected first.
+        await wait_until(lambda: cut.connections >= 3, "the standalone stream")
+        await cut.refuse()
+        cut.cut_all()
+        call = asyncio.ensure_future(host.call_tool("echo", {"text": "again"}))
+        try:
+            await wait_until(lambda: "proxy_unreachable" in shim_log(tmp_path), "the shim to retry")
+            assert not call.done()
+            await cut.accept()
+            result = await asyncio.wait_for(call, DEADLINE)
+        finally:
+            call.cancel()
+        assert text_of(result) == "again"
+        assert len(cut.session_ids) == 1, "the same session all along"
+
+
+async def test_proxy_unreachable_for_too_long_is_an_error(tmp_path: Path) -> None:
+    async with rig(tmp_path, "--reconnect-max-seconds", "1") as (proxy, cut, host):
+        await wait_until(lambda: cut.connections >= 3, "the standalone stream")
+        await cut.refuse()
+        cut.cut_all()
+        with pytest.raises(MCPError) as caught:
+            await asyncio.wait_for(host.call_tool("echo", {"text": "x"}), DEADLINE)
+        assert caught.value.error.code == -32000
+        assert caught.value.error.data == {"reason": "proxy_unreachable"}
+        await cut.accept()
+        result = await asyncio.wait_for(host.call_tool("echo", {"text": "y"}), DEADLINE)
+        assert text_of(result) == "y"
+
+
+async def test_request_cut_before_any_reply_is_not_sent_twice(tmp_path: Path) -> None:
+    async with rig(tmp_path) as (proxy, cut, host):
+        # initialize, initialized and the standalone GET are all connected first.
+        await wait_until(lambda: cut.connections >= 3, "the standalone stream")
+        cut.cut_before_reply()
+        with pytest.raises(MCPError) as caught:
+            await asyncio.wait_for(host.call_tool("echo", {"text": "x"}), DEADLINE)
+        assert caught.value.error.code == -32000
+        assert caught.value.error.data == {"reason": "outcome_unknown"}
+        assert "outcome is unknown" in caught.value.error.message
+        result = await asyncio.wait_for(host.call_tool("echo", {"text": "y"}), DEADLINE)
+        assert text_of(result) == "y"
+        assert bytes(cut.sent_to_server).count(b'"text":"x"') == 1, "sent once only"
+
+
+async def test_session_deleted_under_the_shim(tmp_path: Path) -> None:
+    """404: the call in flight gets "session expired at the proxy"; the next request
+    starts a new session by replaying the host's initialize, transparently."""
+    async with rig(tmp_path) as (proxy, cut, host):
+        started = asyncio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            started.set()
+
+        call = asyncio.ensure_future(
+            host.call_tool("slow", {"steps": 100, "delay": 0.1}, progress_callback=on_progress)
+        )
+        try:
+            await asyncio.wait_for(started.wait(), DEADLINE)
+            assert len(cut.session_ids) == 1
+            headers = {
+                "Mcp-Session-Id": cut.session_ids[0],
+                "MCP-Protocol-Version": "2025-11-25",
+            }
+            async with (
+                aiohttp.ClientSession() as http,
+                http.delete(proxy.url, headers=headers) as r,
+            ):
+                assert r.status == 200
+            with pytest.raises(MCPError) as caught:
+                await asyncio.wait_for(call, DEADLINE)
+        finally:
+            call.cancel()
+        assert caught.value.error.code == -32001
+        assert caught.value.error.message == "session expired at the proxy"
+        assert caught.value.error.data == {"reason": "session_expired"}
+        result = await asyncio.wait_for(host.call_tool("echo", {"text": "new"}), DEADLINE)
+        assert text_of(result) == "new"
+        assert len(cut.session_ids) == 2, "a second session was started"
+        assert await sessions_at(proxy) == 1
+        assert (await host.list_tools()).tools
+    assert shim_log(tmp_path).count("session_deleted") == 1, "the new session was deleted"
+
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "by-hand", "version": "0"},
+    },
+}
+
+
+@pytest.mark.parametrize("ending", ["stdin EOF", "SIGTERM"])
+async def test_shim_ends_by_deleting_its_session(tmp_path: Path, ending: str) -> None:
+    async with run_proxy(tmp_path, FIXTURE) as proxy, forwarder(proxy) as cut:
+        with (tmp_path / "shim.log").open("w") as errlog:
+            shim = await asyncio.create_subprocess_exec(
+                sys.executable,
+                *shim_argv(cut.url()),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=errlog,
+                cwd=str(ROOT),
+            )
+        assert shim.stdin is not None and shim.stdout is not None
+        try:
+            lines = [b"not json\n", json.dumps(INIT).encode() + b"\n"]
+            shim.stdin.write(b"".join(lines))
+            await shim.stdin.drain()
+            first = json.loads(await asyncio.wait_for(shim.stdout.readline(), DEADLINE))
+            assert first["error"]["code"] == -32700 and first["id"] is None
+            answer = json.loads(await asyncio.wait_for(shim.stdout.readline(), DEADLINE))
+            assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "legacy-fixture"
+            shim.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+            await shim.stdin.drain()
+            await wait_until(lambda: cut.connections >= 3, "the standalone stream")
+            assert await sessions_at(proxy) == 1
+            if ending == "SIGTERM":
+                shim.send_signal(signal.SIGTERM)
+            else:
+                shim.stdin.close()
+            assert await asyncio.wait_for(shim.wait(), 15.0) == 0, shim_log(tmp_path)[-3000:]
+            assert await shim.stdout.read() == b"", "nothing but messages on stdout"
+            assert await sessions_at(proxy) == 0, "the shim deleted its session"
+        finally:
+            if shim.returncode is None:
+                shim.kill()
+                await shim.wait()
+
+
+async def test_help_explains_the_shim() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        "connect",
+        "--help",
+        stdout=asyncio.subprocess.PIPE,
+        cwd=str(ROOT),
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30.0)
+    assert proc.returncode == 0
+    text = out.decode()
+    for word in ("URL", "--header", "--reconnect-max-seconds", "--log-level", "Last-Event-ID"):
+        assert word in text, word
