@@ -6,12 +6,19 @@ below against the endpoint and prints the results (``--json``: one JSON object o
 1. ``latency``: ``--calls`` ``tools/call echo`` one at a time on one session → p50 / p99 ms.
 2. ``throughput``: ``--sessions`` sessions, each calling ``echo`` in a loop for ``--seconds``
    → calls/s (sessions are initialized before the clock starts).
-3. ``burst``: one call of ``--burst-tool`` emitting ``--notifications`` progress notifications
-   of about ``--size`` bytes → notifications/s over the whole call, and ms to the first one.
-4. ``replay`` (``--replay``): start the same call, read only its first event (the 2025-11-25
-   priming event), drop the connection, wait until the server has surely finished
-   (``max(1 s, 3 * the burst phase's duration)``, at most 10 s), then ``GET`` with
-   ``Last-Event-ID: <priming id>`` → ms until the replayed response arrives, and the count.
+3. ``long`` (``--long-calls`` > 0): that many ``echo`` calls one at a time on one fresh
+   session → p50 of the first and of the last 500 (does a session slow down as it ages?).
+4. ``burst``: ``--burst-reps`` (3) calls of ``--burst-tool``, each emitting ``--notifications``
+   progress notifications of about ``--size`` bytes → the median of notifications/s over the
+   whole call (request sent → response received), and of ms to the first one.
+5. ``replay`` (``--replay``): start the same call, read up to its first event that carries an
+   id (the 2025-11-25 priming event, or the first message), drop the connection, wait until
+   the server has surely finished (``max(1 s, 3 * the burst phase's duration)``, at most
+   10 s), then ``GET`` with ``Last-Event-ID: <that id>`` → ms until the replayed response
+   arrives; every notification must arrive exactly once over the two connections.
+
+A phase the endpoint cannot do (no event ids, notifications not relayed, an HTTP error) is
+reported with its ``error`` and no metrics, and the next phase runs.
 
 With ``--pid`` it also reads that process's CPU time (``/proc/PID/stat`` utime+stime) around
 each phase and its RSS (``/proc/PID/status`` VmRSS) after each phase. For every phase it reports
@@ -25,190 +32,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
-import os
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from client import McpSession, PhaseFailed, PhaseResult, measured, percentile, sse_events
 
-PROTOCOL_VERSION = "2025-11-25"
-ACCEPT = "application/json, text/event-stream"
-SESSION_HEADER = "Mcp-Session-Id"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-@dataclass
-class SseEvent:
-    id: str | None
-    data: str
-
-
-async def sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[SseEvent]:
-    """The events of an SSE body (``\\n`` or ``\\r\\n`` line ends; comments skipped)."""
-    buf = b""
-    async for chunk in resp.content.iter_any():
-        buf = (buf + chunk).replace(b"\r\n", b"\n")
-        *blocks, buf = buf.split(b"\n\n")
-        for block in blocks:
-            event_id: str | None = None
-            data: list[str] = []
-            for raw in block.split(b"\n"):
-                line = raw.decode()
-                if not line or line.startswith(":"):
-                    continue
-                name, _, value = line.partition(":")
-                value = value.removeprefix(" ")
-                if name == "id":
-                    event_id = value
-                elif name == "data":
-                    data.append(value)
-            if event_id is not None or data:
-                yield SseEvent(event_id, "\n".join(data))
-
-
-class McpSession:
-    """One MCP session over Streamable HTTP."""
-
-    def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
-        self.http = http
-        self.url = url
-        self.session_id: str | None = None
-        self._ids = itertools.count(1)
-
-    def headers(self, accept: str = ACCEPT) -> dict[str, str]:
-        headers = {"Accept": accept, "MCP-Protocol-Version": PROTOCOL_VERSION}
-        if self.session_id is not None:
-            headers[SESSION_HEADER] = self.session_id
-        return headers
-
-    async def initialize(self) -> None:
-        rid = next(self._ids)
-        body = {
-            "jsonrpc": "2.0",
-            "id": rid,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": PROTOCOL_VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "bench-load", "version": "1"},
-            },
-        }
-        async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
-            resp.raise_for_status()
-            self.session_id = resp.headers.get(SESSION_HEADER)
-            await self._response(resp, rid)
-        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        async with self.http.post(self.url, json=note, headers=self.headers()) as resp:
-            if resp.status != 202:
-                raise RuntimeError(f"notifications/initialized: HTTP {resp.status}")
-
-    async def close(self) -> None:
-        if self.session_id is not None:
-            async with self.http.delete(self.url, headers=self.headers()):
-                pass
-            self.session_id = None
-
-    def call_body(self, tool: str, args: dict[str, Any], token: int | None) -> dict[str, Any]:
-        params: dict[str, Any] = {"name": tool, "arguments": args}
-        if token is not None:
-            params["_meta"] = {"progressToken": token}
-        return {"jsonrpc": "2.0", "id": next(self._ids), "method": "tools/call", "params": params}
-
-    async def call(
-        self,
-        tool: str,
-        args: dict[str, Any],
-        *,
-        token: int | None = None,
-        on_notification: Callable[[dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any]:
-        body = self.call_body(tool, args, token)
-        async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
-            resp.raise_for_status()
-            return await self._response(resp, body["id"], on_notification)
-
-    async def _response(
-        self,
-        resp: aiohttp.ClientResponse,
-        rid: int,
-        on_notification: Callable[[dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any]:
-        if resp.content_type == "application/json":
-            msg: dict[str, Any] = await resp.json()
-            return msg
-        async for event in sse_events(resp):
-            if not event.data:
-                continue  # priming event
-            msg = json.loads(event.data)
-            if msg.get("id") == rid and "method" not in msg:
-                if "error" in msg:
-                    raise RuntimeError(f"JSON-RPC error: {msg['error']}")
-                return msg
-            if on_notification is not None and "method" in msg:
-                on_notification(msg)
-        raise RuntimeError(f"stream ended without the response to {rid}")
-
-
-# --- process probes ---------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """utime + stime of ``pid`` (not of its children), in seconds; 0 without a pid."""
-    if pid is None:
-        return 0.0
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def rss_mb(pid: int | None) -> float:
-    if pid is None:
-        return 0.0
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-@dataclass
-class PhaseResult:
-    name: str
-    wall_s: float = 0.0
-    client_cpu_share: float = 0.0
-    server_cpu_s: float = 0.0
-    server_rss_mb: float = 0.0
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-async def measured(
-    name: str, pid: int | None, body: Callable[[], Awaitable[dict[str, float]]]
-) -> PhaseResult:
-    cpu0, own0, t0 = cpu_seconds(pid), time.process_time(), time.perf_counter()
-    metrics = await body()
-    wall = time.perf_counter() - t0
-    return PhaseResult(
-        name=name,
-        wall_s=wall,
-        client_cpu_share=(time.process_time() - own0) / wall,
-        server_cpu_s=cpu_seconds(pid) - cpu0,
-        server_rss_mb=rss_mb(pid),
-        metrics=metrics,
-    )
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-# --- phases ------------------------------------------------------------------------------------
+LONG_WINDOW = 500  # calls at each end of the long phase
 
 
 async def phase_latency(session: McpSession, calls: int) -> dict[str, float]:
@@ -241,6 +75,19 @@ async def phase_throughput(sessions: list[McpSession], seconds: float) -> dict[s
     return {"sessions": len(sessions), "calls": sum(counts), "calls_per_s": sum(counts) / wall}
 
 
+async def phase_long(session: McpSession, calls: int) -> dict[str, float]:
+    """Sequential calls on one session: does the per-call cost grow with its history?"""
+    samples: list[float] = []
+    for i in range(calls):
+        t0 = time.perf_counter()
+        await session.call("echo", {"text": f"long {i}"})
+        samples.append((time.perf_counter() - t0) * 1000)
+    window = min(LONG_WINDOW, calls // 2)
+    first = statistics.median(samples[:window])
+    last = statistics.median(samples[-window:])
+    return {"calls": calls, "first_p50_ms": first, "last_p50_ms": last, "drift": last / first}
+
+
 async def phase_burst(session: McpSession, tool: str, n: int, size: int) -> dict[str, float]:
     seen = 0
     first: float | None = None
@@ -256,7 +103,7 @@ async def phase_burst(session: McpSession, tool: str, n: int, size: int) -> dict
     await session.call(tool, {"n": n, "size": size}, token=1, on_notification=on_notification)
     wall = time.perf_counter() - t0
     if seen != n:
-        raise RuntimeError(f"burst: expected {n} notifications, got {seen}")
+        raise PhaseFailed(f"{seen:,} of {n:,} notifications reached the client before the response")
     return {
         "notifications": seen,
         "wall_ms": wall * 1000,
@@ -265,23 +112,47 @@ async def phase_burst(session: McpSession, tool: str, n: int, size: int) -> dict
     }
 
 
+async def phase_bursts(
+    session: McpSession, tool: str, n: int, size: int, reps: int
+) -> dict[str, float]:
+    """``reps`` bursts one after the other: the median rate (a shared machine is noisy)."""
+    runs = [await phase_burst(session, tool, n, size) for _ in range(reps)]
+    return {
+        "notifications": n * reps,
+        "bursts": reps,
+        "wall_ms": statistics.median(r["wall_ms"] for r in runs),
+        "notif_per_s": statistics.median(r["notif_per_s"] for r in runs),
+        "first_ms": statistics.median(r["first_ms"] for r in runs),
+    }
+
+
 async def phase_replay(
     session: McpSession, tool: str, n: int, size: int, settle_s: float
 ) -> dict[str, float]:
     body = session.call_body(tool, {"n": n, "size": size}, token=2)
+    before = 0  # notifications read before the drop
+    last_id: str | None = None
     async with session.http.post(session.url, json=body, headers=session.headers()) as resp:
         resp.raise_for_status()
-        priming = await anext(sse_events(resp))
-        if priming.id is None or priming.data:
-            raise RuntimeError(f"replay: first event is not a priming event: {priming}")
+        if resp.content_type != "text/event-stream":
+            raise PhaseFailed(f"the call is answered with {resp.content_type}, not a stream")
+        async for event in sse_events(resp):
+            if event.data and json.loads(event.data).get("method") == "notifications/progress":
+                before += 1
+            if event.id is not None:
+                last_id = event.id
+                break
+        if last_id is None:
+            raise PhaseFailed("no event of the call's stream carries an id: nothing to resume")
         resp.close()  # drop the connection; the call goes on without us
     await asyncio.sleep(settle_s)
 
     seen = 0
     t0 = time.perf_counter()
-    headers = session.headers("text/event-stream") | {"Last-Event-ID": priming.id}
+    headers = session.headers("text/event-stream") | {"Last-Event-ID": last_id}
     async with session.http.get(session.url, headers=headers) as resp:
-        resp.raise_for_status()
+        if resp.status != 200:
+            raise PhaseFailed(f"GET with Last-Event-ID answered HTTP {resp.status}")
         first: float | None = None
         async for event in sse_events(resp):
             if not event.data:
@@ -293,10 +164,10 @@ async def phase_replay(
             elif msg.get("id") == body["id"]:
                 break
         else:
-            raise RuntimeError("replay: stream ended without the response")
+            raise PhaseFailed(f"the resumed stream ended without the response ({seen:,} events)")
     wall = time.perf_counter() - t0
-    if seen != n:
-        raise RuntimeError(f"replay: expected {n} notifications, got {seen}")
+    if before + seen != n:
+        raise PhaseFailed(f"{before + seen:,} of {n:,} notifications after the resume")
     return {
         "notifications": seen,
         "replay_ms": wall * 1000,
@@ -312,8 +183,10 @@ class Options:
     calls: int
     sessions: int
     seconds: float
+    long_calls: int
     burst_tool: str
     notifications: int
+    burst_reps: int
     size: int
     replay: bool
 
@@ -335,14 +208,25 @@ async def run(opts: Options) -> list[PhaseResult]:
         )
         await asyncio.gather(*(s.close() for s in pool))
 
+        if opts.long_calls > 0:
+            aging = McpSession(http, opts.url)
+            await aging.initialize()
+            results.append(
+                await measured("long", opts.pid, lambda: phase_long(aging, opts.long_calls))
+            )
+            await aging.close()
+
         burst = await measured(
             "burst",
             opts.pid,
-            lambda: phase_burst(primary, opts.burst_tool, opts.notifications, opts.size),
+            lambda: phase_bursts(
+                primary, opts.burst_tool, opts.notifications, opts.size, opts.burst_reps
+            ),
         )
         results.append(burst)
         if opts.replay:
-            settle = min(10.0, max(1.0, 3 * burst.wall_s))
+            one_burst_s = burst.metrics.get("wall_ms", 1000.0) / 1000
+            settle = min(10.0, max(1.0, 3 * one_burst_s))
             results.append(
                 await measured(
                     "replay",
@@ -363,8 +247,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=500, help="latency phase calls")
     parser.add_argument("--sessions", type=int, default=8, help="throughput phase sessions")
     parser.add_argument("--seconds", type=float, default=5.0, help="throughput phase length")
+    parser.add_argument("--long-calls", type=int, default=0, help="long phase calls (0: skip)")
     parser.add_argument("--burst-tool", default="burst", help="tool taking n and size")
     parser.add_argument("--notifications", type=int, default=10_000)
+    parser.add_argument("--burst-reps", type=int, default=3, help="bursts (median rate)")
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--replay", action="store_true", help="run the replay phase")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -377,8 +263,10 @@ def main() -> None:
         calls=args.calls,
         sessions=args.sessions,
         seconds=args.seconds,
+        long_calls=args.long_calls,
         burst_tool=args.burst_tool,
         notifications=args.notifications,
+        burst_reps=args.burst_reps,
         size=args.size,
         replay=args.replay,
     )
@@ -389,8 +277,9 @@ def main() -> None:
     for r in results:
         metrics = ", ".join(f"{k}={v:.3f}" for k, v in r.metrics.items())
         print(
-            f"{r.name:10} {metrics} | wall {r.wall_s:.2f}s client CPU {r.client_cpu_share:.0%}"
-            f" | server CPU {r.server_cpu_s:.3f}s RSS {r.server_rss_mb:.1f} MB"
+            f"{r.name:10} {metrics or r.error} | wall {r.wall_s:.2f}s "
+            f"client CPU {r.client_cpu_share:.0%} | server CPU {r.server_cpu_s:.3f}s "
+            f"RSS {r.server_rss_mb:.1f} MB"
         )
 
 

@@ -1,10 +1,13 @@
-"""Benchmark runner: each contender on a free 127.0.0.1 port, the load phases, one markdown table.
+"""Benchmark runner: each contender on a free 127.0.0.1 port, the same phases, markdown tables.
 
-``.venv/bin/python bench/run.py [--quick] [--contenders direct,proxy+sdk,proxy+raw] [--reps R]``
+``.venv/bin/python bench/run.py [--quick] [--peers] [--reps R] [--contenders a,b] [--no-memory]``
 
-For each contender and each repetition: start it, wait for its port, run ``bench/load.py``
-against it (a separate process, so its CPU share is its own), stop it (SIGTERM, then wait).
-The table shows the median over repetitions. See ``bench/README.md``.
+For each repetition, every contender in turn: start it, wait for its port, run
+``bench/load.py`` against it (a separate process, so its CPU share is its own), stop it
+(SIGTERM to its process group, then wait). Repetitions are interleaved (all contenders
+once, then all again) so that ratios can be taken pair by pair within a repetition.
+Then the memory and many-sessions phases (``bench/memory.py``), each on a fresh start.
+See ``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -15,110 +18,152 @@ import json
 import os
 import platform
 import shlex
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench"
-LEGACY = ROOT / "tests" / "fixtures" / "legacy_server.py"
-SERVE_HTTP = ROOT / "tests" / "fixtures" / "serve_http.py"
-FLOOD = ROOT / "tests" / "fixtures" / "flood_server.py"
-PYTHON = sys.executable
-PROXY = str(ROOT / ".venv" / "bin" / "mcp-resume-proxy")
-HOST = "127.0.0.1"
+import contenders as C
+import report
+from contenders import BENCH, PYTHON, RAW, ROOT, SDK, Contender
+from targets import targets_table
 
 
-@dataclass(frozen=True)
-class Contender:
-    name: str
-    burst_tool: str
-    replay: bool
-    server: list[str]  # for a proxy: the upstream command; else the HTTP server command
-
-    def command(self, port: int) -> list[str]:
-        if self.name.startswith("proxy"):
-            return [PROXY, "--port", str(port), "--log-level", "warning", "--", *self.server]
-        return [*self.server, "--port", str(port)]
-
-
-CONTENDERS: dict[str, Contender] = {
-    c.name: c
-    for c in [
-        Contender("direct", "burst", False, [PYTHON, str(SERVE_HTTP), "--fixture", str(LEGACY)]),
-        Contender("proxy+sdk", "burst", True, [PYTHON, str(LEGACY)]),
-        Contender("proxy+raw", "flood", True, [PYTHON, str(FLOOD)]),
-    ]
-}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"contender exited early with status {proc.returncode}")
-        try:
-            with socket.create_connection((HOST, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"port {port} not open after {timeout} s")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own group (start_new_session): ours only
-        proc.wait(timeout=5)
-
-
-def run_once(contender: Contender, load_args: list[str]) -> list[dict[str, Any]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        contender.command(port), cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL
-    )
-    try:
-        wait_for_port(port, proc)
+def run_load(contender: Contender, load_args: list[str]) -> list[dict[str, Any]]:
+    with C.started(contender) as (port, pid):
         cmd = [
             PYTHON,
             str(BENCH / "load.py"),
             "--url",
-            f"http://{HOST}:{port}/mcp",
+            f"http://{C.HOST}:{port}/mcp",
             "--pid",
-            str(proc.pid),
+            str(pid),
             "--burst-tool",
             contender.burst_tool,
             "--json",
             *load_args,
             *(["--replay"] if contender.replay else []),
         ]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if out.returncode != 0:
+            raise RuntimeError(f"{contender.name}: load.py failed:\n{out.stderr[-3000:]}")
         phases: list[dict[str, Any]] = json.loads(out.stdout)
         return phases
-    except subprocess.CalledProcessError as e:
-        raise RuntimeError(f"{contender.name}: load.py failed:\n{e.stderr}") from e
+
+
+def run_memory(
+    contender: Contender, phase_args: list[str], extra: list[str] | None = None
+) -> list[dict[str, Any]]:
+    with C.started(contender, extra) as (port, pid):
+        cmd = [
+            PYTHON,
+            str(BENCH / "memory.py"),
+            "--url",
+            f"http://{C.HOST}:{port}/mcp",
+            "--pid",
+            str(pid),
+            "--flood-tool",
+            contender.burst_tool,
+            "--json",
+            *(["--health"] if contender.health else []),
+            *phase_args,
+        ]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if out.returncode != 0:
+            raise RuntimeError(f"{contender.name}: memory.py failed:\n{out.stderr[-3000:]}")
+        phases: list[dict[str, Any]] = json.loads(out.stdout)
+        return phases
+
+
+EMIT_SDK = "legacy_server.py"
+EMIT_RAW = "flood_server.py"
+NO_PHASES = ["--buffer-mb", "0", "--idle-sessions", "0", "--concurrent", "0"]
+
+
+def only(phase: str, value: str, *more: str) -> list[str]:
+    """memory.py arguments that run ``phase`` alone."""
+    args = list(NO_PHASES)
+    args[args.index(f"--{phase}") + 1] = value
+    return [*args, *more]
+
+
+def memory_suite(
+    quick: bool, peers: bool, http_sessions: int
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each memory phase on a fresh start of each contender that can do it."""
+    idle, conc, mb = ("50", "20", "10") if quick else ("200", "100", "50")
+    results: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    raw = C.contenders(RAW, "flood", peers=peers)
+    big = C.config_file("sessions:\n  max_sessions: 1100\n")
+    try:
+        plans: list[tuple[Contender, str, list[str], list[str]]] = []
+        for name, c in raw.items():
+            extra = ["--config", str(big)] if c.kind == "proxy" else []
+            if c.kind in ("proxy", "npm-mcp-proxy"):  # the ones with an event store
+                plans.append((c, "buffered", only("buffer-mb", mb), extra))
+            else:
+                notes.append(f"{name} buffered: n/a, no event store (nothing kept to resume)")
+            plans.append((c, "idle", only("idle-sessions", idle), extra))
+            plans.append((c, "concurrent", only("concurrent", conc), extra))
+        for c, phase, args, extra in plans:
+            print(f"memory: {c.name} {phase}", file=sys.stderr, flush=True)
+            try:
+                for p in run_memory(c, args, extra):
+                    results.setdefault(c.name, {})[p["name"]] = p
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                failed = {"name": phase, "error": f"failed: {str(exc).strip()[-300:]}"}
+                results.setdefault(c.name, {})[phase] = failed
+        if http_sessions:
+            try:
+                results.update(http_upstream_sessions(http_sessions, quick))
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                notes.append(f"sessions over an HTTP upstream: failed, {str(exc)[-300:]}")
+        else:
+            notes.append(
+                "1,000 sessions against an HTTP upstream: not run, proxy/upstream/http.py "
+                "does not exist yet (the runner uses it as soon as it does)"
+            )
     finally:
-        stop(proc)
+        big.unlink()
+    return results, notes
+
+
+def http_upstream_sessions(n: int, quick: bool) -> dict[str, dict[str, Any]]:
+    """The proxy in front of the SDK fixture served over HTTP (one process for all sessions):
+    ``n`` concurrent sessions, and the proxy's RSS per idle session (no children here)."""
+    sessions = str(min(n, 100) if quick else n)
+    upstream_port = C.free_port()
+    upstream = [PYTHON, str(C.SERVE_HTTP), "--fixture", str(C.LEGACY), "--port"]
+    results: dict[str, dict[str, Any]] = {}
+    with C.running([*upstream, str(upstream_port)], upstream_port):
+        url = f"http://{C.HOST}:{upstream_port}/mcp"
+        cfg = C.config_file(f"upstream:\n  url: {url}\nsessions:\n  max_sessions: {n + 100}\n")
+        try:
+            proxy = Contender("proxy+http-upstream", "proxy-http", [], "burst", health=True)
+            for phase, args in [
+                ("idle", only("idle-sessions", sessions)),
+                ("concurrent", only("concurrent", sessions, "--concurrent-calls", "5")),
+            ]:
+                print(f"memory: {proxy.name} {phase}", file=sys.stderr, flush=True)
+                for p in run_memory(proxy, args, ["--config", str(cfg)]):
+                    results.setdefault(proxy.name, {})[p["name"]] = p
+        finally:
+            cfg.unlink()
+    return results
 
 
 def stdio_emission(server: list[str], tool: str, n: int, size: int = 200) -> float:
-    """Notifications/s the upstream alone writes to a pipe (no HTTP, no proxy): the ceiling."""
+    """Notifications/s the upstream alone writes to a pipe (no HTTP, no proxy): its ceiling.
+
+    The reader spins on a non-blocking pipe and never sleeps. A reader that blocks lets
+    the CPUs go idle between lines, and the SDK server, which hands every line to a worker
+    thread and back (``anyio.wrap_file``: ``write``, then ``flush``), then pays a wake-up
+    from idle per hand-off: on this machine it writes ~3,200/s to a blocking reader and
+    ~8,900/s while anything else keeps a CPU busy (as a proxy relaying it does).
+    """
     proc = subprocess.Popen(
         server, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
@@ -130,88 +175,37 @@ def stdio_emission(server: list[str], tool: str, n: int, size: int = 200) -> flo
             proc.stdin.write(json.dumps(msg).encode() + b"\n")
             proc.stdin.flush()
 
-        init_params = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "bench-emission", "version": "1"},
-        }
-        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init_params})
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "b"}}
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
         proc.stdout.readline()
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        call_params = {
-            "name": tool,
-            "arguments": {"n": n, "size": size},
-            "_meta": {"progressToken": 1},
-        }
+        fd = proc.stdout.fileno()
+        os.set_blocking(fd, False)
+        call = {"name": tool, "arguments": {"n": n, "size": size}, "_meta": {"progressToken": 1}}
         t0 = time.perf_counter()
-        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call_params})
-        seen = 0
-        for _ in range(n + 100):  # bounded: n notifications, the response, a little slack
-            line = proc.stdout.readline()
-            if not line or b'"id":2' in line.replace(b" ", b""):
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+        seen, tail, done = 0, b"", False
+        deadline = time.monotonic() + 120
+        while not done and time.monotonic() < deadline:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
                 break
-            seen += b"notifications/progress" in line
+            *lines, tail = (tail + chunk).split(b"\n")
+            for line in lines:
+                if b"notifications/progress" in line:
+                    seen += 1
+                elif b'"id":2' in line.replace(b" ", b""):
+                    done = True
         wall = time.perf_counter() - t0
-        if seen != n:
+        if seen != n or not done:
             raise RuntimeError(f"stdio emission of {server[-1]}: {seen} of {n} notifications")
         return seen / wall
     finally:
         proc.stdin.close()
-        stop(proc)
-
-
-def summarize(runs: list[list[dict[str, Any]]]) -> dict[str, float | None]:
-    """One row: per-run figures, then the median over runs."""
-    rows: list[dict[str, float | None]] = []
-    for phases in runs:
-        by = {p["name"]: p for p in phases}
-        lat, thr, burst = by["latency"], by["throughput"], by["burst"]
-        calls = lat["metrics"]["calls"] + thr["metrics"]["calls"]
-        replay = by.get("replay")
-        rows.append(
-            {
-                "p50_ms": lat["metrics"]["p50_ms"],
-                "p99_ms": lat["metrics"]["p99_ms"],
-                "calls_per_s": thr["metrics"]["calls_per_s"],
-                "sessions": thr["metrics"]["sessions"],
-                "notif_per_s": burst["metrics"]["notif_per_s"],
-                "first_ms": burst["metrics"]["first_ms"],
-                "replay_ms": replay["metrics"]["replay_ms"] if replay else None,
-                "cpu_us_call": (lat["server_cpu_s"] + thr["server_cpu_s"]) / calls * 1e6,
-                "cpu_us_notif": burst["server_cpu_s"] / burst["metrics"]["notifications"] * 1e6,
-                "rss_mb": max(p["server_rss_mb"] for p in phases),
-                "load_cpu": max(p["client_cpu_share"] for p in phases),
-            }
-        )
-    return {
-        key: (statistics.median(v for r in rows if (v := r[key]) is not None))
-        if rows[0][key] is not None
-        else None
-        for key in rows[0]
-    }
-
-
-def fmt(value: float | None, digits: int) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
-
-
-def table(results: dict[str, dict[str, float | None]]) -> str:
-    sessions = int(next(iter(results.values()))["sessions"] or 0)
-    lines = [
-        f"| contender | p50 ms | p99 ms | calls/s ({sessions} sessions) | burst notif/s "
-        "| first ms | replay ms | proxy CPU µs/call | CPU µs/notification | RSS MB "
-        "| load client CPU |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-    ]
-    for name, r in results.items():
-        lines.append(
-            f"| {name} | {fmt(r['p50_ms'], 3)} | {fmt(r['p99_ms'], 3)} "
-            f"| {fmt(r['calls_per_s'], 0)} | {fmt(r['notif_per_s'], 0)} "
-            f"| {fmt(r['first_ms'], 1)} | {fmt(r['replay_ms'], 1)} "
-            f"| {fmt(r['cpu_us_call'], 0)} | {fmt(r['cpu_us_notif'], 1)} "
-            f"| {fmt(r['rss_mb'], 1)} | {fmt((r['load_cpu'] or 0) * 100, 0)} % |"
-        )
-    return "\n".join(lines)
+        C.stop(proc)
 
 
 def machine_line(argv: list[str]) -> str:
@@ -221,65 +215,132 @@ def machine_line(argv: list[str]) -> str:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (
-        f"{now} · nproc {os.cpu_count()} · {model} · Python {platform.python_version()} · "
-        f"`{shlex.join(argv)}`"
+        f"{now} · nproc {os.cpu_count()} · {model} · load average at the end {load} · "
+        f"Python {platform.python_version()} · `{shlex.join(argv)}`"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: small N, T, R")
-    parser.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated")
-    parser.add_argument("--reps", type=int, help="repetitions (default 2, --quick 1)")
+    parser.add_argument("--peers", action="store_true", help="install and run the peers too")
+    parser.add_argument("--contenders", help="comma-separated names (default: all)")
+    parser.add_argument("--reps", type=int, help="repetitions (default 3, --quick 1)")
     parser.add_argument("--calls", type=int, help="latency calls (default 500, --quick 100)")
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--seconds", type=float, help="throughput seconds (5, --quick 1)")
+    parser.add_argument("--long-calls", type=int, help="long-session calls (3000, --quick 1000)")
     parser.add_argument("--notifications", type=int, help="burst size (10000, --quick 2000)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory phases")
+    parser.add_argument(
+        "--http-sessions", type=int, default=1000, help="sessions over an HTTP upstream"
+    )
     parser.add_argument("--json-out", type=Path, help="also write the raw phase results here")
+    parser.add_argument("--from-json", type=Path, help="only render a run saved by --json-out")
     args = parser.parse_args()
-    names = [n.strip() for n in args.contenders.split(",") if n.strip()]
-    unknown = [n for n in names if n not in CONTENDERS]
-    if unknown:
-        sys.exit(f"unknown contenders {unknown}; known: {', '.join(CONTENDERS)}")
-    reps = args.reps or (1 if args.quick else 2)
+    if args.from_json:
+        print(render(json.loads(args.from_json.read_text())))
+        return
+    q = args.quick
+    notes: list[str] = []
+    if args.peers:
+        for problem in C.install_peers():
+            notes.append(f"peer not installed: {problem}")
+    load_set = {
+        **C.contenders(SDK, "burst", peers=args.peers),
+        **C.contenders(RAW, "flood", peers=args.peers),
+    }
+    if args.contenders:
+        names = [n.strip() for n in args.contenders.split(",") if n.strip()]
+        unknown = [n for n in names if n not in load_set]
+        if unknown:
+            sys.exit(f"unknown contenders {unknown}; known: {', '.join(load_set)}")
+        load_set = {n: load_set[n] for n in names}
+    reps = args.reps or (1 if q else 3)
+    n = args.notifications or (2000 if q else 10_000)
     load_args = [
-        "--calls",
-        str(args.calls or (100 if args.quick else 500)),
-        "--sessions",
-        str(args.sessions),
-        "--seconds",
-        str(args.seconds or (1.0 if args.quick else 5.0)),
-        "--notifications",
-        str(args.notifications or (2000 if args.quick else 10_000)),
+        *("--calls", str(args.calls or (100 if q else 500))),
+        *("--sessions", str(args.sessions)),
+        *("--seconds", str(args.seconds or (1.0 if q else 5.0))),
+        *("--long-calls", str(args.long_calls or (1000 if q else 3000))),
+        *("--notifications", str(n)),
     ]
 
-    raw: dict[str, list[list[dict[str, Any]]]] = {}
-    for name in names:
-        for rep in range(reps):
+    raw: dict[str, list[list[dict[str, Any]]]] = {name: [] for name in load_set}
+    emission: list[dict[str, float]] = []  # per repetition: each upstream alone on a pipe
+    for rep in range(reps):
+        for name, contender in load_set.items():
             print(f"{name}: run {rep + 1}/{reps}", file=sys.stderr, flush=True)
-            raw.setdefault(name, []).append(run_once(CONTENDERS[name], load_args))
-    if args.json_out:
-        args.json_out.write_text(json.dumps(raw, indent=1))
-    n = int(load_args[load_args.index("--notifications") + 1])
-    emission = {
-        Path(server[-1]).name: statistics.median(
-            stdio_emission(server, tool, n) for _ in range(reps)
+            try:
+                raw[name].append(run_load(contender, load_args))
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                if not contender.peer:
+                    raise
+                notes.append(f"{name} run {rep + 1}: failed, {str(exc).strip()[-300:]}")
+                raw[name].append([])
+        emission.append(
+            {
+                label: statistics.median(stdio_emission(server, tool, n) for _ in range(3))
+                for label, server, tool in [(EMIT_SDK, SDK, "burst"), (EMIT_RAW, RAW, "flood")]
+            }
         )
-        for server, tool in [
-            (CONTENDERS["proxy+sdk"].server, "burst"),
-            (CONTENDERS["proxy+raw"].server, "flood"),
-        ]
+    http_sessions = args.http_sessions if C.http_upstream_available() else 0
+    memory, mem_notes = ({}, []) if args.no_memory else memory_suite(q, args.peers, http_sessions)
+    data = {
+        "load": raw,
+        "emission": emission,
+        "memory": memory,
+        "notes": notes + mem_notes,
+        "notifications": n,
+        "sessions": args.sessions,
+        "http_sessions": http_sessions,
+        "peers": [name for name, c in load_set.items() if c.peer],
+        "machine": machine_line([Path(PYTHON).name, *sys.argv]),
     }
-    print(table({name: summarize(runs) for name, runs in raw.items()}))
-    print()
-    print(
-        f"Upstream alone over stdio ({n:,} notifications, read straight from its pipe): "
-        + ", ".join(f"{name} {rate:,.0f}/s" for name, rate in emission.items())
+    if args.json_out:
+        args.json_out.write_text(json.dumps(data, indent=1))
+    print(render(data))
+
+
+def render(data: dict[str, Any]) -> str:
+    """The markdown of one run (``run.py --from-json FILE`` renders a saved run again)."""
+    raw: dict[str, list[list[dict[str, Any]]]] = data["load"]
+    emission: list[dict[str, float]] = data["emission"]
+    memory: dict[str, dict[str, Any]] = data["memory"]
+    peers: list[str] = data["peers"]
+    reps = len(emission)
+    per_rep = [{name: report.load_row(runs[r]) for name, runs in raw.items()} for r in range(reps)]
+    medians = {name: report.median_row([rows[name] for rows in per_rep]) for name in raw}
+    for rows, rates in zip(per_rep, emission, strict=True):  # for the paired burst target
+        rows.update({label: {"notif_per_s": rate} for label, rate in rates.items()})
+    out = [report.load_table(medians, data["sessions"])]
+    out.append(
+        f"Upstream alone, writing {data['notifications']:,} notifications to a pipe read by a "
+        "spinning reader (no HTTP, no proxy; median of 3 per repetition, then of the "
+        "repetitions): "
+        + ", ".join(
+            f"{label} {statistics.median(e[label] for e in emission):,.0f}/s"
+            for label in (EMIT_SDK, EMIT_RAW)
+        )
     )
-    print()
-    print(machine_line([Path(PYTHON).name, *sys.argv]))
+    for ours in ("proxy+sdk", "proxy+raw"):
+        theirs = [p for p in peers if p.endswith(ours.removeprefix("proxy"))]
+        if theirs and ours in raw:
+            out.append(report.ratio_table(ours, theirs, per_rep))
+    if memory:
+        out.append(report.memory_table(memory))
+    out.append(targets_table(per_rep, medians, memory, peers, data["http_sessions"]))
+    notes = list(data["notes"])
+    notes += [e for name, runs in raw.items() for e in report.errors_of(name, runs)]
+    notes += report.memory_notes(memory)
+    if notes:
+        out.append("\n".join(f"- {note}" for note in notes))
+    out.append(data["machine"])
+    return "\n\n".join(out)
 
 
 if __name__ == "__main__":

@@ -39,11 +39,11 @@ from proxy.core.events import (
     UpstreamClosed,
     UpstreamMessage,
 )
-from proxy.core.expiry import ExpiryMixin
+from proxy.core.expiry import DeadlineHeap, ExpiryMixin
 from proxy.core.idmap import IdMap, progress_token_of
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.resume import ResumeMixin
-from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot
+from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
 
 __all__ = ["STANDALONE", "UPSTREAM_EXITED", "Session", "SessionSettings"]
 from proxy.core.stream import ByteBudget, StreamEvent, StreamLog, StreamState, transition
@@ -74,7 +74,9 @@ class Session(ExpiryMixin, ResumeMixin):
         self.closed = False  # upstream gone: no new requests, retained streams resumable
         self.forgotten = False
         self._initialize_seen = False
-        self._streams: dict[int, StreamSlot] = {}
+        self._streams = StreamTable()  # watched: see proxy.core.expiry
+        self._dirty = self._streams.dirty
+        self._deadlines = DeadlineHeap()
         self.budget = budget if budget is not None else ByteBudget(2**63)
         self._by_conn: dict[ConnId, int] = {}
         self._ids = IdMap()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from proxy.core.events import ConnId
 from proxy.core.stream import StreamLog, StreamState
@@ -38,23 +38,139 @@ class SessionSettings:
     token_secret: bytes = b""
 
 
-@dataclass(slots=True)
-class StreamSlot:
-    """One stream of a session: its log, its state, and who is attached where."""
+def _watched(name: str) -> property:
+    """A slot attribute whose every write marks the stream for rescheduling.
 
-    number: int
-    log: StreamLog
-    state: StreamState = StreamState.LIVE
-    pending: set[int] = field(default_factory=set)
-    conn: ConnId | None = None
-    cursor: int = 0  # seq of the last event handed to ``conn``
-    sent_upto: int = 0  # highest seq ever handed to any connection
-    attaches: int = 0
-    close_at: float | None = None  # SEP-1699 deadline of the current connection
-    done_at: float | None = None  # when it completed or last sent, whichever is later
-    request_id: Any = None  # the client's id of the (first) request on this stream
-    stream_id: str | None = None  # set once announced with notifications/stream/create
-    create_at: float | None = None  # when to announce it (streams.create_after_ms)
-    acked: int = 0  # the highest position the client acknowledged (Last-Event-ID)
-    touched: float = 0.0  # last create, poll, resume or detach: abandonment counts from it
-    waiting: list[int] = field(default_factory=list)  # stream/resume requests to answer
+    The session keeps its streams' deadlines in a heap (:mod:`proxy.core.expiry`) and
+    recomputes only the streams whose deadline inputs were written since the last event.
+    """
+    private = "_" + name
+
+    def get(self: StreamSlot) -> Any:
+        return getattr(self, private)
+
+    def set_(self: StreamSlot, value: Any) -> None:
+        setattr(self, private, value)
+        if self.watch is not None:
+            self.watch.add(self.number)
+
+    return property(get, set_, doc=f"``{name}`` (a deadline input: writes are watched)")
+
+
+class StreamSlot:
+    """One stream of a session: its log, its state, and who is attached where.
+
+    Every attribute a deadline is computed from (``conn``, ``state``, ``close_at``,
+    ``create_at``, ``done_at``, ``touched``) is watched: a write adds the stream's number
+    to ``watch`` (the session's set of streams to reschedule). ``pending`` is not watched:
+    it only turns empty or non-empty together with a write to ``state`` (completion) or
+    ``conn`` (a new request stream is attached), which the expiry tests check.
+    """
+
+    __slots__ = (
+        "_close_at",
+        "_conn",
+        "_create_at",
+        "_done_at",
+        "_state",
+        "_touched",
+        "acked",
+        "attaches",
+        "cursor",
+        "log",
+        "number",
+        "pending",
+        "request_id",
+        "sent_upto",
+        "stream_id",
+        "waiting",
+        "watch",
+    )
+
+    if TYPE_CHECKING:  # what the watched properties below hold, for the type checker
+
+        @property
+        def conn(self) -> ConnId | None: ...  # the connection it is attached to
+        @conn.setter
+        def conn(self, value: ConnId | None) -> None: ...
+        @property
+        def state(self) -> StreamState: ...
+        @state.setter
+        def state(self, value: StreamState) -> None: ...
+        @property
+        def close_at(self) -> float | None: ...  # SEP-1699 deadline of the current conn
+        @close_at.setter
+        def close_at(self, value: float | None) -> None: ...
+        @property
+        def done_at(self) -> float | None: ...  # completed or last sent, the later
+        @done_at.setter
+        def done_at(self, value: float | None) -> None: ...
+        @property
+        def create_at(self) -> float | None: ...  # when to announce it (create_after_ms)
+        @create_at.setter
+        def create_at(self, value: float | None) -> None: ...
+        @property
+        def touched(self) -> float: ...  # last create/poll/resume/detach: abandonment
+        @touched.setter
+        def touched(self, value: float) -> None: ...
+
+    else:
+        conn = _watched("conn")
+        state = _watched("state")
+        close_at = _watched("close_at")
+        done_at = _watched("done_at")
+        create_at = _watched("create_at")
+        touched = _watched("touched")
+
+    def __init__(
+        self,
+        number: int,
+        log: StreamLog,
+        *,
+        state: StreamState = StreamState.LIVE,
+        touched: float = 0.0,
+        watch: set[int] | None = None,
+    ) -> None:
+        self.number = number
+        self.log = log
+        self.watch: set[int] | None = None  # set last: the writes below need no notice
+        self._state: StreamState = state
+        self.pending: set[int] = set()
+        self._conn: ConnId | None = None
+        self.cursor = 0  # seq of the last event handed to ``conn``
+        self.sent_upto = 0  # highest seq ever handed to any connection
+        self.attaches = 0
+        self._close_at: float | None = None
+        self._done_at: float | None = None
+        self.request_id: Any = None  # the client's id of the (first) request on this stream
+        self.stream_id: str | None = None  # set once announced with notifications/stream/create
+        self._create_at: float | None = None
+        self.acked = 0  # the highest position the client acknowledged (Last-Event-ID)
+        self._touched = touched
+        self.waiting: list[int] = []  # stream/resume requests to answer
+        self.watch = watch
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamSlot(number={self.number}, state={self._state.value}, conn={self._conn}, "
+            f"events={len(self.log)})"
+        )
+
+
+class StreamTable(dict[int, StreamSlot]):
+    """A session's streams by number; a stream put in it is watched by ``dirty``."""
+
+    __slots__ = ("dirty",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dirty: set[int] = set()  # streams whose deadlines must be recomputed
+
+    def __setitem__(self, number: int, stream: StreamSlot) -> None:
+        stream.watch = self.dirty
+        self.dirty.add(number)
+        super().__setitem__(number, stream)
+
+    def __delitem__(self, number: int) -> None:
+        super().__delitem__(number)
+        self.dirty.add(number)

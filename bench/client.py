@@ -1,0 +1,195 @@
+"""A raw aiohttp MCP client for the benchmark (not the SDK: the client must not be the
+bottleneck), and the probes that read a process's CPU time and RSS from ``/proc``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+PROTOCOL_VERSION = "2025-11-25"
+ACCEPT = "application/json, text/event-stream"
+SESSION_HEADER = "Mcp-Session-Id"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class SseEvent:
+    id: str | None
+    data: str
+
+
+async def sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[SseEvent]:
+    """The events of an SSE body (``\\n`` or ``\\r\\n`` line ends; comments skipped)."""
+    buf = b""
+    async for chunk in resp.content.iter_any():
+        buf = (buf + chunk).replace(b"\r\n", b"\n")
+        *blocks, buf = buf.split(b"\n\n")
+        for block in blocks:
+            event_id: str | None = None
+            data: list[str] = []
+            for raw in block.split(b"\n"):
+                line = raw.decode()
+                if not line or line.startswith(":"):
+                    continue
+                name, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if name == "id":
+                    event_id = value
+                elif name == "data":
+                    data.append(value)
+            if event_id is not None or data:
+                yield SseEvent(event_id, "\n".join(data))
+
+
+class McpSession:
+    """One MCP session over Streamable HTTP."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
+        self.http = http
+        self.url = url
+        self.session_id: str | None = None
+        self._ids = itertools.count(1)
+
+    def headers(self, accept: str = ACCEPT) -> dict[str, str]:
+        headers = {"Accept": accept, "MCP-Protocol-Version": PROTOCOL_VERSION}
+        if self.session_id is not None:
+            headers[SESSION_HEADER] = self.session_id
+        return headers
+
+    async def initialize(self) -> None:
+        rid = next(self._ids)
+        body = {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "bench-load", "version": "1"},
+            },
+        }
+        async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
+            resp.raise_for_status()
+            self.session_id = resp.headers.get(SESSION_HEADER)
+            await self._response(resp, rid)
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        async with self.http.post(self.url, json=note, headers=self.headers()) as resp:
+            if resp.status != 202:
+                raise RuntimeError(f"notifications/initialized: HTTP {resp.status}")
+
+    async def close(self) -> None:
+        if self.session_id is not None:
+            async with self.http.delete(self.url, headers=self.headers()):
+                pass
+            self.session_id = None
+
+    def call_body(self, tool: str, args: dict[str, Any], token: int | None) -> dict[str, Any]:
+        params: dict[str, Any] = {"name": tool, "arguments": args}
+        if token is not None:
+            params["_meta"] = {"progressToken": token}
+        return {"jsonrpc": "2.0", "id": next(self._ids), "method": "tools/call", "params": params}
+
+    async def call(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        token: int | None = None,
+        on_notification: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        body = self.call_body(tool, args, token)
+        async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
+            resp.raise_for_status()
+            return await self._response(resp, body["id"], on_notification)
+
+    async def _response(
+        self,
+        resp: aiohttp.ClientResponse,
+        rid: int,
+        on_notification: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        if resp.content_type == "application/json":
+            msg: dict[str, Any] = await resp.json()
+            return msg
+        async for event in sse_events(resp):
+            if not event.data:
+                continue  # priming event
+            msg = json.loads(event.data)
+            if msg.get("id") == rid and "method" not in msg:
+                if "error" in msg:
+                    raise RuntimeError(f"JSON-RPC error: {msg['error']}")
+                return msg
+            if on_notification is not None and "method" in msg:
+                on_notification(msg)
+        raise RuntimeError(f"stream ended without the response to {rid}")
+
+
+# --- process probes ---------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """utime + stime of ``pid`` (not of its children), in seconds; 0 without a pid."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_mb(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class PhaseFailed(Exception):
+    """The endpoint cannot do what a phase asks (the reason goes in the table as n/a)."""
+
+
+@dataclass
+class PhaseResult:
+    name: str
+    wall_s: float = 0.0
+    client_cpu_share: float = 0.0
+    server_cpu_s: float = 0.0
+    server_rss_mb: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None  # why the phase could not be measured
+
+
+async def measured(
+    name: str, pid: int | None, body: Callable[[], Awaitable[dict[str, float]]]
+) -> PhaseResult:
+    """Run one phase, probing ``pid`` around it; a failure becomes ``error``, not a crash."""
+    cpu0, own0, t0 = cpu_seconds(pid), time.process_time(), time.perf_counter()
+    error: str | None = None
+    try:
+        metrics = await body()
+    except (PhaseFailed, aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+        metrics, error = {}, f"{type(exc).__name__}: {exc}"[:300]
+    wall = time.perf_counter() - t0
+    return PhaseResult(
+        name=name,
+        wall_s=wall,
+        client_cpu_share=(time.process_time() - own0) / wall,
+        server_cpu_s=cpu_seconds(pid) - cpu0,
+        server_rss_mb=rss_mb(pid),
+        metrics=metrics,
+        error=error,
+    )
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]

@@ -1,0 +1,226 @@
+"""What the benchmark runs: each contender's command, its start and stop, and the peers.
+
+A contender is one HTTP endpoint at ``http://127.0.0.1:PORT/mcp``: the SDK server itself
+(``direct``), this proxy in front of a stdio fixture, or a peer proxy (installed by
+:func:`install_peers` into ``bench/.peers/``, git-ignored) in front of the same fixture.
+Every process started here is stopped with SIGTERM to its own process group, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+PEERS = BENCH / ".peers"
+LEGACY = ROOT / "tests" / "fixtures" / "legacy_server.py"
+SERVE_HTTP = ROOT / "tests" / "fixtures" / "serve_http.py"
+FLOOD = ROOT / "tests" / "fixtures" / "flood_server.py"
+PYTHON = sys.executable
+PROXY = str(ROOT / ".venv" / "bin" / "mcp-resume-proxy")
+HOST = "127.0.0.1"
+
+# Peers, pinned (the issue's table measured these versions). Override with the environment.
+NPM_PEERS = {
+    "mcp-proxy": os.environ.get("BENCH_NPM_MCP_PROXY", "6.7.19"),
+    "supergateway": os.environ.get("BENCH_SUPERGATEWAY", "4.0.0"),
+}
+PYPI_MCP_PROXY = os.environ.get("BENCH_PYPI_MCP_PROXY", "0.13.0")
+NPM_BIN = PEERS / "npm" / "node_modules" / ".bin"
+PY_PEER = PEERS / "pypi" / "bin" / "mcp-proxy"
+
+SDK = [PYTHON, str(LEGACY)]  # the SDK-based fixture (tools echo, burst, ...)
+RAW = [PYTHON, str(FLOOD)]  # the stdlib emitter (tools echo, flood)
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One endpoint to measure. ``argv(port)`` starts it; ``server`` is what it wraps."""
+
+    name: str
+    kind: str  # "direct", "proxy", "proxy-http", "npm-mcp-proxy", "supergateway", "pypi-mcp-proxy"
+    server: list[str]
+    burst_tool: str = "burst"
+    replay: bool = True  # try the replay phase (a peer without ids gets n/a)
+    health: bool = False  # /healthz with buffered_bytes (this proxy)
+    peer: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    def argv(self, port: int, extra: list[str] | None = None) -> list[str]:
+        extra = extra or []
+        s = self.server
+        if self.kind == "direct":
+            return [*s, "--port", str(port)]
+        if self.kind == "proxy":
+            return [PROXY, "--port", str(port), "--log-level", "warning", *extra, "--", *s]
+        if self.kind == "proxy-http":
+            return [PROXY, "--port", str(port), "--log-level", "warning", *extra]
+        if self.kind == "npm-mcp-proxy":
+            # Event store on (its default) and large enough for the replay and memory phases.
+            return [
+                str(NPM_BIN / "mcp-proxy"),
+                "--port",
+                str(port),
+                "--host",
+                HOST,
+                "--server",
+                "stream",
+                "--eventStoreMaxEvents",
+                "1000000",
+                "--",
+                *s,
+            ]
+        if self.kind == "supergateway":
+            return [
+                str(NPM_BIN / "supergateway"),
+                "--stdio",
+                subprocess.list2cmdline(s),
+                "--outputTransport",
+                "streamableHttp",
+                "--stateful",
+                "--port",
+                str(port),
+                "--logLevel",
+                "none",
+            ]
+        if self.kind == "pypi-mcp-proxy":
+            return [str(PY_PEER), "--port", str(port), "--host", HOST, "--", *s]
+        raise ValueError(self.kind)
+
+
+def http_upstream_available() -> bool:
+    """The proxy's Streamable HTTP upstream (proxy/upstream/http.py) exists in this tree."""
+    return importlib.util.find_spec("proxy.upstream.http") is not None
+
+
+def contenders(server: list[str], tool: str, *, peers: bool) -> dict[str, Contender]:
+    """The load contenders, all wrapping ``server`` (or, for direct, serving the SDK fixture)."""
+    label = "sdk" if server == SDK else "raw"
+    found: dict[str, Contender] = {}
+    if server == SDK:
+        direct = [PYTHON, str(SERVE_HTTP), "--fixture", str(LEGACY)]
+        found["direct"] = Contender("direct", "direct", direct, tool, replay=False)
+    found[f"proxy+{label}"] = Contender(f"proxy+{label}", "proxy", server, tool, health=True)
+    if peers:
+        for kind, name in [
+            ("npm-mcp-proxy", "mcp-proxy(npm)"),
+            ("supergateway", "supergateway"),
+            ("pypi-mcp-proxy", "mcp-proxy(pypi)"),
+        ]:
+            found[f"{name}+{label}"] = Contender(f"{name}+{label}", kind, server, tool, peer=True)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"contender exited early with status {proc.returncode}")
+        try:
+            with socket.create_connection((HOST, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} not open after {timeout} s")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process's own group (start_new_session), then SIGKILL it after 15 s."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=15)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # children the contender left behind, if any
+    proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def running(argv: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``argv`` listening on ``port``; stop it (and its group) on the way out."""
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log
+        )
+        try:
+            wait_for_port(port, proc)
+            yield proc
+        except Exception:
+            log.seek(0)
+            tail = log.read()[-2000:].decode(errors="replace")
+            print(f"{argv[0]} stderr (tail):\n{tail}", file=sys.stderr)
+            raise
+        finally:
+            stop(proc)
+
+
+@contextlib.contextmanager
+def started(contender: Contender, extra: list[str] | None = None) -> Iterator[tuple[int, int]]:
+    """The contender on a free port: yields (port, pid of the process to probe)."""
+    port = free_port()
+    with running(contender.argv(port, extra), port) as proc:
+        yield port, proc.pid
+
+
+def config_file(sections: str) -> Path:
+    """A YAML config in a temporary file (the caller deletes it)."""
+    fd, name = tempfile.mkstemp(prefix="bench-", suffix=".yaml")
+    with os.fdopen(fd, "w") as f:
+        f.write(sections)
+    return Path(name)
+
+
+def install_peers() -> list[str]:
+    """Install the peers into bench/.peers (idempotent); return what could not be installed."""
+    missing: list[str] = []
+    PEERS.mkdir(exist_ok=True)
+    npm_dir = PEERS / "npm"
+    wanted = [f"{name}@{version}" for name, version in NPM_PEERS.items()]
+    stamp = npm_dir / ".installed"
+    have = (
+        stamp.exists()
+        and stamp.read_text(encoding="utf-8").split() == wanted
+        and all((NPM_BIN / name).exists() for name in NPM_PEERS)
+    )
+    if not have:
+        npm_dir.mkdir(exist_ok=True)
+        done = subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(npm_dir), *wanted],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode == 0:
+            stamp.write_text(" ".join(wanted), encoding="utf-8")
+        else:
+            missing.append(f"npm {' '.join(wanted)}: {done.stderr.strip()[-300:]}")
+    if not PY_PEER.exists():
+        venv = PEERS / "pypi"
+        steps = [
+            [PYTHON, "-m", "venv", str(venv)],
+            [str(venv / "bin" / "pip"), "install", "-q", f"mcp-proxy=={PYPI_MCP_PROXY}"],
+        ]
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True)
+            if done.returncode != 0:
+                missing.append(f"PyPI mcp-proxy: {done.stderr.strip()[-300:]}")
+                break
+    return missing
