@@ -146,8 +146,27 @@ def _as_mapping(config: Config) -> dict[str, object]:
     return dataclasses.asdict(config)
 
 
+def _watch_children_with_pidfds() -> None:
+    """On Python 3.11, learn of child exits through pidfds, not one thread per child.
+
+    3.11's default child watcher starts a thread for every server process (51 threads for
+    50 sessions, ~15 KB per idle session); Linux pidfds cost a file descriptor. 3.12 and
+    later do this by default.
+    """
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # an old kernel, or a sandbox that forbids it: keep the default
+        return
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(watcher)
+
+
 async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then end every session and stop every process."""
+    _watch_children_with_pidfds()
     registry = Registry(config)
     app = build_app(config, registry)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)

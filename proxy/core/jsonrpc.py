@@ -139,8 +139,15 @@ def with_wire(msg: Message, data: bytes) -> Message:
 
 
 def encode(obj: dict[str, Any]) -> bytes:
-    """Serialise compactly on one line (never contains a newline: safe for stdio and SSE)."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    """Serialise compactly on one line (never contains a newline: safe for stdio and SSE).
+
+    A string holding a lone surrogate (JSON may spell one, ``"\\ud800"``, UTF-8 cannot)
+    is written ASCII-escaped instead, which is still the same JSON value.
+    """
+    try:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def with_id(msg: Message, new_id: Any) -> dict[str, Any]:

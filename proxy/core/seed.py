@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core import jsonrpc
 from proxy.core.errors import ResumeError
 
 CREATE = "notifications/stream/create"
@@ -86,7 +87,7 @@ def with_event_id(payload: bytes, event_id: str) -> bytes:
     meta = dict(meta) if isinstance(meta, dict) else {}
     meta[EVENT_ID_META] = event_id
     msg[key] = {**body, "_meta": meta}
-    return json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode()
+    return jsonrpc.encode(msg)
 
 
 def end_notification(stream_id: str) -> dict[str, Any]:

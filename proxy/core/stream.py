@@ -56,6 +56,8 @@ def transition(state: StreamState, event: StreamEvent) -> StreamState:
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
+    """One event as :meth:`StreamLog.after` hands it out (made on read, not stored)."""
+
     seq: int
     payload: bytes
 
@@ -85,6 +87,7 @@ class StreamLog:
 
     __slots__ = (
         "_entries",
+        "_first_seq",
         "_last_seq",
         "budget",
         "bytes",
@@ -94,7 +97,10 @@ class StreamLog:
     )
 
     def __init__(self, max_events: int, max_bytes: int, budget: ByteBudget | None = None) -> None:
-        self._entries: deque[LogEntry] = deque()
+        # Bare payloads, the oldest first; their seqs follow from _first_seq. (No object per
+        # event: buffered memory stays close to the payload bytes.)
+        self._entries: deque[bytes] = deque()
+        self._first_seq = 1  # seq of _entries[0]
         self._last_seq = 0
         self.bytes = 0
         self.max_events = max_events
@@ -111,7 +117,7 @@ class StreamLog:
     @property
     def first_kept_seq(self) -> int:
         """Seq of the oldest event still held (``last_seq + 1`` when empty)."""
-        return self._entries[0].seq if self._entries else self._last_seq + 1
+        return self._first_seq if self._entries else self._last_seq + 1
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -124,7 +130,9 @@ class StreamLog:
     def append(self, payload: bytes) -> int:
         """Add an event and trim to the bounds."""
         self._last_seq += 1
-        self._entries.append(LogEntry(self._last_seq, payload))
+        if not self._entries:
+            self._first_seq = self._last_seq
+        self._entries.append(payload)
         self.bytes += len(payload)
         self.budget.used += len(payload)
         self.trim()
@@ -141,11 +149,12 @@ class StreamLog:
         entries = self._entries
         while len(entries) > 1:
             if not self.budget.over:
-                if keep_after is not None and entries[0].seq > keep_after:
+                if keep_after is not None and self._first_seq > keep_after:
                     break
                 if len(entries) <= self.max_events and self.bytes <= self.max_bytes:
                     break
-            dropped = len(entries.popleft().payload)
+            dropped = len(entries.popleft())
+            self._first_seq += 1
             self.bytes -= dropped
             self.budget.used -= dropped
 
@@ -163,13 +172,14 @@ class StreamLog:
             )
         if seq == self._last_seq:
             return []
-        skip = seq + 1 - self.first_kept_seq
+        skip = seq + 1 - self._first_seq
         if skip > len(self._entries) // 2:
             # The usual case (a live tail): walk back from the end, not forward.
             tail = list(itertools.islice(reversed(self._entries), len(self._entries) - skip))
             tail.reverse()
-            return tail
-        return list(itertools.islice(self._entries, skip, None))
+        else:
+            tail = list(itertools.islice(self._entries, skip, None))
+        return [LogEntry(n, payload) for n, payload in enumerate(tail, seq + 1)]
 
     def clear(self) -> None:
         self._entries.clear()

@@ -33,6 +33,20 @@ class UpstreamStartError(ProxyError):
     reason = "upstream_start_failed"
 
 
+class _ExitWatchingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Learns of the child's exit itself: asyncio's ``Process.wait()`` also waits for the
+    pipes to close, which never happens while a grandchild holds them."""
+
+    def __init__(self, exited: asyncio.Future[None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._exited = exited
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self._exited.done():
+            self._exited.set_result(None)
+
+
 class StdioUpstream:
     """Owns one child process and the tasks that read and write its pipes."""
 
@@ -77,17 +91,9 @@ class StdioUpstream:
         loop = asyncio.get_running_loop()
         exited = self._exited = loop.create_future()
 
-        class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
-            # asyncio's Process.wait() also waits for the pipes to close, which never
-            # happens while a grandchild holds them: learn of the exit itself here.
-            def process_exited(self) -> None:
-                super().process_exited()
-                if not exited.done():
-                    exited.set_result(None)
-
         try:
             transport, protocol = await loop.subprocess_exec(
-                lambda: _Protocol(limit=cfg.max_line_bytes, loop=loop),
+                lambda: _ExitWatchingProtocol(exited, limit=cfg.max_line_bytes, loop=loop),
                 *cfg.command,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,

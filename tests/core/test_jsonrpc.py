@@ -95,3 +95,13 @@ def test_a_lone_message_keeps_its_own_bytes_unless_they_hold_a_line_break() -> N
     assert jsonrpc.parse_line(odd).encoded() == b'{"jsonrpc":"2.0","method":"x"}'
     (msg,), _ = jsonrpc.parse_body(b' {"jsonrpc":"2.0","id":1,"result":{}} ')
     assert msg.encoded() == b'{"jsonrpc":"2.0","id":1,"result":{}}'
+
+
+@given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF)))
+def test_encode_gives_back_what_decode_read_even_lone_surrogates(text: str) -> None:
+    obj = {"jsonrpc": "2.0", "method": "m", "params": {"text": text}}
+    line = jsonrpc.encode(obj)
+    assert b"\n" not in line and jsonrpc.decode(line) == obj
+    # A lone surrogate arrives from a peer as an escape that is valid JSON.
+    upstream = jsonrpc.decode(b'{"jsonrpc":"2.0","id":1,"result":{"t":"a\\ud800b"}}')
+    assert jsonrpc.decode(jsonrpc.encode(upstream)) == upstream

@@ -476,3 +476,12 @@ def test_a_request_stream_whose_client_never_returns_is_abandoned() -> None:
     with pytest.raises(ResumeError) as info:
         pb.get(pb.conn(), "ep0ch.2.0")
     assert (info.value.reason, info.value.http_status) == ("abandoned", 410)
+
+
+def test_a_server_answer_with_a_lone_surrogate_reaches_the_client() -> None:
+    pb = Playbook()
+    pb.initialize()
+    c, up = call(pb)
+    answer = json.loads(b'{"jsonrpc":"2.0","id":%d,"result":{"t":"\\udc80"}}' % up)
+    out = pb.upstream(answer)
+    assert payloads(out, c)[-1]["result"] == {"t": "\udc80"}
