@@ -185,17 +185,21 @@ class StreamableHttp:
             await response.prepare(request)
             next_keepalive = loop.time() + keepalive
             while True:
-                wait = min(_LIVENESS_SECONDS, max(0.0, next_keepalive - loop.time()))
-                try:
-                    item = await asyncio.wait_for(conn.queue.get(), wait)
-                except TimeoutError:
-                    transport = request.transport
-                    if transport is None or transport.is_closing():
-                        break
-                    if loop.time() >= next_keepalive:
-                        await response.write(encode_comment("keepalive"))
-                        next_keepalive = loop.time() + keepalive
-                    continue
+                if not conn.queue.empty():  # the busy case: no timer, no task
+                    item = conn.queue.get_nowait()
+                else:
+                    wait = min(_LIVENESS_SECONDS, max(0.0, next_keepalive - loop.time()))
+                    try:
+                        async with asyncio.timeout(wait):
+                            item = await conn.queue.get()
+                    except TimeoutError:
+                        transport = request.transport
+                        if transport is None or transport.is_closing():
+                            break
+                        if loop.time() >= next_keepalive:
+                            await response.write(encode_comment("keepalive"))
+                            next_keepalive = loop.time() + keepalive
+                        continue
                 chunks: list[bytes] = []
                 close: CloseMarker | None = None
                 while True:
@@ -210,13 +214,14 @@ class StreamableHttp:
                 conn.written(sum(len(c) for c in chunks))
                 if close is not None and close.retry_ms is not None:
                     chunks.append(encode_retry(close.retry_ms))
-                if chunks:
-                    await response.write(b"".join(chunks))
-                    next_keepalive = loop.time() + keepalive
-                if close is not None:
+                data = b"".join(chunks)
+                if close is not None:  # the last events and the end in one write
                     with contextlib.suppress(ConnectionError, RuntimeError):
-                        await response.write_eof()
+                        await response.write_eof(data)
                     break
+                if data:
+                    await response.write(data)
+                    next_keepalive = loop.time() + keepalive
         except (ConnectionError, asyncio.CancelledError, RuntimeError) as exc:
             # The client went away. Nothing is lost: every event is in the stream's log
             # and a GET with Last-Event-ID resumes it.
