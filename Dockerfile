@@ -3,6 +3,10 @@
 #
 #   docker build -t mcp-resume-proxy .
 #   docker run --rm -p 8808:8808 -e MCP_RESUME_PROXY_HOST=0.0.0.0 mcp-resume-proxy
+#   docker run --rm -p 8808:8808 -e MCP_RESUME_PROXY_HOST=0.0.0.0 -e TOKEN=... \
+#       mcp-resume-proxy --upstream https://mcp.example.com/mcp --header 'Authorization: Bearer ${TOKEN}'
+#
+# The health check follows /healthz: unhealthy (503) while the upstream fails.
 #
 # Inside the container the proxy still binds 127.0.0.1 unless told otherwise
 # (MCP_RESUME_PROXY_HOST=0.0.0.0, or listen.host in a config file such as
