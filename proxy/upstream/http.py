@@ -535,14 +535,7 @@ class HttpUpstream:
                 raise BadBody(f"HTTP {resp.status}")
             self._adopt_session(resp.headers.get(SESSION_HEADER))
             if resp.content_type == SSE:
-                await read_sse(
-                    self._reader(resp),
-                    self._config.max_line_bytes,
-                    self._prefix,
-                    Cursor(),
-                    got.append,
-                    lambda: answers(got, rid),
-                )
+                await self._sse(resp, Cursor(), got.append, lambda: answers(got, rid))
             else:
                 got = await read_json(self._reader(resp), self._config.max_line_bytes)
         finally:
