@@ -37,38 +37,32 @@ from proxy.config import ConfigError, UpstreamConfig
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.sse import SSEDecodeError
 from proxy.upstream.base import Backoff, InFlight, OnClosed, OnMessage, UpstreamHealth
 from proxy.upstream.http_body import (
+    EXPIRED,
+    NETWORK_ERRORS,
+    POST_ACCEPT,
+    SESSION_HEADER,
+    SSE,
+    VERSION_HEADER,
     BadBody,
     Cursor,
     Sink,
-    answers,
+    UpstreamConfigError,
     is_safe_header,
     read_json,
     read_sse,
     setter,
     why_failed,
 )
+from proxy.upstream.http_expiry import SessionExpiry
 
 log = structlog.get_logger("proxy.upstream.http")
 
-SESSION_HEADER = "Mcp-Session-Id"
-VERSION_HEADER = "MCP-Protocol-Version"
-POST_ACCEPT = "application/json, text/event-stream"
-SSE = "text/event-stream"
-EXPIRED = "upstream session expired"
 _DELETE_SECONDS = 2.0
-_NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, SSEDecodeError)
 
 
-class UpstreamConfigError(ProxyError):
-    jsonrpc_code = -32603
-    http_status = 502
-    reason = "upstream_start_failed"
-
-
-class HttpUpstream:
+class HttpUpstream(SessionExpiry):
     """One upstream MCP session over Streamable HTTP."""
 
     def __init__(
@@ -156,7 +150,7 @@ class HttpUpstream:
         if http is None:
             return
         if self._session is not None:
-            with contextlib.suppress(*_NETWORK_ERRORS):
+            with contextlib.suppress(*NETWORK_ERRORS):
                 timeout = aiohttp.ClientTimeout(total=_DELETE_SECONDS)
                 async with http.delete(self._url, headers=self._headers(), timeout=timeout) as r:
                     log.info("upstream_session_deleted", session=self._prefix, status=r.status)
@@ -245,7 +239,7 @@ class HttpUpstream:
             resp = await self._http.post(
                 self._url, data=payload, headers=headers, trace_request_ctx=written
             )
-        except _NETWORK_ERRORS as exc:
+        except NETWORK_ERRORS as exc:
             self._failure(why_failed(exc))
             self._lost(msg, f"upstream unreachable: {why_failed(exc)}")
             return
@@ -286,7 +280,7 @@ class HttpUpstream:
                 raise BadBody(f"unexpected Content-Type {resp.content_type!r}")
             for answer in await read_json(self._reader(resp), self._config.max_line_bytes):
                 self._deliver(answer, rid)
-        except (BadBody, ProxyError, *_NETWORK_ERRORS) as exc:
+        except (BadBody, ProxyError, *NETWORK_ERRORS) as exc:
             self._health.failing(f"upstream {self.describe()}: bad response ({why_failed(exc)})")
             self._inflight.fail(rid, f"upstream sent a bad response: {why_failed(exc)}")
             return
@@ -294,7 +288,7 @@ class HttpUpstream:
 
     async def _refused(self, resp: aiohttp.ClientResponse, msg: Message) -> None:
         """4xx: the server's own JSON-RPC error if it sent one for us, else ours."""
-        with contextlib.suppress(BadBody, ProxyError, *_NETWORK_ERRORS):
+        with contextlib.suppress(BadBody, ProxyError, *NETWORK_ERRORS):
             for answer in await read_json(self._reader(resp), self._config.max_line_bytes):
                 if answer.kind is Kind.RESPONSE and msg.id is not None and answer.id == msg.id:
                     self._deliver(answer, msg.id)
@@ -350,7 +344,7 @@ class HttpUpstream:
                 sink,
                 answered,
             )
-        except _NETWORK_ERRORS as exc:
+        except NETWORK_ERRORS as exc:
             why = why_failed(exc)
         resp.close()
         if answered():
@@ -372,7 +366,7 @@ class HttpUpstream:
             await asyncio.sleep(delay)
             try:
                 refused = await self._get(cursor, sink, answered)
-            except _NETWORK_ERRORS as exc:
+            except NETWORK_ERRORS as exc:
                 why = why_failed(exc)
                 self._failure(why)
                 continue
@@ -396,7 +390,7 @@ class HttpUpstream:
             if resp.status != 200 or resp.content_type != SSE:
                 return resp.status
             self._reachable()
-            with contextlib.suppress(*_NETWORK_ERRORS):
+            with contextlib.suppress(*NETWORK_ERRORS):
                 await read_sse(
                     self._reader(resp),
                     self._config.max_line_bytes,
@@ -419,7 +413,7 @@ class HttpUpstream:
         while self._closed is None:
             try:
                 refused = await self._get(cursor, sink, lambda: False)
-            except _NETWORK_ERRORS as exc:
+            except NETWORK_ERRORS as exc:
                 self._failure(why_failed(exc))
                 await asyncio.sleep(backoff.next_delay())
                 continue
@@ -451,98 +445,3 @@ class HttpUpstream:
         self._accepted.discard(msg.id)
         if not self._stopping:
             self._on_message(msg, origin)
-
-    # ------------------------------------------------------------------ health
-    def _failure(self, why: str) -> None:
-        """The server cannot be reached; unreachable for too long ends the session."""
-        now = asyncio.get_running_loop().time()
-        if self._unreachable_since is None:
-            self._unreachable_since = now
-            log.warning("upstream_unreachable", session=self._prefix, error=why)
-        self._health.failing(f"upstream {self.describe()}: {why}")
-        limit = self._config.reconnect_max_seconds
-        if now - self._unreachable_since > limit:
-            self._end(f"upstream unreachable for over {limit:g} s", why)
-
-    def _reachable(self) -> None:
-        if self._unreachable_since is not None:
-            log.info("upstream_reachable", session=self._prefix)
-        self._unreachable_since = None
-        if self._health.state != "ok":
-            self._health.ok()
-
-    def _end(self, reason: str, detail: str) -> None:
-        """The upstream session is over for good: errors for its work, then on_closed."""
-        self._inflight.fail_all(f"{reason}: {detail}")
-        if self._closed is None:
-            self._closed = f"{reason}: {detail}"
-            log.warning("upstream_session_over", session=self._prefix, reason=reason, error=detail)
-            self._on_closed(reason)
-
-    # ------------------------------------------------------------------ expiry
-    async def _expired(self, msg: Message, payload: bytes, used: str) -> None:
-        """404 for our session id (§Session Management 3-4)."""
-        if self._session == used and self._reinit is None and self._closed is None:
-            others = self._accepted & set(self._inflight.ids) - {msg.id}
-            if others:
-                self._end(EXPIRED, "the MCP server ended the session with requests in flight")
-            elif self._init is None or self._reinit_streak >= 2:
-                self._end(EXPIRED, "the MCP server keeps refusing the session")
-            else:
-                self._reinit_streak += 1
-                self._reinit = self._spawn(self._reinitialize(payload, msg), "reinit")
-                return
-        if self._reinit is not None:
-            await asyncio.shield(self._reinit)
-        if self._closed is None and self._session not in (None, used):
-            await self._post(payload, msg, None)  # it went to the stale session: again
-        else:
-            self._lost(msg, self._closed or EXPIRED)
-
-    async def _reinitialize(self, payload: bytes, msg: Message) -> None:
-        """A new upstream session the client never sees: the cached initialize under an
-        id of our own, ``notifications/initialized``, then the message that met the 404."""
-        assert self._init is not None
-        self._reinits += 1
-        rid = f"mcp-resume-proxy-reinit-{self._reinits}"
-        log.info("upstream_reinitializing", session=self._prefix)
-        try:
-            await self._handshake({**self._init, "id": rid}, rid)
-        except (BadBody, ProxyError, *_NETWORK_ERRORS) as exc:
-            self._reinit = None
-            self._end(EXPIRED, f"re-initializing the upstream session failed: {why_failed(exc)}")
-            self._lost(msg, self._closed or EXPIRED)
-            return
-        log.info("upstream_reinitialized", session=self._prefix)
-        if self._listener is not None:
-            self._listener.cancel()
-        self._listener = self._spawn(self._listen(), "listen")
-        written = asyncio.Event()
-        post = self._spawn(self._post(payload, msg, written), f"post-{msg.id}", msg)
-        post.add_done_callback(setter(written))
-        await written.wait()
-        self._reinit = None
-
-    async def _handshake(self, body: dict[str, Any], rid: str) -> None:
-        assert self._http is not None
-        self._session = None
-        headers = self._headers(POST_ACCEPT)
-        headers.pop(VERSION_HEADER, None)
-        got: list[Message] = []
-        resp = await self._http.post(self._url, data=jsonrpc.encode(body), headers=headers)
-        try:
-            if resp.status != 200:
-                raise BadBody(f"HTTP {resp.status}")
-            self._adopt_session(resp.headers.get(SESSION_HEADER))
-            if resp.content_type == SSE:
-                await self._sse(resp, Cursor(), got.append, lambda: answers(got, rid))
-            else:
-                got = await read_json(self._reader(resp), self._config.max_line_bytes)
-        finally:
-            resp.close()
-        if not any(answers([m], rid) and "result" in m.raw for m in got):
-            raise BadBody("initialize was not answered with a result")
-        note = jsonrpc.encode({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        async with self._http.post(self._url, data=note, headers=self._headers(POST_ACCEPT)) as r:
-            if r.status >= 300:
-                raise BadBody(f"notifications/initialized refused: HTTP {r.status}")

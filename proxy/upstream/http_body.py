@@ -1,4 +1,5 @@
-"""Reading a Streamable HTTP server's answers: JSON bodies and SSE streams.
+"""Reading a Streamable HTTP server's answers (JSON bodies, SSE streams), and the names
+the HTTP upstream's modules share.
 
 Helpers of :mod:`proxy.upstream.http`; they never log URLs or headers (secrets).
 """
@@ -16,11 +17,24 @@ import structlog
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.sse import SSEDecoder
+from proxy.core.sse import SSEDecodeError, SSEDecoder
 
 log = structlog.get_logger("proxy.upstream.http")
 
 Sink = Callable[[Message], None]
+
+SESSION_HEADER = "Mcp-Session-Id"
+VERSION_HEADER = "MCP-Protocol-Version"
+POST_ACCEPT = "application/json, text/event-stream"
+SSE = "text/event-stream"
+EXPIRED = "upstream session expired"
+NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, SSEDecodeError)
+
+
+class UpstreamConfigError(ProxyError):
+    jsonrpc_code = -32603
+    http_status = 502
+    reason = "upstream_start_failed"
 
 
 class BadBody(Exception):
