@@ -31,50 +31,44 @@ from contenders import BENCH, PYTHON, RAW, ROOT, SDK, Contender
 from targets import targets_table
 
 
-def run_load(contender: Contender, load_args: list[str]) -> list[dict[str, Any]]:
-    with C.started(contender) as (port, pid):
+def _phases(
+    contender: Contender,
+    script: str,
+    args: list[str],
+    timeout: float,
+    extra: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Start ``contender``, run ``bench/<script> --url --pid --json ARGS`` at it, stop it."""
+    with C.started(contender, extra) as (port, pid):
         cmd = [
             PYTHON,
-            str(BENCH / "load.py"),
+            str(BENCH / script),
             "--url",
             f"http://{C.HOST}:{port}/mcp",
             "--pid",
             str(pid),
-            "--burst-tool",
-            contender.burst_tool,
             "--json",
-            *load_args,
-            *(["--replay"] if contender.replay else []),
+            *args,
         ]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if out.returncode != 0:
-            raise RuntimeError(f"{contender.name}: load.py failed:\n{out.stderr[-3000:]}")
+            raise RuntimeError(f"{contender.name}: {script} failed:\n{out.stderr[-3000:]}")
         phases: list[dict[str, Any]] = json.loads(out.stdout)
         return phases
+
+
+def run_load(contender: Contender, load_args: list[str]) -> list[dict[str, Any]]:
+    replay = ["--replay"] if contender.replay else []
+    args = ["--burst-tool", contender.burst_tool, *load_args, *replay]
+    return _phases(contender, "load.py", args, timeout=900)
 
 
 def run_memory(
     contender: Contender, phase_args: list[str], extra: list[str] | None = None
 ) -> list[dict[str, Any]]:
-    with C.started(contender, extra) as (port, pid):
-        cmd = [
-            PYTHON,
-            str(BENCH / "memory.py"),
-            "--url",
-            f"http://{C.HOST}:{port}/mcp",
-            "--pid",
-            str(pid),
-            "--flood-tool",
-            contender.burst_tool,
-            "--json",
-            *(["--health"] if contender.health else []),
-            *phase_args,
-        ]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-        if out.returncode != 0:
-            raise RuntimeError(f"{contender.name}: memory.py failed:\n{out.stderr[-3000:]}")
-        phases: list[dict[str, Any]] = json.loads(out.stdout)
-        return phases
+    health = ["--health"] if contender.health else []
+    args = ["--flood-tool", contender.burst_tool, *health, *phase_args]
+    return _phases(contender, "memory.py", args, timeout=1800, extra=extra)
 
 
 EMIT_SDK = "legacy_server.py"

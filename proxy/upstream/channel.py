@@ -70,6 +70,7 @@ class ChannelUpstream:
     ) -> None:
         self._config = config
         self._url = config.url or ""
+        self._headers = config.resolved_headers()  # never logged
         self._session_id = session_id[:8]  # a prefix: session ids are bearer secrets
         self._on_message = on_message
         self._on_closed = on_closed

@@ -9,13 +9,13 @@ revision has no resumption: the ``GET`` stream *is* the upstream session (see
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
 from proxy.config import UpstreamConfig
 from proxy.core.sse import SSEDecodeError, SSEDecoder, SSEEvent
-from proxy.upstream.base import OnClosed, OnMessage, UpstreamHealth
 from proxy.upstream.channel import (
     ChannelUpstream,
     ConnectFailed,
@@ -33,23 +33,8 @@ class SseUpstream(ChannelUpstream):
 
     transport = "sse"
 
-    def __init__(
-        self,
-        config: UpstreamConfig,
-        *,
-        session_id: str,
-        on_message: OnMessage,
-        on_closed: OnClosed,
-        health: UpstreamHealth | None = None,
-    ) -> None:
-        super().__init__(
-            config,
-            session_id=session_id,
-            on_message=on_message,
-            on_closed=on_closed,
-            health=health,
-        )
-        self._headers = config.resolved_headers()  # never logged
+    def __init__(self, config: UpstreamConfig, **callbacks: Any) -> None:
+        super().__init__(config, **callbacks)
         self._http: aiohttp.ClientSession | None = None
         self._stream: aiohttp.ClientResponse | None = None
         self._decoder = SSEDecoder(config.max_line_bytes)

@@ -24,7 +24,6 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 from websockets.typing import Subprotocol
 
 from proxy.config import UpstreamConfig
-from proxy.upstream.base import OnClosed, OnMessage, UpstreamHealth
 from proxy.upstream.channel import ChannelUpstream, ConnectFailed, DeliveryFailed
 
 log = structlog.get_logger("proxy.upstream")
@@ -39,23 +38,8 @@ class WebSocketUpstream(ChannelUpstream):
 
     transport = "websocket"
 
-    def __init__(
-        self,
-        config: UpstreamConfig,
-        *,
-        session_id: str,
-        on_message: OnMessage,
-        on_closed: OnClosed,
-        health: UpstreamHealth | None = None,
-    ) -> None:
-        super().__init__(
-            config,
-            session_id=session_id,
-            on_message=on_message,
-            on_closed=on_closed,
-            health=health,
-        )
-        self._headers = config.resolved_headers()  # never logged
+    def __init__(self, config: UpstreamConfig, **callbacks: Any) -> None:
+        super().__init__(config, **callbacks)
         self._ws: ClientConnection | None = None
 
     async def _connect(self) -> None:

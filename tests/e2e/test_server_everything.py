@@ -37,6 +37,7 @@ from typing import Any
 import aiohttp
 import anyio
 import mcp_types as types
+import pytest
 
 from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession
@@ -181,21 +182,15 @@ async def test_u1_server_everything_over_stdio(tmp_path: Path) -> None:
     ), f"server-everything processes left after the proxy stopped: {children}"
 
 
-async def test_u2_server_everything_streamable_http(tmp_path: Path) -> None:
-    async with run_server_everything("streamableHttp", tmp_path) as everything:
-        upstream = {"url": f"{everything.base}/mcp"}
-        async with run_proxy(tmp_path, upstream=upstream) as proxy:
-            try:
-                await _all_checks(proxy.url)
-            except BaseException:
-                print(f"server-everything log:\n{everything.log_text()[-3000:]}")
-                print(f"proxy log:\n{proxy.log_text()[-6000:]}")
-                raise
-
-
-async def test_u3_server_everything_legacy_sse(tmp_path: Path) -> None:
-    async with run_server_everything("sse", tmp_path) as everything:
-        upstream = {"url": f"{everything.base}/sse"}
+@pytest.mark.parametrize(
+    ("mode", "path"),
+    [("streamableHttp", "/mcp"), ("sse", "/sse")],
+    ids=["u2_streamable_http", "u3_legacy_sse"],
+)
+async def test_server_everything_at_a_url(tmp_path: Path, mode: str, path: str) -> None:
+    """U2 (Streamable HTTP) and U3 (2024-11-05 HTTP+SSE): the server at a URL."""
+    async with run_server_everything(mode, tmp_path) as everything:
+        upstream = {"url": f"{everything.base}{path}"}
         async with run_proxy(tmp_path, upstream=upstream) as proxy:
             try:
                 await _all_checks(proxy.url)
