@@ -164,6 +164,14 @@ def _watch_children_with_pidfds() -> None:
     asyncio.set_child_watcher(watcher)
 
 
+def bound_port(runner: web.AppRunner, configured: int) -> int:
+    """The port really listened on: ``listen.port: 0`` lets the system choose one."""
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    return configured
+
+
 async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then end every session and stop every process."""
     _watch_children_with_pidfds()
@@ -179,9 +187,12 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         loop.add_signal_handler(sig, stop.set)
     host = config.listen.host
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{config.listen.port}{config.listen.path}"
+    port = bound_port(runner, config.listen.port)
+    url = f"http://{shown}:{port}{config.listen.path}"
     upstream = config.upstream.url or " ".join(config.upstream.command)
-    log.info("proxy_listening", url=url, upstream=upstream, transport=config.upstream.kind)
+    log.info(
+        "proxy_listening", url=url, port=port, upstream=upstream, transport=config.upstream.kind
+    )
     if config.log.format == "console":
         print(f"mcp-resume-proxy {__version__} serving {url}", file=sys.stderr, flush=True)
     if ready is not None:

@@ -31,7 +31,7 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 @dataclass(frozen=True)
 class ListenConfig:
     host: str = "127.0.0.1"
-    port: int = 8808
+    port: int = 8808  # 0: any free port (the bound one is logged: proxy_listening)
     path: str = "/mcp"
     # DNS-rebinding guards (2025-11-25 transports §Security). Add the names clients use
     # when you bind beyond loopback; "*" turns a check off.
@@ -188,9 +188,8 @@ _CHOICES = {
     "sessions.overflow": ("block", "truncate"),
     "upstream.transport": UPSTREAM_TRANSPORTS,
 }
-_NON_NEGATIVE = {"streams.create_after_ms", "streams.resume_interval.min"}
+_NON_NEGATIVE = {"listen.port", "streams.create_after_ms", "streams.resume_interval.min"}
 _POSITIVE = {
-    "listen.port",
     "sse.keepalive_seconds",
     "sse.retry_ms",
     "sse.max_stream_seconds",
@@ -279,8 +278,8 @@ def _build(prefix: str, cls: Any, data: Any) -> Any:
 
 def config_from_mapping(data: Any) -> Config:
     config: Config = _build("", Config, data)
-    if not 0 < config.listen.port < 65536:
-        raise ConfigError(f"listen.port: must be 1..65535, got {config.listen.port}")
+    if not 0 <= config.listen.port < 65536:
+        raise ConfigError(f"listen.port: must be 0..65535, got {config.listen.port}")
     interval = config.streams.resume_interval
     if interval.min > interval.max:
         raise ConfigError(

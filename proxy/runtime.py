@@ -282,6 +282,9 @@ class Registry:
         self.budget = ByteBudget(config.sessions.max_buffered_bytes)
         self.health = UpstreamHealth()
         self._runners: dict[str, SessionRunner] = {}
+        self._starting: set[SessionRunner] = set()  # reserved slots whose upstream starts
+        self._none_starting = asyncio.Event()
+        self._none_starting.set()
         self._conn_counter = 0
         self._reaper: set[asyncio.Task[Any]] = set()
         self.accepting = True
@@ -303,8 +306,13 @@ class Registry:
         return runner
 
     async def create(self) -> SessionRunner:
+        """Start a new session and its upstream; ``Overloaded`` past ``max_sessions``.
+
+        The slot is taken before the first ``await``: sessions still starting count, so
+        concurrent ``initialize`` requests cannot overshoot the limit together.
+        """
         limit = self.config.sessions.max_sessions
-        if len(self._runners) >= limit:
+        if len(self._runners) + len(self._starting) >= limit:
             raise Overloaded(
                 f"Too many sessions (sessions.max_sessions={limit}); try again later",
                 reason="too_many_sessions",
@@ -319,7 +327,16 @@ class Registry:
             self._next_conn_id,
             self.health,
         )
-        await runner.start()
+        self._starting.add(runner)
+        try:
+            await runner.start()
+        finally:
+            self._starting.discard(runner)
+            if not self._starting:
+                self._none_starting.set()
+        if not self.accepting:  # shutdown began while it started: it must not outlive it
+            await runner.end("proxy shutting down")
+            raise SessionNotFound("the proxy is shutting down")
         self._runners[runner.session_id] = runner
         runner.log.info(
             "session_created", upstream=runner.upstream.describe(), upstream_pid=runner.upstream.pid
@@ -336,6 +353,9 @@ class Registry:
     async def shutdown(self) -> None:
         """End every session and wait for every child process to be gone."""
         self.accepting = False
+        if self._starting:
+            self._none_starting.clear()
+            await self._none_starting.wait()  # each ends itself once started (see create)
         runners = list(self._runners.values())
         await asyncio.gather(*(r.end("proxy shutting down") for r in runners))
         if self._reaper:
