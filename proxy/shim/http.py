@@ -25,8 +25,8 @@ from typing import Any
 import aiohttp
 import structlog
 
+from proxy.backoff import Backoff
 from proxy.core.sse import SSEDecodeError, SSEDecoder, SSEEvent
-from proxy.upstream.base import Backoff
 
 log = structlog.get_logger("proxy.shim")
 

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from proxy.backoff import Backoff
 from proxy.core import jsonrpc
 from proxy.core.jsonrpc import Kind, Message
 from proxy.shim.http import (
@@ -39,7 +40,6 @@ from proxy.shim.streams import (
     follow_standalone,
     unknown_outcome,
 )
-from proxy.upstream.base import Backoff
 
 log = structlog.get_logger("proxy.shim")
 

@@ -13,15 +13,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
-from proxy.shim.http import GaveUp, Lost, Refused, SseReader
-from proxy.upstream.base import Backoff
-
-if TYPE_CHECKING:
-    from proxy.shim.session import ShimSession
+from proxy.backoff import Backoff
+from proxy.shim.http import GaveUp, Lost, ProxyLink, Refused, SseReader
+from proxy.shim.stdio import HostPipe
 
 log = structlog.get_logger("proxy.shim")
 
@@ -61,6 +59,20 @@ class Cursor:
         return self.retry_ms / 1000 if clean and self.retry_ms is not None else None
 
 
+class StreamOwner(Protocol):
+    """What following a stream needs of its shim session (``ShimSession`` is one)."""
+
+    pipe: HostPipe
+    link: ProxyLink
+    budget: float
+
+    def from_proxy(self, data: str) -> None: ...
+
+    def answer_error(self, call: Call, code: int, message: str, reason: str) -> None: ...
+
+    def session_gone(self, session_id: str | None, why: str) -> None: ...
+
+
 def unknown_outcome(cause: object = None) -> str:
     because = f" ({cause})" if cause else ""
     return (
@@ -70,7 +82,7 @@ def unknown_outcome(cause: object = None) -> str:
 
 
 async def pump(
-    session: ShimSession,
+    session: StreamOwner,
     reader: SseReader,
     cursor: Cursor,
     done: Callable[[], bool],
@@ -99,7 +111,7 @@ async def pump(
         reader.response.close()
 
 
-async def follow_request(session: ShimSession, call: Call, reader: SseReader) -> None:
+async def follow_request(session: StreamOwner, call: Call, reader: SseReader) -> None:
     """Read a request's stream to its answer, resuming after every drop; answer the
     request with an error when that cannot be done."""
     cursor = Cursor()
@@ -134,7 +146,7 @@ async def follow_request(session: ShimSession, call: Call, reader: SseReader) ->
         call.done.set()
 
 
-async def follow_standalone(session: ShimSession, session_id: str) -> None:
+async def follow_standalone(session: StreamOwner, session_id: str) -> None:
     """Keep the session's standalone stream open (§Listening for Messages from the
     Server) until the session ends, the proxy has none (405) or reconnecting fails for
     the whole budget (the next host message starts it again)."""

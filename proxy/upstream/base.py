@@ -13,7 +13,7 @@ Contract for network transports (HTTP, legacy SSE, WebSocket):
 - A request that cannot be delivered, or whose answer is lost with its connection, gets
   a JSON-RPC error response synthesized by the transport (:meth:`InFlight.fail`), logged
   once with the session prefix. Nothing waits forever.
-- A lost connection is re-established with :class:`Backoff`; while a transport is
+- A lost connection is re-established with :class:`~proxy.backoff.Backoff`; while a transport is
   failing it reports so to the shared :class:`UpstreamHealth` (``/healthz`` shows it).
 - ``stop`` ends every task and connection the transport owns and returns once they
   are gone; it also says goodbye where the protocol has a way (HTTP ``DELETE``).
@@ -21,7 +21,6 @@ Contract for network transports (HTTP, legacy SSE, WebSocket):
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -109,23 +108,6 @@ class UpstreamHealth:
             "last_error": self.last_error,
             "failing_since": self.failing_since,
         }
-
-
-class Backoff:
-    """Exponential backoff with full jitter: 0.1 s doubling up to ``cap`` seconds."""
-
-    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
-        self.first = first
-        self.cap = cap
-        self.attempt = 0
-
-    def next_delay(self) -> float:
-        ceiling = min(self.cap, self.first * (2**self.attempt))
-        self.attempt += 1
-        return random.uniform(ceiling / 2, ceiling)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 class InFlight:

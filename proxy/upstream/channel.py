@@ -19,11 +19,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
+from proxy.backoff import Backoff
 from proxy.config import UpstreamConfig
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
-from proxy.upstream.base import Backoff, InFlight, OnClosed, OnMessage, UpstreamHealth
+from proxy.upstream.base import InFlight, OnClosed, OnMessage, UpstreamHealth
 from proxy.upstream.stdio import UpstreamStartError
 
 log = structlog.get_logger("proxy.upstream")

@@ -33,11 +33,12 @@ import aiohttp
 import structlog
 from yarl import URL
 
+from proxy.backoff import Backoff
 from proxy.config import ConfigError, UpstreamConfig
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
-from proxy.upstream.base import Backoff, InFlight, OnClosed, OnMessage, UpstreamHealth
+from proxy.upstream.base import InFlight, OnClosed, OnMessage, UpstreamHealth
 from proxy.upstream.http_body import (
     EXPIRED,
     NETWORK_ERRORS,
