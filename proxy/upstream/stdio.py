@@ -4,6 +4,18 @@ The child runs in its own process group (``start_new_session``) so that stopping
 reaches everything it spawned: SIGTERM to the group, SIGKILL after a grace. Messages are
 newline-delimited JSON-RPC on stdin/stdout; stderr lines are logged with the session id;
 a stdout line that is not JSON-RPC is logged and skipped.
+
+A stdout line over ``upstream.max_line_bytes`` is skipped, exactly that line however it
+arrives, holding no more of it at once than the reader's buffer (about the limit) plus
+its first and last 64 KiB. When those two ends show a response whose ``id`` can be read
+(:func:`outline`), the request gets a JSON-RPC error instead, so that nothing waits
+forever: code -32000 (JSON-RPC 2.0 §5.1, the implementation-defined server-error range,
+as for the other answers the proxy synthesizes for the upstream), message "the MCP
+server's response is over upstream.max_line_bytes (N bytes)", ``data: {"reason":
+"upstream_message_too_large", "limit": N}``. An over-long request from the server is
+answered to the server with that same error (it must not wait forever either); an
+over-long notification is only logged (``upstream_message_too_large``, size and limit,
+never content).
 """
 
 from __future__ import annotations
@@ -20,11 +32,13 @@ from proxy.config import UpstreamConfig
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Message
-from proxy.upstream.base import OnClosed, OnMessage, UpstreamHealth
+from proxy.upstream.base import UPSTREAM_UNAVAILABLE, OnClosed, OnMessage, UpstreamHealth
+from proxy.upstream.overlong import OverlongLine, outline, read_line
 
 log = structlog.get_logger("proxy.upstream.stdio")
 
 _DRAIN_SECONDS = 1.0
+UPSTREAM_MESSAGE_TOO_LARGE = UPSTREAM_UNAVAILABLE  # -32000, see the module docstring
 
 
 class UpstreamStartError(ProxyError):
@@ -163,16 +177,12 @@ class StdioUpstream:
         stdout = self._proc.stdout
         while True:
             await self._readable.wait()
-            try:
-                line = await stdout.readline()
-            except ValueError:
-                # Longer than max_line_bytes: skip to the next newline.
-                log.warning("upstream_line_too_long", session=self._session_id)
-                with contextlib.suppress(asyncio.LimitOverrunError, ValueError):
-                    await stdout.readuntil(b"\n")
-                continue
-            if not line:
+            line = await read_line(stdout)
+            if line is None:
                 break
+            if isinstance(line, OverlongLine):
+                self._overlong(line)
+                continue
             line = line.strip()
             if not line:
                 continue
@@ -191,6 +201,35 @@ class StdioUpstream:
             # A crashed server's children must not outlive it.
             self._signal_group(self._proc.pid, signal.SIGKILL)
         self._report_closed(f"exited with code {self._proc.returncode}")
+
+    def _overlong(self, line: OverlongLine) -> None:
+        """Answer an over-long line's sender so that nobody waits forever.
+
+        A response: its request (ours) gets an error naming the limit. A request from the
+        server: the server gets an error response for it, on stdin. Ids are never mixed:
+        each answer goes back to whoever sent the message. A notification is only logged.
+        """
+        limit = self._config.max_line_bytes
+        shape = outline(line.head, line.tail)
+        log.warning(
+            "upstream_message_too_large",
+            session=self._session_id,
+            size=line.size,
+            limit=limit,
+            kind=shape.kind,
+            answered=shape.id is not None and shape.kind in ("response", "request"),
+        )
+        if shape.id is None:
+            return
+        data = {"reason": "upstream_message_too_large", "limit": limit}
+        if shape.kind == "response":
+            message = f"the MCP server's response is over upstream.max_line_bytes ({limit} bytes)"
+            error = jsonrpc.error_response(shape.id, UPSTREAM_MESSAGE_TOO_LARGE, message, data)
+            self._on_message(jsonrpc.classify(error), None)
+        elif shape.kind == "request":
+            message = f"the request is over the proxy's upstream.max_line_bytes ({limit} bytes)"
+            error = jsonrpc.error_response(shape.id, UPSTREAM_MESSAGE_TOO_LARGE, message, data)
+            self.send(jsonrpc.encode(error))
 
     def _messages_of(self, line: bytes) -> list[Message]:
         """The messages of one stdout line: one, or a batch (2025-03-26 allows them).
