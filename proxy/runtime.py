@@ -33,6 +33,7 @@ from proxy.core.events import (
     ForgetSession,
     LogNote,
     PauseUpstream,
+    ProxyShutdown,
     ResumeUpstream,
     SendToClient,
     SendUpstream,
@@ -51,6 +52,11 @@ from proxy.upstream import open_upstream
 from proxy.upstream.base import UpstreamHealth
 
 log = structlog.get_logger("proxy.runtime")
+
+SHUTDOWN_DRAIN_SECONDS = 2.0
+"""How long shutdown waits for the connections to write out what they hold (each request's
+last answer) before the HTTP server's cleanup tears them down; a client that has not read
+it by then loses it with its connection."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +139,8 @@ class SessionRunner:
         self._on_forget = on_forget
         self._next_conn_id = next_conn_id
         self._conns: dict[ConnId, ClientConn] = {}
+        self._no_conns = asyncio.Event()  # set while no connection is open
+        self._no_conns.set()
         self._max_queued = config.sse.max_queued_bytes
         self._timer: asyncio.TimerHandle | None = None
         self._stop_task: asyncio.Task[None] | None = None
@@ -152,12 +160,29 @@ class SessionRunner:
     def open_conn(self, framing: str = "sse") -> ClientConn:
         conn = ClientConn(self._next_conn_id(), framing)
         self._conns[conn.id] = conn
+        self._no_conns.clear()
         return conn
 
     def conn_gone(self, conn: ClientConn) -> None:
         """The HTTP handler is done with ``conn`` (written out, or the client hung up)."""
-        if self._conns.pop(conn.id, None) is not None and not self.session.forgotten:
+        if self._conns.pop(conn.id, None) is None:
+            return
+        if not self._conns:
+            self._no_conns.set()
+        if not self.session.forgotten:
             self.feed(ClientDetached(conn.id))
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    async def written_out(self) -> None:
+        """Return once every connection is done: its queue written, or its client gone.
+
+        Each writer calls :meth:`conn_gone` after the end of its stream (a ``CloseMarker``)
+        is on the wire, so after :meth:`shut_down` this is when every answer is out.
+        """
+        await self._no_conns.wait()
 
     # ------------------------------------------------------------------ events
     def feed(self, event: Event) -> None:
@@ -261,11 +286,29 @@ class SessionRunner:
         self._loop.call_soon(self.conn_gone, conn)
 
     async def end(self, reason: str) -> None:
-        """End the session now (DELETE or shutdown) and wait until its process is gone."""
+        """End the session now (DELETE, or a refused start) and wait until its process is
+        gone. Requests in flight end unanswered: whoever ends it no longer wants them."""
         if not self.session.forgotten:
-            self.feed(ClientDelete())
+            self.feed(ClientDelete(reason))
             self.log.info("session_ended", reason=reason)
         await self.wait_stopped()
+
+    def shut_down(self) -> None:
+        """The proxy stops: answer every request in flight with an error, queue those
+        answers on the attached connections, close them, and stop the upstream.
+
+        Synchronous: the commands are carried out before the caller's next ``await``.
+        Await :meth:`written_out` for the answers to reach the wire, then
+        :meth:`wait_stopped` for the process to be gone.
+        """
+        if self.session.forgotten:
+            return
+        try:
+            self.feed(ProxyShutdown())
+        except Exception:  # a bug in one session must not keep the others' servers alive
+            self.log.exception("session_shutdown_failed")
+        else:
+            self.log.info("session_ended", reason="proxy shutting down")
 
     async def wait_stopped(self) -> None:
         if self._stop_task is None:
@@ -351,12 +394,26 @@ class Registry:
         task.add_done_callback(self._reaper.discard)
 
     async def shutdown(self) -> None:
-        """End every session and wait for every child process to be gone."""
+        """End every session and wait for every child process to be gone.
+
+        Each request in flight gets an error answer (``data.reason: proxy_shutdown``), and
+        this waits (up to :data:`SHUTDOWN_DRAIN_SECONDS`) for the connections to write
+        those answers out: the HTTP server's cleanup, which comes next, tears them down.
+        """
         self.accepting = False
         if self._starting:
             self._none_starting.clear()
             await self._none_starting.wait()  # each ends itself once started (see create)
         runners = list(self._runners.values())
-        await asyncio.gather(*(r.end("proxy shutting down") for r in runners))
+        for runner in runners:
+            runner.shut_down()  # every upstream begins to stop now, in parallel
+        drained = asyncio.gather(*(r.written_out() for r in runners))
+        try:
+            async with asyncio.timeout(SHUTDOWN_DRAIN_SECONDS):
+                await drained
+        except TimeoutError:
+            left = sum(r.open_connections for r in runners)
+            log.info("shutdown_connections_not_drained", connections=left)
+        await asyncio.gather(*(r.wait_stopped() for r in runners))
         if self._reaper:
             await asyncio.gather(*self._reaper, return_exceptions=True)

@@ -44,7 +44,20 @@ class ClientDetached:
 
 @dataclass(frozen=True, slots=True)
 class ClientDelete:
-    """``DELETE`` of the session: end it now."""
+    """End the session now: a client's ``DELETE``, or the runtime giving up on it (a
+    refused ``initialize``); ``reason`` is what the log says ended it."""
+
+    reason: str = "deleted by client"
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyShutdown:
+    """The proxy is stopping: answer every request in flight with an error, then end.
+
+    Unlike :class:`ClientDelete` nobody asked for the requests to go away, so each gets
+    an answer in its stream's log (and on its connection, if one is attached) before the
+    session is forgotten.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +80,14 @@ class Tick:
 
 
 Event = (
-    ClientPost | ClientGet | ClientDetached | ClientDelete | UpstreamMessage | UpstreamClosed | Tick
+    ClientPost
+    | ClientGet
+    | ClientDetached
+    | ClientDelete
+    | ProxyShutdown
+    | UpstreamMessage
+    | UpstreamClosed
+    | Tick
 )
 
 

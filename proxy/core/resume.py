@@ -68,13 +68,15 @@ class ResumeMixin:
         """Log a waiting stream/resume request's answer; its connection arrives after."""
         reply = self._streams.get(number)
         if reply is not None and reply.state is StreamState.LIVE:
-            reply.log.append(jsonrpc.encode({**response, "id": reply.request_id}))
+            answer = {**response, "id": reply.request_id}
+            reply.log.append(jsonrpc.encode(answer), seed.poll_mark(answer))
             reply.state = transition(reply.state, StreamEvent.COMPLETE)
             reply.done_at = self._now
 
     def _reply(self, stream: StreamSlot, response: dict[str, Any], out: list[Command]) -> None:
         """Answer a request the proxy serves itself, on its own stream."""
-        stream.log.append(jsonrpc.encode({**response, "id": stream.request_id}))
+        answer = {**response, "id": stream.request_id}
+        stream.log.append(jsonrpc.encode(answer), seed.poll_mark(answer))
         self._complete(stream, out)
 
     # ------------------------------------------------------------------ seed protocol (D2)
@@ -114,7 +116,7 @@ class ResumeMixin:
             for given in (last_event_id, ref.last_event_id):
                 if given is not None:
                     self._ack(target, given)
-            target.log.after(target.acked)  # the rest must still be whole
+            rest = target.log.unacknowledged()  # raises unless the rest is still whole
         except ResumeError as exc:
             self._attach(reply, conn, out)
             error = jsonrpc.error_response(
@@ -138,9 +140,8 @@ class ResumeMixin:
         target.touched = self._now
         if msg.method == seed.POLL:
             self._attach(reply, conn, out)
-            pending = (e.payload for e in target.log.after(target.acked))
             done = target.state is StreamState.COMPLETED
-            result = seed.poll_result(ref.stream_id, done, pending)
+            result = seed.poll_result(ref.stream_id, done, rest)
             self._reply(reply, jsonrpc.ok_response(msg.id, result), out)
             return
         out.append(LogNote("stream_resumed", {"stream": target.number, "after": target.acked}))
@@ -181,10 +182,7 @@ class ResumeMixin:
 
     def _acknowledge(self, stream: StreamSlot, seq: int) -> None:
         """The client has everything up to ``seq``: that much may now be dropped."""
-        stream.acked = max(stream.acked, seq)
-        if stream.log.keep_after is not None:
-            stream.log.keep_after = stream.acked
-            stream.log.trim()
+        stream.log.acknowledge(seq)
 
     def _abandon(self, stream: StreamSlot, out: list[Command]) -> None:
         """Nobody came back in time: cancel the upstream work and free the buffer."""

@@ -8,12 +8,12 @@ summarising what a client has not yet acknowledged for ``StreamPollResult``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import jsonrpc
 from proxy.core.errors import ResumeError
+from proxy.core.stream import Mark, Unacknowledged
 
 CREATE = "notifications/stream/create"
 END = "notifications/stream/end"
@@ -98,23 +98,27 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
-def poll_result(stream_id: str, completed: bool, pending: Iterable[bytes]) -> dict[str, Any]:
+def poll_mark(msg: dict[str, Any]) -> Mark:
+    """What a poll reports about one message: a request (``"method"`` and ``"id"``), an
+    error (``"error"``, or a result with ``isError: true``). Classified once, as it is
+    logged (:meth:`~proxy.core.stream.StreamLog.append`), never parsed again."""
+    mark = Mark.NONE
+    if "method" in msg and "id" in msg:
+        mark |= Mark.REQUEST
+    result = msg.get("result")
+    if "error" in msg or (isinstance(result, dict) and result.get("isError") is True):
+        mark |= Mark.ERROR
+    return mark
+
+
+def poll_result(stream_id: str, completed: bool, rest: Unacknowledged) -> dict[str, Any]:
     """``StreamPollResult`` over the messages the client has not acknowledged."""
-    any_pending = has_request = has_error = False
-    for payload in pending:
-        any_pending = True
-        msg = json.loads(payload)
-        if "method" in msg and "id" in msg:
-            has_request = True
-        result = msg.get("result")
-        if "error" in msg or (isinstance(result, dict) and result.get("isError") is True):
-            has_error = True
     return {
         "streamId": stream_id,
         "status": "completed" if completed else "live",
-        "pendingMessages": any_pending,
-        "hasRequest": has_request,
-        "hasError": has_error,
+        "pendingMessages": rest.messages > 0,
+        "hasRequest": rest.requests > 0,
+        "hasError": rest.errors > 0,
     }
 
 

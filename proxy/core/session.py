@@ -31,6 +31,7 @@ from proxy.core.events import (
     Event,
     ForgetSession,
     LogNote,
+    ProxyShutdown,
     SendToClient,
     SendUpstream,
     StartSse,
@@ -45,8 +46,8 @@ from proxy.core.jsonrpc import Kind, Message
 from proxy.core.resume import ResumeMixin
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
 
-__all__ = ["STANDALONE", "UPSTREAM_EXITED", "Session", "SessionSettings"]
-from proxy.core.stream import ByteBudget, StreamEvent, StreamLog, StreamState, transition
+__all__ = ["PROXY_SHUTDOWN", "STANDALONE", "UPSTREAM_EXITED", "Session", "SessionSettings"]
+from proxy.core.stream import ByteBudget, Mark, StreamEvent, StreamLog, StreamState, transition
 
 # Revisions that allow JSON-RPC batches in a POST body (removed in 2025-06-18).
 _BATCH_REVISIONS = frozenset({"2024-11-05", "2025-03-26"})
@@ -54,6 +55,7 @@ _BATCH_REVISIONS = frozenset({"2024-11-05", "2025-03-26"})
 _POLLING_REVISION = "2025-11-25"
 
 UPSTREAM_EXITED = -32000
+PROXY_SHUTDOWN = -32000  # JSON-RPC 2.0 §5.1: -32000..-32099 are the implementation's own
 
 
 class Session(ExpiryMixin, ResumeMixin):
@@ -117,7 +119,9 @@ class Session(ExpiryMixin, ResumeMixin):
         elif isinstance(event, UpstreamClosed):
             self._on_upstream_closed(event.reason, out)
         elif isinstance(event, ClientDelete):
-            self._end("deleted by client", out)
+            self._end(event.reason, out)
+        elif isinstance(event, ProxyShutdown):
+            self._shut_down(out)
         elif isinstance(event, Tick):
             self._wake = None  # the runtime's timer fired: always re-arm
             self._on_tick(out)
@@ -143,6 +147,8 @@ class Session(ExpiryMixin, ResumeMixin):
 
     # ------------------------------------------------------------------ client side
     def _on_post(self, ev: ClientPost, out: list[Command]) -> None:
+        """A POST body. Everything that can refuse it is checked before anything changes
+        (h11's ``_process_event`` style): a refused POST leaves the session as it was."""
         if self.closed:
             raise SessionNotFound("Session not found: it has ended")
         if ev.batch and not self.accepts_batches():
@@ -155,9 +161,14 @@ class Session(ExpiryMixin, ResumeMixin):
                 raise BadRequest("stream/poll and stream/resume must be sent alone")
             self._local_request(ev.conn, requests[0], ev.last_event_id, out)
             return
-        if any(m.method == "initialize" for m in requests):
-            if self._initialize_seen or len(ev.messages) > 1:
-                raise BadRequest("initialize must be sent alone, once, to open a session")
+        initialize = any(m.method == "initialize" for m in requests)
+        if initialize and (self._initialize_seen or len(ev.messages) > 1):
+            raise BadRequest("initialize must be sent alone, once, to open a session")
+        # The last check: room for the requests' stream. A batch's answers to server
+        # requests must not be taken from the id map and then refused (2025-03-26).
+        evict = self._room_for_stream() if requests else None
+        # ---- accepted: from here on nothing raises
+        if initialize:
             self._initialize_seen = True
         for msg in ev.messages:
             if msg.kind is Kind.NOTIFICATION:
@@ -167,7 +178,9 @@ class Session(ExpiryMixin, ResumeMixin):
         if not requests:
             out.append(Accepted(ev.conn))
             return
-        stream = self._new_stream()
+        if evict is not None and evict.number in self._streams:
+            self._drop_stream(evict)
+        stream = self._add_stream()
         out.append(StartSse(ev.conn))
         self._attach(stream, ev.conn, out)
         stream.request_id = requests[0].id
@@ -294,7 +307,7 @@ class Session(ExpiryMixin, ResumeMixin):
             number = self._ids.stream_of_progress(msg.params.get("progressToken"))
             if number is None:
                 number = self._route_unrelated(origin)
-            self._append_bytes(number, msg.encoded(), out)
+            self._append_bytes(number, msg.encoded(), seed.poll_mark(msg.raw), out)
         elif msg.method == "notifications/cancelled":
             # The server gave up one of its own requests: rewrite to our downstream id.
             server_id = msg.params.get("requestId")
@@ -305,7 +318,8 @@ class Session(ExpiryMixin, ResumeMixin):
             rewritten = jsonrpc.with_param(msg, "requestId", downstream)
             self._append(self._route_unrelated(origin), rewritten, out)
         else:
-            self._append_bytes(self._route_unrelated(origin), msg.encoded(), out)
+            payload, mark = msg.encoded(), seed.poll_mark(msg.raw)
+            self._append_bytes(self._route_unrelated(origin), payload, mark, out)
 
     def _upstream_response(self, msg: Message, out: list[Command]) -> None:
         rid = msg.id
@@ -358,11 +372,12 @@ class Session(ExpiryMixin, ResumeMixin):
         return STANDALONE if number is None else number
 
     def _append(self, number: int, obj: dict[str, Any], out: list[Command]) -> None:
-        self._append_bytes(number, jsonrpc.encode(obj), out)
+        self._append_bytes(number, jsonrpc.encode(obj), seed.poll_mark(obj), out)
 
-    def _append_bytes(self, number: int, payload: bytes, out: list[Command]) -> None:
+    def _append_bytes(self, number: int, payload: bytes, mark: Mark, out: list[Command]) -> None:
+        """Log one message (``mark``: what a poll reports of it, from its parsed form)."""
         stream = self._streams[number]
-        stream.log.append(self._stamped(stream, payload))
+        stream.log.append(self._stamped(stream, payload), mark)
         self._flush(stream, out)
 
     def _stamped(self, stream: StreamSlot, payload: bytes) -> bytes:
@@ -376,21 +391,28 @@ class Session(ExpiryMixin, ResumeMixin):
         if self.closed:
             return
         out.append(LogNote("upstream_closed", {"reason": reason}))
+        self._fail_in_flight(UPSTREAM_EXITED, f"MCP server gone: {reason}", None, out)
+        self._close(reason, out)
+
+    def _fail_in_flight(self, code: int, message: str, data: Any, out: list[Command]) -> None:
+        """Answer every request in flight with an error, logged (and sent) on its stream."""
         for upstream_id in self._ids.in_flight():
             pending = self._ids.pending(upstream_id)
             assert pending is not None
-            error = jsonrpc.error_response(
-                pending.client_id, UPSTREAM_EXITED, f"MCP server gone: {reason}"
-            )
+            error = jsonrpc.error_response(pending.client_id, code, message, data)
             self._append(pending.stream, error, out)
             self._finish_request(upstream_id, out)
-        self._close(reason, out)
 
     # ------------------------------------------------------------------ lifetime
     def _new_stream(self) -> StreamSlot:
+        """A new request stream, room made by evicting a finished one; else ``Overloaded``."""
+        evict = self._room_for_stream()
+        if evict is not None:
+            self._drop_stream(evict)
+        return self._add_stream()
+
+    def _add_stream(self) -> StreamSlot:
         s = self.settings
-        if len(self._streams) > s.max_streams:  # the standalone stream is not counted
-            self._evict_finished()
         number = self._next_stream
         self._next_stream += 1
         log = StreamLog(s.stream_max_events, s.stream_max_bytes, self.budget)
@@ -403,12 +425,14 @@ class Session(ExpiryMixin, ResumeMixin):
         self._streams[number] = stream
         return stream
 
-    def _evict_finished(self) -> None:
-        """Make room by dropping the oldest completed, unattached stream; else refuse."""
+    def _room_for_stream(self) -> StreamSlot | None:
+        """Whether a stream may be added: None (there is room), the stream to evict first
+        (the oldest completed, unattached one), or ``Overloaded``. Changes nothing."""
+        if len(self._streams) <= self.settings.max_streams:  # the standalone is not counted
+            return None
         for number, stream in self._streams.items():  # oldest first
             if stream.state is StreamState.COMPLETED and stream.conn is None and number:
-                self._drop_stream(stream)
-                return
+                return stream
         raise Overloaded(
             f"Too many streams in this session (sessions.max_streams_per_session="
             f"{self.settings.max_streams})",
@@ -432,6 +456,17 @@ class Session(ExpiryMixin, ResumeMixin):
         standalone.state = transition(standalone.state, StreamEvent.COMPLETE)
         standalone.done_at = self._now
         out.append(StopUpstream(reason))
+
+    def _shut_down(self, out: list[Command]) -> None:
+        """The proxy stops: no request is left without an answer (DESIGN.md §3).
+
+        Each answer is in its stream's log before the stream's connection is closed, so
+        an attached client reads it before its stream ends.
+        """
+        if not self.closed:
+            data = {"reason": "proxy_shutdown"}
+            self._fail_in_flight(PROXY_SHUTDOWN, "the proxy is shutting down", data, out)
+        self._end("proxy shutting down", out)
 
     def _end(self, reason: str, out: list[Command]) -> None:
         if not self.closed:

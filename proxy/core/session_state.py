@@ -74,7 +74,6 @@ class StreamSlot:
         "_done_at",
         "_state",
         "_touched",
-        "acked",
         "attaches",
         "cursor",
         "log",
@@ -145,10 +144,14 @@ class StreamSlot:
         self.request_id: Any = None  # the client's id of the (first) request on this stream
         self.stream_id: str | None = None  # set once announced with notifications/stream/create
         self._create_at: float | None = None
-        self.acked = 0  # the highest position the client acknowledged (Last-Event-ID)
         self._touched = touched
         self.waiting: list[int] = []  # stream/resume requests to answer
         self.watch = watch
+
+    @property
+    def acked(self) -> int:
+        """The highest position the client acknowledged (Last-Event-ID): the log's."""
+        return self.log.acked
 
     def __repr__(self) -> str:
         return (

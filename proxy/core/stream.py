@@ -10,6 +10,10 @@ module); :func:`transition` raises on anything else.
 
 A request stream is LIVE while any of its requests awaits a response; the standalone
 (GET) stream stays LIVE for the life of the session. EXPIRED streams hold no events.
+
+A log also keeps the seed's poll summary of what the client has not acknowledged
+(:meth:`StreamLog.unacknowledged`) as it goes: each event is classified once, when it is
+appended, so a ``stream/poll`` costs O(1) whatever the backlog.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, IntFlag
 
 from proxy.core.errors import ProxyError, ResumeError
 
@@ -54,6 +58,24 @@ def transition(state: StreamState, event: StreamEvent) -> StreamState:
         raise IllegalTransition(f"stream cannot {event.value} when {state.value}") from None
 
 
+class Mark(IntFlag):
+    """What a ``stream/poll`` must report about an event (streams-draft, StreamPollResult)."""
+
+    NONE = 0
+    REQUEST = 1  # a server→client request: ``hasRequest``
+    ERROR = 2  # an error response, or a result with ``isError: true``: ``hasError``
+
+
+@dataclass(frozen=True, slots=True)
+class Unacknowledged:
+    """The events after the client's acknowledged position: how many, and of those how
+    many are requests and how many errors."""
+
+    messages: int
+    requests: int
+    errors: int
+
+
 @dataclass(frozen=True, slots=True)
 class LogEntry:
     """One event as :meth:`StreamLog.after` hands it out (made on read, not stored)."""
@@ -83,12 +105,20 @@ class StreamLog:
     the oldest events are dropped (the newest one is always kept); a later read from
     before the oldest kept event raises ``history_truncated`` rather than return a
     partial replay.
+
+    ``acked`` is the position the client acknowledged (by event id). The seqs of the
+    requests and errors after it are kept in two queues, so the poll summary is counted,
+    never parsed: appends add to their tail, acknowledgements and trims drop from their
+    head (amortised O(1) per event).
     """
 
     __slots__ = (
+        "_acked",
         "_entries",
+        "_errors",
         "_first_seq",
         "_last_seq",
+        "_requests",
         "budget",
         "bytes",
         "keep_after",
@@ -109,10 +139,18 @@ class StreamLog:
         # overflow: block sets this to what the client acknowledged: later events are
         # never dropped for the log's own bounds. None: drop the oldest (truncate).
         self.keep_after: int | None = None
+        self._acked = 0
+        self._requests: deque[int] = deque()  # seqs of kept requests after _acked
+        self._errors: deque[int] = deque()  # seqs of kept errors after _acked
 
     @property
     def last_seq(self) -> int:
         return self._last_seq
+
+    @property
+    def acked(self) -> int:
+        """The highest position the client acknowledged (by event id)."""
+        return self._acked
 
     @property
     def first_kept_seq(self) -> int:
@@ -127,12 +165,16 @@ class StreamLog:
         """Holding more than its own bounds allow (possible only while trimming is held back)."""
         return len(self._entries) > self.max_events or self.bytes > self.max_bytes
 
-    def append(self, payload: bytes) -> int:
-        """Add an event and trim to the bounds."""
+    def append(self, payload: bytes, mark: Mark = Mark.NONE) -> int:
+        """Add an event (``mark``: what a poll must report about it) and trim to the bounds."""
         self._last_seq += 1
         if not self._entries:
             self._first_seq = self._last_seq
         self._entries.append(payload)
+        if mark & Mark.REQUEST:
+            self._requests.append(self._last_seq)
+        if mark & Mark.ERROR:
+            self._errors.append(self._last_seq)
         self.bytes += len(payload)
         self.budget.used += len(payload)
         self.trim()
@@ -157,6 +199,32 @@ class StreamLog:
             self._first_seq += 1
             self.bytes -= dropped
             self.budget.used -= dropped
+        self._forget_marks_before(self._first_seq)
+
+    def acknowledge(self, seq: int) -> None:
+        """The client has everything up to ``seq`` (at most :attr:`last_seq`); under
+        ``overflow: block`` that much may now be dropped."""
+        if seq > self._acked:
+            self._acked = seq
+            self._forget_marks_before(seq + 1)
+        if self.keep_after is not None:
+            self.keep_after = self._acked
+            self.trim()
+
+    def _forget_marks_before(self, seq: int) -> None:
+        for marks in (self._requests, self._errors):
+            while marks and marks[0] < seq:
+                marks.popleft()
+
+    def unacknowledged(self) -> Unacknowledged:
+        """The events after :attr:`acked`, counted; ``history_truncated`` if some of them
+        were dropped (a poll never reports on a partial rest)."""
+        if self._acked + 1 < self.first_kept_seq:
+            raise ResumeError(
+                "the events after Last-Event-ID were dropped from the buffer",
+                reason="history_truncated",
+            )
+        return Unacknowledged(self._last_seq - self._acked, len(self._requests), len(self._errors))
 
     def after(self, seq: int) -> list[LogEntry]:
         """Every event after ``seq``, whole, or a :class:`ResumeError`."""
@@ -183,5 +251,7 @@ class StreamLog:
 
     def clear(self) -> None:
         self._entries.clear()
+        self._requests.clear()
+        self._errors.clear()
         self.budget.used -= self.bytes
         self.bytes = 0

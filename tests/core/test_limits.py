@@ -6,8 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.core import jsonrpc
 from proxy.core.errors import Overloaded, ResumeError
-from proxy.core.events import ClientDetached, CloseClient, PauseUpstream, ResumeUpstream
+from proxy.core.events import (
+    Accepted,
+    ClientDetached,
+    CloseClient,
+    PauseUpstream,
+    ResumeUpstream,
+    SendUpstream,
+)
 from proxy.core.session import Session, SessionSettings
 from proxy.core.stream import ByteBudget, StreamLog
 from tests.core.playbook import Playbook, ok, payloads, progress, req, upstream_sent
@@ -28,6 +36,27 @@ def test_streams_per_session_evict_the_oldest_finished_then_refuse() -> None:
     pb.upstream(ok(ups[0]))
     pb.post(pb.conn(), req(5, "tools/call", {}))  # room again: stream 2 finished
     assert 2 not in pb.session.stream_numbers()
+
+
+def test_a_batch_refused_at_the_stream_limit_changes_nothing() -> None:
+    """2025-03-26 batch [answer to a server request, new request] at the limit: 503, and
+    the answer is still the server's to get (it was taken from the id map and lost)."""
+    pb = Playbook(settings=SessionSettings(max_streams=2), version="2025-03-26")
+    pb.initialize()
+    c = pb.conn()
+    up = upstream_sent(pb.post(c, req(1, "tools/call", {})))[0]["id"]
+    (ask,) = payloads(pb.upstream(req("srv-1", "roots/list")), c)
+    pb.post(pb.conn(), req(2, "tools/call", {}))  # the second stream: at the limit
+    before = pb.session.stream_numbers(), pb.session.live_requests, len(pb.log)
+    with pytest.raises(Overloaded):
+        pb.post(pb.conn(), ok(ask["id"], {"roots": []}), req(3, "tools/call", {}))
+    assert (pb.session.stream_numbers(), pb.session.live_requests, len(pb.log)) == before
+    d = pb.conn()
+    assert pb.post(d, ok(ask["id"], {"roots": []})) == [
+        SendUpstream(jsonrpc.encode(ok("srv-1", {"roots": []}))),
+        Accepted(d),
+    ]
+    assert payloads(pb.upstream(ok(up)), c) == [ok(1)]
 
 
 def test_the_process_budget_bounds_all_sessions_together() -> None:

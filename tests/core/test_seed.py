@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from proxy.core import seed
 from proxy.core.errors import ResumeError
+from proxy.core.stream import Mark, Unacknowledged
 
 
 def test_stream_ids_name_this_sessions_streams_only() -> None:
@@ -23,20 +22,28 @@ def test_read_ref() -> None:
     assert info.value.reason == "unknown_stream"
 
 
-def test_poll_result_flags() -> None:
-    pending = [
-        json.dumps({"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}).encode(),
-        json.dumps({"jsonrpc": "2.0", "id": 3, "method": "sampling/createMessage"}).encode(),
-        json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"isError": True}}).encode(),
+def test_poll_marks_and_result_flags() -> None:
+    progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}
+    ask = {"jsonrpc": "2.0", "id": 3, "method": "sampling/createMessage"}
+    failed = {"jsonrpc": "2.0", "id": 1, "result": {"isError": True}}
+    refused = {"jsonrpc": "2.0", "id": 1, "error": {"code": -1, "message": "no"}}
+    fine = {"jsonrpc": "2.0", "id": 1, "result": {"isError": False}}
+    assert [seed.poll_mark(m) for m in (progress, ask, failed, refused, fine)] == [
+        Mark.NONE,
+        Mark.REQUEST,
+        Mark.ERROR,
+        Mark.ERROR,
+        Mark.NONE,
     ]
-    assert seed.poll_result("s", False, pending) == {
+    assert seed.poll_result("s", False, Unacknowledged(3, 1, 1)) == {
         "streamId": "s",
         "status": "live",
         "pendingMessages": True,
         "hasRequest": True,
         "hasError": True,
     }
-    assert seed.poll_result("s", True, [])["pendingMessages"] is False
+    done = seed.poll_result("s", True, Unacknowledged(0, 0, 0))
+    assert (done["status"], done["pendingMessages"]) == ("completed", False)
 
 
 def test_capability_is_removed_and_nothing_else_changes() -> None:

@@ -8,6 +8,11 @@ its client as a prefix of what the server sent (never a gap, never a duplicate);
 is either that exact rest or, under ``truncate`` only, ``history_truncated``; no log holds
 more than its bound (plus the one event that trips it, while ``block`` pauses the
 server); once everything is collected, each client has all of it and the result.
+
+Sessions run 2025-11-25 or 2025-03-26 (batches) with a few streams allowed or many: a
+request refused at the stream limit changes nothing, even in a batch that also answers
+a server request (the answer can be sent again alone and reaches the server); a stream
+evicted to make room is refused by name (``unknown_stream``), never replayed in part.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from proxy.core.errors import ResumeError
+from proxy.core.errors import Overloaded, ResumeError
 from proxy.core.events import (
     ClientDetached,
     ClientPost,
@@ -40,7 +45,12 @@ from proxy.core.jsonrpc import classify
 from proxy.core.session import SessionSettings
 from tests.core.playbook import Playbook, note, ok, payloads, progress, req, upstream_sent
 
-IGNORED = {"notifications/message", "notifications/stream/create", "notifications/stream/end"}
+IGNORED = {
+    "notifications/message",
+    "notifications/stream/create",
+    "notifications/stream/end",
+    "roots/list",  # the server's questions: they go to the only call in flight, if one is
+}
 
 
 @dataclass
@@ -66,19 +76,40 @@ class SessionMachine(RuleBasedStateMachine):
         overflow=st.sampled_from(["block", "truncate"]),
         max_events=st.integers(2, 8),
         seeded=st.booleans(),
+        version=st.sampled_from(["2025-11-25", "2025-03-26"]),
+        max_streams=st.sampled_from([4, 1000]),
     )
-    def start(self, overflow: str, max_events: int, seeded: bool) -> None:
+    def start(
+        self, overflow: str, max_events: int, seeded: bool, version: str, max_streams: int
+    ) -> None:
         settings = SessionSettings(
             completed_retention=1e9,
             idle_timeout=1e9,
             overflow=overflow,
             stream_max_events=max_events,
+            max_streams=max_streams,
             token_secret=b"k" * 32,
         )
-        self.pb = Playbook(settings=settings)
+        self.pb = Playbook(settings=settings, version=version)
         self.pb.initialize({"streams": {}} if seeded else None)
         self.calls: list[Call] = []
         self.resumes = 0
+        self.asks = 0
+
+    def _session_state(self) -> object:
+        """Everything a refused POST must leave as it was."""
+        s = self.pb.session
+        streams = [
+            (n, x.log.last_seq, x.conn, x.state, sorted(x.pending), x.acked)
+            for n, x in s._streams.items()
+        ]
+        ids = sorted(s._ids._server.items())
+        return s.stream_numbers(), s.live_requests, dict(s._by_conn), ids, streams
+
+    def _overloaded(self, exc: Overloaded, before: object) -> None:
+        event("request refused: too many streams")
+        assert exc.reason == "too_many_streams"
+        assert self._session_state() == before, "a refused POST changed the session"
 
     def _route(self, out: list[Command]) -> None:
         by_conn = {c.conn: c for c in self.calls if c.conn is not None}
@@ -106,14 +137,49 @@ class SessionMachine(RuleBasedStateMachine):
 
     @rule()
     def client_calls(self) -> None:
+        self._call()
+
+    def _call(self) -> bool:
+        """A new tools/call; False if the session refused it (too many streams)."""
         rid = len(self.calls) + 1
         conn = self.pb.conn()
         params = {"name": "slow", "_meta": {"progressToken": f"t{rid}"}}
-        out = self.pb.post(conn, req(rid, "tools/call", params))
+        before = self._session_state()
+        try:
+            out = self.pb.post(conn, req(rid, "tools/call", params))
+        except Overloaded as exc:
+            self._overloaded(exc, before)
+            return False
         call = Call(rid, upstream_sent(out)[0]["id"], conn)
         self.calls.append(call)
         self._route(out)
         self._read(call, min(2, len(call.wire)))  # the priming event and the announcement
+        return True
+
+    @precondition(
+        lambda self: (
+            self.pb.session.accepts_batches()
+            and self.pb.session.settings.max_streams < 10
+            and not self.pb.session.upstream_paused
+        )
+    )
+    @rule()
+    def client_answers_and_calls_in_one_batch_at_the_limit(self) -> None:
+        self.asks += 1
+        server_id = f"ask-{self.asks}"
+        self._route(self.pb.upstream(req(server_id, "roots/list")))
+        (asked,) = [d for d, s in self.pb.session._ids._server.items() if s == server_id]
+        while self._call():  # fill the session up to its stream limit
+            pass
+        answer = ok(asked, {"roots": []})
+        params = {"name": "slow", "_meta": {"progressToken": f"batch-{self.asks}"}}
+        before = self._session_state()
+        with pytest.raises(Overloaded) as refused:
+            self.pb.post(self.pb.conn(), answer, req(f"batch-{self.asks}", "tools/call", params))
+        self._overloaded(refused.value, before)
+        event("batch refused at the stream limit")
+        out = self.pb.post(self.pb.conn(), answer)  # alone: nothing to refuse
+        assert upstream_sent(out) == [ok(server_id, {"roots": []})]
 
     @precondition(
         lambda self: any(not c.answered for c in self.calls) and not self.pb.session.upstream_paused
@@ -154,7 +220,16 @@ class SessionMachine(RuleBasedStateMachine):
         if reason == "history_truncated" and self.pb.session.settings.overflow == "truncate":
             call.lost, call.conn = True, None  # explicit, and only where truncation is allowed
             return
+        if reason == "unknown_stream" and self._evicted(call):
+            call.lost, call.conn = True, None  # explicit: it made room for a newer stream
+            return
         pytest.fail(f"resume refused: {reason}")
+
+    def _evicted(self, call: Call) -> bool:
+        """The call's (finished) stream was dropped to make room under max_streams."""
+        assert call.last_id is not None
+        number = int(call.last_id.split(".")[1])
+        return number not in self.pb.session.stream_numbers()
 
     @precondition(lambda self: bool(self._waiting()))
     @rule(data=st.data(), seed_protocol=st.booleans())
@@ -168,7 +243,13 @@ class SessionMachine(RuleBasedStateMachine):
             self.resumes += 1
             rid = f"res-{self.resumes}"
             params = {**call.ref, "lastEventId": call.last_id}
-            out = self.pb.feed(ClientPost(conn, [classify(req(rid, "stream/resume", params))]))
+            before = self._session_state()
+            try:
+                out = self.pb.feed(ClientPost(conn, [classify(req(rid, "stream/resume", params))]))
+            except Overloaded as exc:  # no room for the resume request's own stream
+                call.conn = None
+                self._overloaded(exc, before)
+                return
             event("resume by stream/resume")
             errors = [m for m in payloads(out, conn) if m.get("id") == rid and "error" in m]
             if errors:
@@ -189,10 +270,18 @@ class SessionMachine(RuleBasedStateMachine):
         call = data.draw(st.sampled_from([c for c in self.calls if c.ref and c.last_id]))
         conn = self.pb.conn()
         params = {**call.ref, "lastEventId": call.last_id}  # type: ignore[dict-item]
-        out = self.pb.feed(ClientPost(conn, [classify(req("poll", "stream/poll", params))]))
+        before = self._session_state()
+        try:
+            out = self.pb.feed(ClientPost(conn, [classify(req("poll", "stream/poll", params))]))
+        except Overloaded as exc:
+            self._overloaded(exc, before)
+            return
         (reply,) = payloads(out, conn)
         if "error" in reply:
-            assert reply["error"]["data"]["reason"] == "history_truncated"
+            reason = reply["error"]["data"]["reason"]
+            assert reason == "history_truncated" or (
+                reason == "unknown_stream" and self._evicted(call)
+            ), reason
         else:
             assert reply["result"]["streamId"] == call.ref["streamId"]  # type: ignore[index]
 
@@ -254,5 +343,5 @@ class SessionMachine(RuleBasedStateMachine):
             assert call.mine() == call.emitted, (call.rid, call.mine(), call.emitted)
 
 
-SessionMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+SessionMachine.TestCase.settings = settings(max_examples=250, stateful_step_count=40, deadline=None)
 TestSessionMachine = SessionMachine.TestCase

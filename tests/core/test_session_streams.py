@@ -7,7 +7,10 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from proxy.core.errors import ResumeError
 from proxy.core.events import (
     ClientDetached,
     ClientPost,
@@ -19,6 +22,7 @@ from proxy.core.events import (
 )
 from proxy.core.jsonrpc import classify
 from proxy.core.session import SessionSettings
+from proxy.core.stream import StreamLog
 from proxy.core.tokens import resume_token_for
 from tests.core.playbook import (
     Playbook,
@@ -30,6 +34,7 @@ from tests.core.playbook import (
     req,
     upstream_sent,
 )
+from tests.core.test_stream import full_parse_summary
 
 SECRET = b"k" * 32
 SETTINGS = SessionSettings(token_secret=SECRET, resume_interval_min=2, resume_interval_max=60)
@@ -371,3 +376,95 @@ def test_event_ids_in_meta_only_when_opted_in() -> None:
     c, up, _ = call(plain)
     out = plain.upstream(progress("tok", 1))
     assert "_meta" not in payloads(out, c)[0]["params"]
+
+
+@pytest.mark.parametrize("backlog", [10, 3000])
+def test_a_poll_costs_the_same_whatever_the_backlog(
+    backlog: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The poll summary is kept as events are logged: a poll parses no payload and walks
+    no log but its own answer's (it used to parse every unacknowledged message)."""
+    pb = seeded()
+    c, up, stream = call(pb)
+    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    pb.feed(ClientDetached(c))
+    for n in range(backlog):
+        pb.upstream(progress("tok", n))
+    pb.upstream(req("srv-1", "elicitation/create", {"message": "?"}))
+    parsed: list[int] = []
+    walked: list[int] = []
+    real_loads, real_after = json.loads, StreamLog.after
+
+    def counting_loads(*args: Any, **kwargs: Any) -> Any:
+        parsed.append(1)
+        return real_loads(*args, **kwargs)
+
+    def counting_after(log: StreamLog, seq: int) -> Any:
+        entries = real_after(log, seq)
+        walked.append(len(entries))
+        return entries
+
+    monkeypatch.setattr(json, "loads", counting_loads)
+    monkeypatch.setattr(StreamLog, "after", counting_after)
+    p = pb.conn()
+    out = pb.feed(ClientPost(p, [classify(req(99, "stream/poll", ref))], last_event_id="ep0ch.2.1"))
+    monkeypatch.undo()
+    assert parsed == [], "no payload is parsed"
+    assert sum(walked) == 1, "only the poll's own answer is read from a log"
+    (result,) = [m["result"] for m in payloads(out, p)]
+    assert (result["pendingMessages"], result["hasRequest"], result["hasError"]) == (
+        True,
+        True,
+        False,
+    )
+
+
+ANSWERS = {
+    "ok": {"content": []},
+    "failed": {"content": [], "isError": True},
+}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.sampled_from(["progress", "ask", "log", "ok", "failed", "error"]),
+            st.floats(0, 1),  # a poll acknowledging that fraction of the unacknowledged rest
+        ),
+        max_size=30,
+    ),
+    overflow=st.sampled_from(["block", "truncate"]),
+    max_events=st.integers(2, 6),
+)
+def test_a_poll_answers_what_parsing_the_unacknowledged_rest_would(
+    steps: list[str | float], overflow: str, max_events: int
+) -> None:
+    pb = seeded(overflow=overflow, stream_max_events=max_events)
+    c, up, stream = call(pb)
+    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    pb.feed(ClientDetached(c))
+    log = pb.session._streams[2].log
+    for n, step in enumerate(steps):
+        if isinstance(step, float):
+            seq = log.acked + round(step * (log.last_seq - log.acked))
+            p, out = local(pb, "stream/poll", {**ref, "lastEventId": f"ep0ch.2.{seq}"}, rid=n)
+            (reply,) = payloads(out, p)
+            try:
+                expected: object = full_parse_summary([e.payload for e in log.after(log.acked)])
+            except ResumeError as exc:
+                expected = exc.reason
+            got = reply["error"]["data"]["reason"] if "error" in reply else reply["result"]
+            if isinstance(got, dict):
+                got = {k: got[k] for k in ("pendingMessages", "hasRequest", "hasError")}
+            assert got == expected, step
+        elif step == "progress":
+            pb.upstream(progress("tok", n))
+        elif step == "ask":
+            pb.upstream(req(f"srv-{n}", "elicitation/create", {"message": "?"}))
+        elif step == "log":
+            pb.upstream(note("notifications/message", {"level": "info", "data": n}))
+        elif step == "error":
+            pb.upstream({"jsonrpc": "2.0", "id": up, "error": {"code": -1, "message": "no"}})
+        else:
+            pb.upstream(ok(up, ANSWERS[step]))

@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.core import seed
 from proxy.core.errors import ResumeError
 from proxy.core.stream import (
     TRANSITIONS,
+    ByteBudget,
     IllegalTransition,
     StreamEvent,
     StreamLog,
@@ -73,3 +78,85 @@ def test_after_is_exactly_the_kept_events_past_seq(n: int, max_events: int, seq:
         assert [e.payload for e in log.after(seq)] == [
             str(i).encode() for i in range(seq + 1, n + 1)
         ]
+
+
+# ---------------------------------------------------------------- poll summary (seed)
+def full_parse_summary(pending: list[bytes]) -> dict[str, bool]:
+    """What ``stream/poll`` answered before it was kept incrementally: parse every payload."""
+    any_pending = has_request = has_error = False
+    for payload in pending:
+        any_pending = True
+        msg = json.loads(payload)
+        if "method" in msg and "id" in msg:
+            has_request = True
+        result = msg.get("result")
+        if "error" in msg or (isinstance(result, dict) and result.get("isError") is True):
+            has_error = True
+    return {"pendingMessages": any_pending, "hasRequest": has_request, "hasError": has_error}
+
+
+MESSAGES: list[dict[str, Any]] = [
+    {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}},
+    {"jsonrpc": "2.0", "id": 4, "method": "elicitation/create", "params": {}},
+    {"jsonrpc": "2.0", "id": 4, "result": {"content": []}},
+    {"jsonrpc": "2.0", "id": 4, "result": {"content": [], "isError": True}},
+    {"jsonrpc": "2.0", "id": 4, "result": {"isError": "yes"}},  # not True: no error
+    {"jsonrpc": "2.0", "id": 4, "result": 5},
+    {"jsonrpc": "2.0", "id": 4, "error": {"code": -1, "message": "no"}},
+    {"jsonrpc": "2.0", "method": "notifications/message", "error": "odd"},
+]
+
+LOG_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(0, len(MESSAGES) - 1)),
+        st.tuples(st.just("ack"), st.integers(0, 40)),
+        st.tuples(st.just("clear"), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+def summaries(log: StreamLog) -> tuple[object, object]:
+    """(incremental, full parse): each the poll flags, or the resume error's reason."""
+    incremental: object
+    try:
+        result = seed.poll_result("s", False, log.unacknowledged())
+        incremental = {k: result[k] for k in ("pendingMessages", "hasRequest", "hasError")}
+    except ResumeError as exc:
+        incremental = exc.reason
+    try:
+        full: object = full_parse_summary([e.payload for e in log.after(log.acked)])
+    except ResumeError as exc:
+        full = exc.reason
+    return incremental, full
+
+
+@settings(max_examples=300)
+@given(
+    ops=LOG_OPS,
+    block=st.booleans(),
+    max_events=st.integers(1, 8),
+    max_bytes=st.integers(1, 600),
+    budget=st.integers(50, 2000),
+)
+def test_the_incremental_poll_summary_is_the_full_parse_one(
+    ops: list[tuple[str, int]], block: bool, max_events: int, max_bytes: int, budget: int
+) -> None:
+    """Appends, acknowledgements, trims (own bounds, shared budget) and clears, in any
+    order: the summary kept at append time equals parsing every unacknowledged payload."""
+    shared = ByteBudget(budget)
+    other = StreamLog(1000, 10**9, shared)  # another stream's events eat the budget too
+    log = StreamLog(max_events, max_bytes, shared)
+    if block:
+        log.keep_after = 0
+    for op, arg in ops:
+        if op == "append":
+            msg = MESSAGES[arg]
+            log.append(json.dumps(msg).encode(), seed.poll_mark(msg))
+            other.append(b"x" * arg)
+        elif op == "ack":
+            log.acknowledge(min(log.acked + arg, log.last_seq))
+        else:
+            log.clear()
+        incremental, full = summaries(log)
+        assert incremental == full, (op, arg)
