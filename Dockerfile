@@ -6,7 +6,11 @@
 #   docker run --rm -p 8808:8808 -e MCP_RESUME_PROXY_HOST=0.0.0.0 -e TOKEN=... \
 #       mcp-resume-proxy --upstream https://mcp.example.com/mcp --header 'Authorization: Bearer ${TOKEN}'
 #
-# The health check follows /healthz: unhealthy (503) while the upstream fails.
+# The health check follows /healthz, which describes the proxy process: healthy while it
+# serves, even while its upstream fails (that shows in the body, upstream.state, and
+# restarting the container would end the sessions that still work); unhealthy (503) only
+# once it shuts down. It asks 127.0.0.1: keep that in listen.allowed_hosts (the default
+# and config/sidecar.yaml do), or /healthz answers 421.
 #
 # Inside the container the proxy still binds 127.0.0.1 unless told otherwise
 # (MCP_RESUME_PROXY_HOST=0.0.0.0, or listen.host in a config file such as

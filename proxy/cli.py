@@ -16,6 +16,7 @@ from aiohttp import web
 
 from proxy import __version__
 from proxy.config import Config, ConfigError, config_from_mapping, load_config, override
+from proxy.downstream.guard import ConnectionGuard
 from proxy.downstream.http import build_app
 from proxy.logs import configure_logging
 from proxy.runtime import Registry
@@ -164,12 +165,22 @@ def _watch_children_with_pidfds() -> None:
     asyncio.set_child_watcher(watcher)
 
 
-def bound_port(runner: web.AppRunner, configured: int) -> int:
+def bound_port(listener: asyncio.Server, configured: int) -> int:
     """The port really listened on: ``listen.port: 0`` lets the system choose one."""
-    for address in runner.addresses:
+    for sock in listener.sockets:
+        address = sock.getsockname()
         if isinstance(address, tuple) and len(address) >= 2:
             return int(address[1])
     return configured
+
+
+async def listen_guarded(runner: web.AppRunner, config: Config) -> asyncio.Server:
+    """Listen like ``web.TCPSite`` would, but each connection goes through a
+    :class:`ConnectionGuard` (header timeout, connection cap) around aiohttp's protocol."""
+    assert runner.server is not None, "runner.setup() first"
+    guard = ConnectionGuard(runner.server, config.listen)
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(guard, config.listen.host, config.listen.port, backlog=128)
 
 
 async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
@@ -179,15 +190,14 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     app = build_app(config, registry)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
     await runner.setup()
-    site = web.TCPSite(runner, config.listen.host, config.listen.port)
-    await site.start()
+    listener = await listen_guarded(runner, config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     host = config.listen.host
     shown = f"[{host}]" if ":" in host else host
-    port = bound_port(runner, config.listen.port)
+    port = bound_port(listener, config.listen.port)
     url = f"http://{shown}:{port}{config.listen.path}"
     upstream = config.upstream.url or " ".join(config.upstream.command)
     log.info(
@@ -201,7 +211,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         await stop.wait()
     finally:
         log.info("proxy_stopping", sessions=len(registry))
-        await site.stop()  # stop accepting
+        listener.close()  # stop accepting
         await registry.shutdown()  # end sessions, stop every child process
         await runner.cleanup()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -37,6 +37,18 @@ class ListenConfig:
     # when you bind beyond loopback; "*" turns a check off.
     allowed_hosts: list[str] = field(default_factory=lambda: list(LOCAL_HOSTNAMES))
     allowed_origins: list[str] = field(default_factory=lambda: list(LOCAL_HOSTNAMES))
+    # Reading a request is bounded in time and memory (slow or stalled clients): its
+    # headers must be complete this long after its first byte (or after the connection
+    # opened); its body this long after its headers (else 408, connection closed).
+    # Responses (SSE streams) are never cut by these; idle keep-alive is not timed here.
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 30.0
+    # POST bodies being received, all connections together; a POST that would pass it
+    # gets 503 (too_many_body_bytes) before its body is read.
+    max_inflight_body_bytes: int = 64 * 1024 * 1024
+    # Open client connections; beyond it a new one gets 503 (too_many_connections) and
+    # is closed, while open ones go on.
+    max_connections: int = 1024
 
 
 UPSTREAM_TRANSPORTS = ("auto", "stdio", "streamable-http", "sse", "websocket")
@@ -190,6 +202,10 @@ _CHOICES = {
 }
 _NON_NEGATIVE = {"listen.port", "streams.create_after_ms", "streams.resume_interval.min"}
 _POSITIVE = {
+    "listen.header_timeout_seconds",
+    "listen.body_timeout_seconds",
+    "listen.max_inflight_body_bytes",
+    "listen.max_connections",
     "sse.keepalive_seconds",
     "sse.retry_ms",
     "sse.max_stream_seconds",

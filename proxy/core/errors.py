@@ -12,6 +12,7 @@
     │   ├── PayloadTooLarge         message over the size limit          -32600 / 413
     │   ├── ForbiddenOrigin         Origin not allowed (DNS rebinding)   -32600 / 403
     │   ├── MisdirectedHost         Host not allowed (DNS rebinding)     -32600 / 421
+    │   ├── RequestTimeout          request not received in time         -32600 / 408
     │   └── MethodNotAllowed        HTTP method not served               -32600 / 405
     ├── SessionNotFound             unknown or ended session             -32001 / 404
     ├── Conflict                    e.g. a second standalone GET stream  -32600 / 409
@@ -102,6 +103,13 @@ class ForbiddenOrigin(ProtocolError):
 class MisdirectedHost(ProtocolError):
     http_status = 421
     reason = "misdirected_host"
+
+
+class RequestTimeout(ProtocolError):
+    """A request's headers or body did not arrive in time (a slow or stalled client)."""
+
+    http_status = 408
+    reason = "request_timeout"
 
 
 class MethodNotAllowed(ProtocolError):

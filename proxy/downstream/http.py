@@ -22,11 +22,13 @@ from proxy.core.errors import (
     Overloaded,
     PayloadTooLarge,
     ProxyError,
+    RequestTimeout,
     SessionNotFound,
 )
 from proxy.core.events import ClientGet, ClientPost
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.sse import encode_comment, encode_retry
+from proxy.downstream.guard import BodyBudget, read_body
 from proxy.runtime import ClientConn, CloseMarker, Registry, SessionRunner
 
 log = structlog.get_logger("proxy.http")
@@ -58,6 +60,7 @@ class StreamableHttp:
     def __init__(self, config: Config, registry: Registry) -> None:
         self.config = config
         self.registry = registry
+        self.bodies = BodyBudget(config.listen.max_inflight_body_bytes)
 
     # ------------------------------------------------------------------ entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -82,8 +85,22 @@ class StreamableHttp:
                 reason=exc.reason,
                 error=exc.message,
             )
+            if isinstance(exc, RequestTimeout):
+                return await self._answer_and_close(request, exc)
             headers = {"Allow": _METHODS} if isinstance(exc, MethodNotAllowed) else None
             return error_response(exc, headers)
+
+    @staticmethod
+    async def _answer_and_close(request: web.Request, exc: ProxyError) -> web.StreamResponse:
+        """Answer, then close at once: the rest of a stalled body is not worth aiohttp's
+        lingering read (up to 10 s) before the connection is freed."""
+        response = error_response(exc)
+        response.force_close()
+        with contextlib.suppress(ConnectionError):
+            await response.prepare(request)
+            await response.write_eof()
+        request.protocol.force_close()
+        return response
 
     def _session(self, request: web.Request) -> SessionRunner:
         session_id = request.headers.get(SESSION_HEADER)
@@ -98,10 +115,9 @@ class StreamableHttp:
         limit = self.config.sessions.max_message_bytes
         if request.content_length is not None and request.content_length > limit:
             raise PayloadTooLarge(f"Payload Too Large: body over {limit} bytes")
-        try:
-            body = await request.read()  # all of it, bounded by client_max_size
-        except web.HTTPRequestEntityTooLarge:
-            raise PayloadTooLarge(f"Payload Too Large: body over {limit} bytes") from None
+        body = await read_body(
+            request, self.bodies, max_bytes=limit, timeout=self.config.listen.body_timeout_seconds
+        )
         messages, batch = jsonrpc.parse_body(body)
         try:
             return await self._post_messages(request, messages, batch)
@@ -234,14 +250,25 @@ class StreamableHttp:
 
 
 async def _health(request: web.Request) -> web.Response:
-    """200 while the upstream works; 503 ("degraded") while it fails to start, crashes or
-    cannot be reached, until it works again."""
+    """The proxy process: 200 while it serves, 503 ("stopping") once it shuts down.
+
+    The upstream's state (``ok`` / ``failing``, ``last_error``) is in the body only: one
+    crashed server process must not get a proxy whose other sessions work killed by its
+    orchestrator. Host and Origin are checked as on ``/mcp`` (DNS rebinding).
+    """
     registry = request.app[REGISTRY_KEY]
+    listen = registry.config.listen
+    try:
+        httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
+        httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
+    except ProxyError as exc:
+        log.info("request_refused", path=request.path, status=exc.http_status, reason=exc.reason)
+        return error_response(exc)
     upstream = registry.health.as_dict()
-    ok = upstream["state"] == "ok"
+    ok = registry.accepting
     return web.json_response(
         {
-            "status": "ok" if ok else "degraded",
+            "status": "ok" if ok else "stopping",
             "version": __version__,
             "sessions": len(registry),
             "buffered_bytes": registry.budget.used,
