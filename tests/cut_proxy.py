@@ -65,16 +65,13 @@ class CutProxy:
         return f"http://127.0.0.1:{self.port}{path}"
 
     async def start(self) -> None:
-        if self.port == 0:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                self.port = int(s.getsockname()[1])
-        await self.accept()
+        await self.accept()  # on port 0 the first time: the system picks a free one
 
     async def accept(self) -> None:
         """(Re)open the listening socket on the same port."""
         if self._server is None:
             self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+            self.port = int(self._server.sockets[0].getsockname()[1])
 
     async def refuse(self) -> None:
         """Close the listening socket: new connections are refused until :meth:`accept`.

@@ -1,7 +1,8 @@
 """Servers the conformance suite can be pointed at, each started on 127.0.0.1 and always stopped.
 
 A target is a context manager factory: given a scratch directory, it starts what is to be
-judged, yields the Streamable HTTP URL, and stops everything on exit.
+judged on a port the system picks (``--port 0``; the server says which one it bound), yields
+the Streamable HTTP URL, and stops everything on exit.
 
 - ``proxy`` (the default): ``mcp-resume-proxy`` in front of the stdio conformance fixture.
 - ``sdk``: the same fixture served over Streamable HTTP by the ``mcp`` SDK itself, the
@@ -10,16 +11,17 @@ judged, yields the Streamable HTTP URL, and stops everything on exit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
+
+from tests.support import wait_listening
 
 from .suite import REPO_ROOT
 
@@ -28,7 +30,6 @@ SDK_HTTP_SERVER: Final = Path(__file__).resolve().parents[1] / "fixtures" / "ser
 HOST: Final = "127.0.0.1"
 START_DEADLINE_S: Final = 60.0
 STOP_GRACE_S: Final = 15.0
-START_ATTEMPTS: Final = 3
 
 Target = Callable[[Path], contextlib.AbstractContextManager[str]]
 
@@ -37,14 +38,7 @@ class TargetStartError(RuntimeError):
     """The server under test did not come up."""
 
 
-def free_port() -> int:
-    """A port that was free a moment ago (the caller retries if another process takes it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
-
-
-def proxy_command(port: int) -> list[str]:
+def proxy_command() -> list[str]:
     """``mcp-resume-proxy`` from this interpreter's environment, else ``python -m proxy``."""
     script = Path(sys.executable).parent / "mcp-resume-proxy"
     launcher = [str(script)] if script.is_file() else [sys.executable, "-m", "proxy"]
@@ -53,31 +47,15 @@ def proxy_command(port: int) -> list[str]:
         "--host",
         HOST,
         "--port",
-        str(port),
+        "0",
         "--",
         sys.executable,
         str(FIXTURE_SERVER),
     ]
 
 
-def sdk_http_command(port: int) -> list[str]:
-    return [sys.executable, str(SDK_HTTP_SERVER), "--host", HOST, "--port", str(port)]
-
-
-def _tail(path: Path, limit: int = 4000) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return text[-limit:]
-
-
-def _port_answers(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
+def sdk_http_command() -> list[str]:
+    return [sys.executable, str(SDK_HTTP_SERVER), "--host", HOST, "--port", "0"]
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -93,55 +71,38 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def http_server_process(
-    command_for_port: Callable[[int], Sequence[str]], workdir: Path, name: str
-) -> Iterator[str]:
-    """Start ``command_for_port(port)`` until one answers on its port; yield its MCP URL.
+def http_server_process(command: Sequence[str], workdir: Path, name: str) -> Iterator[str]:
+    """Start ``command`` (a server on port 0), yield its MCP URL once it said which port.
 
     The process runs in its own session (so a stuck one can be killed with everything it
-    started); its output goes to ``workdir/<name>-<attempt>.log``.
+    started); its output goes to ``workdir/<name>.log``.
     """
-    failures: list[str] = []
-    for attempt in range(1, START_ATTEMPTS + 1):
-        port = free_port()
-        command = list(command_for_port(port))
-        log_path = workdir / f"{name}-{attempt}.log"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                command,
-                cwd=REPO_ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        try:
-            deadline = time.monotonic() + START_DEADLINE_S
-            while process.poll() is None and time.monotonic() < deadline:
-                if _port_answers(port):
-                    break
-                time.sleep(0.05)  # polling a condition, with a deadline
-            else:
-                reason = (
-                    f"exited with {process.returncode}"
-                    if process.poll() is not None
-                    else f"did not listen on {HOST}:{port} within {START_DEADLINE_S:.0f} s"
-                )
-                failures.append(f"{' '.join(command)}: {reason}\n{_tail(log_path)}")
-                continue
-            yield f"http://{HOST}:{port}/mcp"
-            return
-        finally:
-            _stop(process)
-    raise TargetStartError(f"{name} did not start:\n" + "\n---\n".join(failures))
+    log_path = workdir / f"{name}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            list(command),
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        try:  # the suite is synchronous: run the (async) wait in a loop of its own
+            port = asyncio.run(wait_listening(process, log_path, name, START_DEADLINE_S))
+        except AssertionError as exc:
+            raise TargetStartError(f"{' '.join(command)}: {exc}") from None
+        yield f"http://{HOST}:{port}/mcp"
+    finally:
+        _stop(process)
 
 
 def proxy_target(workdir: Path) -> contextlib.AbstractContextManager[str]:
-    return http_server_process(proxy_command, workdir, "proxy")
+    return http_server_process(proxy_command(), workdir, "proxy")
 
 
 def sdk_target(workdir: Path) -> contextlib.AbstractContextManager[str]:
-    return http_server_process(sdk_http_command, workdir, "sdk-http")
+    return http_server_process(sdk_http_command(), workdir, "sdk-http")
 
 
 TARGETS: Final[dict[str, Target]] = {"proxy": proxy_target, "sdk": sdk_target}

@@ -2,9 +2,10 @@
 
 The proxy runs in front of the stdio conformance fixture::
 
-    mcp-resume-proxy --host 127.0.0.1 --port PORT -- python tests/fixtures/conformance_server.py
+    mcp-resume-proxy --host 127.0.0.1 --port 0 -- python tests/fixtures/conformance_server.py
 
-and the suite runs every active server scenario against it, with the exact command::
+(``--port 0``: the system picks the port, PORT below, and the proxy says which) and the suite
+runs every active server scenario against it, with the exact command::
 
     .tools/bin/conformance server --url http://127.0.0.1:PORT/mcp --suite active -o DIR
 

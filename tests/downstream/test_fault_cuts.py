@@ -5,13 +5,13 @@ events it received whole and resumes with the id of the last of them (GET +
 Last-Event-ID), as the WHATWG event-stream rules and the MCP transports ask. The sequence
 it ends up with must equal what the server sent: no gap, no duplicate.
 
-Replay a failure with ``FAULT_SEED=<seed> pytest tests/downstream/test_fault_cuts.py``.
+Replay a failure with the seed it printed (the ``seed`` fixture of tests/conftest.py):
+``pytest --seed <seed> tests/downstream/test_fault_cuts.py``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,6 @@ async def _cut_and_resume(
     tmp_path: Path, seed: int, tool: str, tool_args: dict[str, Any], n: int, text: str
 ) -> None:
     rng = random.Random(seed)
-    print(f"fault test seed={seed} (replay with FAULT_SEED={seed})")
     async with run_proxy(tmp_path, command=FIXTURE) as proxy, aiohttp.ClientSession() as http:
         s = RawSession(http, proxy.url)
         await s.initialize()
@@ -90,13 +89,13 @@ async def _cut_and_resume(
         assert connections > CUTS // 4, f"only {connections} connections: cuts did not land"
 
 
-async def test_burst_survives_many_random_cuts(tmp_path: Path) -> None:
-    seed = int(os.environ.get("FAULT_SEED", random.randrange(2**32)))
+async def test_burst_survives_many_random_cuts(tmp_path: Path, seed: int) -> None:
     await _cut_and_resume(tmp_path, seed, "burst", {"n": N, "size": 200}, N, f"burst {N}")
 
 
-async def test_paced_stream_survives_cuts_at_the_replay_to_live_seam(tmp_path: Path) -> None:
+async def test_paced_stream_survives_cuts_at_the_replay_to_live_seam(
+    tmp_path: Path, seed: int
+) -> None:
     """Events keep arriving while each replay runs: the hand-over must not lose any."""
-    seed = int(os.environ.get("FAULT_SEED", random.randrange(2**32)))
     n = 600
     await _cut_and_resume(tmp_path, seed, "slow", {"steps": n, "delay": 0.003}, n, f"done {n}")

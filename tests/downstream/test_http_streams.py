@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,7 @@ import aiohttp
 
 from proxy.core.sse import SSEDecoder, SSEEvent
 from tests.downstream.sse_client import RawSession, messages, read_events
-from tests.support import run_proxy
+from tests.support import eventually, run_proxy, wait_for_log
 
 CAPS = {"streams": {}}
 
@@ -43,6 +42,12 @@ def countdown(rid: int, steps: int, delay: float) -> dict[str, Any]:
     }
 
 
+async def buffered_bytes(http: aiohttp.ClientSession, base: str) -> int:
+    """What the proxy holds for all streams of all sessions (``/healthz``)."""
+    async with http.get(base + "/healthz") as resp:
+        return int((await resp.json())["buffered_bytes"])
+
+
 async def local(
     http: aiohttp.ClientSession, s: RawSession, method: str, params: dict[str, Any], **headers: str
 ) -> list[SSEEvent]:
@@ -67,7 +72,13 @@ async def test_create_poll_resume_end_over_http(tmp_path: Path) -> None:
         assert create["params"]["stream"]["requestId"] == 1
         last = [e.id for e in seen if e.id][-1]
         assert last is not None
-        await asyncio.sleep(0.4)  # let progress pile up while the client is away
+        # Progress piles up while the client is away: wait until the proxy has stored more.
+        stored = await buffered_bytes(http, proxy.base)
+
+        async def grew() -> bool:
+            return await buffered_bytes(http, proxy.base) > stored
+
+        await eventually(grew, what="the proxy to store progress while the client is away")
         poll = messages(await local(http, s, "stream/poll", ref, **{"Last-Event-ID": last}))
         assert poll[-1]["result"]["status"] == "live"
         assert poll[-1]["result"]["pendingMessages"] is True
@@ -100,13 +111,7 @@ async def test_detach_after_create_and_abandonment(tmp_path: Path) -> None:
             got = messages(await read_events(resp))
         assert [m["method"] for m in got] == ["notifications/stream/create"]
         ref = {k: got[0]["params"]["stream"][k] for k in ("streamId", "resumeToken")}
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while True:  # nobody polls or resumes: the stream is abandoned after 0.5 s
-            reply = messages(await local(http, s, "stream/poll", ref))[-1]
-            if "error" in reply:
-                break
-            assert loop.time() < deadline
-            await asyncio.sleep(0.6)  # the poll itself resets the timer: wait it out
-        assert reply["error"]["data"]["reason"] == "abandoned"
-        assert "stream_abandoned" in proxy.log_text()
+        # Nobody polls or resumes (a poll would reset the timer): abandoned after 0.5 s.
+        await wait_for_log(proxy, "stream_abandoned")
+        reply = messages(await local(http, s, "stream/poll", ref))[-1]
+        assert reply["error"]["data"]["reason"] == "abandoned", reply

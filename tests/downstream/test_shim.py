@@ -3,18 +3,17 @@ front of the SDK-built legacy fixture, the shim as a subprocess launched by the 
 ``mcp`` SDK stdio client (or driven by hand over its pipes), and between the shim and the
 proxy a TCP forwarder (tests/cut_proxy.py) that cuts its connections.
 
-Replay a random test with ``SHIM_FAULT_SEED=<seed>``.
+Replay a random test with the seed it printed: ``pytest --seed <seed>`` (tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,26 +26,11 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from tests.cut_proxy import CutProxy
-from tests.support import FIXTURE, ROOT, RunningProxy, run_proxy
+from tests.support import FIXTURE, ROOT, RunningProxy, eventually, run_proxy
 
 N = 2000
 CUTS = 60
 DEADLINE = 120.0  # generous: every call here takes seconds at most
-
-
-def _seed() -> int:
-    seed = int(os.environ.get("SHIM_FAULT_SEED", random.randrange(2**32)))
-    print(f"shim fault test seed={seed} (replay with SHIM_FAULT_SEED={seed})")
-    return seed
-
-
-async def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not check():
-        if loop.time() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def shim_processes(url: str) -> list[int]:
@@ -71,13 +55,15 @@ def shim_argv(url: str, *extra: str) -> list[str]:
 
 @asynccontextmanager
 async def forwarder(proxy: RunningProxy) -> AsyncIterator[CutProxy]:
-    cut = CutProxy(int(proxy.base.rsplit(":", 1)[1]))
+    cut = CutProxy(proxy.port)
     await cut.start()
     try:
         yield cut
     finally:
         await cut.stop()
-        await wait_until(lambda: not shim_processes(cut.url()), "the shim to be gone", 15.0)
+        await eventually(
+            lambda: not shim_processes(cut.url()), what="the shim to be gone", timeout=15.0
+        )
 
 
 @asynccontextmanager
@@ -129,8 +115,10 @@ def text_of(result: types.CallToolResult) -> str:
     return "".join(b.text for b in result.content if isinstance(b, types.TextContent))
 
 
-async def test_burst_survives_random_cuts_of_the_shims_connection(tmp_path: Path) -> None:
-    rng = random.Random(_seed())
+async def test_burst_survives_random_cuts_of_the_shims_connection(
+    tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
     async with rig(tmp_path) as (proxy, cut, host):
         seen: list[float] = []
 
@@ -146,7 +134,7 @@ async def test_burst_survives_random_cuts_of_the_shims_connection(tmp_path: Path
             DEADLINE,
         )
         assert text_of(result) == f"burst {N}"
-        await wait_until(lambda: len(seen) >= N, "every progress notification", 10)
+        await eventually(lambda: len(seen) >= N, what="every progress notification", timeout=10)
         first_bad = next((i for i, p in enumerate(seen) if p != i + 1), None)
         assert first_bad is None, (
             f"gap or duplicate at {first_bad}: {seen[max(0, first_bad - 3) : first_bad + 3]}"
@@ -158,9 +146,9 @@ async def test_burst_survives_random_cuts_of_the_shims_connection(tmp_path: Path
         assert len([r for r in resumes if "stream='request" in r]) >= CUTS // 2, log[-3000:]
 
 
-async def test_paced_call_survives_resets_of_every_connection(tmp_path: Path) -> None:
+async def test_paced_call_survives_resets_of_every_connection(tmp_path: Path, seed: int) -> None:
     """Connection resets of the request stream and the standalone stream at once."""
-    rng = random.Random(_seed())
+    rng = random.Random(seed)
     steps = 40
     cut_at = set(rng.sample(range(1, steps), 8))
     async with rig(tmp_path) as (proxy, cut, host):
@@ -176,7 +164,7 @@ async def test_paced_call_survives_resets_of_every_connection(tmp_path: Path) ->
             DEADLINE,
         )
         assert text_of(result) == f"done {steps}"
-        await wait_until(lambda: len(seen) >= steps, "every progress notification", 10)
+        await eventually(lambda: len(seen) >= steps, what="every progress notification", timeout=10)
         assert seen == [float(i) for i in range(1, steps + 1)]
         assert cut.cuts >= len(cut_at)
         assert (await host.list_tools()).tools, "the session goes on"
@@ -197,7 +185,7 @@ async def test_server_closes_are_polled_after_retry(tmp_path: Path) -> None:
             DEADLINE,
         )
         assert text_of(result) == "done 30"
-        await wait_until(lambda: len(seen) >= 30, "every progress notification", 10)
+        await eventually(lambda: len(seen) >= 30, what="every progress notification", timeout=10)
         assert seen == [float(i) for i in range(1, 31)]
         assert cut.cuts == 0
         assert shim_log(tmp_path).count("stream='request") >= 2, "the proxy closed it twice"
@@ -224,12 +212,14 @@ async def test_elicitation_answered_while_every_connection_is_reset(tmp_path: Pa
 async def test_post_is_retried_while_the_proxy_refuses_connections(tmp_path: Path) -> None:
     async with rig(tmp_path) as (proxy, cut, host):
         # initialize, initialized and the standalone GET are all connected first.
-        await wait_until(lambda: cut.connections >= 3, "the standalone stream")
+        await eventually(lambda: cut.connections >= 3, what="the standalone stream")
         await cut.refuse()
         cut.cut_all()
         call = asyncio.ensure_future(host.call_tool("echo", {"text": "again"}))
         try:
-            await wait_until(lambda: "proxy_unreachable" in shim_log(tmp_path), "the shim to retry")
+            await eventually(
+                lambda: "proxy_unreachable" in shim_log(tmp_path), what="the shim to retry"
+            )
             assert not call.done()
             await cut.accept()
             result = await asyncio.wait_for(call, DEADLINE)
@@ -241,7 +231,7 @@ async def test_post_is_retried_while_the_proxy_refuses_connections(tmp_path: Pat
 
 async def test_proxy_unreachable_for_too_long_is_an_error(tmp_path: Path) -> None:
     async with rig(tmp_path, "--reconnect-max-seconds", "1") as (proxy, cut, host):
-        await wait_until(lambda: cut.connections >= 3, "the standalone stream")
+        await eventually(lambda: cut.connections >= 3, what="the standalone stream")
         await cut.refuse()
         cut.cut_all()
         with pytest.raises(MCPError) as caught:
@@ -256,7 +246,7 @@ async def test_proxy_unreachable_for_too_long_is_an_error(tmp_path: Path) -> Non
 async def test_request_cut_before_any_reply_is_not_sent_twice(tmp_path: Path) -> None:
     async with rig(tmp_path) as (proxy, cut, host):
         # initialize, initialized and the standalone GET are all connected first.
-        await wait_until(lambda: cut.connections >= 3, "the standalone stream")
+        await eventually(lambda: cut.connections >= 3, what="the standalone stream")
         cut.cut_before_reply()
         with pytest.raises(MCPError) as caught:
             await asyncio.wait_for(host.call_tool("echo", {"text": "x"}), DEADLINE)
@@ -342,7 +332,7 @@ async def test_shim_ends_by_deleting_its_session(tmp_path: Path, ending: str) ->
             assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "legacy-fixture"
             shim.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
             await shim.stdin.drain()
-            await wait_until(lambda: cut.connections >= 3, "the standalone stream")
+            await eventually(lambda: cut.connections >= 3, what="the standalone stream")
             assert await sessions_at(proxy) == 1
             if ending == "SIGTERM":
                 shim.send_signal(signal.SIGTERM)

@@ -12,7 +12,7 @@ import aiohttp
 
 from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession
-from tests.support import ROOT, RunningProxy, run_proxy
+from tests.support import ROOT, eventually, run_proxy, wait_for_log
 
 FLOOD = [sys.executable, str(ROOT / "tests" / "fixtures" / "flood_server.py")]
 
@@ -66,14 +66,6 @@ class Collector:
         return [m["params"]["progress"] for m in self.received if "method" in m]
 
 
-async def wait_for_log(proxy: RunningProxy, text: str, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 60
-    while text not in proxy.log_text():
-        assert loop.time() < deadline, what
-        await asyncio.sleep(0.05)
-
-
 async def test_a_stalled_reader_is_cut_loose_and_resumes_exactly(tmp_path: Path) -> None:
     n = 40_000  # ~20 MB: more than the socket buffers between us can hide
     sse = {"max_queued_bytes": 256 * 1024}
@@ -87,7 +79,7 @@ async def test_a_stalled_reader_is_cut_loose_and_resumes_exactly(tmp_path: Path)
         async with http.post(proxy.url, json=flood_call(n), headers=s.headers()) as resp:
             call.take(await resp.content.read(1024))
             # we stall; the proxy notices
-            await wait_for_log(proxy, "client_too_slow", "the proxy never gave up on the reader")
+            await wait_for_log(proxy, "client_too_slow", what="the proxy to give up on the reader")
             async for chunk in resp.content.iter_any():  # what was in flight, then the end
                 call.take(chunk)
         assert not any("result" in m for m in call.received), "cut before the response"
@@ -109,7 +101,7 @@ async def test_overflow_block_pauses_the_server_and_loses_nothing(tmp_path: Path
         resp = await http.post(proxy.url, json=flood_call(n), headers=s.headers())
         call.take(await resp.content.readuntil(b"\n\n"))  # the priming event
         resp.close()  # the client is gone before anything else arrives
-        await wait_for_log(proxy, "upstream_paused", "the server was never held back")
+        await wait_for_log(proxy, "upstream_paused", what="the server to be held back")
         async with http.get(proxy.base + "/healthz") as health:
             held = (await health.json())["buffered_bytes"]
         assert held < 2000 * 600 + 64 * 1024, f"{held} bytes held past the stream bound"
@@ -163,17 +155,19 @@ async def test_overflow_truncate_keeps_memory_bounded_and_says_what_was_lost(
         resp = await http.post(proxy.url, json=body, headers=s.headers())
         (priming,) = SSEDecoder().feed(await resp.content.readuntil(b"\n\n"))
         resp.close()  # gone at once
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 60
-        while True:  # the server runs on; the oldest events go
+
+        async def gone() -> str | None:
+            """The refusal's reason once the priming event is no longer kept."""
             headers = s.headers(**{"Last-Event-ID": priming.id or ""})
             async with http.get(proxy.url, headers=headers) as again:
                 if again.status == 410:
-                    reason = (await again.json())["error"]["data"]["reason"]
-                    break
+                    reason: str = (await again.json())["error"]["data"]["reason"]
+                    return reason
                 again.close()
-            assert loop.time() < deadline
-            await asyncio.sleep(0.05)
+                return None
+
+        # The server runs on; the oldest events go.
+        reason = await eventually(gone, interval=0.05, what="the oldest events to be dropped")
         assert reason == "history_truncated"
         async with http.get(proxy.base + "/healthz") as health:
             held = (await health.json())["buffered_bytes"]

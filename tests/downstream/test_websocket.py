@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import sys
 from collections.abc import AsyncIterator
@@ -20,7 +19,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin, Subprotocol
 
 from proxy.downstream.websocket import SESSION_META
-from tests.support import FIXTURE, ROOT, RunningProxy, run_proxy, stop_proxy
+from tests.support import FIXTURE, ROOT, RunningProxy, run_proxy, stop_proxy, wait_for_log
 
 FLOOD = [sys.executable, str(ROOT / "tests" / "fixtures" / "flood_server.py")]
 EVENT_META = "io.github.mcp-resume-proxy/eventId"
@@ -117,14 +116,6 @@ async def initialize(
     return session_id
 
 
-async def wait_for_log(proxy: RunningProxy, text: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while text not in proxy.log_text():
-        assert loop.time() < deadline, f"{text!r} never logged"
-        await asyncio.sleep(0.05)
-
-
 # ---------------------------------------------------------------------- basics
 async def test_initialize_list_and_echo(tmp_path: Path) -> None:
     async with run_proxy(tmp_path, FIXTURE) as proxy, socket(proxy) as c:
@@ -168,12 +159,10 @@ def meta_id(msg: dict[str, Any]) -> str:
     [("burst", "header", None), ("slow", "query", None), ("slow", "header", 0.2)],
 )
 async def test_d2_cut_and_resumed_is_exact(
-    tmp_path: Path, name: str, via: str, polling: float | None
+    tmp_path: Path, seed: int, name: str, via: str, polling: float | None
 ) -> None:
     """Cut at seeded random points; with ``polling`` the proxy also ends the virtual
     connections (SEP-1699 closes), the resume's own included: the pump re-attaches."""
-    seed = int(os.environ.get("WS_SEED", random.randrange(2**32)))
-    print(f"WS_SEED={seed}")
     rng = random.Random(seed)
     n = 800 if name == "burst" else 40
     delay = 0.05 if polling else 0.02
@@ -218,12 +207,12 @@ async def test_d2_cut_and_resumed_is_exact(
             assert "ws_reattached" in proxy.log_text()
     assert got[0]["method"] == "notifications/stream/create"
     progress = [m["params"]["progress"] for m in got[1:-2]]
-    assert progress == list(range(1, n + 1)), f"WS_SEED={seed}"
+    assert progress == list(range(1, n + 1)), f"seed {seed}"
     assert got[-2]["id"] == 1 and got[-2]["result"]["content"][0]["text"].endswith(str(n))
     assert got[-1] == {**got[-1], "method": "notifications/stream/end"}
     assert got[-1]["params"]["streamId"] == ref["streamId"]
     seqs = [int(meta_id(m).rsplit(".", 1)[1]) for m in got]
-    assert seqs == list(range(1, len(got) + 1)), f"gap or duplicate, WS_SEED={seed}"
+    assert seqs == list(range(1, len(got) + 1)), f"gap or duplicate, seed {seed}"
 
 
 # ---------------------------------------------------------------------- server-side closes

@@ -11,7 +11,9 @@
 
 Missing tools fail the test with the command that installs them, never skip it.
 ``run_server_everything`` starts the server in an HTTP mode in a process group of its own
-and always stops the whole group.
+and always stops the whole group. server-everything listens on the ``$PORT`` it is given
+(``0`` would work, but it logs the number it was given, not the one it got), so the test
+gives it a port reserved for it (``tests.support.reserved_port``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, free_port, wait_for_port
+from tests.support import ROOT, eventually, reserved_port, wait_accepting
 
 TOOLS = ROOT / ".tools"
 INSTALL = "scripts/install-node-tools.sh"
@@ -87,15 +89,12 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-async def group_gone(pgid: int, timeout: float = STOP_DEADLINE_S) -> bool:
-    """Wait until no process of group ``pgid`` is left (orphans take a moment to be reaped)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while group_alive(pgid):
-        if loop.time() >= end:
-            return False
-        await asyncio.sleep(0.05)
-    return True
+async def group_gone(pgid: int, what: str, timeout: float = STOP_DEADLINE_S) -> None:
+    """Wait until no process of group ``pgid`` (``what``) is left; orphans take a moment
+    to be reaped."""
+    await eventually(
+        lambda: not group_alive(pgid), timeout=timeout, interval=0.05, what=f"{what} to be gone"
+    )
 
 
 @dataclass(frozen=True)
@@ -117,41 +116,27 @@ class RunningEverything:
 
 @contextlib.asynccontextmanager
 async def run_server_everything(mode: str, workdir: Path) -> AsyncIterator[RunningEverything]:
-    """``server-everything MODE`` (``sse`` or ``streamableHttp``) on a free port.
+    """``server-everything MODE`` (``sse`` or ``streamableHttp``) on a port reserved for it.
 
     Yields once the port accepts connections; stops the whole process group in any case and
     checks that nothing of it is left.
     """
     wrapper = server_everything()
-    port = free_port()
-    log_path = workdir / f"server-everything-{mode}-{port}.log"
-    with log_path.open("wb") as log_file:
-        process = await asyncio.create_subprocess_exec(
-            str(wrapper),
-            mode,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=log_file,
-            env={**os.environ, "PORT": str(port)},
-            start_new_session=True,
-        )
-    running = RunningEverything(mode, port, process, log_path)
-    try:
-        waiter = asyncio.ensure_future(wait_for_port(port, deadline=30.0))
-        exited = asyncio.ensure_future(process.wait())
-        try:
-            done, _ = await asyncio.wait({waiter, exited}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waiter, exited):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                    await task
-        if waiter not in done or waiter.cancelled() or waiter.exception() is not None:
-            pytest.fail(
-                f"server-everything {mode} did not listen on {port}:\n{running.log_text()}",
-                pytrace=False,
+    with reserved_port() as port:
+        log_path = workdir / f"server-everything-{mode}-{port}.log"
+        with log_path.open("wb") as log_file:
+            process = await asyncio.create_subprocess_exec(
+                str(wrapper),
+                mode,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                env={**os.environ, "PORT": str(port)},
+                start_new_session=True,
             )
-        yield running
-    finally:
-        await stop_group(process)
-        assert await group_gone(process.pid), f"server-everything {mode} left processes"
+        try:
+            await wait_accepting(process, port, log_path, f"server-everything {mode}")
+            yield RunningEverything(mode, port, process, log_path)
+        finally:
+            await stop_group(process)
+            await group_gone(process.pid, f"the processes of server-everything {mode}")

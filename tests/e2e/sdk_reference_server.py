@@ -5,7 +5,9 @@ The end-to-end tests are written against the proxy, but they can be pointed at t
 `mcp` SDK actually does. It reads the same YAML file as the proxy and honours the keys the
 tests use:
 
-- ``listen.host`` / ``listen.port``;
+- ``listen.host`` / ``listen.port`` (``0``: the system picks one; either way, once it
+  listens, it prints ``{"event": "fixture_listening", "port": N, "url": ...}`` on stdout,
+  which tests/support.py ``listening_port`` reads);
 - ``sse.retry_ms`` → the SDK's ``retry_interval`` (sent with each priming event);
 - ``sse.max_stream_seconds`` → while ``slow`` or ``burst`` runs, its response stream is
   closed every that many seconds (SEP-1699 polling, ``ctx.close_sse_stream()``), which the SDK
@@ -23,8 +25,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import logging
 import signal
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -168,12 +172,18 @@ def main() -> None:
     listen = config.get("listen") or {}
     sse = config.get("sse") or {}
     host = str(listen.get("host", "127.0.0.1"))
-    port = int(listen["port"])
     retry_ms = sse.get("retry_ms")
     max_stream_seconds = sse.get("max_stream_seconds")
+    # Bound here, not by uvicorn, to know the port (``listen.port: 0``) before serving.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, int(listen["port"])))
+    sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
+    port = sock.getsockname()[1]
+    url = f"http://{host}:{port}/mcp"
 
     server = build_server(
-        url=f"http://{host}:{port}/mcp",
+        url=url,
         max_stream_seconds=float(max_stream_seconds) if max_stream_seconds else None,
     )
     app = server.streamable_http_app(
@@ -185,7 +195,9 @@ def main() -> None:
     # uvicorn shuts down gracefully on SIGTERM and then re-raises the signal with the handler
     # it found installed; make that one a no-op so a SIGTERM stop exits with status 0.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=2)
+    print(json.dumps({"event": "fixture_listening", "port": port, "url": url}), flush=True)
+    config_ = uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=2)
+    uvicorn.Server(config_).run(sockets=[sock])
 
 
 if __name__ == "__main__":

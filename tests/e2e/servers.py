@@ -1,10 +1,10 @@
-"""Running the server under test as a real subprocess on a free 127.0.0.1 port.
+"""Running the server under test as a real subprocess on a 127.0.0.1 port of its own.
 
 ``ServerFactory.start(extra_config)`` writes the YAML config (the defaults below, deep-merged
 with ``extra_config``) to the test's directory, starts the server with a ``Launcher``, waits
-until the port accepts TCP connections (no fixed sleeps), and on the way out sends SIGTERM,
-then SIGKILL after a deadline, and checks that the process exited with status 0 and left no
-child process behind.
+until it says which port it bound (``listen.port: 0``; no fixed sleeps, no port another
+process could take first), and on the way out sends SIGTERM, then SIGKILL after a deadline,
+and checks that the process exited with status 0 and left no child process behind.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import copy
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -26,18 +25,21 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import eventually, wait_listening
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LEGACY_SERVER = REPO_ROOT / "tests" / "fixtures" / "legacy_server.py"
 REFERENCE_SERVER = Path(__file__).resolve().with_name("sdk_reference_server.py")
 
-STARTUP_DEADLINE_S = 30.0
+STARTUP_DEADLINE_S = 60.0
 STOP_DEADLINE_S = 15.0
 CHILDREN_GONE_DEADLINE_S = 15.0
-START_ATTEMPTS = 3  # a free port can be taken by someone else before the server binds it
 LOG_TAIL_CHARS = 6000
 
 Launcher = Callable[[Path], list[str]]
-"""Builds the command line that starts a server from the path of its YAML config."""
+"""Builds the command line that starts a server from the path of its YAML config. The server
+must bind ``listen.port`` (0: any free port) and say which port it bound, as
+``tests.support.listening_port`` reads it."""
 
 
 def proxy_launcher(config_path: Path) -> list[str]:
@@ -56,10 +58,10 @@ def sdk_reference_launcher(config_path: Path) -> list[str]:
 LAUNCHERS: dict[str, Launcher] = {"proxy": proxy_launcher, "sdk": sdk_reference_launcher}
 
 
-def default_config(port: int) -> dict[str, Any]:
+def default_config() -> dict[str, Any]:
     """The proxy config every test starts from (see the proxy's README for the keys)."""
     return {
-        "listen": {"host": "127.0.0.1", "port": port},
+        "listen": {"host": "127.0.0.1", "port": 0},
         "upstream": {"command": [sys.executable, str(LEGACY_SERVER)]},
         "sse": {"keepalive_seconds": 15, "max_stream_seconds": None, "retry_ms": 1000},
     }
@@ -75,13 +77,6 @@ def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, A
         else:
             merged[key] = copy.deepcopy(value)
     return merged
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _parent_pids() -> dict[int, int]:
@@ -122,19 +117,6 @@ def _alive(pid: int) -> bool:
     return pid in _parent_pids()
 
 
-async def wait_until(
-    condition: Callable[[], bool], *, timeout: float, interval: float = 0.02
-) -> bool:
-    """Poll ``condition`` until it holds (True) or ``timeout`` seconds pass (False)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not condition():
-        if loop.time() >= end:
-            return False
-        await asyncio.sleep(interval)
-    return True
-
-
 @dataclass(frozen=True)
 class RunningServer:
     """A started server: where it listens and where its output goes."""
@@ -142,7 +124,7 @@ class RunningServer:
     url: str
     host: str
     port: int
-    config: dict[str, Any]
+    config: dict[str, Any]  # as written: ``listen.port`` 0, the bound one is ``port``
     config_path: Path
     log_path: Path
     process: asyncio.subprocess.Process
@@ -157,30 +139,6 @@ def _tail(path: Path) -> str:
     except OSError:
         return "<no log>"
     return text[-LOG_TAIL_CHARS:]
-
-
-async def _port_accepts(host: str, port: int) -> bool:
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=1.0)
-    except (TimeoutError, OSError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
-
-
-async def _wait_ready(process: asyncio.subprocess.Process, host: str, port: int) -> bool:
-    """True once the port accepts connections; False if the process exits first."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + STARTUP_DEADLINE_S
-    while loop.time() < end:
-        if process.returncode is not None:
-            return False
-        if await _port_accepts(host, port):
-            return True
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"port {host}:{port} did not accept connections in {STARTUP_DEADLINE_S}s")
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:
@@ -207,9 +165,13 @@ async def _stop(process: asyncio.subprocess.Process) -> list[str]:
             await process.wait()
         if process.returncode != 0:
             problems.append(f"exit status {process.returncode} after SIGTERM (expected 0)")
-    if not await wait_until(
-        lambda: not any(_alive(pid) for pid in children), timeout=CHILDREN_GONE_DEADLINE_S
-    ):
+    try:
+        await eventually(
+            lambda: not any(_alive(pid) for pid in children),
+            timeout=CHILDREN_GONE_DEADLINE_S,
+            what="the server's child processes to exit",
+        )
+    except AssertionError:
         left = sorted(pid for pid in children if _alive(pid))
         problems.append(f"child processes {left} still running after the server exited; killed")
         for pid in left:
@@ -254,49 +216,40 @@ class ServerFactory:
                 self._live.remove(server.process)
 
     async def _spawn(self, extra_config: Mapping[str, Any]) -> RunningServer:
-        for attempt in range(1, START_ATTEMPTS + 1):
-            number = next(self._counter)
-            port = free_port()
-            config = deep_merge(default_config(port), extra_config)
-            host = str(config["listen"]["host"])
-            config_path = self._workdir / f"server-{number}.yaml"
-            config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-            log_path = self._workdir / f"server-{number}.log"
-            with log_path.open("wb") as log:
-                process = await asyncio.create_subprocess_exec(
-                    *self._launcher(config_path),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=REPO_ROOT,
-                    start_new_session=True,
-                )
-            self._live.append(process)
-            try:
-                ready = await _wait_ready(process, host, port)
-            except BaseException as exc:
-                await _stop(process)
-                self._live.remove(process)
-                exc.add_note(f"server log ({log_path}):\n{_tail(log_path)}")
-                raise
-            if ready:
-                return RunningServer(
-                    url=f"http://{host}:{port}/mcp",
-                    host=host,
-                    port=port,
-                    config=config,
-                    config_path=config_path,
-                    log_path=log_path,
-                    process=process,
-                )
-            await process.wait()
+        number = next(self._counter)
+        config = deep_merge(default_config(), extra_config)
+        host = str(config["listen"]["host"])
+        config_path = self._workdir / f"server-{number}.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        log_path = self._workdir / f"server-{number}.log"
+        command = self._launcher(config_path)
+        with log_path.open("wb") as log:
+            process = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT,
+                start_new_session=True,
+            )
+        self._live.append(process)
+        try:
+            port = await wait_listening(
+                process, log_path, f"the server ({' '.join(command)})", STARTUP_DEADLINE_S
+            )
+        except BaseException:
+            await _stop(process)
             self._live.remove(process)
-            if attempt == START_ATTEMPTS:
-                raise RuntimeError(
-                    f"server exited with status {process.returncode} before listening on "
-                    f"{host}:{port}; command {self._launcher(config_path)}\n{_tail(log_path)}"
-                )
-        raise AssertionError("unreachable")
+            raise
+        return RunningServer(
+            url=f"http://{host}:{port}/mcp",
+            host=host,
+            port=port,
+            config=config,
+            config_path=config_path,
+            log_path=log_path,
+            process=process,
+        )
 
     def kill_leftovers(self) -> list[int]:
         """Last resort for a test that never closed its ``start()``; returns the killed pids."""

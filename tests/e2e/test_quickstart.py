@@ -1,9 +1,9 @@
 """The README's first quick-start command, as a newcomer runs it.
 
-``scripts/demo --port P`` installs the proxy and serves the bundled demo server; an official
-SDK client connects to the URL it prints, uses the tools, drops mid-``countdown`` and a new
-client resumes the call with the SDK's resumption token: every progress notification and
-the result arrive exactly once, in order.
+``scripts/demo --port 0`` installs the proxy and serves the bundled demo server on a port
+the system picks; an official SDK client connects to the URL it prints, uses the tools,
+drops mid-``countdown`` and a new client resumes the call with the SDK's resumption token:
+every progress notification and the result arrive exactly once, in order.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from mcp.client import Client
 from mcp.shared.message import ClientMessageMetadata
 
 from tests.e2e.sdk_client import connect, rejoin, text_of
-from tests.e2e.servers import free_port, wait_until
 from tests.e2e.test_sdk_client import (
     CALL_DEADLINE_S,
     CALLBACKS_SETTLE_S,
@@ -31,32 +30,37 @@ from tests.e2e.test_sdk_client import (
     assert_exactly_once_in_order,
     call_tool_request,
 )
+from tests.support import eventually, tail
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.asynccontextmanager
 async def demo(tmp_path: Path) -> AsyncIterator[str]:
-    port = free_port()
     log_path = tmp_path / "demo.log"
     with log_path.open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
             "bash",
             str(ROOT / "scripts" / "demo"),
             "--port",
-            str(port),
+            "0",  # any free port: the URL it prints says which
             stdout=log,
             stderr=log,
             start_new_session=True,
         )
+
+    def printed_url() -> str | None:
+        found = re.search(r"serving (http://\S+)", log_path.read_text(errors="replace"))
+        assert found or proc.returncode is None, f"scripts/demo exited:\n{tail(log_path)}"
+        return found.group(1) if found else None
+
     try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 180  # it installs first
-        while not (found := re.search(rb"serving (http://\S+)", log_path.read_bytes())):
-            assert proc.returncode is None, log_path.read_text()
-            assert loop.time() < deadline, "scripts/demo never printed its URL"
-            await asyncio.sleep(0.1)
-        yield found.group(1).decode()
+        yield await eventually(
+            printed_url,
+            timeout=180,  # it installs first
+            interval=0.1,
+            what=lambda: f"scripts/demo to print its URL:\n{tail(log_path)}",
+        )
     finally:
         if proc.returncode is None:
             os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as the README says
@@ -110,9 +114,10 @@ async def test_the_demo_serves_an_sdk_client_that_survives_a_drop(tmp_path: Path
                     types.CallToolResult,
                     metadata=ClientMessageMetadata(resumption_token=first.resume_from),
                 )
-                await wait_until(
+                await eventually(
                     lambda: len(rest.values) >= steps - len(first.seen),
                     timeout=CALLBACKS_SETTLE_S,
+                    what=lambda: f"{steps - len(first.seen)} progress callbacks; got {rest.values}",
                 )
         assert text_of(result) == f"liftoff after {steps} steps"
         assert_exactly_once_in_order(first.seen + rest.values, steps)

@@ -30,8 +30,10 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ClientMessageMetadata
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
+from tests.support import eventually
+
 from .sdk_client import HttpExchange, HttpLog, connect, rejoin, text_of
-from .servers import RunningServer, ServerFactory, wait_until
+from .servers import RunningServer, ServerFactory
 
 # The revisions a 2025-era Streamable HTTP client can negotiate (2024-11-05 has no
 # Streamable HTTP). The SDK's own `initialize()` offers the first one.
@@ -158,7 +160,11 @@ async def test_slow_reports_every_progress_in_order(
                 "slow", {"steps": 5, "delay": 0.2}, progress_callback=progress
             )
             assert text_of(result) == "done 5"
-            await wait_until(lambda: len(progress.values) >= 5, timeout=CALLBACKS_SETTLE_S)
+            await eventually(
+                lambda: len(progress.values) >= 5,
+                timeout=CALLBACKS_SETTLE_S,
+                what=lambda: f"5 progress callbacks; got {progress.values}",
+            )
     assert_exactly_once_in_order(progress.values, 5)
 
 
@@ -172,7 +178,11 @@ async def test_burst_of_500_progress_notifications(
                 "burst", {"n": 500, "size": 200}, progress_callback=progress
             )
             assert text_of(result) == "burst 500"
-            await wait_until(lambda: len(progress.values) >= 500, timeout=CALLBACKS_SETTLE_S)
+            await eventually(
+                lambda: len(progress.values) >= 500,
+                timeout=CALLBACKS_SETTLE_S,
+                what=lambda: f"500 progress callbacks; got {progress.values}",
+            )
     assert_exactly_once_in_order(progress.values, 500)
 
 
@@ -250,7 +260,11 @@ async def test_sdk_reconnects_by_itself_when_the_server_closes_the_stream(
                 result, event_ids = await call_tool_seeing_event_ids(
                     conn.session, "slow", {"steps": 10, "delay": 0.2}, progress
                 )
-                await wait_until(lambda: len(progress.values) >= 10, timeout=CALLBACKS_SETTLE_S)
+                await eventually(
+                    lambda: len(progress.values) >= 10,
+                    timeout=CALLBACKS_SETTLE_S,
+                    what=lambda: f"10 progress callbacks; got {progress.values}",
+                )
                 http_log = conn.http_log
     assert text_of(result) == "done 10"
     assert_exactly_once_in_order(progress.values, 10)
@@ -283,7 +297,11 @@ async def test_sdk_reconnects_many_times_during_a_fast_stream(
                 result, event_ids = await call_tool_seeing_event_ids(
                     conn.session, "slow", {"steps": steps, "delay": 0.01}, progress
                 )
-                await wait_until(lambda: len(progress.values) >= steps, timeout=CALLBACKS_SETTLE_S)
+                await eventually(
+                    lambda: len(progress.values) >= steps,
+                    timeout=CALLBACKS_SETTLE_S,
+                    what=lambda: f"{steps} progress callbacks; got {progress.values}",
+                )
                 http_log = conn.http_log
     assert text_of(result) == f"done {steps}"
     assert_exactly_once_in_order(progress.values, steps)
@@ -393,8 +411,10 @@ async def test_new_client_resumes_a_call_with_the_last_token(
                     on_resumption_token_update=on_second_token,
                 ),
             )
-            await wait_until(
-                lambda: len(second_progress.values) >= remaining, timeout=CALLBACKS_SETTLE_S
+            await eventually(
+                lambda: len(second_progress.values) >= remaining,
+                timeout=CALLBACKS_SETTLE_S,
+                what=lambda: f"{remaining} progress callbacks; got {second_progress.values}",
             )
             resumed_with = conn2.http_log.resumptions()
 

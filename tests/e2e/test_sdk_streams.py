@@ -29,7 +29,9 @@ from mcp.client.session import IncomingMessage
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ClientMessageMetadata
 
-from .servers import ServerFactory, wait_until
+from tests.support import eventually
+
+from .servers import ServerFactory
 from .streams_client import (
     CREATE,
     END,
@@ -152,9 +154,13 @@ async def test_create_poll_resume_end(server_factory: ServerFactory) -> None:
             ) as second:
                 await poll_until_pending(second, left)
                 result_event_id = await resume(second, left)
-                assert await wait_until(
-                    lambda: len(second_progress.values) >= STEPS - LEAVE_AFTER, timeout=SETTLE_S
-                ), second_progress.values
+                await eventually(
+                    lambda: len(second_progress.values) >= STEPS - LEAVE_AFTER,
+                    timeout=SETTLE_S,
+                    what=lambda: (
+                        f"{STEPS - LEAVE_AFTER} progress callbacks; got {second_progress.values}"
+                    ),
+                )
                 end_event_id = await resume_the_tail(second, left, result_event_id)
                 await poll_completed(second, left, end_event_id)
                 second_ids = [
@@ -206,19 +212,23 @@ async def call_and_leave(url: str) -> LeftCall:
                     return event.id if event.id in event_ids.ids else None
             return None
 
+        def what() -> str:
+            posts = first.wire.posts("tools/call")
+            return f"progress {LEAVE_AFTER} and a create:\n{posts[-1].describe() if posts else ''}"
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(call)
-            ready = await wait_until(
+            await eventually(
                 lambda: (
                     acknowledged_id() is not None
                     and len(callback_progress) >= LEAVE_AFTER
                     and bool(first.creates)
                 ),
                 timeout=DEADLINE_S,
+                what=what,
             )
             tg.cancel_scope.cancel()  # the first client goes away mid-call
     post = last_post(first.wire, "tools/call")
-    assert ready, f"no progress {LEAVE_AFTER} (or no create) in time:\n{post.describe()}"
     assert not finished_early, "the call finished before the first client left"
     ack = acknowledged_id()
     assert ack is not None
@@ -267,9 +277,8 @@ async def call_and_leave(url: str) -> LeftCall:
 async def poll_until_pending(second: StreamsConnection, left: LeftCall) -> None:
     """Step 2: ``stream/poll`` from the acknowledged event until messages are pending."""
     polls: list[StreamPollResult] = []
-    while not (polls and polls[-1].pending_messages):
-        if polls:
-            await anyio.sleep(left.stream.resume_interval.min)  # the interval the server asks
+
+    async def pending() -> bool:
         poll = await second.session.send_request(
             StreamPollRequest(params=ref(left.stream, left.acknowledged_id)), StreamPollResult
         )
@@ -280,6 +289,15 @@ async def poll_until_pending(second: StreamsConnection, left: LeftCall) -> None:
             False,
             False,
         ), polls
+        return poll.pending_messages
+
+    # Polled at the interval the server asks for.
+    await eventually(
+        pending,
+        timeout=DEADLINE_S,
+        interval=left.stream.resume_interval.min,
+        what=lambda: f"pending messages; polls: {polls}",
+    )
     for post in second.wire.posts("stream/poll"):
         # Answered on its own SSE response, which carries nothing but the answer.
         assert post.content_type.startswith("text/event-stream"), post.describe()
@@ -350,7 +368,7 @@ async def resume_the_tail(second: StreamsConnection, left: LeftCall, result_even
     end_event = next(e for e in post.events if e.message is not None)
     stream_of, seq = position(result_event_id)
     assert position(end_event.id) == (stream_of, seq + 1), post.describe()
-    assert await wait_until(lambda: bool(second.ends), timeout=SETTLE_S)
+    await eventually(lambda: second.ends, timeout=SETTLE_S, what="notifications/stream/end")
     assert [e.stream_id for e in second.ends] == [left.stream.stream_id]
     assert end_event.id is not None
     return end_event.id
@@ -377,7 +395,9 @@ async def test_poll_and_resume_with_a_wrong_token_are_refused(
             async with streams_client(server.url) as conn:
                 result = await conn.session.call_tool("echo", {"text": "hi"})
                 assert not result.is_error
-                assert await wait_until(lambda: bool(conn.creates), timeout=SETTLE_S)
+                await eventually(
+                    lambda: conn.creates, timeout=SETTLE_S, what="notifications/stream/create"
+                )
                 stream = conn.creates[0].stream
                 wrong = stream.resume_token[::-1]
                 assert wrong != stream.resume_token

@@ -22,14 +22,13 @@ Each runs the same checks through the proxy:
    Redelivery"): the resumed streams carry exactly the rest, every progress once and in order,
    then the result, once.
 
-Replay a run with ``EVERYTHING_SEED=<seed>``.
+Replay a run with the seed it printed: ``pytest --seed <seed>`` (tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -41,11 +40,11 @@ import pytest
 
 from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession
-from tests.support import run_proxy
+from tests.support import eventually, run_proxy
 
 from .node_tools import run_server_everything, server_everything
 from .sdk_client import connect, text_of
-from .servers import descendants, wait_until
+from .servers import descendants
 
 LONG_TOOL = "trigger-long-running-operation"
 TOOLS = {"echo", "get-sum", LONG_TOOL}
@@ -55,12 +54,6 @@ CUTS = 2
 CALL_DEADLINE_S = 60.0
 CALLBACKS_SETTLE_S = 10.0
 GONE_DEADLINE_S = 15.0
-
-
-def _seed() -> int:
-    seed = int(os.environ.get("EVERYTHING_SEED", random.randrange(2**32)))
-    print(f"server-everything test seed={seed} (replay with EVERYTHING_SEED={seed})")
-    return seed
 
 
 def _done_text(duration: float, steps: int) -> str:
@@ -87,7 +80,11 @@ async def _sdk_checks(url: str) -> None:
             )
             assert isinstance(result, types.CallToolResult) and not result.is_error, result
             assert text_of(result) == _done_text(SDK_DURATION, SDK_STEPS)
-            await wait_until(lambda: len(seen) >= SDK_STEPS, timeout=CALLBACKS_SETTLE_S)
+            await eventually(
+                lambda: len(seen) >= SDK_STEPS,
+                timeout=CALLBACKS_SETTLE_S,
+                what=lambda: f"{SDK_STEPS} progress callbacks; got {seen}",
+            )
     assert seen == list(range(1, SDK_STEPS + 1)), f"progress seen: {seen}"
 
 
@@ -156,8 +153,8 @@ async def _cut_and_resume(url: str, rng: random.Random) -> None:
     assert len(resumed_from) == CUTS and not cut_after, (resumed_from, cut_after)
 
 
-async def _all_checks(url: str) -> None:
-    rng = random.Random(_seed())
+async def _all_checks(url: str, seed: int) -> None:
+    rng = random.Random(seed)
     await _sdk_checks(url)
     await _cut_and_resume(url, rng)
 
@@ -170,16 +167,18 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2 :].split()[0] != "Z"
 
 
-async def test_u1_server_everything_over_stdio(tmp_path: Path) -> None:
+async def test_u1_server_everything_over_stdio(tmp_path: Path, seed: int) -> None:
     command = [str(server_everything()), "stdio"]
     children: set[int] = set()
     async with run_proxy(tmp_path, command=command) as proxy:
-        await _all_checks(proxy.url)
+        await _all_checks(proxy.url, seed)
         children = descendants(proxy.process.pid)
         assert children, "no server-everything process under the proxy"
-    assert await wait_until(
-        lambda: not any(_alive(pid) for pid in children), timeout=GONE_DEADLINE_S
-    ), f"server-everything processes left after the proxy stopped: {children}"
+    await eventually(
+        lambda: not any(_alive(pid) for pid in children),
+        timeout=GONE_DEADLINE_S,
+        what=f"the server-everything processes {children} to exit after the proxy stopped",
+    )
 
 
 @pytest.mark.parametrize(
@@ -187,13 +186,13 @@ async def test_u1_server_everything_over_stdio(tmp_path: Path) -> None:
     [("streamableHttp", "/mcp"), ("sse", "/sse")],
     ids=["u2_streamable_http", "u3_legacy_sse"],
 )
-async def test_server_everything_at_a_url(tmp_path: Path, mode: str, path: str) -> None:
+async def test_server_everything_at_a_url(tmp_path: Path, seed: int, mode: str, path: str) -> None:
     """U2 (Streamable HTTP) and U3 (2024-11-05 HTTP+SSE): the server at a URL."""
     async with run_server_everything(mode, tmp_path) as everything:
         upstream = {"url": f"{everything.base}{path}"}
         async with run_proxy(tmp_path, upstream=upstream) as proxy:
             try:
-                await _all_checks(proxy.url)
+                await _all_checks(proxy.url, seed)
             except BaseException:
                 print(f"server-everything log:\n{everything.log_text()[-3000:]}")
                 print(f"proxy log:\n{proxy.log_text()[-6000:]}")

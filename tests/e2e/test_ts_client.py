@@ -18,7 +18,7 @@ The cuts fall only on a response that has already delivered an event id: the TS 
 first event reconnects without ``Last-Event-ID`` and the call never completes — a client
 limitation no server can repair.
 
-Replay a run with ``TS_CLIENT_SEED=<seed>``.
+Replay a run with the seed it printed: ``pytest --seed <seed>`` (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -42,12 +42,6 @@ CLIENT_DEADLINE_S = 60.0
 
 Line = dict[str, Any]
 EVENT_BYTES = 130  # a progress event of `slow` on the wire is a little longer
-
-
-def _seed() -> int:
-    seed = int(os.environ.get("TS_CLIENT_SEED", random.randrange(2**32)))
-    print(f"TS client test seed={seed} (replay with TS_CLIENT_SEED={seed})")
-    return seed
 
 
 @dataclass
@@ -101,7 +95,7 @@ async def run_ts_client(
         ) from None
     finally:
         await stop_group(process)
-        assert await group_gone(process.pid), "the node client left processes"
+        await group_gone(process.pid, "the node client's processes")
     assert process.returncode is not None
     return ClientRun(lines, stderr_path.read_text(errors="replace"), process.returncode)
 
@@ -120,8 +114,8 @@ def assert_exact_run(run: ClientRun, steps: int, min_resumes: int) -> None:
     assert all(x["status"] == 200 for x in resumes), run.describe()
 
 
-async def test_ts_sdk_reconnects_after_tcp_cuts_mid_call(tmp_path: Path) -> None:
-    rng = random.Random(_seed())
+async def test_ts_sdk_reconnects_after_tcp_cuts_mid_call(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
     steps = 24
     # Cut once the client has this much progress, 4 apart: a resume may bring several at once.
     cut_at = [first + 4 * i for i, first in enumerate(sorted(rng.sample(range(1, 9), 3)))]
@@ -130,7 +124,7 @@ async def test_ts_sdk_reconnects_after_tcp_cuts_mid_call(tmp_path: Path) -> None
     pending = list(zip(cut_at, how, strict=True))
     # retry_ms: the SDK waits what the server's retry: says before it reconnects.
     async with run_proxy(tmp_path, command=FIXTURE, sse={"retry_ms": 100}) as proxy:
-        forwarder = CutProxy(int(proxy.base.rsplit(":", 1)[1]))
+        forwarder = CutProxy(proxy.port)
         await forwarder.start()
         try:
 
@@ -183,7 +177,7 @@ async def test_the_ts_sdk_websocket_client_works_against_ws(tmp_path: Path) -> N
             out, err = await asyncio.wait_for(process.communicate(), CLIENT_DEADLINE_S)
         finally:
             await stop_group(process)
-        assert await group_gone(process.pid)
+        await group_gone(process.pid, "the node client's processes")
     lines = [json.loads(line) for line in out.decode().splitlines() if line.strip()]
     assert process.returncode == 0, f"{lines}\n{err.decode()}"
     assert {"echo", "slow"} <= set(lines[0]["tools"])

@@ -2,7 +2,8 @@
 
 ``config/local-stdio.yaml`` (local wrapper), ``config/sidecar.yaml`` (sidecar container)
 and ``config/retrofit.yaml`` (a remote server) are loaded as shipped; the test changes only
-what must differ on a test machine: the port, and for the retrofit the URL of the remote
+what must differ on a test machine: the port (0: the proxy binds a free one and says which
+in its log, as it does in either log format), and for the retrofit the URL of the remote
 server (the SDK fixture served over Streamable HTTP by the SDK itself). The retrofit's
 ``Authorization: Bearer ${MCP_UPSTREAM_TOKEN}`` header is resolved from the environment,
 as a user would run it.
@@ -27,7 +28,7 @@ from mcp.client import Client
 
 from tests.e2e.sdk_client import text_of
 from tests.fixtures.http_harness import cut_mid_call_and_resume, sdk_http_server
-from tests.support import ROOT, free_port, stop_proxy, wait_for_port
+from tests.support import ROOT, stop_proxy, wait_listening
 
 DEADLINE = 60.0
 STEPS = 8
@@ -36,8 +37,7 @@ STEPS = 8
 async def run_with(tmp_path: Path, example: str, upstream_url: str | None = None) -> str:
     """Start the proxy on the example config (port and URL adjusted); return its log."""
     config = yaml.safe_load((ROOT / "config" / example).read_text())
-    port = free_port()
-    config["listen"]["port"] = port
+    config["listen"]["port"] = 0
     if upstream_url is not None:
         config["upstream"]["url"] = upstream_url
     path = tmp_path / example
@@ -56,9 +56,9 @@ async def run_with(tmp_path: Path, example: str, upstream_url: str | None = None
             stdout=log_file,
             stderr=log_file,
         )
-    url = f"http://127.0.0.1:{port}/mcp"
     try:
-        await wait_for_port(port)
+        port = await wait_listening(proc, log_path, f"the proxy on {example}")
+        url = f"http://127.0.0.1:{port}/mcp"
         with anyio.fail_after(DEADLINE):
             async with Client(url) as client:
                 names = {t.name for t in (await client.list_tools()).tools}
@@ -85,6 +85,6 @@ async def test_the_stdio_uses_work_as_shipped(tmp_path: Path, example: str) -> N
 
 
 async def test_the_retrofit_of_a_remote_server_works_as_shipped(tmp_path: Path) -> None:
-    async with sdk_http_server() as remote:
+    async with sdk_http_server(tmp_path) as remote:
         log = await run_with(tmp_path, "retrofit.yaml", upstream_url=remote)
     assert "streamable-http" in log

@@ -36,23 +36,24 @@ from tests.fixtures.http_harness import (
     sdk_resumable_server,
     server_tasks,
     upstream,
-    wait_until,
     wire,
 )
 from tests.fixtures.http_scripted_server import (
     ScriptedServer,
-    free_port,
     open_sse,
     progress,
     result,
     send_event,
 )
-from tests.support import run_proxy
+from tests.support import eventually, reserved_port, run_proxy
 
 
 @pytest.mark.parametrize("version", ["2025-03-26", "2025-06-18", "2025-11-25"])
 async def test_proxy_in_front_of_an_sdk_http_server(tmp_path: Path, version: str) -> None:
-    async with sdk_http_server() as url, run_proxy(tmp_path, upstream={"url": url}) as proxy:
+    async with (
+        sdk_http_server(tmp_path) as url,
+        run_proxy(tmp_path, upstream={"url": url}) as proxy,
+    ):
         with anyio.fail_after(60):
             async with connect(proxy.url, protocol_version=version) as conn:
                 assert conn.initialize_result.protocol_version == version
@@ -65,7 +66,7 @@ async def test_proxy_in_front_of_an_sdk_http_server(tmp_path: Path, version: str
                     "slow", {"steps": 4, "delay": 0.05}, progress_callback=seen
                 )
                 assert text_of(slow) == "done 4"
-                await wait_until(lambda: len(seen.values) >= 4)
+                await eventually(lambda: len(seen.values) >= 4)
                 assert seen.values == [1, 2, 3, 4]
         await cut_mid_call_and_resume(proxy.url, proxy.base + "/healthz", version)
         log = [json.loads(line) for line in proxy.log_text().splitlines() if line.startswith("{")]
@@ -118,7 +119,7 @@ async def test_messages_on_a_response_carry_its_request_as_origin(
         await h.handshake(server)
         h.send(call(2, "work"))
         await h.answer(2)
-        await wait_until(lambda: any(m.raw == changed for m, _ in h.got))
+        await eventually(lambda: any(m.raw == changed for m, _ in h.got))
         mine = [(m.raw, o) for m, o in h.got if o == 2]
         assert mine == [(progress("p2", 1), 2), (unrelated, 2), (result(2, {"content": []}), 2)]
         assert [o for m, o in h.got if m.raw == changed] == [None]
@@ -182,42 +183,44 @@ async def bad_bodies(request: web.Request, body: dict[str, Any]) -> web.StreamRe
 
 
 async def test_refused_5xx_and_bad_bodies_then_recovered(log: Any) -> None:
-    port = free_port()  # nothing listens here yet
-    async with upstream(f"http://127.0.0.1:{port}/mcp", reconnect_max_seconds=300) as h:
-        h.send(INIT)
-        error, _ = await h.answer(1)
-        assert error.raw["error"]["code"] == -32000
-        assert "upstream unreachable: cannot connect" in error.raw["error"]["message"]
-        assert h.health.state == "failing"
-        h.send({"jsonrpc": "2.0", "method": "notifications/dropped"})
-        await wait_until(lambda: any(e["event"] == "upstream_message_dropped" for e in log.entries))
-        server = ScriptedServer(port)
-        await server.start()
-        try:
-            h.send({**INIT, "id": 2})
-            assert "result" in (await h.answer(2))[0].raw
-            assert h.health.state == "ok"
-            server.fail_status = 503
-            h.send(ping(3))
-            assert "HTTP 503" in (await h.answer(3))[0].raw["error"]["message"]
+    with reserved_port() as port:  # nothing listens here yet
+        async with upstream(f"http://127.0.0.1:{port}/mcp", reconnect_max_seconds=300) as h:
+            h.send(INIT)
+            error, _ = await h.answer(1)
+            assert error.raw["error"]["code"] == -32000
+            assert "upstream unreachable: cannot connect" in error.raw["error"]["message"]
             assert h.health.state == "failing"
-            server.fail_status = None
-            h.send(ping(4))
-            assert "result" in (await h.answer(4))[0].raw
-            assert h.health.state == "ok"
-            server.on_request = bad_bodies
-            h.send(ping(5))
-            assert "bad response" in (await h.answer(5))[0].raw["error"]["message"]
-            assert h.health.state == "failing"
-            h.send(ping(6))  # a 400 with the server's own JSON-RPC error: passed on as is
-            assert (await h.answer(6))[0].raw == {"jsonrpc": "2.0", "id": 6, "error": REFUSAL}
-            assert h.health.state == "ok"
-            assert not h.closed
-        finally:
-            await h.up.stop()
-            await server.stop()
-    failures = [e for e in log.entries if e["event"] in ("upstream_unreachable",)]
-    assert failures and all(e["session"] == "test-ses" for e in failures)
+            h.send({"jsonrpc": "2.0", "method": "notifications/dropped"})
+            await eventually(
+                lambda: any(e["event"] == "upstream_message_dropped" for e in log.entries)
+            )
+            server = ScriptedServer(port)
+            await server.start()
+            try:
+                h.send({**INIT, "id": 2})
+                assert "result" in (await h.answer(2))[0].raw
+                assert h.health.state == "ok"
+                server.fail_status = 503
+                h.send(ping(3))
+                assert "HTTP 503" in (await h.answer(3))[0].raw["error"]["message"]
+                assert h.health.state == "failing"
+                server.fail_status = None
+                h.send(ping(4))
+                assert "result" in (await h.answer(4))[0].raw
+                assert h.health.state == "ok"
+                server.on_request = bad_bodies
+                h.send(ping(5))
+                assert "bad response" in (await h.answer(5))[0].raw["error"]["message"]
+                assert h.health.state == "failing"
+                h.send(ping(6))  # a 400 with the server's own JSON-RPC error: passed on as is
+                assert (await h.answer(6))[0].raw == {"jsonrpc": "2.0", "id": 6, "error": REFUSAL}
+                assert h.health.state == "ok"
+                assert not h.closed
+            finally:
+                await h.up.stop()
+                await server.stop()
+        failures = [e for e in log.entries if e["event"] in ("upstream_unreachable",)]
+        assert failures and all(e["session"] == "test-ses" for e in failures)
 
 
 async def test_a_response_cut_without_event_ids_fails_its_request(server: ScriptedServer) -> None:
@@ -325,7 +328,7 @@ async def test_404_with_a_request_in_flight_ends_the_session(server: ScriptedSer
         for rid in (2, 3):
             error, _ = await h.answer(rid)
             assert error.raw["error"]["message"].startswith("upstream session expired")
-        await wait_until(lambda: bool(h.closed))
+        await eventually(lambda: bool(h.closed))
         assert h.closed == ["upstream session expired"]
         assert len(server.sessions) == 1, "no re-initialize with work in flight"
 
@@ -376,13 +379,13 @@ async def test_a_cancelled_request_may_end_without_an_answer(server: ScriptedSer
     async with upstream(server.url) as h:
         await h.handshake(server)
         h.send(call(2, "work"))
-        await wait_until(lambda: any(o == 2 for _, o in h.got))
+        await eventually(lambda: any(o == 2 for _, o in h.got))
         h.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
         await server.wait_for(
             lambda: any(b.get("params") == {"requestId": 2} for b in server.posts())
         )
         cancelled.set()
-        await wait_until(
+        await eventually(
             lambda: not [t for t in our_tasks() if t.get_name().startswith("http-post-2")]
         )
         assert not h.answers(2)
@@ -402,18 +405,18 @@ async def test_a_connect_timeout_fails_the_request(log: Any) -> None:
 
 
 async def test_unreachable_for_too_long_ends_the_session() -> None:
-    port = free_port()  # nothing listens here
-    async with upstream(f"http://127.0.0.1:{port}/mcp", reconnect_max_seconds=0.3) as h:
-        rid = 0
-        while not h.closed:
-            rid += 1
-            h.send(ping(rid))
-            await h.answer(rid)  # each fails at once: "cannot connect"
-            assert rid < 10_000
-        assert h.closed == ["upstream unreachable for over 0.3 s"]
-        h.send(ping(rid + 1))
-        error, _ = await h.answer(rid + 1)
-        assert error.raw["error"]["message"].startswith("upstream unreachable for over 0.3 s")
+    with reserved_port() as port:  # nothing listens here
+        async with upstream(f"http://127.0.0.1:{port}/mcp", reconnect_max_seconds=0.3) as h:
+            rid = 0
+            while not h.closed:
+                rid += 1
+                h.send(ping(rid))
+                await h.answer(rid)  # each fails at once: "cannot connect"
+                assert rid < 10_000
+            assert h.closed == ["upstream unreachable for over 0.3 s"]
+            h.send(ping(rid + 1))
+            error, _ = await h.answer(rid + 1)
+            assert error.raw["error"]["message"].startswith("upstream unreachable for over 0.3 s")
 
 
 async def test_the_standalone_stream_is_reopened_from_its_last_event_id(
@@ -435,7 +438,7 @@ async def test_the_standalone_stream_is_reopened_from_its_last_event_id(
     server.on_get = on_get
     async with upstream(server.url) as h:
         await h.handshake(server)
-        await wait_until(lambda: len(h.got) >= 3)
+        await eventually(lambda: len(h.got) >= 3)
         assert h.got[1:] == [(h.got[1][0], None), (h.got[2][0], None)]
         assert [m.raw for m, _ in h.got[1:]] == [note(1), note(2)]
         gets = server.requests_of("GET")
@@ -455,7 +458,7 @@ async def test_upstream_streams_resumed_from_a_real_resumable_server(tmp_path: P
     ):
         await h.handshake_any()
         h.send(call(2, "slow", steps=steps, delay=0.1))
-        await wait_until(lambda: sum(o == 2 for _, o in h.got) >= 3)
+        await eventually(lambda: sum(o == 2 for _, o in h.got) >= 3)
         assert cutter.cut_all() >= 1
         answer, origin = await h.answer(2)
         assert origin == 2 and answer.raw["result"]["content"][0]["text"] == f"done {steps}"

@@ -16,7 +16,7 @@ import os
 import random
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from proxy.upstream.sse import SseUpstream
 from proxy.upstream.stdio import UpstreamStartError
 from tests.downstream.sse_client import RawSession
 from tests.e2e.sdk_client import connect, text_of
-from tests.support import ROOT, free_port, run_proxy, wait_for_port
+from tests.support import ROOT, eventually, reserved_port, run_proxy, wait_accepting
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TOOLS = {"echo", "slow", "burst", "ask", "crash"}
@@ -51,7 +51,11 @@ INITIALIZE = {
 
 
 class ServerProcess:
-    """A test server subprocess on a fixed port that a test may kill and start again."""
+    """A test server subprocess on a fixed port that a test may kill and start again.
+
+    The port is reserved for the test (:func:`tests.support.reserved_port`), so that no
+    other process takes it while the server is down.
+    """
 
     def __init__(self, args: list[str], port: int, log_path: Path) -> None:
         self.args = args
@@ -64,7 +68,7 @@ class ServerProcess:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.args, stdout=log_file, stderr=log_file, cwd=str(ROOT)
             )
-        await wait_for_port(self.port)
+        await wait_accepting(self.proc, self.port, self.log_path, "the test server")
 
     async def kill(self) -> None:
         """SIGKILL: the server vanishes without a word, and its connections with it."""
@@ -83,13 +87,17 @@ class ServerProcess:
 
 
 @contextlib.asynccontextmanager
-async def running(args: list[str], port: int, tmp_path: Path) -> AsyncIterator[ServerProcess]:
-    server = ServerProcess(args, port, tmp_path / f"server-{port}.log")
-    try:
-        await server.start()
-        yield server
-    finally:
-        await server.stop()
+async def running(
+    args_for_port: Callable[[int], list[str]], tmp_path: Path
+) -> AsyncIterator[ServerProcess]:
+    """The server ``args_for_port(port)`` starts, on a port reserved for the test."""
+    with reserved_port() as port:
+        server = ServerProcess(args_for_port(port), port, tmp_path / f"server-{port}.log")
+        try:
+            await server.start()
+            yield server
+        finally:
+            await server.stop()
 
 
 def sse_server_args(port: int) -> list[str]:
@@ -119,14 +127,16 @@ async def health(http: aiohttp.ClientSession, base: str) -> tuple[int, dict[str,
         return resp.status, await resp.json()
 
 
-async def wait_health(http: aiohttp.ClientSession, base: str, status: int) -> dict[str, Any]:
+async def wait_health(http: aiohttp.ClientSession, base: str, state: str) -> dict[str, Any]:
+    """Wait for /healthz to show the upstream ``state``; the proxy itself stays 200."""
     loop = asyncio.get_running_loop()
     end = loop.time() + DEADLINE
     while True:
         got, body = await health(http, base)
-        if got == status:
+        assert got == 200 and body["status"] == "ok", f"/healthz of a serving proxy: {got} {body}"
+        if body["upstream"]["state"] == state:
             return body
-        assert loop.time() < end, f"/healthz stayed {got} {body}, expected {status}"
+        assert loop.time() < end, f"/healthz stayed {body}, expected upstream {state}"
         await asyncio.sleep(0.05)
 
 
@@ -165,10 +175,8 @@ async def sdk_client_session(proxy_url: str) -> None:
             "slow", {"steps": 8, "delay": 0.02}, progress_callback=on_progress
         )
         assert isinstance(result, types.CallToolResult) and text_of(result) == "done 8"
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 10  # progress callbacks run as tasks: let them drain
-        while len(values) < 8 and loop.time() < end:
-            await asyncio.sleep(0.01)
+        # Progress callbacks run as tasks: let them drain.
+        await eventually(lambda: len(values) >= 8, what=lambda: f"8 progress values: {values}")
         assert values == [float(i) for i in range(1, 9)]
 
 
@@ -246,11 +254,9 @@ async def call_fails_when_the_upstream_goes(
 
 # ---------------------------------------------------------------------- tests
 async def test_the_sdk_client_works_through_an_sse_upstream(tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/sse"
     async with (
-        running(sse_server_args(port), port, tmp_path),
-        run_proxy(tmp_path, upstream={"url": url}) as proxy,
+        running(sse_server_args, tmp_path) as server,
+        run_proxy(tmp_path, upstream={"url": f"http://127.0.0.1:{server.port}/sse"}) as proxy,
         aiohttp.ClientSession() as http,
     ):
         await sdk_client_session(proxy.url)
@@ -260,13 +266,11 @@ async def test_the_sdk_client_works_through_an_sse_upstream(tmp_path: Path) -> N
 
 
 async def test_a_cut_client_resumes_the_exact_sequence_from_an_sse_upstream(
-    tmp_path: Path,
+    tmp_path: Path, seed: int
 ) -> None:
-    seed = int(os.environ.get("FAULT_SEED", random.randrange(2**32)))
-    port = free_port()
     async with (
-        running(sse_server_args(port), port, tmp_path),
-        run_proxy(tmp_path, upstream={"url": f"http://127.0.0.1:{port}/sse"}) as proxy,
+        running(sse_server_args, tmp_path) as server,
+        run_proxy(tmp_path, upstream={"url": f"http://127.0.0.1:{server.port}/sse"}) as proxy,
     ):
         await cut_and_resume(proxy.url, n=1000, cuts=25, seed=seed)
 
@@ -274,20 +278,21 @@ async def test_a_cut_client_resumes_the_exact_sequence_from_an_sse_upstream(
 async def test_a_lost_sse_upstream_fails_the_call_degrades_then_reconnects(
     tmp_path: Path,
 ) -> None:
-    port = free_port()
-    upstream = {"url": f"http://127.0.0.1:{port}/sse", "reconnect_max_seconds": 120}
     async with (
-        running(sse_server_args(port), port, tmp_path) as server,
-        run_proxy(tmp_path, upstream=upstream) as proxy,
+        running(sse_server_args, tmp_path) as server,
+        run_proxy(
+            tmp_path,
+            upstream={"url": f"http://127.0.0.1:{server.port}/sse", "reconnect_max_seconds": 120},
+        ) as proxy,
         aiohttp.ClientSession() as http,
     ):
         s = RawSession(http, proxy.url)
         await s.initialize()
         await call_fails_when_the_upstream_goes(proxy.url, http, s, server.kill)
-        body = await wait_health(http, proxy.base, 503)
-        assert body["status"] == "degraded" and body["upstream"]["state"] == "failing"
+        body = await wait_health(http, proxy.base, "failing")
+        assert body["upstream"]["last_error"]
         await server.start()  # back on the same port: the proxy reconnects by itself
-        await wait_health(http, proxy.base, 200)
+        await wait_health(http, proxy.base, "ok")
         # A new call in the same client session works: the upstream was re-initialized.
         events = await s.request(8, "tools/call", tool_call(8, "echo", {"text": "again"})["params"])
         answer = json.loads(events[-1].data)
@@ -299,10 +304,12 @@ async def test_a_lost_sse_upstream_fails_the_call_degrades_then_reconnects(
 
 
 async def test_an_unreachable_sse_upstream_refuses_initialize_with_502(tmp_path: Path) -> None:
-    port = free_port()  # nothing listens there
-    upstream = {"url": f"http://127.0.0.1:{port}/sse", "connect_timeout_seconds": 5}
     async with (
-        run_proxy(tmp_path, upstream=upstream) as proxy,
+        reserved_port() as port,  # nothing listens there
+        run_proxy(
+            tmp_path,
+            upstream={"url": f"http://127.0.0.1:{port}/sse", "connect_timeout_seconds": 5},
+        ) as proxy,
         aiohttp.ClientSession() as http,
     ):
         async with http.post(
@@ -312,8 +319,8 @@ async def test_an_unreachable_sse_upstream_refuses_initialize_with_502(tmp_path:
             error = (await resp.json())["error"]
         assert error["data"]["reason"] == "upstream_start_failed"
         assert f"127.0.0.1:{port}/sse" in error["message"]
-        body = await wait_health(http, proxy.base, 503)
-        assert body["status"] == "degraded"
+        body = await wait_health(http, proxy.base, "failing")
+        assert f"127.0.0.1:{port}/sse" in body["upstream"]["last_error"]
 
 
 # ---------------------------------------------------------------------- the class itself
@@ -333,10 +340,9 @@ def _upstream(
 
 
 async def test_a_refused_post_fails_its_request_and_stop_leaves_no_task(tmp_path: Path) -> None:
-    port = free_port()
-    async with running(sse_server_args(port), port, tmp_path):
+    async with running(sse_server_args, tmp_path) as server:
         before = asyncio.all_tasks()
-        up, got, closed = _upstream(f"http://127.0.0.1:{port}/sse")
+        up, got, closed = _upstream(f"http://127.0.0.1:{server.port}/sse")
         await up.start()
         up.send(json.dumps(INITIALIZE).encode())
         answer = await asyncio.wait_for(got.get(), DEADLINE)
@@ -358,16 +364,15 @@ async def _bad_sse_server(events: bytes) -> tuple[web.AppRunner, int]:
         await response.prepare(request)
         await response.write(events)
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.sleep(3600)
+            await asyncio.sleep(3600)  # the scenario: silence, until the client hangs up
         return response
 
     app = web.Application()
     app.router.add_get("/sse", handler)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, port
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, int(runner.addresses[0][1])
 
 
 @pytest.mark.parametrize(
@@ -419,8 +424,8 @@ async def test_configured_headers_go_with_the_get_and_every_post(
     app.router.add_post("/mcp/messages", post)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = int(runner.addresses[0][1])
     try:
         up, got, _ = _upstream(
             f"http://127.0.0.1:{port}/mcp/sse",

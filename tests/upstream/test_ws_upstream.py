@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -27,7 +26,7 @@ from proxy.upstream.base import UpstreamHealth
 from proxy.upstream.stdio import UpstreamStartError
 from proxy.upstream.websocket import WebSocketUpstream
 from tests.downstream.sse_client import RawSession, read_events
-from tests.support import free_port, run_proxy
+from tests.support import eventually, run_proxy
 from tests.upstream.test_sse_upstream import (
     DEADLINE,
     FIXTURES,
@@ -44,17 +43,21 @@ from tests.upstream.test_sse_upstream import (
 )
 
 
-def ws_server_args(port: int, *flags: str) -> list[str]:
-    return [sys.executable, str(FIXTURES / "ws_server.py"), "--port", str(port), *flags]
+def ws_server_args(*flags: str) -> Callable[[int], list[str]]:
+    """The command of ``tests/fixtures/ws_server.py`` with ``flags``, for a given port."""
+
+    def for_port(port: int) -> list[str]:
+        return [sys.executable, str(FIXTURES / "ws_server.py"), "--port", str(port), *flags]
+
+    return for_port
 
 
 async def test_the_sdk_client_works_through_a_websocket_upstream_that_sends_bad_frames(
     tmp_path: Path,
 ) -> None:
-    port = free_port()
     async with (
-        running(ws_server_args(port, "--bad-frames"), port, tmp_path),
-        run_proxy(tmp_path, upstream={"url": f"ws://127.0.0.1:{port}/"}) as proxy,
+        running(ws_server_args("--bad-frames"), tmp_path) as server,
+        run_proxy(tmp_path, upstream={"url": f"ws://127.0.0.1:{server.port}/"}) as proxy,
         aiohttp.ClientSession() as http,
     ):
         await sdk_client_session(proxy.url)
@@ -70,13 +73,11 @@ async def test_the_sdk_client_works_through_a_websocket_upstream_that_sends_bad_
 
 
 async def test_a_cut_client_resumes_the_exact_sequence_from_a_websocket_upstream(
-    tmp_path: Path,
+    tmp_path: Path, seed: int
 ) -> None:
-    seed = int(os.environ.get("FAULT_SEED", random.randrange(2**32)))
-    port = free_port()
     async with (
-        running(ws_server_args(port), port, tmp_path),
-        run_proxy(tmp_path, upstream={"url": f"ws://127.0.0.1:{port}/"}) as proxy,
+        running(ws_server_args(), tmp_path) as server,
+        run_proxy(tmp_path, upstream={"url": f"ws://127.0.0.1:{server.port}/"}) as proxy,
     ):
         await cut_and_resume(proxy.url, n=1000, cuts=25, seed=seed)
 
@@ -86,13 +87,13 @@ async def test_a_dropped_websocket_fails_the_call_degrades_then_reconnects(
 ) -> None:
     """The server drops the connection mid-call (its process exits: the ``crash`` tool);
     it refuses to reconnect while ``gate`` exists, so the degraded state is observable."""
-    port = free_port()
     gate = tmp_path / "refuse"
-    args = ws_server_args(port, "--refuse-while", str(gate))
-    upstream = {"url": f"ws://127.0.0.1:{port}/", "reconnect_max_seconds": 120}
     async with (
-        running(args, port, tmp_path),
-        run_proxy(tmp_path, upstream=upstream) as proxy,
+        running(ws_server_args("--refuse-while", str(gate)), tmp_path) as server,
+        run_proxy(
+            tmp_path,
+            upstream={"url": f"ws://127.0.0.1:{server.port}/", "reconnect_max_seconds": 120},
+        ) as proxy,
         aiohttp.ClientSession() as http,
     ):
         s = RawSession(http, proxy.url)
@@ -107,10 +108,10 @@ async def test_a_dropped_websocket_fails_the_call_degrades_then_reconnects(
 
         received = await call_fails_when_the_upstream_goes(proxy.url, http, s, drop)
         assert "WebSocket closed (1011" in received[-1]["error"]["message"]
-        body = await wait_health(http, proxy.base, 503)
-        assert body["status"] == "degraded" and "WebSocket" in body["upstream"]["last_error"]
+        body = await wait_health(http, proxy.base, "failing")
+        assert "WebSocket" in body["upstream"]["last_error"]
         gate.unlink()  # the server takes connections again: the proxy reconnects by itself
-        await wait_health(http, proxy.base, 200)
+        await wait_health(http, proxy.base, "ok")
         # The new server process knows nothing of the session: it was re-initialized.
         events = await s.request(8, "tools/call", tool_call(8, "echo", {"text": "again"})["params"])
         answer = json.loads(events[-1].data)
@@ -121,26 +122,25 @@ async def test_a_dropped_websocket_fails_the_call_degrades_then_reconnects(
 
 async def test_an_unreachable_websocket_upstream_gives_up_reconnecting(tmp_path: Path) -> None:
     """Reconnection is bounded by reconnect_max_seconds; then the client session ends."""
-    port = free_port()
-    upstream = {"url": f"ws://127.0.0.1:{port}/", "reconnect_max_seconds": 1}
     async with (
-        running(ws_server_args(port), port, tmp_path) as server,
-        run_proxy(tmp_path, upstream=upstream) as proxy,
+        running(ws_server_args(), tmp_path) as server,
+        run_proxy(
+            tmp_path, upstream={"url": f"ws://127.0.0.1:{server.port}/", "reconnect_max_seconds": 1}
+        ) as proxy,
         aiohttp.ClientSession() as http,
     ):
         s = RawSession(http, proxy.url)
         await s.initialize()
         await server.kill()
-        loop = asyncio.get_running_loop()
-        end = loop.time() + DEADLINE
-        while not log_events(proxy.log_text(), "upstream_unreachable"):
-            assert loop.time() < end, "the proxy never gave up"
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: log_events(proxy.log_text(), "upstream_unreachable"),
+            what="the proxy to give up reconnecting",
+        )
         async with http.post(
             proxy.url, json=tool_call(2, "echo", {"text": "x"}), headers=s.headers()
         ) as resp:
             assert resp.status == 404, "the session ended with its upstream"
-        assert (await wait_health(http, proxy.base, 503))["status"] == "degraded"
+        assert (await wait_health(http, proxy.base, "failing"))["upstream"]["last_error"]
 
 
 # ---------------------------------------------------------------------- the class itself
@@ -157,10 +157,9 @@ def _upstream(url: str, health: UpstreamHealth) -> tuple[WebSocketUpstream, asyn
 
 
 async def test_pause_holds_frames_back_and_stop_leaves_no_task(tmp_path: Path) -> None:
-    port = free_port()
-    async with running(ws_server_args(port), port, tmp_path):
+    async with running(ws_server_args(), tmp_path) as server:
         before = asyncio.all_tasks()
-        up, got = _upstream(f"ws://127.0.0.1:{port}/", UpstreamHealth())
+        up, got = _upstream(f"ws://127.0.0.1:{server.port}/", UpstreamHealth())
         await up.start()
         up.send(json.dumps(INITIALIZE).encode())
         assert (await asyncio.wait_for(got.get(), DEADLINE)).raw["id"] == 1
@@ -179,10 +178,10 @@ async def test_pause_holds_frames_back_and_stop_leaves_no_task(tmp_path: Path) -
 
 
 async def test_a_refused_handshake_is_a_start_error(tmp_path: Path) -> None:
-    port = free_port()
     gate = tmp_path / "refuse"
     gate.touch()
-    async with running(ws_server_args(port, "--refuse-while", str(gate)), port, tmp_path):
+    async with running(ws_server_args("--refuse-while", str(gate)), tmp_path) as server:
+        port = server.port
         health_ = UpstreamHealth()
         up, _ = _upstream(f"ws://user:secret@127.0.0.1:{port}/mcp?key=secret", health_)
         assert up.describe() == f"ws://127.0.0.1:{port}/mcp", "no credentials in logs"

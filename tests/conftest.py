@@ -1,0 +1,37 @@
+"""Fixtures of the whole suite: the seed of the randomized tests.
+
+Every test that draws random numbers takes the ``seed`` fixture and builds its own
+``random.Random(seed)``. The seed is ``--seed N`` if given, else ``$TEST_SEED``, else a
+fresh one; it is printed (pytest shows it with a failure's captured output) and recorded
+as the test's ``seed`` property, so a failure replays with ``pytest --seed N TEST``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+SEED_ENV = "TEST_SEED"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--seed",
+        type=int,
+        default=None,
+        help=f"seed of the randomized tests (default: ${SEED_ENV}, else a random one)",
+    )
+
+
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """The seed of this test's random choices; printed so that a failure can be replayed."""
+    chosen: int | None = request.config.getoption("--seed")
+    if chosen is None:
+        from_env = os.environ.get(SEED_ENV)
+        chosen = int(from_env) if from_env else random.randrange(2**32)
+    print(f"seed={chosen} (replay: pytest --seed {chosen} '{request.node.nodeid}')")
+    request.node.user_properties.append(("seed", chosen))
+    return chosen
