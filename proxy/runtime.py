@@ -16,7 +16,7 @@ import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 import structlog
 
@@ -267,8 +267,8 @@ class SessionRunner:
             self._on_forget(self)
         elif isinstance(command, LogNote):
             self.log.info(command.event, **command.fields)
-        else:  # pragma: no cover - the Command union is closed
-            raise RuntimeError(f"unexpected command {command!r}")
+        else:  # the Command union is closed: the type checker proves this unreachable
+            assert_never(command)
 
     def _too_slow(self, conn: ClientConn) -> None:
         """A client reads slower than its stream grows: end its connection, not the stream.

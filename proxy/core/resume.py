@@ -1,16 +1,19 @@
 """Resuming streams: by ``GET`` + ``Last-Event-ID`` (D1) and by the seed's ``stream/poll``
 and ``stream/resume`` (D2), with announcement, acknowledgement and abandonment.
 
-A mixin of :class:`~proxy.core.session.Session`: it works on the session's streams and
-calls back into the session for attaching, flushing and answering.
+:class:`Resumer` owns what only resuming needs (the streams given up as abandoned) and
+works through explicit parts of its session: the stream table, the :class:`Delivery`
+that attaches connections, the id map, and a :class:`StreamHost` of four operations
+that stay with the session (making, completing, stamping and dropping streams).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from proxy.core import jsonrpc, seed
-from proxy.core.errors import Conflict, ResumeError, SessionNotFound
+from proxy.core.delivery import Delivery
+from proxy.core.errors import ResumeError, SessionNotFound
 from proxy.core.eventid import parse_event_id
 from proxy.core.events import (
     ClientGet,
@@ -23,69 +26,75 @@ from proxy.core.events import (
 )
 from proxy.core.idmap import IdMap
 from proxy.core.jsonrpc import Message
-from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot
+from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
 from proxy.core.stream import StreamEvent, StreamState, transition
 from proxy.core.tokens import resume_token_for, token_matches
 
 
-class ResumeMixin:
-    # What the session provides (see proxy.core.session.Session).
-    session_id: str
-    epoch: str
-    settings: SessionSettings
-    closed: bool
-    _streams: dict[int, StreamSlot]
-    _abandoned: set[int]
-    _continue: dict[ConnId, int]
-    _ids: IdMap
-    _now: float
+class StreamHost(Protocol):
+    """What resuming needs its session to do (:class:`~proxy.core.session.Session`)."""
 
-    if TYPE_CHECKING:  # provided by Session; declared here for the type checker
+    def new_stream(self) -> StreamSlot:
+        """A new request stream (room made by eviction), or ``Overloaded``."""
+        ...
 
-        def _attach(
-            self,
-            stream: StreamSlot,
-            conn: ConnId,
-            out: list[Command],
-            *,
-            start: int = 0,
-            prime: bool = True,
-        ) -> None: ...
+    def complete(self, stream: StreamSlot, out: list[Command]) -> None:
+        """The stream's last message is logged: end it (and what waits on it)."""
+        ...
 
-        def _detach(self, conn: ConnId) -> None: ...
+    def stamped(self, stream: StreamSlot, payload: bytes) -> bytes:
+        """``payload`` as logged on ``stream`` (with its event id, if configured)."""
+        ...
 
-        def _flush(self, stream: StreamSlot, out: list[Command]) -> None: ...
+    def drop_stream(self, stream: StreamSlot) -> None:
+        """Forget a stream and free its log."""
+        ...
 
-        def _new_stream(self) -> StreamSlot: ...
 
-        def _complete(self, stream: StreamSlot, out: list[Command]) -> None: ...
+class Resumer:
+    """The resume side of one session."""
 
-        def _stamped(self, stream: StreamSlot, payload: bytes) -> bytes: ...
+    def __init__(
+        self,
+        session_id: str,
+        epoch: str,
+        settings: SessionSettings,
+        streams: StreamTable,
+        delivery: Delivery,
+        ids: IdMap,
+        host: StreamHost,
+    ) -> None:
+        self._session_id = session_id
+        self._epoch = epoch
+        self._settings = settings
+        self._streams = streams
+        self._delivery = delivery
+        self._ids = ids
+        self._host = host
+        self.abandoned: set[int] = set()  # numbers of streams given up: never resumable
 
-        def _drop_stream(self, stream: StreamSlot) -> None: ...
-
-    def _answer_resume(self, number: int, response: dict[str, Any]) -> None:
+    def answer_waiting(self, number: int, response: dict[str, Any], now: float) -> None:
         """Log a waiting stream/resume request's answer; its connection arrives after."""
         reply = self._streams.get(number)
         if reply is not None and reply.state is StreamState.LIVE:
             answer = {**response, "id": reply.request_id}
             reply.log.append(jsonrpc.encode(answer), seed.poll_mark(answer))
             reply.state = transition(reply.state, StreamEvent.COMPLETE)
-            reply.done_at = self._now
+            reply.done_at = now
 
     def _reply(self, stream: StreamSlot, response: dict[str, Any], out: list[Command]) -> None:
         """Answer a request the proxy serves itself, on its own stream."""
         answer = {**response, "id": stream.request_id}
         stream.log.append(jsonrpc.encode(answer), seed.poll_mark(answer))
-        self._complete(stream, out)
+        self._host.complete(stream, out)
 
     # ------------------------------------------------------------------ seed protocol (D2)
-    def _announce(self, stream: StreamSlot, out: list[Command]) -> None:
+    def announce(self, stream: StreamSlot, now: float, out: list[Command]) -> None:
         """``notifications/stream/create`` for a request stream, as a message of it."""
-        s = self.settings
+        s = self._settings
         stream.create_at = None
-        stream.stream_id = seed.stream_id_for(self.epoch, stream.number)
-        token = resume_token_for(s.token_secret, self.session_id, stream.stream_id)
+        stream.stream_id = seed.stream_id_for(self._epoch, stream.number)
+        token = resume_token_for(s.token_secret, self._session_id, stream.stream_id)
         create = seed.create_notification(
             shape=s.notification_shape,
             stream_id=stream.stream_id,
@@ -94,20 +103,25 @@ class ResumeMixin:
             interval_min=s.resume_interval_min,
             interval_max=s.resume_interval_max,
         )
-        stream.log.append(self._stamped(stream, jsonrpc.encode(create)))
-        stream.touched = self._now
+        stream.log.append(self._host.stamped(stream, jsonrpc.encode(create)))
+        stream.touched = now
         conn = stream.conn
-        self._flush(stream, out)
+        self._delivery.flush(stream, now, out)
         if s.detach_after_create and conn is not None and stream.conn == conn:
             # "Fire now, resume later": the POST ends with the announcement.
-            self._detach(conn)
+            self._delivery.detach(conn, now)
             out.append(CloseClient(conn))
 
-    def _local_request(
-        self, conn: ConnId, msg: Message, last_event_id: str | None, out: list[Command]
+    def serve(
+        self,
+        conn: ConnId,
+        msg: Message,
+        last_event_id: str | None,
+        now: float,
+        out: list[Command],
     ) -> None:
         """``stream/poll`` and ``stream/resume``: served here, never forwarded upstream."""
-        reply = self._new_stream()
+        reply = self._host.new_stream()
         reply.request_id = msg.id
         out.append(StartSse(conn))
         try:
@@ -118,13 +132,13 @@ class ResumeMixin:
                     self._ack(target, given)
             rest = target.log.unacknowledged()  # raises unless the rest is still whole
         except ResumeError as exc:
-            self._attach(reply, conn, out)
+            self._delivery.attach(reply, conn, now, out)
             error = jsonrpc.error_response(
                 msg.id, exc.jsonrpc_code, exc.message, {"reason": exc.reason}
             )
             self._reply(reply, error, out)
             return
-        if target.conn is None and self._now - target.touched < self.settings.resume_interval_min:
+        if target.conn is None and now - target.touched < self._settings.resume_interval_min:
             # Served all the same (refusing would only make the client retry sooner);
             # logged so an operator can see who ignores resumeInterval.min.
             out.append(
@@ -133,33 +147,35 @@ class ResumeMixin:
                     {
                         "stream": target.number,
                         "method": msg.method,
-                        "after_seconds": round(self._now - target.touched, 3),
+                        "after_seconds": round(now - target.touched, 3),
                     },
                 )
             )
-        target.touched = self._now
+        target.touched = now
         if msg.method == seed.POLL:
-            self._attach(reply, conn, out)
+            self._delivery.attach(reply, conn, now, out)
             done = target.state is StreamState.COMPLETED
             result = seed.poll_result(ref.stream_id, done, rest)
             self._reply(reply, jsonrpc.ok_response(msg.id, result), out)
             return
         out.append(LogNote("stream_resumed", {"stream": target.number, "after": target.acked}))
-        self._take_over(target, out)
-        self._continue[conn] = reply.number
+        self._delivery.take_over(target, now, out)
+        self._delivery.continuation[conn] = reply.number
         if target.state is StreamState.COMPLETED:
-            self._answer_resume(reply.number, jsonrpc.ok_response(msg.id, {}))
+            self.answer_waiting(reply.number, jsonrpc.ok_response(msg.id, {}), now)
         else:
             target.waiting.append(reply.number)
-        self._attach(target, conn, out, start=target.acked)
+        self._delivery.attach(target, conn, now, out, start=target.acked)
 
     def _target(self, ref: seed.StreamRef) -> StreamSlot:
-        number = seed.stream_number_of(self.epoch, ref.stream_id)
+        number = seed.stream_number_of(self._epoch, ref.stream_id)
         if number is None:
             raise ResumeError("no such stream in this session", reason="unknown_stream")
-        if not token_matches(self.settings.token_secret, self.session_id, ref.stream_id, ref.token):
+        if not token_matches(
+            self._settings.token_secret, self._session_id, ref.stream_id, ref.token
+        ):
             raise ResumeError("the resume token does not match the stream", reason="invalid_token")
-        if number in self._abandoned:
+        if number in self.abandoned:
             raise ResumeError(
                 "the stream was abandoned: nobody resumed or polled it within resumeInterval.max",
                 reason="abandoned",
@@ -171,20 +187,16 @@ class ResumeMixin:
 
     def _ack(self, stream: StreamSlot, last_event_id: str) -> None:
         pos = parse_event_id(last_event_id)
-        if pos.epoch != self.epoch or pos.stream != stream.number:
+        if pos.epoch != self._epoch or pos.stream != stream.number:
             raise ResumeError("the last event id names another stream", reason="unknown_position")
         if pos.seq > stream.log.last_seq:
             raise ResumeError(
                 "the last event id names a position the stream never reached",
                 reason="unknown_position",
             )
-        self._acknowledge(stream, pos.seq)
+        stream.log.acknowledge(pos.seq)
 
-    def _acknowledge(self, stream: StreamSlot, seq: int) -> None:
-        """The client has everything up to ``seq``: that much may now be dropped."""
-        stream.log.acknowledge(seq)
-
-    def _abandon(self, stream: StreamSlot, out: list[Command]) -> None:
+    def abandon(self, stream: StreamSlot, now: float, out: list[Command]) -> None:
         """Nobody came back in time: cancel the upstream work and free the buffer."""
         for upstream_id in sorted(stream.pending):
             cancel = {
@@ -199,35 +211,21 @@ class ResumeMixin:
             None, -32602, "the stream was abandoned", {"reason": "abandoned"}
         )
         for number in stream.waiting:
-            self._answer_resume(number, abandoned)
-        self._drop_stream(stream)
-        self._abandoned.add(stream.number)
+            self.answer_waiting(number, abandoned, now)
+        self._host.drop_stream(stream)
+        self.abandoned.add(stream.number)
         out.append(LogNote("stream_abandoned", {"stream": stream.number}))
 
-    def _abandon_at(self, stream: StreamSlot) -> float | None:
-        """DESIGN.md §6: a request stream nobody resumed or polled for resumeInterval.max."""
-        if stream.number == STANDALONE or stream.conn is not None or not stream.pending:
-            return None
-        if stream.state is not StreamState.LIVE:
-            return None
-        return stream.touched + self.settings.resume_interval_max
-
     # ------------------------------------------------------------------ resume by GET (D1)
-    def _on_get(self, ev: ClientGet, out: list[Command]) -> None:
-        if ev.last_event_id is None:
-            if self.closed:
-                raise SessionNotFound("Session not found: it has ended")
-            stream = self._streams[STANDALONE]
-            if stream.conn is not None:
-                raise Conflict("the session's standalone stream is already open")
-            out.append(StartSse(ev.conn))
-            self._attach(stream, ev.conn, out, start=stream.sent_upto)
-            return
-        pos = parse_event_id(ev.last_event_id)
-        if pos.epoch != self.epoch:
+    def resume_by_get(
+        self, ev: ClientGet, last_event_id: str, now: float, out: list[Command]
+    ) -> None:
+        """2025-11-25 transports §Resumability: replay after ``Last-Event-ID``, then live."""
+        pos = parse_event_id(last_event_id)
+        if pos.epoch != self._epoch:
             raise ResumeError("Last-Event-ID was issued by another session", reason="wrong_session")
         found = self._streams.get(pos.stream)
-        if pos.stream in self._abandoned:
+        if pos.stream in self.abandoned:
             raise ResumeError(
                 "the stream was abandoned: nobody resumed it within resumeInterval.max",
                 reason="abandoned",
@@ -238,7 +236,7 @@ class ResumeMixin:
                 reason="unknown_stream",
             )
         found.log.after(pos.seq)  # raises before any effect if the replay cannot be whole
-        self._acknowledge(found, pos.seq)
+        found.log.acknowledge(pos.seq)
         if found.state is StreamState.COMPLETED and pos.seq == found.log.last_seq:
             # The client has it all and nothing more will come. A 200 that only primes and
             # closes would invite it to poll again until retention ends; say it is over.
@@ -248,7 +246,7 @@ class ResumeMixin:
                 "the stream is complete and the client already has all of it",
                 reason="stream_completed",
             )
-        self._take_over(found, out)
+        self._delivery.take_over(found, now, out)
         out.append(StartSse(ev.conn))
         out.append(
             LogNote(
@@ -261,11 +259,4 @@ class ResumeMixin:
                 },
             )
         )
-        self._attach(found, ev.conn, out, start=pos.seq)
-
-    def _take_over(self, stream: StreamSlot, out: list[Command]) -> None:
-        """A resume takes a stream over: its old connection is presumed dead."""
-        if stream.conn is not None:
-            old = stream.conn
-            self._detach(old)
-            out.append(CloseClient(old))
+        self._delivery.attach(found, ev.conn, now, out, start=pos.seq)

@@ -9,15 +9,20 @@ Routing (DESIGN.md §5), upstream → stream: a response goes to the stream of i
 ``progressToken``; any other server→client message to the stream of the only request in
 flight if exactly one is (or, over HTTP, to the stream of the request whose response
 carried it), else to the standalone stream (0). Ids are rewritten at the
-boundary (:mod:`proxy.core.idmap`); resuming lives in :mod:`proxy.core.resume`.
+boundary (:mod:`proxy.core.idmap`).
+
+The session holds three helpers, each owning its own state: a :class:`Schedule` (what is
+due when), a :class:`Delivery` (which connection reads which stream) and a
+:class:`Resumer` (``GET`` + ``Last-Event-ID``, ``stream/poll``, ``stream/resume``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
 from proxy.core import jsonrpc, seed
-from proxy.core.errors import BadRequest, Overloaded, SessionNotFound
+from proxy.core.delivery import Delivery
+from proxy.core.errors import BadRequest, Conflict, SessionNotFound
 from proxy.core.eventid import format_event_id
 from proxy.core.events import (
     Accepted,
@@ -27,23 +32,22 @@ from proxy.core.events import (
     ClientPost,
     CloseClient,
     Command,
-    ConnId,
     Event,
     ForgetSession,
     LogNote,
     ProxyShutdown,
-    SendToClient,
     SendUpstream,
     StartSse,
     StopUpstream,
     Tick,
     UpstreamClosed,
     UpstreamMessage,
+    WakeAt,
 )
-from proxy.core.expiry import DeadlineHeap, ExpiryMixin
 from proxy.core.idmap import IdMap, progress_token_of
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.resume import ResumeMixin
+from proxy.core.resume import Resumer
+from proxy.core.schedule import Schedule
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
 
 __all__ = ["PROXY_SHUTDOWN", "STANDALONE", "UPSTREAM_EXITED", "Session", "SessionSettings"]
@@ -58,7 +62,7 @@ UPSTREAM_EXITED = -32000
 PROXY_SHUTDOWN = -32000  # JSON-RPC 2.0 §5.1: -32000..-32099 are the implementation's own
 
 
-class Session(ExpiryMixin, ResumeMixin):
+class Session:
     """A client session. Feed it events with :meth:`handle`; carry out what it returns."""
 
     def __init__(
@@ -72,30 +76,39 @@ class Session(ExpiryMixin, ResumeMixin):
         self.session_id = session_id
         self.epoch = epoch
         self.settings = settings
-        self.protocol_version: str | None = None
+        self._protocol_version: str | None = None
         self.closed = False  # upstream gone: no new requests, retained streams resumable
         self.forgotten = False
         self._initialize_seen = False
-        self._streams = StreamTable()  # watched: see proxy.core.expiry
-        self._dirty = self._streams.dirty
-        self._deadlines = DeadlineHeap()
+        self._streams = StreamTable()  # watched: see proxy.core.schedule
         self.budget = budget if budget is not None else ByteBudget(2**63)
-        self._by_conn: dict[ConnId, int] = {}
         self._ids = IdMap()
-        self._next_stream = 1
-        self._abandoned: set[int] = set()
-        self._continue: dict[ConnId, int] = {}  # a resume's connection goes on to its reply
         self.speaks_streams = False  # the client declared capabilities.streams
-        self.upstream_paused = False  # overflow: block is holding the server back
-        self._over: set[int] = set()  # streams holding more than their bounds (block)
-        self._deadlines_moved = True
-        self._idle_since: float | None = now
-        self._wake: float | None = None
         self._now = now
+        self.schedule = Schedule(settings, self._streams, now)
+        self.delivery = Delivery(epoch, settings, self._streams, self.schedule)
+        self.resumer = Resumer(
+            session_id, epoch, settings, self._streams, self.delivery, self._ids, self
+        )
         self._streams[STANDALONE] = StreamSlot(
             STANDALONE,
             StreamLog(settings.standalone_max_events, settings.stream_max_bytes, self.budget),
         )
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self._protocol_version
+
+    @protocol_version.setter
+    def protocol_version(self, version: str | None) -> None:
+        self._protocol_version = version
+        # 2025-11-25 §Resumability: prime the client with an id before anything else.
+        self.delivery.priming = (version or "") >= _POLLING_REVISION
+
+    @property
+    def upstream_paused(self) -> bool:
+        """overflow: block is holding the server back."""
+        return self.delivery.upstream_paused
 
     # ------------------------------------------------------------------ entry point
     def handle(self, event: Event, now: float) -> list[Command]:
@@ -105,7 +118,7 @@ class Session(ExpiryMixin, ResumeMixin):
         # A server notification only appends to a live stream: no deadline moves unless a
         # connection goes or a stream completes (those mark it themselves). Everything else
         # may move one. This keeps the hot path from scanning every stream per message.
-        self._deadlines_moved = not (
+        self.schedule.moved = not (
             isinstance(event, UpstreamMessage) and event.msg.kind is Kind.NOTIFICATION
         )
         if isinstance(event, ClientPost):
@@ -113,7 +126,7 @@ class Session(ExpiryMixin, ResumeMixin):
         elif isinstance(event, ClientGet):
             self._on_get(event, out)
         elif isinstance(event, ClientDetached):
-            self._detach(event.conn)
+            self.delivery.detach(event.conn, now)
         elif isinstance(event, UpstreamMessage):
             self._on_upstream(event.msg, event.origin, out)
         elif isinstance(event, UpstreamClosed):
@@ -123,10 +136,10 @@ class Session(ExpiryMixin, ResumeMixin):
         elif isinstance(event, ProxyShutdown):
             self._shut_down(out)
         elif isinstance(event, Tick):
-            self._wake = None  # the runtime's timer fired: always re-arm
+            self.schedule.wake = None  # the runtime's timer fired: always re-arm
             self._on_tick(out)
-        else:  # pragma: no cover - the Event union is closed
-            raise TypeError(f"unexpected event {event!r}")
+        else:  # the Event union is closed: the type checker proves this unreachable
+            assert_never(event)
         self._after(out)
         return out
 
@@ -159,14 +172,14 @@ class Session(ExpiryMixin, ResumeMixin):
         if any(m.method in (seed.POLL, seed.RESUME) for m in requests):
             if len(ev.messages) > 1:
                 raise BadRequest("stream/poll and stream/resume must be sent alone")
-            self._local_request(ev.conn, requests[0], ev.last_event_id, out)
+            self.resumer.serve(ev.conn, requests[0], ev.last_event_id, self._now, out)
             return
         initialize = any(m.method == "initialize" for m in requests)
         if initialize and (self._initialize_seen or len(ev.messages) > 1):
             raise BadRequest("initialize must be sent alone, once, to open a session")
         # The last check: room for the requests' stream. A batch's answers to server
         # requests must not be taken from the id map and then refused (2025-03-26).
-        evict = self._room_for_stream() if requests else None
+        evict = self._streams.room_for_new(self.settings.max_streams) if requests else None
         # ---- accepted: from here on nothing raises
         if initialize:
             self._initialize_seen = True
@@ -179,10 +192,10 @@ class Session(ExpiryMixin, ResumeMixin):
             out.append(Accepted(ev.conn))
             return
         if evict is not None and evict.number in self._streams:
-            self._drop_stream(evict)
-        stream = self._add_stream()
+            self.drop_stream(evict)
+        stream = self._streams.add(self.settings, self.budget, self._now)
         out.append(StartSse(ev.conn))
-        self._attach(stream, ev.conn, out)
+        self.delivery.attach(stream, ev.conn, self._now, out)
         stream.request_id = requests[0].id
         for msg in requests:
             token = progress_token_of(msg.params)
@@ -200,9 +213,21 @@ class Session(ExpiryMixin, ResumeMixin):
             and requests[0].method in self.settings.stream_methods
         ):
             if self.settings.create_after <= 0:
-                self._announce(stream, out)
+                self.resumer.announce(stream, self._now, out)
             else:
                 stream.create_at = self._now + self.settings.create_after
+
+    def _on_get(self, ev: ClientGet, out: list[Command]) -> None:
+        if ev.last_event_id is not None:
+            self.resumer.resume_by_get(ev, ev.last_event_id, self._now, out)
+            return
+        if self.closed:
+            raise SessionNotFound("Session not found: it has ended")
+        stream = self._streams[STANDALONE]
+        if stream.conn is not None:
+            raise Conflict("the session's standalone stream is already open")
+        out.append(StartSse(ev.conn))
+        self.delivery.attach(stream, ev.conn, self._now, out, start=stream.sent_upto)
 
     def _client_notification(self, msg: Message, out: list[Command]) -> None:
         if msg.method == "notifications/cancelled":
@@ -225,76 +250,6 @@ class Session(ExpiryMixin, ResumeMixin):
             out.append(LogNote("client_response_unmatched", {"response_id": msg.id}))
             return
         out.append(SendUpstream(jsonrpc.encode(jsonrpc.with_id(msg, server_id))))
-
-    def _attach(
-        self,
-        stream: StreamSlot,
-        conn: ConnId,
-        out: list[Command],
-        *,
-        start: int = 0,
-        prime: bool = True,
-    ) -> None:
-        stream.conn = conn
-        stream.cursor = start
-        stream.attaches += 1
-        stream.touched = self._now
-        self._by_conn[conn] = stream.number
-        polling = (self.protocol_version or "") >= _POLLING_REVISION
-        if polling and prime:
-            # 2025-11-25 §Resumability: prime the client with an id before anything else.
-            event_id = format_event_id(self.epoch, stream.number, start, stream.attaches)
-            out.append(SendToClient(conn, event_id, None, self.settings.retry_ms))
-            if self.settings.max_stream_seconds is not None and stream.number != STANDALONE:
-                stream.close_at = self._now + self.settings.max_stream_seconds
-        self._flush(stream, out)
-
-    def _detach(self, conn: ConnId) -> None:
-        self._deadlines_moved = True
-        self._continue.pop(conn, None)
-        number = self._by_conn.pop(conn, None)
-        if number is None:
-            return
-        stream = self._streams.get(number)
-        if stream is not None and stream.conn == conn:
-            stream.conn = None
-            stream.close_at = None
-            stream.touched = self._now
-
-    def _flush(self, stream: StreamSlot, out: list[Command]) -> None:
-        """Send what the attached connection has not been given; close when complete."""
-        conn = stream.conn
-        if conn is None:
-            if stream.log.over_bound:
-                self._over.add(stream.number)
-            return
-        if stream.cursor < stream.log.last_seq:
-            for entry in stream.log.after(stream.cursor):
-                out.append(
-                    SendToClient(
-                        conn, format_event_id(self.epoch, stream.number, entry.seq), entry.payload
-                    )
-                )
-            stream.cursor = stream.log.last_seq
-            stream.sent_upto = max(stream.sent_upto, stream.cursor)
-            if stream.state is StreamState.COMPLETED:
-                stream.done_at = self._now
-        if stream.log.over_bound and stream.state is StreamState.LIVE:
-            # overflow: block, full of what the client was sent but never acknowledged:
-            # end the connection (retry:) so it reconnects with its Last-Event-ID.
-            self._over.add(stream.number)
-            self._detach(conn)
-            out.append(CloseClient(conn, self.settings.retry_ms))
-            out.append(LogNote("ack_solicited", {"stream": stream.number}))
-            return
-        if stream.state is StreamState.COMPLETED:
-            then = self._streams.get(self._continue.get(conn, -1))
-            self._detach(conn)
-            if then is None:
-                out.append(CloseClient(conn))
-            else:
-                # stream/resume: after the stream's end, the resume request's own answer.
-                self._attach(then, conn, out, prime=False)
 
     # ------------------------------------------------------------------ upstream side
     def _on_upstream(self, msg: Message, origin: int | None, out: list[Command]) -> None:
@@ -345,21 +300,22 @@ class Session(ExpiryMixin, ResumeMixin):
             return
         stream.pending.discard(upstream_id)
         if not stream.pending:
-            self._complete(stream, out)
+            self.complete(stream, out)
 
-    def _complete(self, stream: StreamSlot, out: list[Command]) -> None:
+    def complete(self, stream: StreamSlot, out: list[Command]) -> None:
+        """The stream's last message is logged: end it, answer the resumes waiting on it."""
         if stream.state is not StreamState.LIVE:
             return
-        self._deadlines_moved = True
+        self.schedule.moved = True
         if stream.stream_id is not None:
             end = jsonrpc.encode(seed.end_notification(stream.stream_id))
-            stream.log.append(self._stamped(stream, end))
+            stream.log.append(self.stamped(stream, end))
         stream.state = transition(stream.state, StreamEvent.COMPLETE)
         stream.done_at = self._now
         for number in stream.waiting:
-            self._answer_resume(number, jsonrpc.ok_response(None, {}))
+            self.resumer.answer_waiting(number, jsonrpc.ok_response(None, {}), self._now)
         stream.waiting.clear()
-        self._flush(stream, out)
+        self.delivery.flush(stream, self._now, out)
 
     def _route_unrelated(self, origin: int | None = None) -> int:
         """Rule 3: what came on a request's HTTP response goes to its stream; rule 4:
@@ -377,10 +333,10 @@ class Session(ExpiryMixin, ResumeMixin):
     def _append_bytes(self, number: int, payload: bytes, mark: Mark, out: list[Command]) -> None:
         """Log one message (``mark``: what a poll reports of it, from its parsed form)."""
         stream = self._streams[number]
-        stream.log.append(self._stamped(stream, payload), mark)
-        self._flush(stream, out)
+        stream.log.append(self.stamped(stream, payload), mark)
+        self.delivery.flush(stream, self._now, out)
 
-    def _stamped(self, stream: StreamSlot, payload: bytes) -> bytes:
+    def stamped(self, stream: StreamSlot, payload: bytes) -> bytes:
         """With ``streams.event_id_in_meta``: the id the payload gets, in its ``_meta``."""
         if stream.stream_id is None or not self.settings.event_id_in_meta:
             return payload
@@ -403,47 +359,60 @@ class Session(ExpiryMixin, ResumeMixin):
             self._append(pending.stream, error, out)
             self._finish_request(upstream_id, out)
 
+    # ------------------------------------------------------------------ time
+    def _on_tick(self, out: list[Command]) -> None:
+        now = self._now
+        for number in self.schedule.due(now):
+            stream = self._streams.get(number)
+            if stream is not None:
+                self._tick_stream(stream, now, out)
+        if self.closed:
+            if self._streams.keys() <= {STANDALONE} and not self.delivery.by_conn:
+                self._end("ended and nothing left to resume", out)
+        elif self.schedule.idle_expired(now):
+            self._end("idle timeout", out)
+
+    def _tick_stream(self, stream: StreamSlot, now: float, out: list[Command]) -> None:
+        """Carry out what is due on one stream at ``now``."""
+        if stream.create_at is not None and stream.create_at <= now:
+            if stream.state is StreamState.LIVE:
+                self.resumer.announce(stream, now, out)
+            stream.create_at = None
+        abandon_at = self.schedule.abandon_at(stream)
+        if abandon_at is not None and abandon_at <= now:
+            self.resumer.abandon(stream, now, out)
+            return
+        if stream.conn is not None and stream.close_at is not None and stream.close_at <= now:
+            # SEP-1699: end the response; the client polls back with Last-Event-ID.
+            conn = stream.conn
+            self.delivery.detach(conn, now)
+            out.append(CloseClient(conn, self.settings.retry_ms))
+            out.append(LogNote("stream_polling_close", {"stream": stream.number}))
+        expire_at = self.schedule.expire_at(stream)
+        if expire_at is not None and expire_at <= now:
+            self.drop_stream(stream)
+
+    def _after(self, out: list[Command]) -> None:
+        """After every event: hold the server back or let it go; re-arm the wake-up."""
+        if self.forgotten:
+            return
+        self.delivery.backpressure(out)
+        busy = bool(self.delivery.by_conn) or len(self._ids) > 0
+        wake = self.schedule.next_wake(self._now, busy=busy, closed=self.closed)
+        if wake is not None:
+            out.append(WakeAt(wake))
+
     # ------------------------------------------------------------------ lifetime
-    def _new_stream(self) -> StreamSlot:
+    def new_stream(self) -> StreamSlot:
         """A new request stream, room made by evicting a finished one; else ``Overloaded``."""
-        evict = self._room_for_stream()
+        evict = self._streams.room_for_new(self.settings.max_streams)
         if evict is not None:
-            self._drop_stream(evict)
-        return self._add_stream()
+            self.drop_stream(evict)
+        return self._streams.add(self.settings, self.budget, self._now)
 
-    def _add_stream(self) -> StreamSlot:
-        s = self.settings
-        number = self._next_stream
-        self._next_stream += 1
-        log = StreamLog(s.stream_max_events, s.stream_max_bytes, self.budget)
-        if s.overflow == "block":
-            # Keep every event the client has not acknowledged (by event id): a write to a
-            # connection proves nothing. (The standalone stream always truncates: no
-            # request waits on it, so it must never hold the server back.)
-            log.keep_after = 0
-        stream = StreamSlot(number, log, touched=self._now)
-        self._streams[number] = stream
-        return stream
-
-    def _room_for_stream(self) -> StreamSlot | None:
-        """Whether a stream may be added: None (there is room), the stream to evict first
-        (the oldest completed, unattached one), or ``Overloaded``. Changes nothing."""
-        if len(self._streams) <= self.settings.max_streams:  # the standalone is not counted
-            return None
-        for number, stream in self._streams.items():  # oldest first
-            if stream.state is StreamState.COMPLETED and stream.conn is None and number:
-                return stream
-        raise Overloaded(
-            f"Too many streams in this session (sessions.max_streams_per_session="
-            f"{self.settings.max_streams})",
-            reason="too_many_streams",
-        )
-
-    def _drop_stream(self, stream: StreamSlot) -> None:
+    def drop_stream(self, stream: StreamSlot) -> None:
         """Forget a stream and free its log (it can no longer be resumed)."""
-        stream.state = transition(stream.state, StreamEvent.EXPIRE)
-        stream.log.clear()
-        del self._streams[stream.number]
+        self._streams.drop(stream)
 
     def _close(self, reason: str, out: list[Command]) -> None:
         """No more requests; the upstream stops; completed streams stay resumable."""
@@ -452,7 +421,7 @@ class Session(ExpiryMixin, ResumeMixin):
         standalone = self._streams[STANDALONE]
         if standalone.conn is not None:
             out.append(CloseClient(standalone.conn))
-            self._detach(standalone.conn)
+            self.delivery.detach(standalone.conn, self._now)
         standalone.state = transition(standalone.state, StreamEvent.COMPLETE)
         standalone.done_at = self._now
         out.append(StopUpstream(reason))
@@ -473,9 +442,7 @@ class Session(ExpiryMixin, ResumeMixin):
             for upstream_id in self._ids.in_flight():
                 self._finish_request(upstream_id, out)
             self._close(reason, out)
-        for conn in list(self._by_conn):
-            self._detach(conn)
-            out.append(CloseClient(conn))
+        self.delivery.close_all(self._now, out)
         for stream in self._streams.values():
             stream.state = StreamState.EXPIRED
             stream.log.clear()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from proxy.core.errors import Overloaded
 from proxy.core.events import ConnId
-from proxy.core.stream import StreamLog, StreamState
+from proxy.core.stream import ByteBudget, StreamEvent, StreamLog, StreamState, transition
 
 STANDALONE = 0
 """Stream number of the session's standalone (GET) stream."""
@@ -14,7 +15,11 @@ STANDALONE = 0
 
 @dataclass(frozen=True, slots=True)
 class SessionSettings:
-    """The knobs a session needs; the runtime builds it from the config."""
+    """The knobs a session needs; the runtime builds it from the config.
+
+    These defaults are the configuration's too: :mod:`proxy.config` takes its defaults
+    from here, so change them here only.
+    """
 
     retry_ms: int = 1000
     max_stream_seconds: float | None = None
@@ -41,7 +46,7 @@ class SessionSettings:
 def _watched(name: str) -> property:
     """A slot attribute whose every write marks the stream for rescheduling.
 
-    The session keeps its streams' deadlines in a heap (:mod:`proxy.core.expiry`) and
+    The session keeps its streams' deadlines in a heap (:mod:`proxy.core.schedule`) and
     recomputes only the streams whose deadline inputs were written since the last event.
     """
     private = "_" + name
@@ -161,13 +166,15 @@ class StreamSlot:
 
 
 class StreamTable(dict[int, StreamSlot]):
-    """A session's streams by number; a stream put in it is watched by ``dirty``."""
+    """A session's streams by number, oldest first; a stream put in it is watched by
+    ``dirty``. It numbers new streams, makes room and forgets them."""
 
-    __slots__ = ("dirty",)
+    __slots__ = ("dirty", "next_number")
 
     def __init__(self) -> None:
         super().__init__()
         self.dirty: set[int] = set()  # streams whose deadlines must be recomputed
+        self.next_number = 1  # 0 is the standalone stream
 
     def __setitem__(self, number: int, stream: StreamSlot) -> None:
         stream.watch = self.dirty
@@ -177,3 +184,36 @@ class StreamTable(dict[int, StreamSlot]):
     def __delitem__(self, number: int) -> None:
         super().__delitem__(number)
         self.dirty.add(number)
+
+    def add(self, settings: SessionSettings, budget: ByteBudget, now: float) -> StreamSlot:
+        """A new request stream (call :meth:`room_for_new` first)."""
+        number = self.next_number
+        self.next_number += 1
+        log = StreamLog(settings.stream_max_events, settings.stream_max_bytes, budget)
+        if settings.overflow == "block":
+            # Keep every event the client has not acknowledged (by event id): a write to a
+            # connection proves nothing. (The standalone stream always truncates: no
+            # request waits on it, so it must never hold the server back.)
+            log.keep_after = 0
+        stream = StreamSlot(number, log, touched=now)
+        self[number] = stream
+        return stream
+
+    def room_for_new(self, max_streams: int) -> StreamSlot | None:
+        """Whether a stream may be added: None (there is room), the stream to evict first
+        (the oldest completed, unattached one), or ``Overloaded``. Changes nothing."""
+        if len(self) <= max_streams:  # the standalone stream is not counted
+            return None
+        for number, stream in self.items():  # oldest first
+            if stream.state is StreamState.COMPLETED and stream.conn is None and number:
+                return stream
+        raise Overloaded(
+            f"Too many streams in this session (sessions.max_streams_per_session={max_streams})",
+            reason="too_many_streams",
+        )
+
+    def drop(self, stream: StreamSlot) -> None:
+        """Forget a stream and free its log (it can no longer be resumed)."""
+        stream.state = transition(stream.state, StreamEvent.EXPIRE)
+        stream.log.clear()
+        del self[stream.number]

@@ -104,7 +104,7 @@ class SessionMachine(RuleBasedStateMachine):
             for n, x in s._streams.items()
         ]
         ids = sorted(s._ids._server.items())
-        return s.stream_numbers(), s.live_requests, dict(s._by_conn), ids, streams
+        return s.stream_numbers(), s.live_requests, dict(s.delivery.by_conn), ids, streams
 
     def _overloaded(self, exc: Overloaded, before: object) -> None:
         event("request refused: too many streams")

@@ -1,4 +1,4 @@
-"""Deadlines of a session (proxy/core/expiry.py): the heap, and that it changes nothing.
+"""Deadlines of a session (proxy/core/schedule.py): the heap, and that it changes nothing.
 
 The session keeps each stream's earliest deadline in a heap and recomputes only the
 streams an event wrote to. These tests hold it to the straightforward algorithm it
@@ -10,7 +10,7 @@ and the passing of time; and that an event no longer costs a look at every strea
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hypothesis import given, settings
@@ -29,7 +29,7 @@ from proxy.core.events import (
     UpstreamClosed,
     WakeAt,
 )
-from proxy.core.expiry import DeadlineHeap
+from proxy.core.schedule import DeadlineHeap, Schedule
 from proxy.core.session import Session
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot
 from proxy.core.stream import StreamState
@@ -80,25 +80,29 @@ def test_heap_agrees_with_a_plain_dict(ops: list[tuple[int, float | None]]) -> N
 # ---------------------------------------------------------------- the algorithm it replaced
 
 
+class ScanningSchedule(Schedule):
+    """The schedule as it was: every stream looked at after each event and on each tick."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session.settings, session._streams, session._now)
+        self._session = session
+
+    def due(self, now: float) -> Iterator[int]:
+        yield from list(self._session._streams)
+
+    def next_wake(self, now: float, *, busy: bool, closed: bool) -> float | None:
+        self._session._streams.dirty.clear()  # the scan needs no marks: only the flag counts
+        return super().next_wake(now, busy=busy, closed=closed)
+
+    def next_deadline(self, now: float, *, closed: bool) -> float | None:
+        return scanned_deadline(self._session)
+
+
 class ScanningSession(Session):
-    """The session as it was: every stream looked at after each event and on each tick."""
-
-    def _on_tick(self, out: list[Command]) -> None:
-        now = self._now
-        for stream in list(self._streams.values()):
-            self._tick_stream(stream, now, out)
-        if self.closed:
-            if all(s.number == STANDALONE for s in self._streams.values()) and not self._by_conn:
-                self._end("ended and nothing left to resume", out)
-        elif self._idle_since is not None and self._idle_since + self.settings.idle_timeout <= now:
-            self._end("idle timeout", out)
-
-    def _after(self, out: list[Command]) -> None:
-        self._dirty.clear()  # the scan needs no marks: only the deadline flag counts
-        super()._after(out)
-
-    def _next_deadline(self) -> float | None:
-        return scanned_deadline(self)
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.schedule = ScanningSchedule(self)
+        self.delivery._schedule = self.schedule
 
 
 def scanned_deadline(session: Session) -> float | None:
@@ -108,13 +112,14 @@ def scanned_deadline(session: Session) -> float | None:
             deadlines.append(stream.close_at)
         if stream.create_at is not None and stream.state is StreamState.LIVE:
             deadlines.append(stream.create_at)
-        for at in (session._abandon_at(stream), session._expire_at(stream)):
+        for at in (session.schedule.abandon_at(stream), session.schedule.expire_at(stream)):
             if at is not None:
                 deadlines.append(at)
     if session.closed and not deadlines:
         deadlines.append(session._now)
-    if session._idle_since is not None and not session.closed:
-        deadlines.append(session._idle_since + session.settings.idle_timeout)
+    idle_since = session.schedule.idle_since
+    if idle_since is not None and not session.closed:
+        deadlines.append(idle_since + session.settings.idle_timeout)
     return min(deadlines) if deadlines else None
 
 
@@ -212,7 +217,7 @@ class Driver:
         return self.step(lambda: self.pb.post(self.pb.conn(), cancel))
 
     def tick(self, dt: float, to_wake: bool) -> list[Command] | str:
-        wake = self.pb.session._wake
+        wake = self.pb.session.schedule.wake
         if to_wake and wake is not None and wake >= self.pb.now:
             dt = wake - self.pb.now  # exactly on a deadline
         return self.step(lambda: self.pb.tick(dt))
@@ -302,7 +307,7 @@ def test_same_commands_as_scanning_every_stream(
         session = heap.pb.session
         if not session.forgotten:
             # What the runtime's timer is set to is what a scan of every stream gives.
-            assert session._wake == scanned_deadline(session), f"step {i} {action}"
+            assert session.schedule.wake == scanned_deadline(session), f"step {i} {action}"
 
 
 def test_wake_ups_that_come_due_mid_tick_run_in_the_same_tick() -> None:
@@ -345,12 +350,19 @@ def test_a_poll_alone_moves_the_abandonment_of_the_stream_it_names() -> None:
 # ---------------------------------------------------------------- the cost of an event
 
 
-class CountingSession(Session):
+class CountingSchedule(Schedule):
     looked_at = 0
 
-    def _stream_deadline(self, stream: StreamSlot) -> float | None:
-        CountingSession.looked_at += 1
-        return super()._stream_deadline(stream)
+    def deadline_of(self, stream: StreamSlot) -> float | None:
+        CountingSchedule.looked_at += 1
+        return super().deadline_of(stream)
+
+
+class CountingSession(Session):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.schedule = CountingSchedule(self.settings, self._streams, self._now)
+        self.delivery._schedule = self.schedule
 
 
 def test_a_call_looks_at_its_own_stream_not_at_every_retained_one() -> None:
@@ -361,27 +373,28 @@ def test_a_call_looks_at_its_own_stream_not_at_every_retained_one() -> None:
         out = pb.post(pb.conn(), req(i + 10, "tools/call", {"name": "echo"}))
         pb.upstream(ok(upstream_sent(out)[0]["id"]))
     assert len(pb.session.stream_numbers()) == 2002
-    CountingSession.looked_at = 0
+    CountingSchedule.looked_at = 0
     conn = pb.conn()
     out = pb.post(conn, req("last", "tools/call", {"name": "echo"}))
     pb.upstream(ok(upstream_sent(out)[0]["id"]))
     pb.feed(ClientDetached(conn))
-    assert CountingSession.looked_at <= 6  # a scan would look at 2,002 streams 3 times
+    assert CountingSchedule.looked_at <= 6  # a scan would look at 2,002 streams 3 times
     wakes = [c for c in pb.log if isinstance(c, WakeAt)]
     assert wakes  # the first retained stream's expiry is armed, and stays the earliest
     pb.log.clear()
     out = pb.tick(121.0)  # every retained stream expires at once, in one tick
     assert pb.session.stream_numbers() == [STANDALONE]
-    assert pb.session._deadlines.earliest() is None
+    assert pb.session.schedule.deadlines.earliest() is None
     assert isinstance(out[-1], WakeAt)  # only the idle timeout is left
-    assert out[-1].at == pb.session._idle_since + pb.settings.idle_timeout
+    idle_since = pb.session.schedule.idle_since
+    assert idle_since is not None and out[-1].at == idle_since + pb.settings.idle_timeout
 
 
 def test_every_deadline_input_write_marks_its_stream() -> None:
     pb = Playbook()
     pb.initialize()
     stream = pb.session._streams[STANDALONE]
-    pb.session._dirty.clear()
+    pb.session._streams.dirty.clear()
     for name, value in [
         ("conn", ConnId(7)),
         ("state", StreamState.COMPLETED),
@@ -392,12 +405,12 @@ def test_every_deadline_input_write_marks_its_stream() -> None:
     ]:
         setattr(stream, name, value)
         assert getattr(stream, name) == value
-        assert pb.session._dirty == {STANDALONE}, name
-        pb.session._dirty.clear()
+        assert pb.session._streams.dirty == {STANDALONE}, name
+        pb.session._streams.dirty.clear()
     stream.cursor = 5  # not a deadline input
-    assert not pb.session._dirty
+    assert not pb.session._streams.dirty
     # A heap entry for a stream that is gone never wakes anyone.
-    pb.session._deadlines.set(99, 0.0)
-    pb.session._dirty.add(99)
-    pb.session._reschedule()
-    assert 99 not in pb.session._deadlines._due
+    pb.session.schedule.deadlines.set(99, 0.0)
+    pb.session._streams.dirty.add(99)
+    pb.session.schedule.reschedule()
+    assert 99 not in pb.session.schedule.deadlines
