@@ -16,8 +16,8 @@ from aiohttp import web
 
 from proxy import __version__
 from proxy.config import Config, ConfigError, config_from_mapping, load_config, override
+from proxy.downstream.app import build_app
 from proxy.downstream.guard import ConnectionGuard
-from proxy.downstream.http import build_app
 from proxy.logs import configure_logging
 from proxy.runtime import Registry
 

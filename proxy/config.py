@@ -1,7 +1,10 @@
 """YAML → typed, validated configuration. Every error names the key path.
 
 The schema is the dataclasses below; ``config/*.yaml`` are annotated examples. Unknown
-keys and wrong types are refused at start (``ConfigError``), never silently ignored.
+keys, wrong types and values out of bounds are refused at start (``ConfigError``), never
+silently ignored. A key's bounds are on its field, ``Annotated[float, Positive]``: every
+number has one (``tests/test_config.py`` checks). The session's knobs take their defaults
+from :class:`~proxy.core.session.SessionSettings`, so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 
@@ -29,9 +32,47 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
+class Bound:
+    """The values a number key may take: ``Annotated[int, Bound(...)]`` on its field."""
+
+    low: float
+    high: float | None = None  # None: no upper bound
+    low_allowed: bool = True  # False: values must exceed ``low``
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is out of bounds (the message after the key path), or None."""
+        if self.high is not None and not self.low <= value <= self.high:
+            return f"must be {self.low:g}..{self.high:g}, got {value!r}"
+        if not self.low_allowed and value <= self.low:
+            return f"must be greater than {self.low:g}, got {value!r}"
+        if value < self.low:
+            at_least = "not be negative" if self.low == 0 else f"be at least {self.low:g}"
+            return f"must {at_least}, got {value!r}"
+        return None
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """The values a string key may take: ``Annotated[str, OneOf(...)]`` on its field."""
+
+    choices: tuple[str, ...]
+
+    def problem(self, value: str) -> str | None:
+        return None if value in self.choices else f"must be one of {', '.join(self.choices)}"
+
+
+Positive = Bound(0, low_allowed=False)
+NonNegative = Bound(0)
+
+# The session's knobs: their defaults are the core's (proxy/core/session_state.py).
+_CORE = SessionSettings()
+
+
+@dataclass(frozen=True)
 class ListenConfig:
     host: str = "127.0.0.1"
-    port: int = 8808  # 0: any free port (the bound one is logged: proxy_listening)
+    # 0: any free port (the bound one is logged: proxy_listening).
+    port: Annotated[int, Bound(0, 65535)] = 8808
     path: str = "/mcp"
     # DNS-rebinding guards (2025-11-25 transports §Security). Add the names clients use
     # when you bind beyond loopback; "*" turns a check off.
@@ -41,14 +82,14 @@ class ListenConfig:
     # headers must be complete this long after its first byte (or after the connection
     # opened); its body this long after its headers (else 408, connection closed).
     # Responses (SSE streams) are never cut by these; idle keep-alive is not timed here.
-    header_timeout_seconds: float = 10.0
-    body_timeout_seconds: float = 30.0
+    header_timeout_seconds: Annotated[float, Positive] = 10.0
+    body_timeout_seconds: Annotated[float, Positive] = 30.0
     # POST bodies being received, all connections together; a POST that would pass it
     # gets 503 (too_many_body_bytes) before its body is read.
-    max_inflight_body_bytes: int = 64 * 1024 * 1024
+    max_inflight_body_bytes: Annotated[int, Positive] = 64 * 1024 * 1024
     # Open client connections; beyond it a new one gets 503 (too_many_connections) and
     # is closed, while open ones go on.
-    max_connections: int = 1024
+    max_connections: Annotated[int, Positive] = 1024
 
 
 UPSTREAM_TRANSPORTS = ("auto", "stdio", "streamable-http", "sse", "websocket")
@@ -62,21 +103,22 @@ class UpstreamConfig:
     url: str | None = None
     # auto: ws:// and wss:// are WebSocket, a path ending in /sse is the 2024-11-05
     # HTTP+SSE transport, anything else Streamable HTTP.
-    transport: str = "auto"
+    transport: Annotated[str, OneOf(UPSTREAM_TRANSPORTS)] = "auto"
     # Sent with every request to a URL upstream (e.g. Authorization). "${NAME}" in a value
     # is replaced by the environment variable NAME at start; never logged.
     headers: dict[str, str] = field(default_factory=dict)
-    connect_timeout_seconds: float = 10.0
+    connect_timeout_seconds: Annotated[float, Positive] = 10.0
     # A network upstream that stays unreachable this long ends its client sessions.
-    reconnect_max_seconds: float = 30.0
+    reconnect_max_seconds: Annotated[float, Positive] = 30.0
     env: dict[str, str] = field(default_factory=dict)
     inherit_env: bool = True
     cwd: str | None = None
-    stop_grace_seconds: float = 5.0
-    max_line_bytes: int = 16 * 1024 * 1024
+    # Stdin closed, then SIGTERM to the process group, then SIGKILL (0: at once).
+    stop_grace_seconds: Annotated[float, NonNegative] = 5.0
+    max_line_bytes: Annotated[int, Positive] = 16 * 1024 * 1024
     # A server that stops reading its stdin: past this many bytes waiting for it, new
     # POSTs of the session get 503 (upstream_busy) instead of piling up in memory.
-    max_pending_bytes: int = 16 * 1024 * 1024
+    max_pending_bytes: Annotated[int, Positive] = 16 * 1024 * 1024
 
     @property
     def kind(self) -> str:
@@ -106,58 +148,61 @@ class UpstreamConfig:
 
 @dataclass(frozen=True)
 class SseConfig:
-    keepalive_seconds: float = 15.0
-    retry_ms: int = 1000
+    keepalive_seconds: Annotated[float, Positive] = 15.0
+    retry_ms: Annotated[int, Positive] = _CORE.retry_ms
     # Close response streams after this long so 2025-11-25 clients poll-reconnect
     # (SEP-1699). null: keep them open until the response.
-    max_stream_seconds: float | None = None
+    max_stream_seconds: Annotated[float | None, Positive] = _CORE.max_stream_seconds
     # A client that lets more than this wait unread loses its connection (not its
     # stream): it resumes with Last-Event-ID. Bounds the memory a slow reader can cost.
-    max_queued_bytes: int = 4 * 1024 * 1024
+    max_queued_bytes: Annotated[int, Positive] = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class SessionsConfig:
-    idle_timeout_seconds: float = 600.0
-    completed_retention_seconds: float = 120.0
-    max_message_bytes: int = 4 * 1024 * 1024
-    stream_max_events: int = 100_000
-    stream_max_bytes: int = 64 * 1024 * 1024
-    standalone_max_events: int = 1000
-    max_sessions: int = 256  # a new initialize beyond this gets 503
-    max_streams_per_session: int = 1000
-    max_buffered_bytes: int = 1024 * 1024 * 1024  # all streams of all sessions
+    idle_timeout_seconds: Annotated[float, Positive] = _CORE.idle_timeout
+    # 0: a completed stream nobody is reading is forgotten at once.
+    completed_retention_seconds: Annotated[float, NonNegative] = _CORE.completed_retention
+    max_message_bytes: Annotated[int, Positive] = 4 * 1024 * 1024
+    stream_max_events: Annotated[int, Positive] = _CORE.stream_max_events
+    stream_max_bytes: Annotated[int, Positive] = _CORE.stream_max_bytes
+    standalone_max_events: Annotated[int, Positive] = _CORE.standalone_max_events
+    max_sessions: Annotated[int, Positive] = 256  # a new initialize beyond this gets 503
+    max_streams_per_session: Annotated[int, Positive] = _CORE.max_streams
+    max_buffered_bytes: Annotated[int, Positive] = 1024**3  # all streams of all sessions
     # Past a stream's bound: "block" stops reading the server until a client takes what
     # it was never sent (nothing lost); "truncate" drops the oldest events instead.
-    overflow: str = "block"
+    overflow: Annotated[str, OneOf(("block", "truncate"))] = _CORE.overflow
 
 
 @dataclass(frozen=True)
 class ResumeIntervalConfig:
-    min: float = 1.0  # seconds a client SHOULD wait before resuming or polling
-    max: float = 3600.0  # seconds without resume or poll before a stream is abandoned
+    # Seconds a client SHOULD wait before resuming or polling.
+    min: Annotated[float, NonNegative] = _CORE.resume_interval_min
+    # Seconds without resume or poll before a stream is abandoned.
+    max: Annotated[float, Positive] = _CORE.resume_interval_max
 
 
 @dataclass(frozen=True)
 class StreamsConfig:
     """The seed's stream protocol, for clients that declare ``capabilities.streams``."""
 
-    methods: list[str] = field(default_factory=lambda: ["tools/call"])
-    create_after_ms: int = 0
+    methods: list[str] = field(default_factory=lambda: list(_CORE.stream_methods))
+    create_after_ms: Annotated[int, NonNegative] = round(_CORE.create_after * 1000)
     resume_interval: ResumeIntervalConfig = field(default_factory=ResumeIntervalConfig)
-    notification_shape: str = "nested"
-    detach_after_create: bool = False
+    notification_shape: Annotated[str, OneOf(("nested", "flat"))] = _CORE.notification_shape
+    detach_after_create: bool = _CORE.detach_after_create
     # Put each message's event id in _meta["io.github.mcp-resume-proxy/eventId"] (opt-in;
     # for transports without SSE ids, where it is what lastEventId names).
-    event_id_in_meta: bool = False
+    event_id_in_meta: bool = _CORE.event_id_in_meta
     # HMAC key for resume tokens; else MCP_RESUME_PROXY_TOKEN_SECRET; else random per start.
     token_secret: str | None = None
 
 
 @dataclass(frozen=True)
 class LogConfig:
-    format: str = "console"
-    level: str = "info"
+    format: Annotated[str, OneOf(("console", "json"))] = "console"
+    level: Annotated[str, OneOf(("debug", "info", "warning", "error"))] = "info"
 
 
 @dataclass(frozen=True)
@@ -193,45 +238,20 @@ class Config:
         )
 
 
-_CHOICES = {
-    "log.format": ("console", "json"),
-    "log.level": ("debug", "info", "warning", "error"),
-    "streams.notification_shape": ("nested", "flat"),
-    "sessions.overflow": ("block", "truncate"),
-    "upstream.transport": UPSTREAM_TRANSPORTS,
-}
-_NON_NEGATIVE = {"listen.port", "streams.create_after_ms", "streams.resume_interval.min"}
-_POSITIVE = {
-    "listen.header_timeout_seconds",
-    "listen.body_timeout_seconds",
-    "listen.max_inflight_body_bytes",
-    "listen.max_connections",
-    "sse.keepalive_seconds",
-    "sse.retry_ms",
-    "sse.max_stream_seconds",
-    "sse.max_queued_bytes",
-    "sessions.idle_timeout_seconds",
-    "sessions.max_message_bytes",
-    "sessions.stream_max_events",
-    "sessions.stream_max_bytes",
-    "sessions.standalone_max_events",
-    "sessions.max_sessions",
-    "sessions.max_streams_per_session",
-    "sessions.max_buffered_bytes",
-    "upstream.max_line_bytes",
-    "upstream.max_pending_bytes",
-    "upstream.connect_timeout_seconds",
-    "upstream.reconnect_max_seconds",
-    "streams.resume_interval.max",
-}
-
-
 def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
 def _convert(path: str, tp: Any, value: Any) -> Any:
     origin = typing.get_origin(tp)
+    if origin is Annotated:  # a type with its bounds: Annotated[float, Positive]
+        inner, *rules = typing.get_args(tp)
+        converted = _convert(path, inner, value)
+        for rule in rules:
+            problem = None if converted is None else rule.problem(converted)
+            if problem is not None:
+                raise ConfigError(f"{path}: {problem}")
+        return converted
     if origin in (types.UnionType, typing.Union):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
@@ -274,28 +294,19 @@ def _build(prefix: str, cls: Any, data: Any) -> Any:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {_describe(data)}")
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
             raise ConfigError(f"{path}: unknown key (known here: {', '.join(names)})")
-        converted = _convert(path, hints[key], value)
-        if path in _CHOICES and converted not in _CHOICES[path]:
-            raise ConfigError(f"{path}: must be one of {', '.join(_CHOICES[path])}")
-        if path in _POSITIVE and converted is not None and converted <= 0:
-            raise ConfigError(f"{path}: must be greater than 0, got {converted!r}")
-        if path in _NON_NEGATIVE and converted < 0:
-            raise ConfigError(f"{path}: must not be negative, got {converted!r}")
-        kwargs[key] = converted
+        kwargs[key] = _convert(path, hints[key], value)
     return cls(**kwargs)
 
 
 def config_from_mapping(data: Any) -> Config:
     config: Config = _build("", Config, data)
-    if not 0 <= config.listen.port < 65536:
-        raise ConfigError(f"listen.port: must be 0..65535, got {config.listen.port}")
     interval = config.streams.resume_interval
     if interval.min > interval.max:
         raise ConfigError(

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import dataclasses
+import typing
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, Any
 
 import pytest
+import yaml
 
 from proxy.cli import build_parser, resolve_config
-from proxy.config import Config, ConfigError, config_from_mapping, load_config
+from proxy.config import Bound, Config, ConfigError, config_from_mapping, load_config
+from proxy.core.session import SessionSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,8 +27,8 @@ def test_examples_load() -> None:
         ({"sse": {"keepalive": 3}}, "sse.keepalive: unknown key"),
         ({"nope": 1}, "nope: unknown key"),
         ({"listen": {"port": "x"}}, "listen.port: expected an integer"),
-        ({"listen": {"port": -1}}, "listen.port: must not be negative"),
-        ({"listen": {"port": 65536}}, "listen.port: must be 0..65535"),
+        ({"listen": {"port": -1}}, "listen.port: must be 0..65535, got -1"),
+        ({"listen": {"port": 65536}}, "listen.port: must be 0..65535, got 65536"),
         ({"upstream": {"command": "python x.py"}}, "upstream.command: expected a list"),
         ({"upstream": {"env": {"A": [1]}}}, "upstream.env.A: expected a string"),
         ({"log": {"format": "xml"}}, "log.format: must be one of"),
@@ -39,12 +45,109 @@ def test_examples_load() -> None:
         ({"upstream": {"transport": "sse"}}, "upstream.transport: sse needs upstream.url"),
         ({"upstream": {"transport": "grpc"}}, "upstream.transport: must be one of"),
         ({"listen": {"path": "/ws"}}, "listen.path: /ws is taken"),
+        ({"sse": {"max_stream_seconds": 0}}, "sse.max_stream_seconds: must be greater than 0"),
+        ({"sessions": {"overflow": "drop"}}, "sessions.overflow: must be one of block, truncate"),
+        # Once accepted: a negative grace or retention is a slip (0 is "at once").
+        (
+            {"sessions": {"completed_retention_seconds": -1}},
+            "sessions.completed_retention_seconds: must not be negative, got -1.0",
+        ),
+        (
+            {"upstream": {"stop_grace_seconds": -0.5}},
+            "upstream.stop_grace_seconds: must not be negative, got -0.5",
+        ),
     ],
 )
 def test_errors_name_the_key_path(data: object, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         config_from_mapping(data)
     assert str(info.value).startswith(message), str(info.value)
+
+
+def test_zero_is_allowed_where_it_means_at_once() -> None:
+    cfg = config_from_mapping(
+        {"sessions": {"completed_retention_seconds": 0}, "upstream": {"stop_grace_seconds": 0}}
+    )
+    assert cfg.sessions.completed_retention_seconds == 0.0
+    assert cfg.upstream.stop_grace_seconds == 0.0
+
+
+def _keys(cls: Any, prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """Every leaf key of the schema: (path, annotated type, default)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}{f.name}"
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            yield from _keys(tp, f"{path}.")
+        else:
+            default = f.default_factory() if callable(f.default_factory) else f.default
+            yield path, tp, default
+
+
+def _is_number(tp: Any) -> bool:
+    if typing.get_origin(tp) is Annotated:
+        return _is_number(typing.get_args(tp)[0])
+    args = typing.get_args(tp)
+    if args and type(None) in args:
+        return any(_is_number(a) for a in args if a is not type(None))
+    return tp in (int, float)
+
+
+def _bound(tp: Any) -> Bound | None:
+    rules = typing.get_args(tp)[1:] if typing.get_origin(tp) is Annotated else ()
+    return next((r for r in rules if isinstance(r, Bound)), None)
+
+
+NUMBER_KEYS = [(path, tp) for path, tp, _ in _keys(Config) if _is_number(tp)]
+
+
+@pytest.mark.parametrize(("path", "tp"), NUMBER_KEYS, ids=[p for p, _ in NUMBER_KEYS])
+def test_every_number_has_a_bound_on_its_field(path: str, tp: Any) -> None:
+    bound = _bound(tp)
+    assert bound is not None, f"{path}: give it Annotated[..., Positive / NonNegative / Bound]"
+    # Just below the lower bound is refused, naming the key path.
+    below = bound.low if not bound.low_allowed else bound.low - 1
+    *sections, key = path.split(".")
+    data: dict[str, Any] = {key: below}
+    for section in reversed(sections):
+        data = {section: data}
+    with pytest.raises(ConfigError, match=rf"^{path}: must "):
+        config_from_mapping(data)
+
+
+def test_the_defaults_are_valid() -> None:
+    assert config_from_mapping(dataclasses.asdict(Config())) == Config()
+
+
+def test_the_session_defaults_are_the_cores() -> None:
+    secret = b"s" * 32
+    assert Config().session_settings(secret) == SessionSettings(token_secret=secret)
+
+
+def test_local_stdio_example_lists_every_key_with_its_default() -> None:
+    """config/local-stdio.yaml says it shows every key with its default: keep it so."""
+    path = ROOT / "config" / "local-stdio.yaml"
+    raw = yaml.safe_load(path.read_text())
+    loaded = load_config(path)
+    missing, differing = [], []
+    for key, _, default in _keys(Config):
+        node: Any = raw
+        for part in key.split("."):
+            node = node.get(part, KeyError) if isinstance(node, dict) else KeyError
+        if node is KeyError:
+            missing.append(key)
+            continue
+        value: Any = loaded
+        for part in key.split("."):
+            value = getattr(value, part)
+        # upstream.command is the one key the example must set: its server to run.
+        if key != "upstream.command" and value != default:
+            differing.append(f"{key}: {value!r} (default {default!r})")
+    assert not missing and not differing, (
+        f"{path.name}: lacks {', '.join(missing) or 'nothing'}; "
+        f"differs from the defaults: {'; '.join(differing) or 'nowhere'}"
+    )
 
 
 def test_cli_flags_override_the_file(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ _LINGER_SECONDS = 1.0
 
 
 def raw_error_response(error: ProxyError) -> bytes:
-    """:func:`proxy.downstream.http.error_response` as bytes, for when there is no request
+    """:func:`proxy.downstream.wire.error_response` as bytes, for when there is no request
     to answer (aiohttp has not parsed one): the same status and JSON-RPC body, then close."""
     body = json.dumps(error.to_jsonrpc()).encode()
     head = (

@@ -2,7 +2,8 @@
 
 This layer reads requests, applies the header rules of :mod:`proxy.core.httprules`, feeds
 the session and writes out what the session queued for the connection. Errors become wire
-form here and only here (:func:`error_response`).
+form here and only here (:func:`proxy.downstream.wire.error_response`). The application
+that serves this endpoint beside ``/ws`` and ``/healthz`` is :mod:`proxy.downstream.app`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import contextlib
 import structlog
 from aiohttp import web
 
-from proxy import __version__
 from proxy.config import Config
 from proxy.core import httprules, jsonrpc
 from proxy.core.errors import (
@@ -29,12 +29,10 @@ from proxy.core.events import ClientGet, ClientPost
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.sse import encode_comment, encode_retry
 from proxy.downstream.guard import BodyBudget, read_body
+from proxy.downstream.wire import SESSION_HEADER, error_response
 from proxy.runtime import ClientConn, CloseMarker, Registry, SessionRunner
 
 log = structlog.get_logger("proxy.http")
-
-SESSION_HEADER = "Mcp-Session-Id"
-REGISTRY_KEY = web.AppKey("registry", Registry)
 
 _METHODS = "GET, POST, DELETE"
 _PREFLIGHT = {
@@ -47,11 +45,6 @@ _PREFLIGHT = {
 
 # How often a writer checks that its client is still there while nothing is queued.
 _LIVENESS_SECONDS = 1.0
-
-
-def error_response(error: ProxyError, headers: dict[str, str] | None = None) -> web.Response:
-    """The one place a :class:`ProxyError` becomes HTTP: its status and a JSON-RPC body."""
-    return web.json_response(error.to_jsonrpc(), status=error.http_status, headers=headers)
 
 
 class StreamableHttp:
@@ -247,66 +240,3 @@ class StreamableHttp:
         finally:
             runner.conn_gone(conn)
         return response
-
-
-async def _health(request: web.Request) -> web.Response:
-    """The proxy process: 200 while it serves, 503 ("stopping") once it shuts down.
-
-    The upstream's state (``ok`` / ``failing``, ``last_error``) is in the body only: one
-    crashed server process must not get a proxy whose other sessions work killed by its
-    orchestrator. Host and Origin are checked as on ``/mcp`` (DNS rebinding).
-    """
-    registry = request.app[REGISTRY_KEY]
-    listen = registry.config.listen
-    try:
-        httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
-        httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
-    except ProxyError as exc:
-        log.info("request_refused", path=request.path, status=exc.http_status, reason=exc.reason)
-        return error_response(exc)
-    upstream = registry.health.as_dict()
-    ok = registry.accepting
-    return web.json_response(
-        {
-            "status": "ok" if ok else "stopping",
-            "version": __version__,
-            "sessions": len(registry),
-            "buffered_bytes": registry.budget.used,
-            "upstream": {"transport": registry.config.upstream.kind, **upstream},
-        },
-        status=200 if ok else 503,
-    )
-
-
-def _cors_for(config: Config):  # type: ignore[no-untyped-def]
-    """Browser clients (e.g. an inspector on localhost) may read responses of allowed origins."""
-
-    async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
-        origin = request.headers.get("Origin")
-        if not origin or request.path != config.listen.path:
-            return
-        try:
-            httprules.check_origin(origin, config.listen.allowed_origins)
-        except ProxyError:
-            return
-        response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Access-Control-Expose-Headers"] = SESSION_HEADER
-        response.headers.add("Vary", "Origin")
-
-    return add_cors_headers
-
-
-def build_app(config: Config, registry: Registry) -> web.Application:
-    app = web.Application(client_max_size=config.sessions.max_message_bytes)
-    app.on_response_prepare.append(_cors_for(config))
-    app[REGISTRY_KEY] = registry
-    endpoint = StreamableHttp(config, registry)
-    app.router.add_route("*", config.listen.path, endpoint.handle)
-    # MCP over WebSocket (D2 over WebSocket). Imported here: that module builds on this one.
-    from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
-
-    sockets = WebSocketEndpoint(config, registry)
-    app.router.add_route("*", WS_PATH, sockets.handle)
-    app.on_shutdown.append(sockets.close_all)  # open sockets get 1001 Going Away
-    app.router.add_get("/healthz", _health)
-    return app

@@ -1,7 +1,8 @@
 """MCP over WebSocket for clients, at ``/ws`` (DESIGN.md "D2 over WebSocket"; issue 5).
 
 The sessions, logs and limits of Streamable HTTP (:mod:`proxy.downstream.http`); only
-the framing differs.
+the framing differs. This module accepts or refuses the upgrade; each socket is then
+served by :class:`proxy.downstream.ws_socket.ClientSocket`.
 
 - **Upgrade.** ``GET /ws``, subprotocol ``mcp`` (chosen when offered; a client offering
   none is served too). ``Host`` / ``Origin`` are checked as on ``/mcp`` before the upgrade
@@ -41,71 +42,31 @@ the framing differs.
 from __future__ import annotations
 
 import asyncio
-import json
-from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, web
 
 from proxy.config import Config
-from proxy.core import httprules, jsonrpc, seed
-from proxy.core.errors import (
-    BadRequest,
-    Conflict,
-    InvalidMessage,
-    MethodNotAllowed,
-    Overloaded,
-    ProxyError,
-    ResumeError,
-    SessionNotFound,
-)
-from proxy.core.eventid import format_event_id, parse_event_id
-from proxy.core.events import ClientGet, ClientPost
-from proxy.core.jsonrpc import Kind, Message
-from proxy.downstream.http import SESSION_HEADER, error_response
-from proxy.runtime import ClientConn, CloseMarker, Frame, Registry, SessionRunner
+from proxy.core import httprules
+from proxy.core.errors import BadRequest, MethodNotAllowed, ProxyError, SessionNotFound
+from proxy.downstream.wire import SESSION_HEADER, error_response
+from proxy.downstream.ws_socket import CLOSE_SESSION_NOT_FOUND, SESSION_META, ClientSocket
+from proxy.runtime import Registry, SessionRunner
+
+__all__ = [
+    "CLOSE_SESSION_NOT_FOUND",
+    "SESSION_META",
+    "SESSION_QUERY",
+    "SUBPROTOCOL",
+    "WS_PATH",
+    "WebSocketEndpoint",
+]
 
 log = structlog.get_logger("proxy.ws")
 
 WS_PATH = "/ws"
 SUBPROTOCOL = "mcp"
 SESSION_QUERY = "mcp-session-id"
-SESSION_META = "io.github.mcp-resume-proxy/sessionId"
-CLOSE_SESSION_NOT_FOUND = 4404  # application close codes are 4000-4999 (RFC 6455 §7.4.2)
-_CLOSE_WAIT_SECONDS = 10.0
-
-
-def _open(runner: SessionRunner) -> ClientConn:
-    return runner.open_conn(framing="message")
-
-
-def _before(event_id: str) -> str:
-    """The position just before the event ``event_id`` (to resume from)."""
-    pos = parse_event_id(event_id)
-    return format_event_id(pos.epoch, pos.stream, max(0, pos.seq - 1))
-
-
-@dataclass(eq=False)
-class _Virtual:
-    """One virtual connection of a socket, across its re-attachments."""
-
-    runner: SessionRunner
-    conn: ClientConn
-    request_ids: list[Any] = field(default_factory=list)
-    resume: Message | None = None  # the stream/resume this connection serves
-    init_id: Any = None  # the initialize request whose result gets the session id
-    standalone: bool = False
-    written: str | None = None  # event id of the last frame written on ``conn``
-    attached_from: str | None = None  # the position ``conn`` was attached from
-
-    def position(self) -> str | None:
-        """Where the client is on this connection's streams: resume from here."""
-        if self.written is not None:
-            return self.written
-        if self.conn.first_event_id is not None:
-            return _before(self.conn.first_event_id)
-        return self.conn.last_event_id or self.attached_from  # a priming id, or the last
 
 
 class WebSocketEndpoint:
@@ -114,8 +75,8 @@ class WebSocketEndpoint:
     def __init__(self, config: Config, registry: Registry) -> None:
         self.config = config
         self.registry = registry
-        self.sockets: set[_Socket] = set()
-        self.standalone_holders: dict[str, _Socket] = {}  # session id → socket
+        self.sockets: set[ClientSocket] = set()
+        self.standalone_holders: dict[str, ClientSocket] = {}  # session id → socket
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         listen = self.config.listen
@@ -156,7 +117,13 @@ class WebSocketEndpoint:
             log.info("ws_session_not_found")
             await ws.close(code=CLOSE_SESSION_NOT_FOUND, message=b"Session not found")
             return ws
-        socket = _Socket(self, ws, runner)
+        socket = ClientSocket(
+            ws,
+            runner,
+            config=self.config,
+            registry=self.registry,
+            standalone_holders=self.standalone_holders,
+        )
         self.sockets.add(socket)
         try:
             await socket.serve()
@@ -171,263 +138,3 @@ class WebSocketEndpoint:
             for s in self.sockets
         ]
         await asyncio.gather(*going, return_exceptions=True)
-
-
-class _Socket:
-    """One client socket: its session (once known), its virtual connections, its tasks."""
-
-    def __init__(
-        self, endpoint: WebSocketEndpoint, ws: web.WebSocketResponse, runner: SessionRunner | None
-    ) -> None:
-        self.endpoint = endpoint
-        self.ws = ws
-        self.runner = runner
-        self.log = log.bind(session=runner.session_id[:8] if runner else None)
-        self._send_lock = asyncio.Lock()
-        self._pumps: set[asyncio.Task[None]] = set()  # one per request's virtual connection
-        self._standalone: tuple[_Virtual, asyncio.Task[None]] | None = None
-        self._closer: asyncio.Task[None] | None = None
-
-    # ------------------------------------------------------------------ reading
-    async def serve(self) -> None:
-        self.log.info("ws_opened", protocol=self.ws.ws_protocol, resumed=self.runner is not None)
-        try:
-            if self.runner is not None:
-                self._attach_standalone()
-            async for frame in self.ws:
-                if frame.type is WSMsgType.TEXT:
-                    await self._on_text(frame.data)
-                elif frame.type is WSMsgType.BINARY:
-                    await self._refuse(InvalidMessage("Invalid Request: use text frames"))
-                elif frame.type is WSMsgType.ERROR:  # e.g. 1009: aiohttp closed it already
-                    self.log.info("ws_error", error=repr(frame.data))
-                    break
-        except ConnectionError as exc:  # writing a refusal to a socket that went away
-            self.log.debug("client_gone", error=repr(exc))
-        finally:
-            await self._teardown()
-
-    async def _on_text(self, data: str) -> None:
-        messages: list[Message] = []
-        batch = False
-        try:
-            messages, batch = jsonrpc.parse_body(data.encode())
-            await self._client_messages(messages, batch)
-        except ProxyError as exc:
-            # Answer a lone request's refusal with its id (JSON-RPC 2.0 §5).
-            lone = messages[0] if len(messages) == 1 and not batch else None
-            if exc.request_id is None and lone is not None and lone.kind is Kind.REQUEST:
-                exc.request_id = lone.id
-            await self._refuse(exc)
-
-    async def _refuse(self, exc: ProxyError) -> None:
-        self.log.info(
-            "ws_frame_refused", code=exc.jsonrpc_code, reason=exc.reason, error=exc.message
-        )
-        await self._send(jsonrpc.encode(exc.to_jsonrpc()))
-        if isinstance(exc, SessionNotFound) and self.runner is not None:
-            self._session_over()
-
-    async def _client_messages(self, messages: list[Message], batch: bool) -> None:
-        requests = [m for m in messages if m.kind is Kind.REQUEST]
-        init = next((m for m in requests if m.method == "initialize"), None)
-        if init is not None:
-            if batch:
-                raise BadRequest("Bad Request: initialize must not be part of a batch")
-            if self.runner is not None:
-                raise BadRequest("Bad Request: this session is already initialized")
-            if not self.endpoint.registry.accepting:
-                raise SessionNotFound("the proxy is shutting down")
-            runner = await self.endpoint.registry.create()
-        else:
-            if self.runner is None:
-                raise BadRequest(
-                    "Bad Request: no session on this socket: send initialize, or reconnect "
-                    "with Mcp-Session-Id",
-                    reason="missing_session",
-                )
-            runner = self.runner
-            if runner.upstream.pending_bytes > self.endpoint.config.upstream.max_pending_bytes:
-                raise Overloaded(
-                    "The MCP server is not reading its input; try again later",
-                    reason="upstream_busy",
-                )
-        conn = _open(runner)
-        try:
-            runner.feed(ClientPost(conn.id, messages, batch))
-        except ProxyError:
-            runner.conn_gone(conn)
-            if init is not None:
-                await runner.end("initialize refused")
-            raise
-        if conn.outcome != "sse":  # notifications and responses only: nothing to answer
-            runner.conn_gone(conn)
-            return
-        resume = requests[0] if requests[0].method == seed.RESUME else None
-        v = _Virtual(runner, conn, [m.id for m in requests], resume=resume)
-        if init is not None:
-            v.init_id = init.id
-            self.runner = runner
-            self.log = log.bind(session=runner.session_id[:8])
-            self.log.info("ws_session_created")
-        task = asyncio.create_task(self._pump(v))
-        self._pumps.add(task)
-        task.add_done_callback(self._pumps.discard)
-        if init is not None:
-            self._attach_standalone()
-
-    # ------------------------------------------------------------------ standalone stream
-    def _attach_standalone(self) -> None:
-        """Carry the session's standalone stream (server-initiated messages) here."""
-        runner = self.runner
-        assert runner is not None
-        holders = self.endpoint.standalone_holders
-        previous = holders.get(runner.session_id)
-        if previous is not None and previous is not self:
-            previous.release_standalone()  # the newest socket of a session takes it over
-        conn = _open(runner)
-        try:
-            runner.feed(ClientGet(conn.id))
-        except Conflict:  # an HTTP client holds it (GET); it keeps it
-            runner.conn_gone(conn)
-            self.log.info("ws_standalone_busy")
-            return
-        except SessionNotFound:
-            runner.conn_gone(conn)
-            self._session_over()
-            return
-        holders[runner.session_id] = self
-        v = _Virtual(runner, conn, standalone=True)
-        self._standalone = (v, asyncio.create_task(self._pump(v)))
-
-    def _drop_standalone(self) -> asyncio.Task[None] | None:
-        """Detach the standalone stream now; return its pump, for the caller to end."""
-        if self._standalone is None:
-            return None
-        v, task = self._standalone
-        self._standalone = None
-        v.runner.conn_gone(v.conn)  # now: a newer socket's attach must find it free
-        if self.endpoint.standalone_holders.get(v.runner.session_id) is self:
-            del self.endpoint.standalone_holders[v.runner.session_id]
-        return task
-
-    def release_standalone(self) -> None:
-        task = self._drop_standalone()
-        if task is not None:
-            task.cancel()
-            self.log.info("ws_standalone_taken_over")
-
-    # ------------------------------------------------------------------ writing
-    async def _send(self, payload: bytes) -> None:
-        async with self._send_lock:  # one frame at a time on the wire
-            await self.ws.send_frame(payload, WSMsgType.TEXT)
-
-    async def _pump(self, v: _Virtual) -> None:
-        """Write one virtual connection out; re-attach it when the core closes it early."""
-        try:
-            while True:
-                marker = await self._write_out(v)
-                if marker.retry_ms is None:  # the stream is done (or taken over, or ended)
-                    if v.standalone:
-                        self._session_over()
-                    return
-                if not await self._reattach(v):
-                    return
-        except ConnectionError as exc:
-            self.log.debug("client_gone", conn=v.conn.id, error=repr(exc))
-        finally:
-            v.runner.conn_gone(v.conn)
-
-    async def _write_out(self, v: _Virtual) -> CloseMarker:
-        while True:
-            item = await v.conn.queue.get()
-            if isinstance(item, CloseMarker):
-                return item
-            assert isinstance(item, Frame)  # framing "message"
-            v.conn.written(len(item.payload))
-            payload = item.payload
-            if v.init_id is not None:
-                payload = self._with_session_id(payload, v)
-            await self._send(payload)
-            v.written = item.event_id
-
-    def _with_session_id(self, payload: bytes, v: _Virtual) -> bytes:
-        """The initialize result, with the session id in its ``_meta`` (this socket only)."""
-        msg = json.loads(payload)
-        result = msg.get("result") if isinstance(msg, dict) else None
-        if msg.get("id") != v.init_id or not isinstance(result, dict):
-            return payload
-        v.init_id = None
-        meta = result.get("_meta")
-        meta = {**meta} if isinstance(meta, dict) else {}
-        meta[SESSION_META] = v.runner.session_id
-        return jsonrpc.encode({**msg, "result": {**result, "_meta": meta}})
-
-    async def _reattach(self, v: _Virtual) -> bool:
-        """The core ended ``v.conn`` with a reconnect hint: go on from the last frame written.
-
-        The client cannot reconnect a virtual connection itself (2025-11-25 SEP-1699
-        polling closes and slow-reader cuts are HTTP matters), so the proxy does it for
-        it, from the log: nothing lost, nothing repeated.
-        """
-        runner, old = v.runner, v.conn
-        position = v.position()
-        runner.conn_gone(old)
-        if runner.session.forgotten:
-            return False
-        conn = _open(runner)
-        try:
-            if v.resume is not None and (position is None or self._on_target(position, v)):
-                # Still on the resumed stream: resume again, so `{}` still comes last.
-                runner.feed(ClientPost(conn.id, [v.resume], last_event_id=position))
-            elif position is not None or v.standalone:
-                runner.feed(ClientGet(conn.id, position))
-            else:
-                raise ResumeError("nothing was sent on this connection", reason="unknown_position")
-        except ProxyError as exc:
-            runner.conn_gone(conn)
-            if exc.reason == "stream_completed":  # the client has it all already
-                return False
-            self.log.info("ws_reattach_failed", conn=old.id, reason=exc.reason, error=exc.message)
-            for rid in v.request_ids:  # their answers can no longer come: say so
-                data = {"reason": exc.reason}
-                error = jsonrpc.error_response(rid, exc.jsonrpc_code, exc.message, data)
-                await self._send(jsonrpc.encode(error))
-            return False
-        v.conn, v.written, v.attached_from = conn, None, position
-        self.log.info("ws_reattached", conn=conn.id, was=old.id, after=position)
-        return True
-
-    @staticmethod
-    def _on_target(position: str, v: _Virtual) -> bool:
-        """Whether ``position`` is on the stream ``v``'s stream/resume names."""
-        assert v.resume is not None
-        pos = parse_event_id(position)
-        return seed.stream_id_for(pos.epoch, pos.stream) == v.resume.params.get("streamId")
-
-    # ------------------------------------------------------------------ ending
-    def _session_over(self) -> None:
-        """The session ended: close the socket once the in-flight answers are written."""
-        if self._closer is None:
-            self._closer = asyncio.create_task(self._close_when_drained())
-
-    async def _close_when_drained(self) -> None:
-        while self._pumps:
-            await asyncio.wait(set(self._pumps))
-        if self.endpoint.registry.accepting:
-            code, message = CLOSE_SESSION_NOT_FOUND, b"Session not found: it has ended"
-        else:
-            code, message = WSCloseCode.GOING_AWAY, b"proxy shutting down"
-        self.log.info("ws_session_ended", code=int(code))
-        await self.ws.close(code=code, message=message)
-
-    async def _teardown(self) -> None:
-        """The socket is closed: detach every virtual connection; cancel nothing upstream."""
-        if self._closer is not None:  # it waits for the client's close frame
-            await asyncio.wait({self._closer}, timeout=_CLOSE_WAIT_SECONDS)
-        extra = (self._drop_standalone(), self._closer)
-        tasks = {*self._pumps, *(t for t in extra if t is not None)}
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self.log.info("ws_closed", code=self.ws.close_code)

@@ -18,7 +18,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from proxy.config import Config
-from proxy.downstream.http import build_app
+from proxy.downstream.app import build_app
 from proxy.runtime import Registry
 from tests.downstream.sse_client import RawSession, messages
 from tests.support import RunningProxy, run_proxy

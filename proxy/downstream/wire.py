@@ -1,0 +1,19 @@
+"""What both client endpoints (``/mcp`` and ``/ws``) put on HTTP alike.
+
+:func:`error_response` is the one place a :class:`~proxy.core.errors.ProxyError` becomes
+an HTTP response (``/ws`` refuses an upgrade with it too); ``guard.raw_error_response``
+writes the same bytes where aiohttp has no request to answer.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from proxy.core.errors import ProxyError
+
+SESSION_HEADER = "Mcp-Session-Id"
+
+
+def error_response(error: ProxyError, headers: dict[str, str] | None = None) -> web.Response:
+    """The one place a :class:`ProxyError` becomes HTTP: its status and a JSON-RPC body."""
+    return web.json_response(error.to_jsonrpc(), status=error.http_status, headers=headers)
