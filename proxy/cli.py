@@ -26,11 +26,11 @@ log = structlog.get_logger("proxy.cli")
 DESCRIPTION = """\
 Serve an MCP server (a stdio command, or a remote URL) over resumable Streamable HTTP.
 
-Clients connect to http://HOST:PORT/mcp. Each client session gets its own server
-process (or its own upstream session on a URL). When a client's connection drops, the
-server's work goes on and everything it says is kept; the client resumes with GET +
-Last-Event-ID (the official SDKs do this by themselves) and receives every later message
-exactly once, in order.
+Clients connect to http://HOST:PORT/mcp (or ws://HOST:PORT/ws). Each client session gets
+its own server process (or its own upstream session on a URL). When a client's connection
+drops, the server's work goes on and everything it says is kept; the client resumes with
+GET + Last-Event-ID (the official SDKs do this by themselves) and receives every later
+message exactly once, in order.
 """
 
 EPILOG = """\
@@ -43,10 +43,14 @@ examples:
 
 Settings come from defaults, then the config file, then the environment
 (MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _UPSTREAM_URL, _LOG_FORMAT, _LOG_LEVEL), then the
-command
-line. Stop with Ctrl-C or
-SIGTERM: the proxy stops accepting, ends every session, stops every server process,
-and exits 0.
+command line. --port 0 binds any free port; the log line proxy_listening names it.
+
+Stop with Ctrl-C or SIGTERM: the proxy stops accepting, answers every call in flight with
+a JSON-RPC error (code -32000, data.reason "proxy_shutdown") before its stream ends,
+stops every server process, and exits 0. GET /healthz answers 200 while the proxy serves
+(the upstream's state is in the body) and 503 while it stops.
+
+Documentation: README.md and docs/ (reference, limits, upstreams, clients, errors).
 """
 
 
