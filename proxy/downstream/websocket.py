@@ -10,7 +10,7 @@ served by :class:`proxy.downstream.ws_socket.ClientSocket`.
   Ping every ``sse.keepalive_seconds``; a peer that misses the pong is dropped.
 - **Frames.** One JSON-RPC message per text frame; a JSON array is a batch only where a
   POST body may be one (2025-03-26). A refusal is an error frame with the code and
-  ``data.reason`` of the README's table (``id``: the refused request's, else null) and the
+  ``data.reason`` of docs/errors.md (``id``: the refused request's, else null) and the
   socket stays open: binary frame → -32600 ``invalid_message``, not JSON → -32700
   ``parse_error``. A frame over ``sessions.max_message_bytes`` closes the socket with 1009
   (RFC 6455 §7.4.1): it cannot be parsed in part, and reading it whole is what the limit
