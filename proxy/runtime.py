@@ -48,7 +48,7 @@ from proxy.core.jsonrpc import Message
 from proxy.core.session import Session, SessionSettings
 from proxy.core.sse import encode_event
 from proxy.core.stream import ByteBudget
-from proxy.upstream import open_upstream
+from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import UpstreamHealth
 
 log = structlog.get_logger("proxy.runtime")
@@ -145,11 +145,13 @@ class SessionRunner:
         self._timer: asyncio.TimerHandle | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self.upstream = open_upstream(
-            config.upstream,
-            session_id=session_id,
-            on_message=self._upstream_message,
-            on_closed=self._upstream_closed,
-            health=health,
+            UpstreamContext(
+                config.upstream,
+                session_id,
+                on_message=self._upstream_message,
+                on_closed=self._upstream_closed,
+                health=health,
+            )
         )
         self.log = log.bind(session=session_id[:8])
 

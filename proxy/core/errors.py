@@ -17,6 +17,7 @@
     ├── SessionNotFound             unknown or ended session             -32001 / 404
     ├── Conflict                    e.g. a second standalone GET stream  -32600 / 409
     ├── Overloaded                  a configured limit refuses new work  -32000 / 503
+    ├── UpstreamStartFailed         upstream cannot start or be reached  -32603 / 502
     └── ResumeError                 a resume that cannot be served whole -32602 / 400|410
             (``reason`` says why: malformed_event_id, wrong_session, unknown_stream,
             unknown_position, history_truncated, abandoned, stream_completed,
@@ -135,6 +136,15 @@ class Overloaded(ProxyError):
     jsonrpc_code = -32000
     http_status = 503
     reason = "overloaded"
+
+
+class UpstreamStartFailed(ProxyError):
+    """The upstream cannot be had for a new session: its command does not start, its URL
+    cannot be reached, or its configured headers cannot be resolved."""
+
+    jsonrpc_code = -32603
+    http_status = 502
+    reason = "upstream_start_failed"
 
 
 class ResumeError(ProxyError):

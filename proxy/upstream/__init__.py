@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from proxy.config import UpstreamConfig
-from proxy.upstream.base import OnClosed, OnMessage, Upstream, UpstreamHealth
+from proxy.upstream.base import Upstream, UpstreamContext
+
+__all__ = ["UpstreamContext", "open_upstream"]
 
 
-def open_upstream(
-    config: UpstreamConfig,
-    *,
-    session_id: str,
-    on_message: OnMessage,
-    on_closed: OnClosed,
-    health: UpstreamHealth,
-) -> Upstream:
-    """The transport ``config`` names, not yet started (the caller awaits ``start``)."""
-    kind = config.kind
+def open_upstream(context: UpstreamContext) -> Upstream:
+    """The transport ``context.config`` names, not yet started (the caller awaits
+    ``start``)."""
+    kind = context.config.kind
     cls: type[Upstream]
     if kind == "stdio":
         from proxy.upstream.stdio import StdioUpstream
@@ -35,10 +30,4 @@ def open_upstream(
         cls = WebSocketUpstream
     else:  # pragma: no cover - config validation refuses other values
         raise ValueError(f"unknown upstream transport {kind!r}")
-    return cls(
-        config,
-        session_id=session_id,
-        on_message=on_message,
-        on_closed=on_closed,
-        health=health,
-    )
+    return cls(context)

@@ -1,6 +1,7 @@
 """What every upstream transport offers the runtime, and the parts they share.
 
-One :class:`Upstream` per client session (DESIGN.md §2). The runtime calls ``start``,
+One :class:`Upstream` per client session (DESIGN.md §2), made from an
+:class:`UpstreamContext` (its one constructor argument). The runtime calls ``start``,
 ``send``, ``pause``/``resume`` and ``stop``; the transport calls back ``on_message(msg,
 origin)`` for each server message and ``on_closed(reason)`` once, when the upstream
 session is over for good (the client session then ends: in-flight requests get errors
@@ -23,12 +24,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
 
 from proxy.config import UpstreamConfig
 from proxy.core import jsonrpc
+from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
 
 log = structlog.get_logger("proxy.upstream")
@@ -48,15 +51,7 @@ class Upstream(Protocol):
 
     pending_bytes: int  # queued for the server, not yet taken by it (503 upstream_busy)
 
-    def __init__(
-        self,
-        config: UpstreamConfig,
-        *,
-        session_id: str,
-        on_message: OnMessage,
-        on_closed: OnClosed,
-        health: UpstreamHealth,
-    ) -> None: ...
+    def __init__(self, context: UpstreamContext) -> None: ...
 
     @property
     def pid(self) -> int | None: ...
@@ -108,6 +103,48 @@ class UpstreamHealth:
             "last_error": self.last_error,
             "failing_since": self.failing_since,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamContext:
+    """What a transport is given for one client session: the upstream to talk to, the
+    session it serves, where server messages go, and the process-wide health."""
+
+    config: UpstreamConfig
+    session_id: str = field(repr=False)  # a bearer secret: only :attr:`label` is logged
+    on_message: OnMessage
+    on_closed: OnClosed
+    health: UpstreamHealth = field(default_factory=UpstreamHealth)
+
+    @property
+    def label(self) -> str:
+        """The session in logs and task names: a prefix, since session ids are secrets."""
+        return self.session_id[:8]
+
+
+def messages_of(data: bytes | str, skip: Callable[[ProxyError], None]) -> list[Message]:
+    """The JSON-RPC messages of one unit of server output (a stdio line, an SSE event's
+    data, a text frame): one message, or a batch (2024-11-05 and 2025-03-26 allow them).
+
+    What is not JSON-RPC is handed to ``skip`` and left out: the session goes on. A single
+    message read as bytes keeps them as its wire form (:func:`jsonrpc.with_wire`).
+    """
+    try:
+        obj = jsonrpc.decode(data)
+    except ProxyError as exc:
+        skip(exc)
+        return []
+    messages: list[Message] = []
+    for item in obj if isinstance(obj, list) else [obj]:
+        try:
+            msg = jsonrpc.classify(item)
+        except ProxyError as exc:
+            skip(exc)
+            continue
+        if item is obj and isinstance(data, bytes):  # not a batch: data is this message
+            msg = jsonrpc.with_wire(msg, data)
+        messages.append(msg)
+    return messages
 
 
 class InFlight:

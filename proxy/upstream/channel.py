@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
 from proxy.backoff import Backoff
-from proxy.config import UpstreamConfig
 from proxy.core import jsonrpc
-from proxy.core.errors import ProxyError
+from proxy.core.errors import ProxyError, UpstreamStartFailed
 from proxy.core.jsonrpc import Kind, Message
-from proxy.upstream.base import InFlight, OnClosed, OnMessage, UpstreamHealth
-from proxy.upstream.stdio import UpstreamStartError
+from proxy.upstream.base import InFlight, UpstreamContext, messages_of
 
 log = structlog.get_logger("proxy.upstream")
 
@@ -60,23 +59,11 @@ class ChannelUpstream:
 
     transport = "channel"
 
-    def __init__(
-        self,
-        config: UpstreamConfig,
-        *,
-        session_id: str,
-        on_message: OnMessage,
-        on_closed: OnClosed,
-        health: UpstreamHealth | None = None,
-    ) -> None:
-        self._config = config
-        self._url = config.url or ""
-        self._headers = config.resolved_headers()  # never logged
-        self._session_id = session_id[:8]  # a prefix: session ids are bearer secrets
-        self._on_message = on_message
-        self._on_closed = on_closed
-        self._health = health or UpstreamHealth()
-        self._inflight = InFlight(on_message, self._session_id)
+    def __init__(self, context: UpstreamContext) -> None:
+        self._context = context
+        self._url = context.config.url or ""
+        self._headers = context.config.resolved_headers()  # never logged
+        self._inflight = InFlight(context.on_message, context.label)
         self._outbox: asyncio.Queue[bytes] = asyncio.Queue()
         self._connected = asyncio.Event()  # the writer delivers only while set
         self._readable = asyncio.Event()  # cleared: overflow: block holds the server back
@@ -110,29 +97,32 @@ class ChannelUpstream:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        """Connect; raise :class:`UpstreamStartError` (502) if the server is unreachable."""
+        """Connect; raise :class:`UpstreamStartFailed` (502) if the server is unreachable."""
         try:
             await self._open()
         except ConnectFailed as exc:
             error = self._scrub(str(exc))
             await self._disconnect()
             await self._shutdown()
-            self._health.failing(f"cannot reach MCP server {self.describe()}: {error}")
+            self._context.health.failing(f"cannot reach MCP server {self.describe()}: {error}")
             log.warning(
-                "upstream_unreachable", session=self._session_id, url=self.describe(), error=error
+                "upstream_unreachable",
+                session=self._context.label,
+                url=self.describe(),
+                error=error,
             )
-            raise UpstreamStartError(
+            raise UpstreamStartFailed(
                 f"cannot reach MCP server {self.describe()}: {error}"
             ) from None
-        self._health.ok()
+        self._context.health.ok()
         log.info(
             "upstream_connected",
-            session=self._session_id,
+            session=self._context.label,
             transport=self.transport,
             url=self.describe(),
         )
         self._connected.set()
-        name = self._session_id
+        name = self._context.label
         self._tasks = [
             asyncio.create_task(self._supervise(), name=f"{self.transport}-supervise-{name}"),
             asyncio.create_task(self._write_loop(), name=f"{self.transport}-write-{name}"),
@@ -186,14 +176,14 @@ class ChannelUpstream:
     # ------------------------------------------------------------------ connection
     async def _open(self) -> None:
         try:
-            async with asyncio.timeout(self._config.connect_timeout_seconds):
+            async with asyncio.timeout(self._context.config.connect_timeout_seconds):
                 await self._connect()
         except TimeoutError:
             raise ConnectFailed(
-                f"no connection within {self._config.connect_timeout_seconds:g}s"
+                f"no connection within {self._context.config.connect_timeout_seconds:g}s"
             ) from None
         self._receiver = asyncio.create_task(
-            self._receive(), name=f"{self.transport}-read-{self._session_id}"
+            self._receive(), name=f"{self.transport}-read-{self._context.label}"
         )
 
     async def _supervise(self) -> None:
@@ -203,7 +193,7 @@ class ChannelUpstream:
             try:
                 reason = await self._receiver
             except Exception as exc:  # a bug in a reader must not leave the session hanging
-                log.exception("upstream_reader_failed", session=self._session_id)
+                log.exception("upstream_reader_failed", session=self._context.label)
                 reason = f"internal error: {exc!r}"
             self._connected.clear()
             await self._disconnect()
@@ -212,31 +202,31 @@ class ChannelUpstream:
             reason = self._scrub(reason)
             log.warning(
                 "upstream_connection_lost",
-                session=self._session_id,
+                session=self._context.label,
                 transport=self.transport,
                 url=self.describe(),
                 reason=reason,
                 in_flight=len(self._inflight.ids),
             )
-            self._health.failing(f"connection to MCP server lost: {reason}")
+            self._context.health.failing(f"connection to MCP server lost: {reason}")
             # The session died with its connection: no answer can come any more.
             self._inflight.fail_all(f"MCP server connection lost: {reason}")
             error = await self._reconnect()
             if error is not None:
                 log.warning(
                     "upstream_unreachable",
-                    session=self._session_id,
+                    session=self._context.label,
                     url=self.describe(),
                     error=error,
                 )
-                self._health.failing(f"MCP server unreachable: {error}")
+                self._context.health.failing(f"MCP server unreachable: {error}")
                 self._report_closed(f"upstream unreachable: {error}")
                 return
 
     async def _reconnect(self) -> str | None:
         """Reconnect and re-initialize; None on success, else the last error."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._config.reconnect_max_seconds
+        deadline = loop.time() + self._context.config.reconnect_max_seconds
         backoff = Backoff()
         error = "gave up"
         attempts = 0
@@ -248,16 +238,16 @@ class ChannelUpstream:
                 await self._replay_handshake()
             except ConnectFailed as exc:
                 error = self._scrub(str(exc))
-                log.debug("upstream_reconnect_failed", session=self._session_id, error=error)
+                log.debug("upstream_reconnect_failed", session=self._context.label, error=error)
                 if self._receiver is not None and not self._receiver.done():
                     self._receiver.cancel()
                     await asyncio.gather(self._receiver, return_exceptions=True)
                 await self._disconnect()
                 continue
-            self._health.ok()
+            self._context.health.ok()
             log.info(
                 "upstream_reconnected",
-                session=self._session_id,
+                session=self._context.label,
                 url=self.describe(),
                 attempts=attempts,
                 reinitialized=self._init_request is not None,
@@ -279,7 +269,7 @@ class ChannelUpstream:
             await self._deliver_or_fail(jsonrpc.encode({**self._init_request, "id": rid}))
             # Until it is answered, or the new connection drops too.
             waiters: set[asyncio.Future[Any]] = {answer, self._receiver}
-            timeout = self._config.connect_timeout_seconds
+            timeout = self._context.config.connect_timeout_seconds
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if not answer.done() or answer.cancelled():
                 raise ConnectFailed("no answer to the replayed initialize")
@@ -314,7 +304,9 @@ class ChannelUpstream:
                 if rid is not None:
                     self._inflight.fail(rid, f"MCP server did not take the request: {error}")
                 else:
-                    log.warning("upstream_message_dropped", session=self._session_id, error=error)
+                    log.warning(
+                        "upstream_message_dropped", session=self._context.label, error=error
+                    )
             finally:
                 self.pending_bytes -= len(payload)
 
@@ -332,23 +324,16 @@ class ChannelUpstream:
 
         What is not JSON-RPC is logged and skipped; the session goes on.
         """
-        try:
-            obj = jsonrpc.decode(data)
-        except ProxyError as exc:
-            self._skipped(data, exc)
-            return
-        for item in obj if isinstance(obj, list) else [obj]:
-            try:
-                msg = jsonrpc.classify(item)
-            except ProxyError as exc:
-                self._skipped(data, exc)
-                continue
+        for msg in messages_of(data, partial(self._skipped, data)):
             self._received(msg)
 
     def _skipped(self, data: bytes | str, exc: ProxyError) -> None:
         text = data if isinstance(data, str) else data.decode(errors="replace")
         log.warning(
-            "upstream_message_skipped", session=self._session_id, error=exc.message, data=text[:200]
+            "upstream_message_skipped",
+            session=self._context.label,
+            error=exc.message,
+            data=text[:200],
         )
 
     def _received(self, msg: Message) -> None:
@@ -363,16 +348,16 @@ class ChannelUpstream:
                 self._init_pending = None
         self._inflight.answered(msg)
         try:
-            self._on_message(msg, None)
+            self._context.on_message(msg, None)
         except ProxyError as exc:
-            log.warning("upstream_message_refused", session=self._session_id, error=exc.message)
+            log.warning("upstream_message_refused", session=self._context.label, error=exc.message)
 
     def _report_closed(self, reason: str) -> None:
         if self._closed_reported:
             return
         self._closed_reported = True
-        log.info("upstream_stopped", session=self._session_id, reason=reason)
-        self._on_closed(reason)
+        log.info("upstream_stopped", session=self._context.label, reason=reason)
+        self._context.on_closed(reason)
 
 
 def describe_error(exc: BaseException) -> str:

@@ -31,12 +31,6 @@ EXPIRED = "upstream session expired"
 NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, SSEDecodeError)
 
 
-class UpstreamConfigError(ProxyError):
-    jsonrpc_code = -32603
-    http_status = 502
-    reason = "upstream_start_failed"
-
-
 class BadBody(Exception):
     """A response the spec does not allow: the request it answers gets an error."""
 

@@ -9,13 +9,12 @@ revision has no resumption: the ``GET`` stream *is* the upstream session (see
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
-from proxy.config import UpstreamConfig
 from proxy.core.sse import SSEDecodeError, SSEDecoder, SSEEvent
+from proxy.upstream.base import UpstreamContext
 from proxy.upstream.channel import (
     ChannelUpstream,
     ConnectFailed,
@@ -33,11 +32,11 @@ class SseUpstream(ChannelUpstream):
 
     transport = "sse"
 
-    def __init__(self, config: UpstreamConfig, **callbacks: Any) -> None:
-        super().__init__(config, **callbacks)
+    def __init__(self, context: UpstreamContext) -> None:
+        super().__init__(context)
         self._http: aiohttp.ClientSession | None = None
         self._stream: aiohttp.ClientResponse | None = None
-        self._decoder = SSEDecoder(config.max_line_bytes)
+        self._decoder = SSEDecoder(context.config.max_line_bytes)
         self._early: list[SSEEvent] = []  # events read along with the endpoint event
         self._endpoint: str | None = None
 
@@ -58,7 +57,7 @@ class SseUpstream(ChannelUpstream):
             raise ConnectFailed(f"GET answered HTTP {stream.status}")
         if stream.content_type != "text/event-stream":
             raise ConnectFailed(f"GET answered {stream.content_type!r}, not text/event-stream")
-        self._decoder = SSEDecoder(self._config.max_line_bytes)
+        self._decoder = SSEDecoder(self._context.config.max_line_bytes)
         self._early = []
         self._endpoint = None
         while self._endpoint is None:
@@ -114,7 +113,7 @@ class SseUpstream(ChannelUpstream):
         if event.event == "message":
             self._received_data(event.data)
         else:  # a repeated endpoint, or an event type 2024-11-05 does not define
-            log.debug("upstream_event_skipped", session=self._session_id, sse_event=event.event)
+            log.debug("upstream_event_skipped", session=self._context.label, sse_event=event.event)
 
     async def _deliver(self, payload: bytes) -> None:
         if self._http is None or self._endpoint is None:
@@ -124,7 +123,7 @@ class SseUpstream(ChannelUpstream):
                 self._endpoint,
                 data=payload,
                 headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=self._config.connect_timeout_seconds),
+                timeout=aiohttp.ClientTimeout(total=self._context.config.connect_timeout_seconds),
             ) as response:
                 body = await response.read()
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:

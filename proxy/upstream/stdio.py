@@ -24,27 +24,20 @@ import asyncio
 import contextlib
 import os
 import signal
+from functools import partial
 from typing import Any
 
 import structlog
 
-from proxy.config import UpstreamConfig
 from proxy.core import jsonrpc
-from proxy.core.errors import ProxyError
-from proxy.core.jsonrpc import Message
-from proxy.upstream.base import UPSTREAM_UNAVAILABLE, OnClosed, OnMessage, UpstreamHealth
+from proxy.core.errors import ProxyError, UpstreamStartFailed
+from proxy.upstream.base import UPSTREAM_UNAVAILABLE, UpstreamContext, messages_of
 from proxy.upstream.overlong import OverlongLine, outline, read_line
 
 log = structlog.get_logger("proxy.upstream.stdio")
 
 _DRAIN_SECONDS = 1.0
 UPSTREAM_MESSAGE_TOO_LARGE = UPSTREAM_UNAVAILABLE  # -32000, see the module docstring
-
-
-class UpstreamStartError(ProxyError):
-    jsonrpc_code = -32603
-    http_status = 502
-    reason = "upstream_start_failed"
 
 
 class _ExitWatchingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
@@ -64,20 +57,8 @@ class _ExitWatchingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 class StdioUpstream:
     """Owns one child process and the tasks that read and write its pipes."""
 
-    def __init__(
-        self,
-        config: UpstreamConfig,
-        *,
-        session_id: str,
-        on_message: OnMessage,
-        on_closed: OnClosed,
-        health: UpstreamHealth | None = None,
-    ) -> None:
-        self._config = config
-        self._session_id = session_id[:8]  # a prefix: session ids are bearer secrets
-        self._on_message = on_message
-        self._on_closed = on_closed
-        self._health = health or UpstreamHealth()
+    def __init__(self, context: UpstreamContext) -> None:
+        self._context = context
         self._proc: asyncio.subprocess.Process | None = None
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -96,10 +77,10 @@ class StdioUpstream:
         return self._proc.pid if self._proc else None
 
     def describe(self) -> str:
-        return " ".join(self._config.command)
+        return " ".join(self._context.config.command)
 
     async def start(self) -> None:
-        cfg = self._config
+        cfg = self._context.config
         env = dict(os.environ) if cfg.inherit_env else {}
         env.update(cfg.env)
         loop = asyncio.get_running_loop()
@@ -117,15 +98,15 @@ class StdioUpstream:
                 start_new_session=True,
             )
         except OSError as exc:
-            self._health.failing(f"cannot start {cfg.command[0]!r}: {exc.strerror or exc}")
-            raise UpstreamStartError(
+            self._context.health.failing(f"cannot start {cfg.command[0]!r}: {exc.strerror or exc}")
+            raise UpstreamStartFailed(
                 f"cannot start MCP server {cfg.command[0]!r}: {exc.strerror or exc}"
             ) from None
         self._transport = transport
         self._proc = asyncio.subprocess.Process(transport, protocol, loop)
-        log.info("upstream_started", session=self._session_id, pid=self._proc.pid)
-        self._health.ok()
-        name = self._session_id
+        log.info("upstream_started", session=self._context.label, pid=self._proc.pid)
+        self._context.health.ok()
+        name = self._context.label
         self._reader = asyncio.create_task(self._read_stdout(), name=f"stdout-{name}")
         self._tasks = [
             self._reader,
@@ -186,8 +167,8 @@ class StdioUpstream:
             line = line.strip()
             if not line:
                 continue
-            for msg in self._messages_of(line):
-                self._on_message(msg, None)
+            for msg in messages_of(line, partial(self._skipped, line)):
+                self._context.on_message(msg, None)
 
     async def _watch_exit(self) -> None:
         """When the child exits: take what it wrote last, end its group, report."""
@@ -209,11 +190,11 @@ class StdioUpstream:
         server: the server gets an error response for it, on stdin. Ids are never mixed:
         each answer goes back to whoever sent the message. A notification is only logged.
         """
-        limit = self._config.max_line_bytes
+        limit = self._context.config.max_line_bytes
         shape = outline(line.head, line.tail)
         log.warning(
             "upstream_message_too_large",
-            session=self._session_id,
+            session=self._context.label,
             size=line.size,
             limit=limit,
             kind=shape.kind,
@@ -225,40 +206,16 @@ class StdioUpstream:
         if shape.kind == "response":
             message = f"the MCP server's response is over upstream.max_line_bytes ({limit} bytes)"
             error = jsonrpc.error_response(shape.id, UPSTREAM_MESSAGE_TOO_LARGE, message, data)
-            self._on_message(jsonrpc.classify(error), None)
+            self._context.on_message(jsonrpc.classify(error), None)
         elif shape.kind == "request":
             message = f"the request is over the proxy's upstream.max_line_bytes ({limit} bytes)"
             error = jsonrpc.error_response(shape.id, UPSTREAM_MESSAGE_TOO_LARGE, message, data)
             self.send(jsonrpc.encode(error))
 
-    def _messages_of(self, line: bytes) -> list[Message]:
-        """The messages of one stdout line: one, or a batch (2025-03-26 allows them).
-
-        Anything that is not JSON-RPC is logged and skipped; the session goes on.
-        """
-        try:
-            obj = jsonrpc.decode(line)
-        except ProxyError as exc:
-            self._skipped(line, exc)
-            return []
-        if not isinstance(obj, list):
-            try:
-                return [jsonrpc.with_wire(jsonrpc.classify(obj), line)]
-            except ProxyError as exc:
-                self._skipped(line, exc)
-                return []
-        messages = []
-        for item in obj:
-            try:
-                messages.append(jsonrpc.classify(item))
-            except ProxyError as exc:
-                self._skipped(line, exc)
-        return messages
-
     def _skipped(self, line: bytes, exc: ProxyError) -> None:
         log.warning(
             "upstream_line_skipped",
-            session=self._session_id,
+            session=self._context.label,
             error=exc.message,
             line=line[:200].decode(errors="replace"),
         )
@@ -275,7 +232,7 @@ class StdioUpstream:
                 return
             log.info(
                 "upstream_stderr",
-                session=self._session_id,
+                session=self._context.label,
                 line=line.rstrip().decode(errors="replace"),
             )
 
@@ -284,11 +241,11 @@ class StdioUpstream:
             return
         self._closed_reported = True
         if self._stopping:
-            log.info("upstream_stopped", session=self._session_id, reason=reason)
+            log.info("upstream_stopped", session=self._context.label, reason=reason)
         else:
-            log.warning("upstream_exited", session=self._session_id, reason=reason)
-            self._health.failing(f"MCP server {reason}")
-        self._on_closed(reason)
+            log.warning("upstream_exited", session=self._context.label, reason=reason)
+            self._context.health.failing(f"MCP server {reason}")
+        self._context.on_closed(reason)
 
     async def stop(self) -> None:
         """Stop the child's whole process group: TERM, then KILL after the grace."""
@@ -297,7 +254,7 @@ class StdioUpstream:
         if proc is None:
             return
         self._outbox.put_nowait(None)  # the writer closes stdin: the polite request
-        grace = self._config.stop_grace_seconds
+        grace = self._context.config.stop_grace_seconds
         exited = self._exited
         # MCP stdio §Shutdown: close stdin, then SIGTERM, then SIGKILL.
         with contextlib.suppress(TimeoutError):
@@ -307,7 +264,7 @@ class StdioUpstream:
             try:
                 await asyncio.wait_for(asyncio.shield(exited), grace)
             except TimeoutError:
-                log.warning("upstream_kill", session=self._session_id, pid=proc.pid)
+                log.warning("upstream_kill", session=self._context.label, pid=proc.pid)
         # The group may hold grandchildren even when the leader is gone.
         self._signal_group(proc.pid, signal.SIGKILL)
         await asyncio.shield(exited)

@@ -23,7 +23,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 from websockets.typing import Subprotocol
 
-from proxy.config import UpstreamConfig
+from proxy.upstream.base import UpstreamContext
 from proxy.upstream.channel import ChannelUpstream, ConnectFailed, DeliveryFailed
 
 log = structlog.get_logger("proxy.upstream")
@@ -38,8 +38,8 @@ class WebSocketUpstream(ChannelUpstream):
 
     transport = "websocket"
 
-    def __init__(self, config: UpstreamConfig, **callbacks: Any) -> None:
-        super().__init__(config, **callbacks)
+    def __init__(self, context: UpstreamContext) -> None:
+        super().__init__(context)
         self._ws: ClientConnection | None = None
 
     async def _connect(self) -> None:
@@ -51,7 +51,7 @@ class WebSocketUpstream(ChannelUpstream):
                 open_timeout=None,  # the caller bounds the whole attempt
                 ping_timeout=None if not self._readable.is_set() else _PING_TIMEOUT,
                 close_timeout=_CLOSE_TIMEOUT,
-                max_size=self._config.max_line_bytes,
+                max_size=self._context.config.max_line_bytes,
                 proxy=None,  # like the HTTP upstreams: no proxy from the environment
             )
         except (OSError, WebSocketException, ValueError) as exc:
@@ -59,7 +59,7 @@ class WebSocketUpstream(ChannelUpstream):
         if self._ws.subprotocol != SUBPROTOCOL:
             log.info(
                 "upstream_subprotocol_missing",
-                session=self._session_id,
+                session=self._context.label,
                 subprotocol=self._ws.subprotocol,
             )
 
@@ -74,7 +74,7 @@ class WebSocketUpstream(ChannelUpstream):
                 if isinstance(frame, bytes):
                     log.warning(
                         "upstream_frame_skipped",
-                        session=self._session_id,
+                        session=self._context.label,
                         error="binary frame (MCP messages are text frames)",
                         size=len(frame),
                     )

@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +25,30 @@ import pytest
 from aiohttp import web
 
 from proxy.config import UpstreamConfig
+from proxy.core.errors import UpstreamStartFailed
 from proxy.core.jsonrpc import Message
 from proxy.core.sse import SSEDecoder
-from proxy.upstream.base import UpstreamHealth
+from proxy.upstream.base import UpstreamContext, UpstreamHealth
 from proxy.upstream.sse import SseUpstream
-from proxy.upstream.stdio import UpstreamStartError
 from tests.downstream.sse_client import RawSession
 from tests.e2e.sdk_client import connect, text_of
-from tests.support import ROOT, eventually, reserved_port, run_proxy, wait_accepting
+from tests.support import (
+    ROOT,
+    RunningProxy,
+    children_of,
+    eventually,
+    initialize_request,
+    log_events,
+    reserved_port,
+    run_proxy,
+    tool_call,
+    wait_accepting,
+)
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TOOLS = {"echo", "slow", "burst", "ask", "crash"}
 DEADLINE = 60.0  # generous: everything here happens within seconds
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "upstream-test", "version": "0"},
-    },
-}
+INITIALIZE = initialize_request(version="2025-06-18")
 
 
 class ServerProcess:
@@ -113,15 +114,6 @@ def sse_server_args(port: int) -> list[str]:
     ]
 
 
-def children_of(pid: int) -> list[str]:
-    """The child processes of ``pid`` (Linux /proc)."""
-    found: list[str] = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            found += f.read().split()
-    return found
-
-
 async def health(http: aiohttp.ClientSession, base: str) -> tuple[int, dict[str, Any]]:
     async with http.get(base + "/healthz") as resp:
         return resp.status, await resp.json()
@@ -138,25 +130,6 @@ async def wait_health(http: aiohttp.ClientSession, base: str, state: str) -> dic
             return body
         assert loop.time() < end, f"/healthz stayed {body}, expected upstream {state}"
         await asyncio.sleep(0.05)
-
-
-def tool_call(
-    rid: int, name: str, arguments: dict[str, Any], token: str | None = None
-) -> dict[str, Any]:
-    params: dict[str, Any] = {"name": name, "arguments": arguments}
-    if token is not None:
-        params["_meta"] = {"progressToken": token}
-    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
-
-
-def log_events(log_text: str, event: str) -> list[dict[str, Any]]:
-    out = []
-    for line in log_text.splitlines():
-        with contextlib.suppress(ValueError):
-            entry = json.loads(line)
-            if isinstance(entry, dict) and entry.get("event") == event:
-                out.append(entry)
-    return out
 
 
 # ---------------------------------------------------------------------- shared scenarios
@@ -252,6 +225,33 @@ async def call_fails_when_the_upstream_goes(
     return received
 
 
+async def upstream_lost_then_back(
+    proxy: RunningProxy,
+    drop: Callable[[aiohttp.ClientSession, RawSession], Awaitable[None]],
+    restore: Callable[[], Awaitable[None]],
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A client session's call fails when ``drop(http, session)`` loses the upstream
+    (:func:`call_fails_when_the_upstream_goes`) and /healthz says ``failing``; after
+    ``restore()`` the proxy reconnects by itself, re-initializes the upstream, and the same
+    client session works again. Returns the failed call's messages and the ``failing``
+    /healthz body."""
+    async with aiohttp.ClientSession() as http:
+        s = RawSession(http, proxy.url)
+        await s.initialize()
+        received = await call_fails_when_the_upstream_goes(
+            proxy.url, http, s, lambda: drop(http, s)
+        )
+        failing = await wait_health(http, proxy.base, "failing")
+        await restore()
+        await wait_health(http, proxy.base, "ok")
+        events = await s.request(8, "tools/call", tool_call(8, "echo", {"text": "again"})["params"])
+        answer = json.loads(events[-1].data)
+        assert answer["result"]["content"][0]["text"] == "again", answer
+    reconnected = log_events(proxy.log_text(), "upstream_reconnected")
+    assert reconnected and reconnected[-1]["reinitialized"] is True
+    return received, failing
+
+
 # ---------------------------------------------------------------------- tests
 async def test_the_sdk_client_works_through_an_sse_upstream(tmp_path: Path) -> None:
     async with (
@@ -284,21 +284,14 @@ async def test_a_lost_sse_upstream_fails_the_call_degrades_then_reconnects(
             tmp_path,
             upstream={"url": f"http://127.0.0.1:{server.port}/sse", "reconnect_max_seconds": 120},
         ) as proxy,
-        aiohttp.ClientSession() as http,
     ):
-        s = RawSession(http, proxy.url)
-        await s.initialize()
-        await call_fails_when_the_upstream_goes(proxy.url, http, s, server.kill)
-        body = await wait_health(http, proxy.base, "failing")
-        assert body["upstream"]["last_error"]
-        await server.start()  # back on the same port: the proxy reconnects by itself
-        await wait_health(http, proxy.base, "ok")
-        # A new call in the same client session works: the upstream was re-initialized.
-        events = await s.request(8, "tools/call", tool_call(8, "echo", {"text": "again"})["params"])
-        answer = json.loads(events[-1].data)
-        assert answer["result"]["content"][0]["text"] == "again", answer
-        reconnected = log_events(proxy.log_text(), "upstream_reconnected")
-        assert reconnected and reconnected[-1]["reinitialized"] is True
+
+        async def kill(http: aiohttp.ClientSession, s: RawSession) -> None:
+            await server.kill()
+
+        # server.start(): back on the same port, where the proxy reconnects by itself.
+        _, failing = await upstream_lost_then_back(proxy, kill, server.start)
+        assert failing["upstream"]["last_error"]
         assert len(log_events(proxy.log_text(), "upstream_connection_lost")) == 1
         assert not children_of(proxy.process.pid)
 
@@ -330,11 +323,13 @@ def _upstream(
     got: asyncio.Queue[Message] = asyncio.Queue()
     closed: list[str] = []
     up = SseUpstream(
-        UpstreamConfig(url=url, **config),
-        session_id="test-session-id",
-        on_message=lambda msg, origin: got.put_nowait(msg),
-        on_closed=closed.append,
-        health=health or UpstreamHealth(),
+        UpstreamContext(
+            UpstreamConfig(url=url, **config),
+            "test-session-id",
+            on_message=lambda msg, origin: got.put_nowait(msg),
+            on_closed=closed.append,
+            health=health or UpstreamHealth(),
+        )
     )
     return up, got, closed
 
@@ -388,7 +383,7 @@ async def test_a_bad_endpoint_event_is_a_start_error(events: bytes, error: str) 
         health = UpstreamHealth()
         url = f"http://127.0.0.1:{port}/sse"
         up, _, _ = _upstream(url, health, connect_timeout_seconds=1.0)
-        with pytest.raises(UpstreamStartError) as info:
+        with pytest.raises(UpstreamStartFailed) as info:
             await up.start()
         assert info.value.http_status == 502 and error in info.value.message
         assert health.state == "failing"

@@ -11,8 +11,11 @@ import pytest
 import structlog
 
 from proxy.config import UpstreamConfig
+from proxy.core.errors import UpstreamStartFailed
 from proxy.core.jsonrpc import Message
-from proxy.upstream.stdio import StdioUpstream, UpstreamStartError
+from proxy.upstream.base import UpstreamContext
+from proxy.upstream.stdio import StdioUpstream
+from tests.support import alive
 
 # A tiny server: echoes each request as a result, spawns a grandchild that ignores SIGTERM
 # and stdin, and (when asked) ignores SIGTERM itself.
@@ -32,14 +35,6 @@ if "--stubborn" in sys.argv:
 """
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 async def wait_dead(pid: int, timeout: float = 10.0) -> bool:
     """SIGKILL is delivered asynchronously: wait for the process to be gone (or a zombie)."""
     loop = asyncio.get_running_loop()
@@ -57,10 +52,12 @@ async def start(tmp_path: Path, *args: str, grace: float = 2.0):  # type: ignore
     got: asyncio.Queue[Message] = asyncio.Queue()
     closed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     up = StdioUpstream(
-        UpstreamConfig(command=[sys.executable, str(script), *args], stop_grace_seconds=grace),
-        session_id="test-session-id",
-        on_message=lambda m, origin: got.put_nowait(m),
-        on_closed=lambda reason: closed.done() or closed.set_result(reason),
+        UpstreamContext(
+            UpstreamConfig(command=[sys.executable, str(script), *args], stop_grace_seconds=grace),
+            "test-session-id",
+            on_message=lambda m, origin: got.put_nowait(m),
+            on_closed=lambda reason: closed.done() or closed.set_result(reason),
+        )
     )
     await up.start()
     return up, got, closed
@@ -111,12 +108,14 @@ async def test_a_server_ignoring_sigterm_is_killed_after_the_grace(
 
 async def test_a_missing_command_is_a_clear_error() -> None:
     up = StdioUpstream(
-        UpstreamConfig(command=["/nonexistent/mcp-server"]),
-        session_id="s",
-        on_message=lambda m, origin: None,
-        on_closed=lambda r: None,
+        UpstreamContext(
+            UpstreamConfig(command=["/nonexistent/mcp-server"]),
+            "s",
+            on_message=lambda m, origin: None,
+            on_closed=lambda r: None,
+        )
     )
-    with pytest.raises(UpstreamStartError) as info:
+    with pytest.raises(UpstreamStartFailed) as info:
         await up.start()
     assert info.value.http_status == 502 and "/nonexistent/mcp-server" in info.value.message
     await up.stop()  # nothing started: a no-op
@@ -127,10 +126,12 @@ async def test_the_exit_of_the_server_is_reported(tmp_path: Path) -> None:
     script.write_text("import sys; sys.exit(7)")
     closed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     up = StdioUpstream(
-        UpstreamConfig(command=[sys.executable, str(script)]),
-        session_id="s",
-        on_message=lambda m, origin: None,
-        on_closed=closed.set_result,
+        UpstreamContext(
+            UpstreamConfig(command=[sys.executable, str(script)]),
+            "s",
+            on_message=lambda m, origin: None,
+            on_closed=closed.set_result,
+        )
     )
     await up.start()
     assert await asyncio.wait_for(closed, 30) == "exited with code 7"

@@ -21,24 +21,21 @@ from websockets.http11 import Request
 from websockets.typing import Subprotocol
 
 from proxy.config import UpstreamConfig
+from proxy.core.errors import UpstreamStartFailed
 from proxy.core.jsonrpc import Message
-from proxy.upstream.base import UpstreamHealth
-from proxy.upstream.stdio import UpstreamStartError
+from proxy.upstream.base import UpstreamContext, UpstreamHealth
 from proxy.upstream.websocket import WebSocketUpstream
 from tests.downstream.sse_client import RawSession, read_events
-from tests.support import eventually, run_proxy
+from tests.support import children_of, eventually, log_events, run_proxy, tool_call
 from tests.upstream.test_sse_upstream import (
     DEADLINE,
     FIXTURES,
     INITIALIZE,
-    call_fails_when_the_upstream_goes,
-    children_of,
     cut_and_resume,
     health,
-    log_events,
     running,
     sdk_client_session,
-    tool_call,
+    upstream_lost_then_back,
     wait_health,
 )
 
@@ -94,30 +91,22 @@ async def test_a_dropped_websocket_fails_the_call_degrades_then_reconnects(
             tmp_path,
             upstream={"url": f"ws://127.0.0.1:{server.port}/", "reconnect_max_seconds": 120},
         ) as proxy,
-        aiohttp.ClientSession() as http,
     ):
-        s = RawSession(http, proxy.url)
-        await s.initialize()
 
-        async def drop() -> None:
+        async def drop(http: aiohttp.ClientSession, s: RawSession) -> None:
             gate.touch()
             crash = tool_call(9, "crash", {})
             async with http.post(proxy.url, json=crash, headers=s.headers()) as resp:
                 answer = json.loads((await read_events(resp))[-1].data)
             assert answer["id"] == 9 and "connection lost" in answer["error"]["message"]
 
-        received = await call_fails_when_the_upstream_goes(proxy.url, http, s, drop)
+        async def restore() -> None:
+            gate.unlink()  # the server takes connections again: the proxy reconnects by itself
+
+        # The new server process knows nothing of the session: it is re-initialized.
+        received, failing = await upstream_lost_then_back(proxy, drop, restore)
         assert "WebSocket closed (1011" in received[-1]["error"]["message"]
-        body = await wait_health(http, proxy.base, "failing")
-        assert "WebSocket" in body["upstream"]["last_error"]
-        gate.unlink()  # the server takes connections again: the proxy reconnects by itself
-        await wait_health(http, proxy.base, "ok")
-        # The new server process knows nothing of the session: it was re-initialized.
-        events = await s.request(8, "tools/call", tool_call(8, "echo", {"text": "again"})["params"])
-        answer = json.loads(events[-1].data)
-        assert answer["result"]["content"][0]["text"] == "again", answer
-        reconnected = log_events(proxy.log_text(), "upstream_reconnected")
-        assert reconnected and reconnected[-1]["reinitialized"] is True
+        assert "WebSocket" in failing["upstream"]["last_error"]
 
 
 async def test_an_unreachable_websocket_upstream_gives_up_reconnecting(tmp_path: Path) -> None:
@@ -147,11 +136,13 @@ async def test_an_unreachable_websocket_upstream_gives_up_reconnecting(tmp_path:
 def _upstream(url: str, health: UpstreamHealth) -> tuple[WebSocketUpstream, asyncio.Queue[Message]]:
     got: asyncio.Queue[Message] = asyncio.Queue()
     up = WebSocketUpstream(
-        UpstreamConfig(url=url, connect_timeout_seconds=5),
-        session_id="test-session-id",
-        on_message=lambda msg, origin: got.put_nowait(msg),
-        on_closed=lambda reason: None,
-        health=health,
+        UpstreamContext(
+            UpstreamConfig(url=url, connect_timeout_seconds=5),
+            "test-session-id",
+            on_message=lambda msg, origin: got.put_nowait(msg),
+            on_closed=lambda reason: None,
+            health=health,
+        )
     )
     return up, got
 
@@ -185,7 +176,7 @@ async def test_a_refused_handshake_is_a_start_error(tmp_path: Path) -> None:
         health_ = UpstreamHealth()
         up, _ = _upstream(f"ws://user:secret@127.0.0.1:{port}/mcp?key=secret", health_)
         assert up.describe() == f"ws://127.0.0.1:{port}/mcp", "no credentials in logs"
-        with pytest.raises(UpstreamStartError) as info:
+        with pytest.raises(UpstreamStartFailed) as info:
             await up.start()
         assert info.value.http_status == 502 and "503" in info.value.message
         assert "secret" not in info.value.message and health_.state == "failing"
@@ -213,13 +204,15 @@ async def test_configured_headers_and_the_mcp_subprotocol_are_sent(
         port = server.sockets[0].getsockname()[1]
         got: asyncio.Queue[Message] = asyncio.Queue()
         up = WebSocketUpstream(
-            UpstreamConfig(
-                url=f"ws://127.0.0.1:{port}/",
-                headers={"Authorization": "Bearer ${UPSTREAM_TEST_TOKEN}"},
-            ),
-            session_id="test-session-id",
-            on_message=lambda msg, origin: got.put_nowait(msg),
-            on_closed=lambda reason: None,
+            UpstreamContext(
+                UpstreamConfig(
+                    url=f"ws://127.0.0.1:{port}/",
+                    headers={"Authorization": "Bearer ${UPSTREAM_TEST_TOKEN}"},
+                ),
+                "test-session-id",
+                on_message=lambda msg, origin: got.put_nowait(msg),
+                on_closed=lambda reason: None,
+            )
         )
         await up.start()
         up.send(b'{"jsonrpc":"2.0","id":5,"method":"ping"}')

@@ -1,0 +1,183 @@
+"""A Streamable HTTP server's MCP endpoint, as one client session talks to it (DESIGN.md U2).
+
+2025-11-25 basic/transports §Streamable HTTP: one URL takes every ``POST`` and ``GET``.
+Requests carry the configured headers, the ``Mcp-Session-Id`` the server gave
+(§Session Management) and the negotiated ``MCP-Protocol-Version`` (§Protocol Version
+Header). :class:`Endpoint` keeps those and the ``aiohttp`` client, and reads response
+bodies, holding back while paused. It never logs URLs or headers (secrets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import structlog
+from yarl import URL
+
+from proxy.config import ConfigError
+from proxy.core.errors import UpstreamStartFailed
+from proxy.core.jsonrpc import Message
+from proxy.upstream.base import UpstreamContext
+from proxy.upstream.http_body import (
+    NETWORK_ERRORS,
+    POST_ACCEPT,
+    SESSION_HEADER,
+    SSE,
+    VERSION_HEADER,
+    Cursor,
+    Sink,
+    is_safe_header,
+    read_json,
+    read_sse,
+)
+
+if TYPE_CHECKING:
+    from aiohttp.client import _RequestContextManager  # what ClientSession.post returns
+
+log = structlog.get_logger("proxy.upstream.http")
+
+_DELETE_SECONDS = 2.0
+
+
+class Endpoint:
+    """The server's URL and what requests to it carry; ``open`` before use."""
+
+    def __init__(self, context: UpstreamContext) -> None:
+        self._context = context
+        self._url = URL(context.config.url or "")
+        self._static: dict[str, str] = {}  # the configured headers, resolved by open()
+        self._http: aiohttp.ClientSession | None = None
+        self._session: str | None = None  # the Mcp-Session-Id the server gave
+        self._version: str | None = None  # the negotiated protocol revision
+        self._readable = asyncio.Event()  # cleared by pause(): readers stop consuming
+        self._readable.set()
+
+    @property
+    def session_id(self) -> str | None:
+        """The ``Mcp-Session-Id`` the server gave, if any (requests carry it)."""
+        return self._session
+
+    def describe(self) -> str:
+        url = self._url.with_user(None).with_password(None).with_fragment(None)
+        return str(url.with_query(None)) + ("?…" if url.query_string else "")
+
+    async def open(self) -> None:
+        """Resolve the configured headers and make the client; nothing connects yet."""
+        config = self._context.config
+        try:
+            self._static = config.resolved_headers()
+        except ConfigError as exc:
+            self._context.health.failing(str(exc))
+            raise UpstreamStartFailed(str(exc)) from None
+        trace = aiohttp.TraceConfig()
+        trace.on_request_chunk_sent.append(self._body_written)
+        self._http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_seconds),
+            trace_configs=[trace],
+        )
+
+    async def close(self) -> bool:
+        """Say goodbye (``DELETE``, §Session Management 5) and close the client; False if
+        it was never opened."""
+        http, self._http = self._http, None
+        if http is None:
+            return False
+        if self._session is not None:
+            with contextlib.suppress(*NETWORK_ERRORS):
+                timeout = aiohttp.ClientTimeout(total=_DELETE_SECONDS)
+                async with http.delete(self._url, headers=self.headers(), timeout=timeout) as r:
+                    log.info(
+                        "upstream_session_deleted", session=self._context.label, status=r.status
+                    )
+        await http.close()
+        return True
+
+    # ------------------------------------------------------------------ requests
+    def headers(
+        self,
+        accept: str | None = None,
+        last_event_id: str | None = None,
+        *,
+        new_session: bool = False,
+    ) -> dict[str, str]:
+        """What a request carries; for a ``new_session`` neither a session id nor a
+        revision (the server has given neither yet)."""
+        headers = dict(self._static)
+        if accept is not None:
+            headers["Accept"] = accept
+        if accept == POST_ACCEPT:
+            headers["Content-Type"] = "application/json"
+        if self._session is not None and not new_session:
+            headers[SESSION_HEADER] = self._session
+        if self._version is not None and not new_session:
+            headers[VERSION_HEADER] = self._version
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = last_event_id
+        return headers
+
+    def post(
+        self, data: bytes, headers: dict[str, str], written: asyncio.Event | None = None
+    ) -> _RequestContextManager:
+        """A ``POST`` (await it, or use it with ``async with``); ``written`` is set once
+        its body is out."""
+        assert self._http is not None
+        return self._http.post(self._url, data=data, headers=headers, trace_request_ctx=written)
+
+    def get(self, last_event_id: str | None) -> _RequestContextManager:
+        """A ``GET`` for an SSE stream, resuming after ``last_event_id`` if given."""
+        assert self._http is not None
+        return self._http.get(self._url, headers=self.headers(SSE, last_event_id))
+
+    @staticmethod
+    async def _body_written(_: Any, ctx: Any, __: Any) -> None:
+        if isinstance(event := ctx.trace_request_ctx, asyncio.Event):
+            event.set()
+
+    # ------------------------------------------------------------------ the session
+    def adopt_session(self, session: str | None) -> None:
+        """The ``Mcp-Session-Id`` of an ``initialize`` answer, if it can be sent back."""
+        # §Session Management 1: visible ASCII only; anything else cannot be sent back.
+        if session and is_safe_header(session) and " " not in session:
+            self._session = session
+        elif session:
+            log.warning("upstream_bad_session_id", session=self._context.label)
+
+    def forget_session(self) -> None:
+        """A new session is being initialized: the old id is no longer sent."""
+        self._session = None
+
+    def negotiated(self, result: dict[str, Any]) -> None:
+        """The client's ``initialize`` result: its revision goes with later requests."""
+        version = result.get("protocolVersion")
+        self._version = version if isinstance(version, str) else None
+
+    # ------------------------------------------------------------------ reading
+    def pause(self) -> None:
+        self._readable.clear()
+
+    def resume(self) -> None:
+        self._readable.set()
+
+    async def json(self, resp: aiohttp.ClientResponse) -> list[Message]:
+        """A JSON response body: one message or a batch."""
+        return await read_json(self._reader(resp), self._context.config.max_line_bytes)
+
+    async def sse(
+        self, resp: aiohttp.ClientResponse, cursor: Cursor, sink: Sink, done: Callable[[], bool]
+    ) -> None:
+        """Hand each message of an SSE body to ``sink`` until it ends or ``done()``."""
+        limit = self._context.config.max_line_bytes
+        await read_sse(self._reader(resp), limit, self._context.label, cursor, sink, done)
+
+    def _reader(self, resp: aiohttp.ClientResponse) -> Callable[[], Awaitable[bytes]]:
+        return lambda: self._chunk(resp)
+
+    async def _chunk(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The next bytes of a body (b"" at its end); waits while paused."""
+        await self._readable.wait()
+        return await resp.content.readany()
