@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.core.protocol import SERVER_ERROR, SESSION_NOT_FOUND
+
 
 class ProxyError(Exception):
     """Root of every error the proxy raises on purpose."""
@@ -55,12 +57,14 @@ class ProxyError(Exception):
             self.http_status = http_status
         self.request_id = request_id
 
-    def to_jsonrpc(self) -> dict[str, Any]:
-        """The JSON-RPC error response for this error (``id`` null unless known)."""
+    def to_jsonrpc(self, request_id: Any = None) -> dict[str, Any]:
+        """The JSON-RPC error response for this error: to ``request_id``, else to the
+        request the error names, else ``id`` null (JSON-RPC 2.0 §5)."""
         error: dict[str, Any] = {"code": self.jsonrpc_code, "message": self.message}
         if self.reason is not None:
             error["data"] = {"reason": self.reason}
-        return {"jsonrpc": "2.0", "id": self.request_id, "error": error}
+        rid = self.request_id if request_id is None else request_id
+        return {"jsonrpc": "2.0", "id": rid, "error": error}
 
 
 class ProtocolError(ProxyError):
@@ -119,7 +123,7 @@ class MethodNotAllowed(ProtocolError):
 
 
 class SessionNotFound(ProxyError):
-    jsonrpc_code = -32001
+    jsonrpc_code = SESSION_NOT_FOUND
     http_status = 404
     reason = "session_not_found"
 
@@ -133,7 +137,7 @@ class Conflict(ProxyError):
 class Overloaded(ProxyError):
     """A configured limit (sessions, streams) refuses new work; existing work goes on."""
 
-    jsonrpc_code = -32000
+    jsonrpc_code = SERVER_ERROR
     http_status = 503
     reason = "overloaded"
 

@@ -133,9 +133,7 @@ class Resumer:
             rest = target.log.unacknowledged()  # raises unless the rest is still whole
         except ResumeError as exc:
             self._delivery.attach(reply, conn, now, out)
-            error = jsonrpc.error_response(
-                msg.id, exc.jsonrpc_code, exc.message, {"reason": exc.reason}
-            )
+            error = exc.to_jsonrpc(msg.id)
             self._reply(reply, error, out)
             return
         if target.conn is None and now - target.touched < self._settings.resume_interval_min:
@@ -207,9 +205,7 @@ class Resumer:
             out.append(SendUpstream(jsonrpc.encode(cancel)))
             self._ids.finish(upstream_id)
         stream.pending.clear()
-        abandoned = jsonrpc.error_response(
-            None, -32602, "the stream was abandoned", {"reason": "abandoned"}
-        )
+        abandoned = ResumeError("the stream was abandoned", reason="abandoned").to_jsonrpc()
         for number in stream.waiting:
             self.answer_waiting(number, abandoned, now)
         self._host.drop_stream(stream)

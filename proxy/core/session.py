@@ -46,20 +46,18 @@ from proxy.core.events import (
 )
 from proxy.core.idmap import IdMap, progress_token_of
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.protocol import SERVER_ERROR
 from proxy.core.resume import Resumer
 from proxy.core.schedule import Schedule
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
 
-__all__ = ["PROXY_SHUTDOWN", "STANDALONE", "UPSTREAM_EXITED", "Session", "SessionSettings"]
+__all__ = ["STANDALONE", "Session", "SessionSettings"]
 from proxy.core.stream import ByteBudget, Mark, StreamEvent, StreamLog, StreamState, transition
 
 # Revisions that allow JSON-RPC batches in a POST body (removed in 2025-06-18).
 _BATCH_REVISIONS = frozenset({"2024-11-05", "2025-03-26"})
 # From this revision on: priming events and server-initiated close (SEP-1699).
 _POLLING_REVISION = "2025-11-25"
-
-UPSTREAM_EXITED = -32000
-PROXY_SHUTDOWN = -32000  # JSON-RPC 2.0 §5.1: -32000..-32099 are the implementation's own
 
 
 class Session:
@@ -347,7 +345,7 @@ class Session:
         if self.closed:
             return
         out.append(LogNote("upstream_closed", {"reason": reason}))
-        self._fail_in_flight(UPSTREAM_EXITED, f"MCP server gone: {reason}", None, out)
+        self._fail_in_flight(SERVER_ERROR, f"MCP server gone: {reason}", None, out)
         self._close(reason, out)
 
     def _fail_in_flight(self, code: int, message: str, data: Any, out: list[Command]) -> None:
@@ -434,7 +432,7 @@ class Session:
         """
         if not self.closed:
             data = {"reason": "proxy_shutdown"}
-            self._fail_in_flight(PROXY_SHUTDOWN, "the proxy is shutting down", data, out)
+            self._fail_in_flight(SERVER_ERROR, "the proxy is shutting down", data, out)
         self._end("proxy shutting down", out)
 
     def _end(self, reason: str, out: list[Command]) -> None:

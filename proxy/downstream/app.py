@@ -13,9 +13,10 @@ from proxy import __version__
 from proxy.config import Config
 from proxy.core import httprules
 from proxy.core.errors import ProxyError
+from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.http import StreamableHttp
 from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
-from proxy.downstream.wire import SESSION_HEADER, error_response
+from proxy.downstream.wire import error_response
 from proxy.runtime import Registry
 
 log = structlog.get_logger("proxy.http")

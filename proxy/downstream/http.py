@@ -27,9 +27,10 @@ from proxy.core.errors import (
 )
 from proxy.core.events import ClientGet, ClientPost
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.protocol import LAST_EVENT_ID, SESSION_HEADER, VERSION_HEADER
 from proxy.core.sse import encode_comment, encode_retry
 from proxy.downstream.guard import BodyBudget, read_body
-from proxy.downstream.wire import SESSION_HEADER, error_response
+from proxy.downstream.wire import error_response
 from proxy.runtime import ClientConn, CloseMarker, Registry, SessionRunner
 
 log = structlog.get_logger("proxy.http")
@@ -135,7 +136,7 @@ class StreamableHttp:
             runner = await self.registry.create()
         else:
             runner = self._session(request)
-            httprules.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
+            httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
             if runner.upstream.pending_bytes > self.config.upstream.max_pending_bytes:
                 raise Overloaded(
                     "The MCP server is not reading its input; try again later",
@@ -143,7 +144,7 @@ class StreamableHttp:
                 )
         conn = runner.open_conn()
         try:
-            runner.feed(ClientPost(conn.id, messages, batch, request.headers.get("Last-Event-ID")))
+            runner.feed(ClientPost(conn.id, messages, batch, request.headers.get(LAST_EVENT_ID)))
         except ProxyError:
             runner.conn_gone(conn)
             if is_init:
@@ -158,10 +159,10 @@ class StreamableHttp:
     async def _get(self, request: web.Request) -> web.StreamResponse:
         httprules.check_get_accept(request.headers.get("Accept"))
         runner = self._session(request)
-        httprules.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
+        httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
         conn = runner.open_conn()
         try:
-            runner.feed(ClientGet(conn.id, request.headers.get("Last-Event-ID")))
+            runner.feed(ClientGet(conn.id, request.headers.get(LAST_EVENT_ID)))
         except ProxyError:
             runner.conn_gone(conn)
             raise
@@ -170,7 +171,7 @@ class StreamableHttp:
     # ------------------------------------------------------------------ DELETE
     async def _delete(self, request: web.Request) -> web.StreamResponse:
         runner = self._session(request)
-        httprules.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
+        httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
         await runner.end("deleted by client")
         return web.Response(status=200)
 

@@ -49,7 +49,8 @@ from aiohttp import WSCloseCode, web
 from proxy.config import Config
 from proxy.core import httprules
 from proxy.core.errors import BadRequest, MethodNotAllowed, ProxyError, SessionNotFound
-from proxy.downstream.wire import SESSION_HEADER, error_response
+from proxy.core.protocol import SESSION_HEADER, VERSION_HEADER
+from proxy.downstream.wire import error_response
 from proxy.downstream.ws_socket import CLOSE_SESSION_NOT_FOUND, SESSION_META, ClientSocket
 from proxy.runtime import Registry, SessionRunner
 
@@ -91,7 +92,7 @@ class WebSocketEndpoint:
             httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
             if request.method != "GET":
                 raise MethodNotAllowed(f"Method Not Allowed: {request.method}")
-            httprules.check_protocol_version(request.headers.get("MCP-Protocol-Version"))
+            httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
             if not ws.can_prepare(request).ok:
                 raise BadRequest(
                     "Upgrade Required: /ws takes a WebSocket upgrade",

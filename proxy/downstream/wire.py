@@ -11,8 +11,6 @@ from aiohttp import web
 
 from proxy.core.errors import ProxyError
 
-SESSION_HEADER = "Mcp-Session-Id"
-
 
 def error_response(error: ProxyError, headers: dict[str, str] | None = None) -> web.Response:
     """The one place a :class:`ProxyError` becomes HTTP: its status and a JSON-RPC body."""

@@ -294,9 +294,7 @@ class ClientSocket:
                 return False
             self.log.info("ws_reattach_failed", conn=old.id, reason=exc.reason, error=exc.message)
             for rid in v.request_ids:  # their answers can no longer come: say so
-                data = {"reason": exc.reason}
-                error = jsonrpc.error_response(rid, exc.jsonrpc_code, exc.message, data)
-                await self._send(jsonrpc.encode(error))
+                await self._send(jsonrpc.encode(exc.to_jsonrpc(rid)))
             return False
         v.conn, v.written, v.attached_from = conn, None, position
         self.log.info("ws_reattached", conn=conn.id, was=old.id, after=position)

@@ -26,15 +26,13 @@ import aiohttp
 import structlog
 
 from proxy.backoff import Backoff
+from proxy.core.protocol import LAST_EVENT_ID, SERVER_ERROR, SESSION_HEADER, VERSION_HEADER
 from proxy.core.sse import SSEDecodeError, SSEDecoder, SSEEvent
 
 log = structlog.get_logger("proxy.shim")
 
 ACCEPT_POST = "application/json, text/event-stream"
 ACCEPT_GET = "text/event-stream"
-SESSION_HEADER = "Mcp-Session-Id"
-VERSION_HEADER = "MCP-Protocol-Version"
-LAST_EVENT_ID = "Last-Event-ID"
 # No byte for this long on a stream: the connection is presumed dead and resumed. The
 # proxy writes a keepalive comment after 15 s of silence by default (sse.keepalive_seconds).
 READ_IDLE_SECONDS = 60.0
@@ -98,7 +96,7 @@ def error_of(status: int, body: bytes) -> dict[str, Any]:
     if isinstance(error, dict) and isinstance(error.get("code"), int):
         return error
     return {
-        "code": -32000,
+        "code": SERVER_ERROR,
         "message": f"the proxy answered HTTP {status}",
         "data": {"reason": "http_error", "status": status},
     }

@@ -21,6 +21,7 @@ import structlog
 from proxy.backoff import Backoff
 from proxy.core import jsonrpc
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.protocol import SESSION_HEADER
 from proxy.shim.http import (
     Lost,
     NotSent,
@@ -205,7 +206,7 @@ class ShimSession:
         self, call: Call, response: aiohttp.ClientResponse, fresh: bool
     ) -> None:
         if fresh and response.status == 200:
-            self.link.session_id = response.headers.get("Mcp-Session-Id")
+            self.link.session_id = response.headers.get(SESSION_HEADER)
             call.session_id = self.link.session_id
             log.info("session_started", session=self.link.session_label)
         if response.status == 200 and is_sse(response):

@@ -18,14 +18,15 @@ from typing import Any, Protocol
 import structlog
 
 from proxy.backoff import Backoff
+from proxy.core.protocol import SERVER_ERROR, SESSION_NOT_FOUND
 from proxy.shim.http import GaveUp, Lost, ProxyLink, Refused, SseReader
 from proxy.shim.stdio import HostPipe
 
 log = structlog.get_logger("proxy.shim")
 
 # JSON-RPC codes of the errors the shim itself answers with (data.reason names the case).
-SESSION_EXPIRED_CODE = -32001  # as the proxy's own 404 session_not_found
-UNAVAILABLE_CODE = -32000  # implementation-defined server error (JSON-RPC 2.0 §5.1)
+SESSION_EXPIRED_CODE = SESSION_NOT_FOUND  # as the proxy's own 404 session_not_found
+UNAVAILABLE_CODE = SERVER_ERROR
 SESSION_EXPIRED = "session expired at the proxy"
 
 

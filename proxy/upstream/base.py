@@ -33,6 +33,7 @@ from proxy.config import UpstreamConfig
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.protocol import SERVER_ERROR
 
 log = structlog.get_logger("proxy.upstream")
 
@@ -43,7 +44,6 @@ OnClosed = Callable[[str], None]
 
 # JSON-RPC code of errors the proxy synthesizes for requests the upstream never answered
 # (implementation-defined server error range, JSON-RPC 2.0 §5.1).
-UPSTREAM_UNAVAILABLE = -32000
 
 
 class Upstream(Protocol):
@@ -177,7 +177,7 @@ class InFlight:
         if method is None:
             return
         log.warning("upstream_request_failed", session=self._session, method=method, error=why)
-        error = jsonrpc.error_response(request_id, UPSTREAM_UNAVAILABLE, why)
+        error = jsonrpc.error_response(request_id, SERVER_ERROR, why)
         self._on_message(jsonrpc.classify(error), None)
 
     def fail_all(self, why: str) -> None:

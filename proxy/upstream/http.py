@@ -40,12 +40,12 @@ from proxy.backoff import Backoff
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.protocol import SESSION_HEADER
 from proxy.upstream.base import InFlight, UpstreamContext
 from proxy.upstream.http_body import (
     EXPIRED,
     NETWORK_ERRORS,
     POST_ACCEPT,
-    SESSION_HEADER,
     SSE,
     BadBody,
     Cursor,

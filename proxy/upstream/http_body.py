@@ -23,8 +23,6 @@ log = structlog.get_logger("proxy.upstream.http")
 
 Sink = Callable[[Message], None]
 
-SESSION_HEADER = "Mcp-Session-Id"
-VERSION_HEADER = "MCP-Protocol-Version"
 POST_ACCEPT = "application/json, text/event-stream"
 SSE = "text/event-stream"
 EXPIRED = "upstream session expired"

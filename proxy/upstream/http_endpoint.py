@@ -21,13 +21,12 @@ from yarl import URL
 from proxy.config import ConfigError
 from proxy.core.errors import UpstreamStartFailed
 from proxy.core.jsonrpc import Message
+from proxy.core.protocol import LAST_EVENT_ID, SESSION_HEADER, VERSION_HEADER
 from proxy.upstream.base import UpstreamContext
 from proxy.upstream.http_body import (
     NETWORK_ERRORS,
     POST_ACCEPT,
-    SESSION_HEADER,
     SSE,
-    VERSION_HEADER,
     Cursor,
     Sink,
     is_safe_header,
@@ -117,7 +116,7 @@ class Endpoint:
         if self._version is not None and not new_session:
             headers[VERSION_HEADER] = self._version
         if last_event_id is not None:
-            headers["Last-Event-ID"] = last_event_id
+            headers[LAST_EVENT_ID] = last_event_id
         return headers
 
     def post(

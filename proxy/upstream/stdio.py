@@ -31,13 +31,13 @@ import structlog
 
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError, UpstreamStartFailed
-from proxy.upstream.base import UPSTREAM_UNAVAILABLE, UpstreamContext, messages_of
+from proxy.core.protocol import SERVER_ERROR
+from proxy.upstream.base import UpstreamContext, messages_of
 from proxy.upstream.overlong import OverlongLine, outline, read_line
 
 log = structlog.get_logger("proxy.upstream.stdio")
 
 _DRAIN_SECONDS = 1.0
-UPSTREAM_MESSAGE_TOO_LARGE = UPSTREAM_UNAVAILABLE  # -32000, see the module docstring
 
 
 class _ExitWatchingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
@@ -205,11 +205,11 @@ class StdioUpstream:
         data = {"reason": "upstream_message_too_large", "limit": limit}
         if shape.kind == "response":
             message = f"the MCP server's response is over upstream.max_line_bytes ({limit} bytes)"
-            error = jsonrpc.error_response(shape.id, UPSTREAM_MESSAGE_TOO_LARGE, message, data)
+            error = jsonrpc.error_response(shape.id, SERVER_ERROR, message, data)
             self._context.on_message(jsonrpc.classify(error), None)
         elif shape.kind == "request":
             message = f"the request is over the proxy's upstream.max_line_bytes ({limit} bytes)"
-            error = jsonrpc.error_response(shape.id, UPSTREAM_MESSAGE_TOO_LARGE, message, data)
+            error = jsonrpc.error_response(shape.id, SERVER_ERROR, message, data)
             self.send(jsonrpc.encode(error))
 
     def _skipped(self, line: bytes, exc: ProxyError) -> None:

@@ -1,4 +1,16 @@
-"""A small driver for core sessions: feed events at a fake time, collect commands."""
+"""A small driver for core sessions: feed events at a fake time, collect commands.
+
+Tests state the exact commands an event produces, in order (mitmproxy's ``Playbook``)::
+
+    assert pb.upstream(ok(2)) == [sse(c, "ep0ch.2.2", ok(7)), CloseClient(c), WakeAt(1120.0)]
+
+:func:`sse`, :func:`prime` and :func:`up` build the expected :class:`SendToClient` and
+:class:`SendUpstream` commands; a JSON payload is compared parsed (key order does not
+matter, types do: ``1`` is not ``1.0``, ``True`` or ``"1"``). Every other command is
+written as itself (``CloseClient(c)``, ``WakeAt(t)``, ``LogNote(...)``). The filters at
+the end (:func:`upstream_sent`, :func:`payloads`) are for reading ids in setup steps: an
+assertion made through them cannot see a command it filters out.
+"""
 
 from __future__ import annotations
 
@@ -89,6 +101,65 @@ class Playbook:
         self.upstream(ok(up["id"], {"protocolVersion": self.version, "capabilities": {}}))
         self.post(self.conn(), note("notifications/initialized"))
         return out
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """JSON values equal in value and type (dict key order aside)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+@dataclass(frozen=True, eq=False)
+class Sse:
+    """Expects ``SendToClient(conn, event_id, <msg as JSON>)``: one logged message."""
+
+    conn: ConnId
+    event_id: str
+    msg: dict[str, Any]
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, SendToClient)
+            and (other.conn, other.event_id, other.retry_ms) == (self.conn, self.event_id, None)
+            and other.payload is not None
+            and same_json(json.loads(other.payload), self.msg)
+        )
+
+    def __repr__(self) -> str:
+        return f"sse({self.conn}, {self.event_id!r}, {self.msg!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class Up:
+    """Expects ``SendUpstream(<msg as JSON>)``."""
+
+    msg: dict[str, Any]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SendUpstream) and same_json(json.loads(other.payload), self.msg)
+
+    def __repr__(self) -> str:
+        return f"up({self.msg!r})"
+
+
+def sse(conn: ConnId, event_id: str, msg: dict[str, Any]) -> Sse:
+    """The event ``event_id`` carrying ``msg``, sent on ``conn``."""
+    return Sse(conn, event_id, msg)
+
+
+def prime(conn: ConnId, event_id: str, retry_ms: int = 1000) -> SendToClient:
+    """A priming event (an id, no data; 2025-11-25) with its ``retry:``."""
+    return SendToClient(conn, event_id, None, retry_ms)
+
+
+def up(msg: dict[str, Any]) -> Up:
+    """``msg`` forwarded to the upstream server."""
+    return Up(msg)
 
 
 def upstream_sent(commands: list[Command]) -> list[dict[str, Any]]:

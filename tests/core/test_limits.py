@@ -6,36 +6,52 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core import jsonrpc
 from proxy.core.errors import Overloaded, ResumeError
 from proxy.core.events import (
     Accepted,
     ClientDetached,
     CloseClient,
+    LogNote,
     PauseUpstream,
     ResumeUpstream,
-    SendUpstream,
+    StartSse,
+    WakeAt,
 )
 from proxy.core.session import Session, SessionSettings
 from proxy.core.stream import ByteBudget, StreamLog
-from tests.core.playbook import Playbook, ok, payloads, progress, req, upstream_sent
+from tests.core.playbook import Playbook, ok, prime, progress, req, sse, up, upstream_sent
 
 
 def test_streams_per_session_evict_the_oldest_finished_then_refuse() -> None:
     pb = Playbook(settings=SessionSettings(max_streams=3))
     pb.initialize()  # the initialize stream (1) is finished and retained
-    ups = []
-    for rid in (1, 2):
-        ups.append(upstream_sent(pb.post(pb.conn(), req(rid, "tools/call", {})))[0]["id"])
-    # a third live one pushes the finished initialize stream out
-    ups.append(upstream_sent(pb.post(pb.conn(), req(3, "tools/call", {})))[0]["id"])
+    first = pb.conn()
+    pb.post(first, req(1, "tools/call", {}))
+    pb.post(pb.conn(), req(2, "tools/call", {}))
+    # a third live one pushes the finished initialize stream out (silently)
+    c = pb.conn()
+    assert pb.post(c, req(3, "tools/call", {})) == [
+        StartSse(c),
+        prime(c, "ep0ch.4.0.1"),
+        up(req(4, "tools/call", {})),
+    ]
     assert pb.session.stream_numbers() == [0, 2, 3, 4]
     with pytest.raises(Overloaded) as info:
         pb.post(pb.conn(), req(4, "tools/call", {}))
     assert (info.value.http_status, info.value.reason) == (503, "too_many_streams")
-    pb.upstream(ok(ups[0]))
-    pb.post(pb.conn(), req(5, "tools/call", {}))  # room again: stream 2 finished
-    assert 2 not in pb.session.stream_numbers()
+    assert pb.upstream(ok(2)) == [
+        sse(first, "ep0ch.2.1", ok(1)),
+        CloseClient(first),
+        WakeAt(1120.0),
+    ]
+    c = pb.conn()
+    # room again: stream 2 finished and goes; the refused POST used no id nor number
+    assert pb.post(c, req(5, "tools/call", {})) == [
+        StartSse(c),
+        prime(c, "ep0ch.5.0.1"),
+        up(req(5, "tools/call", {})),
+    ]
+    assert pb.session.stream_numbers() == [0, 3, 4, 5]
 
 
 def test_a_batch_refused_at_the_stream_limit_changes_nothing() -> None:
@@ -44,19 +60,16 @@ def test_a_batch_refused_at_the_stream_limit_changes_nothing() -> None:
     pb = Playbook(settings=SessionSettings(max_streams=2), version="2025-03-26")
     pb.initialize()
     c = pb.conn()
-    up = upstream_sent(pb.post(c, req(1, "tools/call", {})))[0]["id"]
-    (ask,) = payloads(pb.upstream(req("srv-1", "roots/list")), c)
+    assert pb.post(c, req(1, "tools/call", {})) == [StartSse(c), up(req(2, "tools/call", {}))]
+    assert pb.upstream(req("srv-1", "roots/list")) == [sse(c, "ep0ch.2.1", req(1, "roots/list"))]
     pb.post(pb.conn(), req(2, "tools/call", {}))  # the second stream: at the limit
     before = pb.session.stream_numbers(), pb.session.live_requests, len(pb.log)
     with pytest.raises(Overloaded):
-        pb.post(pb.conn(), ok(ask["id"], {"roots": []}), req(3, "tools/call", {}))
+        pb.post(pb.conn(), ok(1, {"roots": []}), req(3, "tools/call", {}))
     assert (pb.session.stream_numbers(), pb.session.live_requests, len(pb.log)) == before
     d = pb.conn()
-    assert pb.post(d, ok(ask["id"], {"roots": []})) == [
-        SendUpstream(jsonrpc.encode(ok("srv-1", {"roots": []}))),
-        Accepted(d),
-    ]
-    assert payloads(pb.upstream(ok(up)), c) == [ok(1)]
+    assert pb.post(d, ok(1, {"roots": []})) == [up(ok("srv-1", {"roots": []})), Accepted(d)]
+    assert pb.upstream(ok(2)) == [sse(c, "ep0ch.2.2", ok(1)), CloseClient(c), WakeAt(1120.0)]
 
 
 def test_the_process_budget_bounds_all_sessions_together() -> None:
@@ -119,19 +132,32 @@ def call_away(pb: Playbook) -> int:
 def test_block_holds_what_no_client_was_sent_and_pauses_the_server() -> None:
     pb = Playbook(settings=SessionSettings(stream_max_events=5, overflow="block"))
     pb.initialize()
-    up = call_away(pb)
+    uid = call_away(pb)
     outs = [pb.upstream(progress("t", i)) for i in range(1, 8)]
-    assert [PauseUpstream() in out for out in outs] == [False] * 5 + [True, False]
+    # the 6th passes the bound; the 7th was already on its way
+    assert outs == [[]] * 5 + [[PauseUpstream()], []]
     assert pb.session.upstream_paused
     r = pb.conn()
-    out = pb.get(r, "ep0ch.2.0")  # the client comes back from the start: nothing was lost
-    assert [m["params"]["progress"] for m in payloads(out, r)] == list(range(1, 8))
-    # still unacknowledged: the proxy asks for the client's position by ending the stream
-    assert CloseClient(r, 1000) in out and pb.session.upstream_paused
+    # the client comes back from the start: nothing was lost
+    assert pb.get(r, "ep0ch.2.0") == [
+        StartSse(r),
+        LogNote("stream_resumed", {"stream": 2, "after": 0, "replay": 7, "state": "live"}),
+        prime(r, "ep0ch.2.0.2"),
+        *[sse(r, f"ep0ch.2.{i}", progress("t", i)) for i in range(1, 8)],
+        # still unacknowledged: the proxy asks for the client's position by ending the stream
+        CloseClient(r, 1000),
+        LogNote("ack_solicited", {"stream": 2}),
+    ]
+    assert pb.session.upstream_paused
     r2 = pb.conn()
-    out = pb.get(r2, "ep0ch.2.7")
-    assert ResumeUpstream() in out and not pb.session.upstream_paused
-    assert payloads(pb.upstream(ok(up)), r2) == [ok(1)]
+    assert pb.get(r2, "ep0ch.2.7") == [
+        StartSse(r2),
+        LogNote("stream_resumed", {"stream": 2, "after": 7, "replay": 0, "state": "live"}),
+        prime(r2, "ep0ch.2.7.3"),
+        ResumeUpstream(),
+    ]
+    assert not pb.session.upstream_paused
+    assert pb.upstream(ok(uid)) == [sse(r2, "ep0ch.2.8", ok(1)), CloseClient(r2)]
 
 
 def test_truncate_drops_the_oldest_and_never_pauses() -> None:
@@ -139,9 +165,14 @@ def test_truncate_drops_the_oldest_and_never_pauses() -> None:
     pb.initialize()
     call_away(pb)
     outs = [pb.upstream(progress("t", i)) for i in range(1, 8)]
-    assert not any(PauseUpstream() in out for out in outs)
+    assert outs == [[]] * 7, "never paused"
     with pytest.raises(ResumeError) as info:
         pb.get(pb.conn(), "ep0ch.2.0")
     assert info.value.reason == "history_truncated"
     r = pb.conn()
-    assert [m["params"]["progress"] for m in payloads(pb.get(r, "ep0ch.2.2"), r)] == [3, 4, 5, 6, 7]
+    assert pb.get(r, "ep0ch.2.2") == [
+        StartSse(r),
+        LogNote("stream_resumed", {"stream": 2, "after": 2, "replay": 5, "state": "live"}),
+        prime(r, "ep0ch.2.2.2"),
+        *[sse(r, f"ep0ch.2.{i}", progress("t", i)) for i in range(3, 8)],
+    ]

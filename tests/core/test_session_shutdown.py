@@ -18,7 +18,7 @@ from proxy.core.events import (
     UpstreamClosed,
 )
 from proxy.core.jsonrpc import encode, error_response
-from proxy.core.session import PROXY_SHUTDOWN
+from proxy.core.protocol import SERVER_ERROR
 from proxy.core.stream import StreamLog
 from tests.core.playbook import Playbook, payloads, req, upstream_sent
 
@@ -26,7 +26,7 @@ SHUTDOWN_DATA = {"reason": "proxy_shutdown"}
 
 
 def shutdown_error(rid: Any) -> dict[str, Any]:
-    return error_response(rid, PROXY_SHUTDOWN, "the proxy is shutting down", SHUTDOWN_DATA)
+    return error_response(rid, SERVER_ERROR, "the proxy is shutting down", SHUTDOWN_DATA)
 
 
 def call(pb: Playbook, rid: Any) -> tuple[Any, int]:

@@ -12,13 +12,15 @@ from hypothesis import strategies as st
 
 from proxy.core.errors import ResumeError
 from proxy.core.events import (
+    Accepted,
     ClientDetached,
     ClientPost,
     CloseClient,
+    Command,
     ConnId,
     LogNote,
-    SendToClient,
     StartSse,
+    WakeAt,
 )
 from proxy.core.jsonrpc import classify
 from proxy.core.session import SessionSettings
@@ -26,18 +28,21 @@ from proxy.core.stream import StreamLog
 from proxy.core.tokens import resume_token_for
 from tests.core.playbook import (
     Playbook,
-    client_sent,
     note,
     ok,
     payloads,
+    prime,
     progress,
     req,
+    sse,
+    up,
     upstream_sent,
 )
 from tests.core.test_stream import full_parse_summary
 
 SECRET = b"k" * 32
 SETTINGS = SessionSettings(token_secret=SECRET, resume_interval_min=2, resume_interval_max=60)
+META_KEY = "io.github.mcp-resume-proxy/eventId"
 
 
 def seeded(**changes: Any) -> Playbook:
@@ -49,145 +54,254 @@ def seeded(**changes: Any) -> Playbook:
     return pb
 
 
+def slow(rid: Any) -> dict[str, Any]:
+    """A tools/call with a progress token (as sent, and as forwarded with ``rid``)."""
+    return req(rid, "tools/call", {"name": "slow", "_meta": {"progressToken": "tok"}})
+
+
 def call(pb: Playbook, rid: Any = 7) -> tuple[ConnId, int, dict[str, Any]]:
     """A tools/call; returns its connection, upstream id and the stream/create params."""
     c = pb.conn()
-    out = pb.post(c, req(rid, "tools/call", {"name": "slow", "_meta": {"progressToken": "tok"}}))
+    out = pb.post(c, slow(rid))
     (create,) = [m for m in payloads(out, c) if m.get("method") == "notifications/stream/create"]
     return c, upstream_sent(out)[0]["id"], create["params"]["stream"]
 
 
 def local(
     pb: Playbook, method: str, params: dict[str, Any], *, rid: Any = 99, lei: str | None = None
-):  # type: ignore[no-untyped-def]
+) -> tuple[ConnId, list[Command]]:
     c = pb.conn()
     out = pb.feed(ClientPost(c, [classify(req(rid, method, params))], last_event_id=lei))
     assert not upstream_sent(out), "stream/* is never forwarded upstream"
     return c, out
 
 
+def ref_of(number: int) -> dict[str, Any]:
+    """What a stream/poll or stream/resume names stream ``number`` with."""
+    stream_id = f"ep0ch.{number}"
+    return {"streamId": stream_id, "resumeToken": resume_token_for(SECRET, "sid", stream_id)}
+
+
+def create(number: int, request_id: Any, *, flat: bool = False) -> dict[str, Any]:
+    """notifications/stream/create of stream ``number`` (resumeInterval as in SETTINGS)."""
+    fields = {**ref_of(number), "requestId": request_id, "resumeInterval": {"min": 2, "max": 60}}
+    return note("notifications/stream/create", fields if flat else {"stream": fields})
+
+
+def end(number: int) -> dict[str, Any]:
+    return note("notifications/stream/end", {"streamId": f"ep0ch.{number}"})
+
+
+def polled(pending: bool, has_request: bool = False, status: str = "live") -> dict[str, Any]:
+    """The answer to stream/poll request 99 about stream 2."""
+    result = {
+        "streamId": "ep0ch.2",
+        "status": status,
+        "pendingMessages": pending,
+        "hasRequest": has_request,
+        "hasError": False,
+    }
+    return ok(99, result)
+
+
+def refused(rid: Any, reason: str, message: str) -> dict[str, Any]:
+    error = {"code": -32602, "message": message, "data": {"reason": reason}}
+    return {"jsonrpc": "2.0", "id": rid, "error": error}
+
+
+def cancelled(upstream_id: int) -> dict[str, Any]:
+    params = {"requestId": upstream_id, "reason": "stream abandoned by the client"}
+    return note("notifications/cancelled", params)
+
+
+def early(method: str, after_seconds: float = 0.0) -> LogNote:
+    """Stream 2 resumed or polled sooner than resumeInterval.min after it was touched."""
+    fields = {"stream": 2, "method": method, "after_seconds": after_seconds}
+    return LogNote("resumed_early", fields)
+
+
+def resumed(after: int) -> LogNote:
+    """Stream 2 taken up by a stream/resume after position ``after``."""
+    return LogNote("stream_resumed", {"stream": 2, "after": after})
+
+
+def tagged(msg: dict[str, Any], event_id: str) -> dict[str, Any]:
+    """``msg`` carrying its event id in ``_meta`` (``streams.event_id_in_meta``)."""
+    key = "params" if "method" in msg else "result"
+    body = msg.get(key, {})
+    return {**msg, key: {**body, "_meta": {**body.get("_meta", {}), META_KEY: event_id}}}
+
+
 def test_create_notification_announces_the_call_with_a_bound_token() -> None:
     pb = seeded()
-    c, up, stream = call(pb)
-    assert stream == {
+    c = pb.conn()
+    announced = {
         "streamId": "ep0ch.2",
         "resumeToken": resume_token_for(SECRET, "sid", "ep0ch.2"),
         "requestId": 7,
         "resumeInterval": {"min": 2, "max": 60},
     }
-    out = pb.upstream(progress("tok", 1)) + pb.upstream(ok(up))
-    assert payloads(out, c) == [
-        progress("tok", 1),
-        ok(7),
-        note("notifications/stream/end", {"streamId": "ep0ch.2"}),
+    assert pb.post(c, slow(7)) == [
+        StartSse(c),
+        prime(c, "ep0ch.2.0.1"),
+        up(slow(2)),
+        sse(c, "ep0ch.2.1", note("notifications/stream/create", {"stream": announced})),
     ]
-    assert CloseClient(c) in out
+    assert pb.upstream(progress("tok", 1)) == [sse(c, "ep0ch.2.2", progress("tok", 1))]
+    assert pb.upstream(ok(2)) == [
+        sse(c, "ep0ch.2.3", ok(7)),
+        sse(c, "ep0ch.2.4", end(2)),
+        CloseClient(c),
+    ]
 
 
 def test_flat_shape_and_only_configured_methods() -> None:
     pb = seeded(notification_shape="flat")
-    c, _, _ = pb.conn(), None, None
-    out = pb.post(c, req(1, "tools/call", {"name": "x"}))
-    (create,) = payloads(out, c)
-    assert set(create["params"]) == {"streamId", "resumeToken", "requestId", "resumeInterval"}
+    c = pb.conn()
+    assert pb.post(c, req(1, "tools/call", {"name": "x"})) == [
+        StartSse(c),
+        prime(c, "ep0ch.2.0.1"),
+        up(req(2, "tools/call", {"name": "x"})),
+        sse(c, "ep0ch.2.1", create(2, 1, flat=True)),
+    ]
     c2 = pb.conn()
-    out = pb.post(c2, req(2, "tools/list"))
-    assert payloads(out, c2) == [], "tools/list gets no stream"
+    assert pb.post(c2, req(2, "tools/list")) == [
+        StartSse(c2),
+        prime(c2, "ep0ch.3.0.1"),
+        up(req(3, "tools/list")),
+    ], "tools/list gets no stream"
 
 
 def test_clients_without_the_capability_get_no_stream() -> None:
     pb = Playbook(settings=SETTINGS)
     pb.initialize()
     c = pb.conn()
-    assert payloads(pb.post(c, req(1, "tools/call", {})), c) == []
+    assert pb.post(c, req(1, "tools/call", {})) == [
+        StartSse(c),
+        prime(c, "ep0ch.2.0.1"),
+        up(req(2, "tools/call", {})),
+    ]
 
 
 def test_poll_reports_what_the_client_has_not_acknowledged() -> None:
     pb = seeded()
-    c, up, stream = call(pb)
-    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    c, _, _ = call(pb)
     pb.upstream(progress("tok", 1))
     pb.feed(ClientDetached(c))
     pb.upstream(req("srv-1", "elicitation/create", {"message": "?"}))
-    p, out = local(pb, "stream/poll", ref, lei="ep0ch.2.2")
-    (result,) = [m["result"] for m in payloads(out, p)]
-    assert result == {
-        "streamId": "ep0ch.2",
-        "status": "live",
-        "pendingMessages": True,
-        "hasRequest": True,
-        "hasError": False,
-    }
-    assert CloseClient(p) in out
-    p, out = local(pb, "stream/poll", {**ref, "lastEventId": "ep0ch.2.3"})
-    (result,) = [m["result"] for m in payloads(out, p)]
-    assert (result["pendingMessages"], result["hasRequest"]) == (False, False)
+    p, out = local(pb, "stream/poll", ref_of(2), lei="ep0ch.2.2")
+    assert out == [
+        StartSse(p),
+        early("stream/poll"),
+        prime(p, "ep0ch.3.0.1"),  # the poll's own (reply) stream
+        sse(p, "ep0ch.3.1", polled(pending=True, has_request=True)),
+        CloseClient(p),
+    ]
+    p, out = local(pb, "stream/poll", {**ref_of(2), "lastEventId": "ep0ch.2.3"})
+    assert out == [
+        StartSse(p),
+        early("stream/poll"),
+        prime(p, "ep0ch.4.0.1"),
+        sse(p, "ep0ch.4.1", polled(pending=False)),
+        CloseClient(p),
+    ]
 
 
 def test_resume_sends_the_rest_then_live_then_end_then_its_own_answer() -> None:
     pb = seeded()
-    c, up, stream = call(pb)
-    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    c, uid, _ = call(pb)
     pb.upstream(progress("tok", 1))
     pb.upstream(progress("tok", 2))
     pb.feed(ClientDetached(c))
     pb.upstream(progress("tok", 3))
-    r, out = local(pb, "stream/resume", ref, rid="res-1", lei="ep0ch.2.2")
-    assert out[0] == StartSse(r)
-    assert payloads(out, r) == [progress("tok", 2), progress("tok", 3)]
-    out = pb.upstream(ok(up))
-    assert payloads(out, r) == [
-        ok(7),
-        note("notifications/stream/end", {"streamId": "ep0ch.2"}),
-        ok("res-1"),
+    r, out = local(pb, "stream/resume", ref_of(2), rid="res-1", lei="ep0ch.2.2")
+    assert out == [
+        StartSse(r),
+        early("stream/resume"),
+        resumed(2),
+        prime(r, "ep0ch.2.2.2"),
+        sse(r, "ep0ch.2.3", progress("tok", 2)),
+        sse(r, "ep0ch.2.4", progress("tok", 3)),
+        WakeAt(1120.0),  # attached: no abandonment (1060); stream 1's retention is next
     ]
-    assert out[-2:] == [CloseClient(r), *out[-1:]] or CloseClient(r) in out
+    assert pb.upstream(ok(uid)) == [
+        sse(r, "ep0ch.2.5", ok(7)),
+        sse(r, "ep0ch.2.6", end(2)),
+        sse(r, "ep0ch.3.1", ok("res-1")),  # the resume's answer, on its own stream
+        CloseClient(r),
+    ]
 
 
 def test_resume_after_completion_and_a_second_resume_taking_over() -> None:
     pb = seeded()
-    c, up, stream = call(pb)
-    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    c, uid, _ = call(pb)
     pb.feed(ClientDetached(c))
-    r1, _ = local(pb, "stream/resume", ref, rid=1, lei="ep0ch.2.1")
-    r2, out = local(pb, "stream/resume", ref, rid=2, lei="ep0ch.2.1")
-    assert CloseClient(r1) in out, "the second resume takes the stream over"
-    out = pb.upstream(progress("tok", 1)) + pb.upstream(ok(up))
-    assert payloads(out, r2) == [
-        progress("tok", 1),
-        ok(7),
-        note("notifications/stream/end", {"streamId": "ep0ch.2"}),
-        ok(2),
+    r1, out = local(pb, "stream/resume", ref_of(2), rid=1, lei="ep0ch.2.1")
+    assert out == [
+        StartSse(r1),
+        early("stream/resume"),
+        resumed(1),
+        prime(r1, "ep0ch.2.1.2"),
+        WakeAt(1120.0),
     ]
-    r3, out = local(pb, "stream/resume", ref, rid=3, lei="ep0ch.2.2")
-    assert payloads(out, r3) == [
-        ok(7),
-        note("notifications/stream/end", {"streamId": "ep0ch.2"}),
-        ok(3),
+    r2, out = local(pb, "stream/resume", ref_of(2), rid=2, lei="ep0ch.2.1")
+    assert out == [
+        StartSse(r2),
+        resumed(1),
+        CloseClient(r1),  # the second resume takes the stream over
+        prime(r2, "ep0ch.2.1.3"),
+    ]
+    assert pb.upstream(progress("tok", 1)) == [sse(r2, "ep0ch.2.2", progress("tok", 1))]
+    assert pb.upstream(ok(uid)) == [
+        sse(r2, "ep0ch.2.3", ok(7)),
+        sse(r2, "ep0ch.2.4", end(2)),
+        sse(r2, "ep0ch.4.1", ok(2)),
+        CloseClient(r2),
+    ]
+    r3, out = local(pb, "stream/resume", ref_of(2), rid=3, lei="ep0ch.2.2")
+    assert out == [
+        StartSse(r3),
+        early("stream/resume"),
+        resumed(2),
+        prime(r3, "ep0ch.2.2.4"),
+        sse(r3, "ep0ch.2.3", ok(7)),
+        sse(r3, "ep0ch.2.4", end(2)),
+        sse(r3, "ep0ch.5.1", ok(3)),
+        CloseClient(r3),
     ]
 
 
 @pytest.mark.parametrize(
-    ("params", "reason"),
+    ("params", "reason", "message"),
     [
-        ({"streamId": "ep0ch.2", "resumeToken": "nope"}, "invalid_token"),
-        ({"streamId": "ep0ch.2"}, "invalid_token"),
-        ({"streamId": "other.2", "resumeToken": "x"}, "unknown_stream"),
         (
-            {"streamId": "ep0ch.77", "resumeToken": resume_token_for(SECRET, "sid", "ep0ch.77")},
-            "unknown_stream",
+            {"streamId": "ep0ch.2", "resumeToken": "nope"},
+            "invalid_token",
+            "the resume token does not match the stream",
         ),
-        ({"resumeToken": "x"}, "unknown_stream"),
+        ({"streamId": "ep0ch.2"}, "invalid_token", "the resume token does not match the stream"),
+        (
+            {"streamId": "other.2", "resumeToken": "x"},
+            "unknown_stream",
+            "no such stream in this session",
+        ),
+        (ref_of(77), "unknown_stream", "the stream has expired or never existed"),
+        ({"resumeToken": "x"}, "unknown_stream", 'stream/* needs a string "streamId"'),
     ],
 )
-def test_errors_name_their_reason_and_replay_nothing(params: dict[str, Any], reason: str) -> None:
+def test_errors_name_their_reason_and_replay_nothing(
+    params: dict[str, Any], reason: str, message: str
+) -> None:
     pb = seeded()
     call(pb)
-    for method in ("stream/poll", "stream/resume"):
+    for reply, method in ((3, "stream/poll"), (4, "stream/resume")):
         r, out = local(pb, method, params)
-        (err,) = payloads(out, r)
-        assert err["id"] == 99 and err["error"]["code"] == -32602
-        assert err["error"]["data"] == {"reason": reason}
+        assert out == [
+            StartSse(r),
+            prime(r, f"ep0ch.{reply}.0.1"),
+            sse(r, f"ep0ch.{reply}.1", refused(99, reason, message)),
+            CloseClient(r),
+        ]
 
 
 def test_a_token_of_another_sessions_stream_is_refused() -> None:
@@ -195,187 +309,275 @@ def test_a_token_of_another_sessions_stream_is_refused() -> None:
     call(pb)
     other = resume_token_for(SECRET, "another-session", "ep0ch.2")
     r, out = local(pb, "stream/resume", {"streamId": "ep0ch.2", "resumeToken": other})
-    assert payloads(out, r)[0]["error"]["data"]["reason"] == "invalid_token"
+    assert out == [
+        StartSse(r),
+        prime(r, "ep0ch.3.0.1"),
+        sse(
+            r,
+            "ep0ch.3.1",
+            refused(99, "invalid_token", "the resume token does not match the stream"),
+        ),
+        CloseClient(r),
+    ]
 
 
 def test_resume_into_dropped_history_is_refused() -> None:
     pb = seeded(stream_max_events=3, overflow="truncate")
-    c, up, stream = call(pb)
-    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    c, _, _ = call(pb)
     pb.feed(ClientDetached(c))
     for i in range(1, 6):
         pb.upstream(progress("tok", i))
-    r, out = local(pb, "stream/resume", ref)
-    assert payloads(out, r)[0]["error"]["data"]["reason"] == "history_truncated"
+    r, out = local(pb, "stream/resume", ref_of(2))
+    truncated = refused(
+        99, "history_truncated", "the events after Last-Event-ID were dropped from the buffer"
+    )
+    assert out == [
+        StartSse(r),
+        prime(r, "ep0ch.3.0.1"),
+        sse(r, "ep0ch.3.1", truncated),
+        CloseClient(r),
+    ]
 
 
 def test_abandoned_streams_are_cancelled_upstream_and_freed() -> None:
     pb = seeded(resume_interval_max=60, completed_retention=10)
     calls = []
     for i in range(1000):
-        c, up, stream = call(pb, rid=i)
+        c, uid, stream = call(pb, rid=i)
         pb.upstream(progress("tok", 1))
         pb.feed(ClientDetached(c))
-        calls.append((up, stream))
+        calls.append((uid, int(stream["streamId"].split(".")[1])))
     assert pb.session.buffered_bytes > 0
-    out = pb.tick(59)
-    assert not upstream_sent(out)
-    out = pb.tick(1)
-    cancelled = [m["params"]["requestId"] for m in upstream_sent(out)]
-    assert sorted(cancelled) == sorted(up for up, _ in calls)
+    assert pb.tick(59) == [WakeAt(1060.0)]
+    abandoned: list[Any] = []
+    for uid, number in calls:  # in stream order
+        abandoned += [up(cancelled(uid)), LogNote("stream_abandoned", {"stream": number})]
+    assert pb.tick(1) == [*abandoned, WakeAt(1060.0 + 600)]  # then only the idle timeout
     assert pb.session.live_requests == 0
     assert pb.session.stream_numbers() == [0] and pb.session.buffered_bytes == 0
-    up, stream = calls[0]
-    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
-    r, out = local(pb, "stream/poll", ref)
-    assert payloads(out, r)[0]["error"]["data"]["reason"] == "abandoned"
-    assert not client_sent(pb.upstream(ok(up))), "a late answer is dropped"
+    uid, number = calls[0]
+    r, out = local(pb, "stream/poll", ref_of(number))
+    gone = "the stream was abandoned: nobody resumed or polled it within resumeInterval.max"
+    assert out == [
+        StartSse(r),
+        prime(r, "ep0ch.1002.0.1"),
+        sse(r, "ep0ch.1002.1", refused(99, "abandoned", gone)),
+        CloseClient(r),
+        WakeAt(1070.0),  # the poll's own stream, retained for 10 s
+    ]
+    assert pb.upstream(ok(uid)) == [LogNote("upstream_response_unmatched", {"upstream_id": uid})], (
+        "a late answer is dropped"
+    )
 
 
 def test_a_poll_resets_the_abandonment_timer() -> None:
     pb = seeded(resume_interval_max=60)
-    c, up, stream = call(pb)
-    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
-    pb.feed(ClientDetached(c))
-    pb.tick(50)
-    local(pb, "stream/poll", ref)
-    assert not upstream_sent(pb.tick(50))
-    assert upstream_sent(pb.tick(10))[0]["method"] == "notifications/cancelled"
+    c, uid, _ = call(pb)
+    assert pb.feed(ClientDetached(c)) == [WakeAt(1060.0)]
+    assert pb.tick(50) == [WakeAt(1060.0)]
+    p, out = local(pb, "stream/poll", ref_of(2))
+    assert out == [
+        StartSse(p),
+        prime(p, "ep0ch.3.0.1"),
+        sse(p, "ep0ch.3.1", polled(pending=True)),
+        CloseClient(p),
+        WakeAt(1110.0),  # abandonment moved to 60 s after the poll
+    ]
+    assert pb.tick(50) == [WakeAt(1110.0)]
+    assert pb.tick(10) == [
+        up(cancelled(uid)),
+        LogNote("stream_abandoned", {"stream": 2}),
+        WakeAt(1120.0),
+    ]
 
 
 def test_create_after_announces_only_calls_that_run_long_enough() -> None:
     pb = seeded(create_after=0.5)
     c = pb.conn()
-    out = pb.post(c, req(1, "tools/call", {}))
-    assert payloads(out, c) == []
-    quick = upstream_sent(out)[0]["id"]
-    assert payloads(pb.upstream(ok(quick)), c) == [ok(1)], "done in time: no stream, no end"
+    assert pb.post(c, req(1, "tools/call", {})) == [
+        StartSse(c),
+        prime(c, "ep0ch.2.0.1"),
+        up(req(2, "tools/call", {})),
+        WakeAt(1000.5),
+    ]
+    assert pb.upstream(ok(2)) == [
+        sse(c, "ep0ch.2.1", ok(1)),
+        CloseClient(c),
+        WakeAt(1120.0),
+    ], "done in time: no stream, no end"
     c2 = pb.conn()
-    up = upstream_sent(pb.post(c2, req(2, "tools/call", {})))[0]["id"]
-    (create,) = payloads(pb.tick(0.5), c2)
-    assert create["method"] == "notifications/stream/create"
-    assert payloads(pb.upstream(ok(up)), c2)[-1]["method"] == "notifications/stream/end"
+    assert pb.post(c2, req(2, "tools/call", {})) == [
+        StartSse(c2),
+        prime(c2, "ep0ch.3.0.1"),
+        up(req(3, "tools/call", {})),
+        WakeAt(1000.5),
+    ]
+    assert pb.tick(0.5) == [sse(c2, "ep0ch.3.1", create(3, 2)), WakeAt(1120.0)]
+    assert pb.upstream(ok(3)) == [
+        sse(c2, "ep0ch.3.2", ok(2)),
+        sse(c2, "ep0ch.3.3", end(3)),
+        CloseClient(c2),
+    ]
 
 
 def test_detach_after_create_ends_the_post_with_the_announcement() -> None:
     pb = seeded(detach_after_create=True)
     c = pb.conn()
-    out = pb.post(c, req(1, "tools/call", {}))
-    assert [m["method"] for m in payloads(out, c)] == ["notifications/stream/create"]
-    assert CloseClient(c) in out
-    up = upstream_sent(out)[0]["id"]
-    (create,) = payloads(out, c)
-    pb.upstream(ok(up))
-    ref = {k: create["params"]["stream"][k] for k in ("streamId", "resumeToken")}
-    r, out = local(pb, "stream/resume", ref, lei="ep0ch.2.1")
-    assert payloads(out, r) == [
-        ok(1),
-        note("notifications/stream/end", {"streamId": "ep0ch.2"}),
-        ok(99),
+    assert pb.post(c, req(1, "tools/call", {})) == [
+        StartSse(c),
+        prime(c, "ep0ch.2.0.1"),
+        up(req(2, "tools/call", {})),
+        sse(c, "ep0ch.2.1", create(2, 1)),
+        CloseClient(c),
+        WakeAt(1060.0),  # detached: abandoned unless resumed or polled within 60 s
+    ]
+    assert pb.upstream(ok(2)) == [WakeAt(1120.0)], "logged for the resume; retained"
+    r, out = local(pb, "stream/resume", ref_of(2), lei="ep0ch.2.1")
+    assert out == [
+        StartSse(r),
+        early("stream/resume"),
+        resumed(1),
+        prime(r, "ep0ch.2.1.2"),
+        sse(r, "ep0ch.2.2", ok(1)),
+        sse(r, "ep0ch.2.3", end(2)),
+        sse(r, "ep0ch.3.1", ok(99)),
+        CloseClient(r),
     ]
 
 
 def test_a_server_request_is_answered_after_resuming_on_another_connection() -> None:
     pb = seeded()
-    c, up, stream = call(pb)
+    c, _, _ = call(pb)
     pb.feed(ClientDetached(c))
-    pb.upstream(req("srv-1", "elicitation/create", {"message": "?"}))
-    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
-    r, out = local(pb, "stream/resume", ref, lei="ep0ch.2.1")
-    (asked,) = payloads(out, r)
+    assert pb.upstream(req("srv-1", "elicitation/create", {"message": "?"})) == []
+    r, out = local(pb, "stream/resume", ref_of(2), lei="ep0ch.2.1")
+    assert out == [
+        StartSse(r),
+        early("stream/resume"),
+        resumed(1),
+        prime(r, "ep0ch.2.1.2"),
+        sse(r, "ep0ch.2.2", req(1, "elicitation/create", {"message": "?"})),
+        WakeAt(1120.0),
+    ]
     answer = pb.conn()
-    out = pb.post(answer, {"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}})
-    assert upstream_sent(out) == [{"jsonrpc": "2.0", "id": "srv-1", "result": {"action": "accept"}}]
+    assert pb.post(answer, ok(1, {"action": "accept"})) == [
+        up(ok("srv-1", {"action": "accept"})),
+        Accepted(answer),
+    ]
 
 
 def test_resuming_before_resume_interval_min_is_served_and_logged() -> None:
     pb = seeded(resume_interval_min=2)
-    c, up, stream = call(pb)
-    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    c, _, _ = call(pb)
     pb.feed(ClientDetached(c))
     pb.now += 0.5
-    p, out = local(pb, "stream/poll", ref)
-    assert "result" in payloads(out, p)[-1]
-    assert [n.fields for n in out if isinstance(n, LogNote) and n.event == "resumed_early"]
+    p, out = local(pb, "stream/poll", ref_of(2))
+    assert out == [
+        StartSse(p),
+        early("stream/poll", after_seconds=0.5),
+        prime(p, "ep0ch.3.0.1"),
+        sse(p, "ep0ch.3.1", polled(pending=True)),
+        CloseClient(p),
+        WakeAt(1060.5),
+    ]
     pb.now += 3
-    p, out = local(pb, "stream/poll", ref)
-    assert not [n for n in out if isinstance(n, LogNote) and n.event == "resumed_early"]
+    p, out = local(pb, "stream/poll", ref_of(2))
+    assert out == [
+        StartSse(p),
+        prime(p, "ep0ch.4.0.1"),
+        sse(p, "ep0ch.4.1", polled(pending=True)),
+        CloseClient(p),
+        WakeAt(1063.5),
+    ]
 
 
+# The call's stream 2 logs: 1 create, 2-4 progress p1..p3, then (if it completes)
+# 5 the result and 6 the end.
+EVENTS = {
+    "create": (1, create(2, 7)),
+    "p1": (2, progress("tok", 1)),
+    "p2": (3, progress("tok", 2)),
+    "p3": (4, progress("tok", 3)),
+    "result": (5, ok(7)),
+    "end": (6, end(2)),
+}
 RECOVERY = [
-    # (name, how far the client got, what happens before it resumes, expected)
-    ("from the start", 0, "live", ["p1", "p2", "p3"]),
-    ("from the middle", 3, "live", ["p2", "p3"]),
-    ("from the end", 5, "live", []),
-    ("after completion", 3, "complete", ["p2", "p3", "result", "end"]),
-    ("from the end after completion", 7, "complete", []),
-    ("after abandonment", 3, "abandon", "abandoned"),
-    ("after truncation", 0, "truncate", "history_truncated"),
+    # (name, the seq the client acknowledges, what happens before it resumes, expected)
+    ("from the start", None, "live", ["create", "p1", "p2", "p3"]),
+    ("from the middle", 2, "live", ["p2", "p3"]),
+    ("from the end", 4, "live", []),
+    ("after completion", 2, "complete", ["p2", "p3", "result", "end"]),
+    ("from the end after completion", 6, "complete", []),
+    ("after abandonment", 2, "abandon", "abandoned"),
+    ("after truncation", None, "truncate", "history_truncated"),
 ]
+REFUSALS = {
+    "abandoned": "the stream was abandoned: nobody resumed or polled it within resumeInterval.max",
+    "history_truncated": "the events after Last-Event-ID were dropped from the buffer",
+}
 
 
 @pytest.mark.parametrize(
     ("name", "acked", "then", "expected"), RECOVERY, ids=[r[0] for r in RECOVERY]
 )
-def test_recovery_table(name: str, acked: int, then: str, expected: list[str] | str) -> None:
-    """Events of the call's stream: 1 create, 2 priming-free progress p1..p3 (seq 2-4)…"""
+def test_recovery_table(name: str, acked: int | None, then: str, expected: list[str] | str) -> None:
     pb = seeded(resume_interval_max=60, stream_max_events=4, overflow="truncate")
-    c, up, stream = call(pb)
-    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    c, uid, _ = call(pb)
     for i in (1, 2, 3):
         pb.upstream(progress("tok", i))  # seq 2, 3, 4 (the create is seq 1)
     pb.feed(ClientDetached(c))
     if then == "complete":
-        pb.upstream(ok(up))  # result 5, end 6
+        pb.upstream(ok(uid))  # result 5, end 6
     elif then == "abandon":
         pb.tick(61)
     elif then == "truncate":
         pb.upstream(progress("tok", 4))  # seq 5; with max 4 events, seq 1 goes
-    # acked counts events: 0 = none, 3 = create+p1, 5 = through p3 (live end), 7 = all
-    last = {0: None, 3: "ep0ch.2.2", 5: "ep0ch.2.4", 7: "ep0ch.2.6"}[acked]
-    params = {**ref, **({"lastEventId": last} if last else {})}
+    params = {**ref_of(2), **({} if acked is None else {"lastEventId": f"ep0ch.2.{acked}"})}
     r, out = local(pb, "stream/resume", params, rid="r")
-    got = payloads(out, r)
     if isinstance(expected, str):
-        assert got == [got[0]] and got[0]["error"]["data"]["reason"] == expected
+        assert out == [
+            StartSse(r),
+            prime(r, "ep0ch.3.0.1"),
+            sse(r, "ep0ch.3.1", refused("r", expected, REFUSALS[expected])),
+            CloseClient(r),
+        ]
         return
-    names = {
-        "notifications/stream/create": "create",
-        "notifications/stream/end": "end",
-        "notifications/progress": None,
-    }
-    seen = []
-    for m in got:
-        if m.get("id") == "r":
-            continue  # the resume's own {} (after the end, when complete)
-        if m.get("method") == "notifications/progress":
-            seen.append(f"p{m['params']['progress']}")
-        elif "result" in m:
-            seen.append("result")
-        else:
-            seen.append(names[m["method"]] or "?")
-    if name == "from the start":
-        expected = ["create", *expected]
-    assert seen == expected
-    if then == "complete":
-        assert got[-1] == ok("r")
+    after = acked or 0
+    replay = [sse(r, f"ep0ch.2.{EVENTS[e][0]}", EVENTS[e][1]) for e in expected]
+    if then == "complete":  # then the resume's own answer, and the connection ends
+        rest = [sse(r, "ep0ch.3.1", ok("r")), CloseClient(r)]
+    else:  # live: attached, so not abandoned; stream 1's retention is next
+        rest = [WakeAt(1120.0)]
+    assert out == [
+        StartSse(r),
+        early("stream/resume"),
+        resumed(after),
+        prime(r, f"ep0ch.2.{after}.2"),
+        *replay,
+        *rest,
+    ]
 
 
 def test_event_ids_in_meta_only_when_opted_in() -> None:
-    key = "io.github.mcp-resume-proxy/eventId"
     pb = seeded(event_id_in_meta=True)
-    c, up, stream = call(pb)
-    out = pb.upstream(progress("tok", 1)) + pb.upstream(ok(up, {"content": []}))
-    sent = [s for s in pb.log if isinstance(s, SendToClient) and s.conn == c and s.payload]
-    for event in sent:  # the create, the progress, the result and the end
-        msg = json.loads(event.payload or b"")
-        body = msg["params"] if "method" in msg else msg["result"]
-        assert body["_meta"][key] == event.event_id
-    assert len(sent) == 4
+    c = pb.conn()
+    assert pb.post(c, slow(7)) == [
+        StartSse(c),
+        prime(c, "ep0ch.2.0.1"),
+        up(slow(2)),
+        sse(c, "ep0ch.2.1", tagged(create(2, 7), "ep0ch.2.1")),
+    ]
+    assert pb.upstream(progress("tok", 1)) == [
+        sse(c, "ep0ch.2.2", tagged(progress("tok", 1), "ep0ch.2.2"))
+    ]
+    assert pb.upstream(ok(2, {"content": []})) == [
+        sse(c, "ep0ch.2.3", tagged(ok(7, {"content": []}), "ep0ch.2.3")),
+        sse(c, "ep0ch.2.4", tagged(end(2), "ep0ch.2.4")),
+        CloseClient(c),
+    ]
     plain = seeded()
-    c, up, _ = call(plain)
-    out = plain.upstream(progress("tok", 1))
-    assert "_meta" not in payloads(out, c)[0]["params"]
+    c, _, _ = call(plain)
+    assert plain.upstream(progress("tok", 1)) == [sse(c, "ep0ch.2.2", progress("tok", 1))]
 
 
 @pytest.mark.parametrize("backlog", [10, 3000])
@@ -385,8 +587,7 @@ def test_a_poll_costs_the_same_whatever_the_backlog(
     """The poll summary is kept as events are logged: a poll parses no payload and walks
     no log but its own answer's (it used to parse every unacknowledged message)."""
     pb = seeded()
-    c, up, stream = call(pb)
-    ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
+    c, _, _ = call(pb)
     pb.feed(ClientDetached(c))
     for n in range(backlog):
         pb.upstream(progress("tok", n))
@@ -407,16 +608,18 @@ def test_a_poll_costs_the_same_whatever_the_backlog(
     monkeypatch.setattr(json, "loads", counting_loads)
     monkeypatch.setattr(StreamLog, "after", counting_after)
     p = pb.conn()
-    out = pb.feed(ClientPost(p, [classify(req(99, "stream/poll", ref))], last_event_id="ep0ch.2.1"))
+    poll = req(99, "stream/poll", ref_of(2))
+    out = pb.feed(ClientPost(p, [classify(poll)], last_event_id="ep0ch.2.1"))
     monkeypatch.undo()
     assert parsed == [], "no payload is parsed"
     assert sum(walked) == 1, "only the poll's own answer is read from a log"
-    (result,) = [m["result"] for m in payloads(out, p)]
-    assert (result["pendingMessages"], result["hasRequest"], result["hasError"]) == (
-        True,
-        True,
-        False,
-    )
+    assert out == [
+        StartSse(p),
+        early("stream/poll"),
+        prime(p, "ep0ch.3.0.1"),
+        sse(p, "ep0ch.3.1", polled(pending=True, has_request=True)),
+        CloseClient(p),
+    ]
 
 
 ANSWERS = {
@@ -441,7 +644,7 @@ def test_a_poll_answers_what_parsing_the_unacknowledged_rest_would(
     steps: list[str | float], overflow: str, max_events: int
 ) -> None:
     pb = seeded(overflow=overflow, stream_max_events=max_events)
-    c, up, stream = call(pb)
+    c, uid, stream = call(pb)
     ref = {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]}
     pb.feed(ClientDetached(c))
     log = pb.session._streams[2].log
@@ -465,6 +668,6 @@ def test_a_poll_answers_what_parsing_the_unacknowledged_rest_would(
         elif step == "log":
             pb.upstream(note("notifications/message", {"level": "info", "data": n}))
         elif step == "error":
-            pb.upstream({"jsonrpc": "2.0", "id": up, "error": {"code": -1, "message": "no"}})
+            pb.upstream({"jsonrpc": "2.0", "id": uid, "error": {"code": -1, "message": "no"}})
         else:
-            pb.upstream(ok(up, ANSWERS[step]))
+            pb.upstream(ok(uid, ANSWERS[step]))
