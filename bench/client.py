@@ -1,17 +1,25 @@
 """A raw aiohttp MCP client for the benchmark (not the SDK: the client must not be the
-bottleneck), and the probes that read a process's CPU time and RSS from ``/proc``."""
+bottleneck), the probes that read a process's CPU time and RSS from ``/proc``, and what the
+phase scripts (``load.py``, ``memory.py``) share: their command line and their output."""
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
 
 import aiohttp
+
+# The phase scripts run as ``python bench/NAME.py``: the repository root is not on the path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.sse_wire import SseEvent, SseSplitter
 
 PROTOCOL_VERSION = "2025-11-25"
 ACCEPT = "application/json, text/event-stream"
@@ -19,33 +27,20 @@ SESSION_HEADER = "Mcp-Session-Id"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-@dataclass
-class SseEvent:
-    id: str | None
-    data: str
-
-
 async def sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[SseEvent]:
-    """The events of an SSE body (``\\n`` or ``\\r\\n`` line ends; comments skipped)."""
-    buf = b""
+    """The events of an SSE body, each with the id it was sent with (see tests/sse_wire.py)."""
+    splitter = SseSplitter()
     async for chunk in resp.content.iter_any():
-        buf = (buf + chunk).replace(b"\r\n", b"\n")
-        *blocks, buf = buf.split(b"\n\n")
-        for block in blocks:
-            event_id: str | None = None
-            data: list[str] = []
-            for raw in block.split(b"\n"):
-                line = raw.decode()
-                if not line or line.startswith(":"):
-                    continue
-                name, _, value = line.partition(":")
-                value = value.removeprefix(" ")
-                if name == "id":
-                    event_id = value
-                elif name == "data":
-                    data.append(value)
-            if event_id is not None or data:
-                yield SseEvent(event_id, "\n".join(data))
+        for event in splitter.feed(chunk):
+            yield event
+
+
+def http_client(total_s: float) -> aiohttp.ClientSession:
+    """An HTTP client with no limit on its connections (each session may hold several open),
+    whose requests fail after ``total_s`` seconds."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=total_s)
+    )
 
 
 class McpSession:
@@ -193,3 +188,36 @@ async def measured(
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+# --- the command line of the phase scripts (load.py, memory.py) ---------------------------
+
+OptionsT = TypeVar("OptionsT")
+
+
+def parse_options(
+    parser: argparse.ArgumentParser, options: type[OptionsT]
+) -> tuple[OptionsT, bool]:
+    """``options`` (a dataclass whose fields are the parser's options) from the command line,
+    and whether ``--json`` was given; exits unless ``--url`` is on 127.0.0.1."""
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    if not args.url.startswith(("http://127.0.0.1:", "http://localhost:")):
+        sys.exit(f"{parser.prog} only talks to 127.0.0.1")
+    given = vars(args)
+    values = {f.name: given[f.name] for f in fields(options)}  # type: ignore[arg-type]
+    return options(**values), args.json
+
+
+def print_results(
+    results: list[PhaseResult], as_json: bool, more: Callable[[PhaseResult], str] | None = None
+) -> None:
+    """One JSON object, or a line per phase: its metrics (or why it has none), its wall time,
+    and ``more(result)``."""
+    if as_json:
+        print(json.dumps([r.__dict__ for r in results]))
+        return
+    for r in results:
+        metrics = ", ".join(f"{k}={v:.3f}" for k, v in r.metrics.items())
+        line = f"{r.name:10} {metrics or r.error} | wall {r.wall_s:.2f}s"
+        print(line + (more(r) if more is not None else ""))

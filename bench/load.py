@@ -34,23 +34,37 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-from client import McpSession, PhaseFailed, PhaseResult, measured, percentile, sse_events
+from client import (
+    McpSession,
+    PhaseFailed,
+    PhaseResult,
+    http_client,
+    measured,
+    parse_options,
+    percentile,
+    print_results,
+    sse_events,
+)
 
 LONG_WINDOW = 500  # calls at each end of the long phase
 
 
-async def phase_latency(session: McpSession, calls: int) -> dict[str, float]:
+async def echo_round_trips_ms(session: McpSession, calls: int, label: str) -> list[float]:
+    """``calls`` echo calls, one at a time: how long each took, in ms."""
     samples: list[float] = []
     for i in range(calls):
         t0 = time.perf_counter()
-        await session.call("echo", {"text": f"ping {i}"})
+        await session.call("echo", {"text": f"{label} {i}"})
         samples.append((time.perf_counter() - t0) * 1000)
+    return samples
+
+
+async def phase_latency(session: McpSession, calls: int) -> dict[str, float]:
+    samples = await echo_round_trips_ms(session, calls, "ping")
     return {
         "calls": calls,
         "p50_ms": statistics.median(samples),
@@ -77,11 +91,7 @@ async def phase_throughput(sessions: list[McpSession], seconds: float) -> dict[s
 
 async def phase_long(session: McpSession, calls: int) -> dict[str, float]:
     """Sequential calls on one session: does the per-call cost grow with its history?"""
-    samples: list[float] = []
-    for i in range(calls):
-        t0 = time.perf_counter()
-        await session.call("echo", {"text": f"long {i}"})
-        samples.append((time.perf_counter() - t0) * 1000)
+    samples = await echo_round_trips_ms(session, calls, "long")
     window = min(LONG_WINDOW, calls // 2)
     first = statistics.median(samples[:window])
     last = statistics.median(samples[-window:])
@@ -192,9 +202,7 @@ class Options:
 
 
 async def run(opts: Options) -> list[PhaseResult]:
-    connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=120)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+    async with http_client(total_s=120) as http:
         primary = McpSession(http, opts.url)
         await primary.initialize()
         await primary.call("echo", {"text": "warm-up"})
@@ -253,34 +261,15 @@ def main() -> None:
     parser.add_argument("--burst-reps", type=int, default=3, help="bursts (median rate)")
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--replay", action="store_true", help="run the replay phase")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args()
-    if not args.url.startswith(("http://127.0.0.1:", "http://localhost:")):
-        sys.exit("load.py only talks to 127.0.0.1")
-    opts = Options(
-        url=args.url,
-        pid=args.pid,
-        calls=args.calls,
-        sessions=args.sessions,
-        seconds=args.seconds,
-        long_calls=args.long_calls,
-        burst_tool=args.burst_tool,
-        notifications=args.notifications,
-        burst_reps=args.burst_reps,
-        size=args.size,
-        replay=args.replay,
-    )
-    results = asyncio.run(run(opts))
-    if args.json:
-        print(json.dumps([r.__dict__ for r in results]))
-        return
-    for r in results:
-        metrics = ", ".join(f"{k}={v:.3f}" for k, v in r.metrics.items())
-        print(
-            f"{r.name:10} {metrics or r.error} | wall {r.wall_s:.2f}s "
-            f"client CPU {r.client_cpu_share:.0%} | server CPU {r.server_cpu_s:.3f}s "
+    opts, as_json = parse_options(parser, Options)
+    print_results(
+        asyncio.run(run(opts)),
+        as_json,
+        lambda r: (
+            f" client CPU {r.client_cpu_share:.0%} | server CPU {r.server_cpu_s:.3f}s "
             f"RSS {r.server_rss_mb:.1f} MB"
-        )
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -24,15 +24,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from client import McpSession, PhaseFailed, PhaseResult, measured, rss_mb, sse_events
+from client import (
+    McpSession,
+    PhaseFailed,
+    PhaseResult,
+    http_client,
+    measured,
+    parse_options,
+    print_results,
+    rss_mb,
+    sse_events,
+)
 
 BATCH = 50  # sessions opened at once (each starts a process behind the endpoint)
 
@@ -179,11 +187,9 @@ class Options:
 
 
 async def run(opts: Options) -> list[PhaseResult]:
-    connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=300)
     health = opts.url.rsplit("/", 1)[0] + "/healthz" if opts.health else None
     results: list[PhaseResult] = []
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+    async with http_client(total_s=300) as http:
         if opts.buffer_mb > 0:
             results.append(
                 await measured("buffered", opts.pid, lambda: phase_buffered(http, opts, health))
@@ -209,30 +215,8 @@ def main() -> None:
     parser.add_argument("--idle-sessions", type=int, default=200, help="0: skip")
     parser.add_argument("--concurrent", type=int, default=100, help="sessions; 0: skip")
     parser.add_argument("--concurrent-calls", type=int, default=20, help="calls per session")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args()
-    if not args.url.startswith(("http://127.0.0.1:", "http://localhost:")):
-        sys.exit("memory.py only talks to 127.0.0.1")
-    opts = Options(
-        url=args.url,
-        pid=args.pid,
-        health=args.health,
-        buffer_mb=args.buffer_mb,
-        buffer_calls=args.buffer_calls,
-        flood_tool=args.flood_tool,
-        size=args.size,
-        idle_sessions=args.idle_sessions,
-        concurrent=args.concurrent,
-        concurrent_calls=args.concurrent_calls,
-    )
-    results = asyncio.run(run(opts))
-    if args.json:
-        print(json.dumps([r.__dict__ for r in results]))
-        return
-    for r in results:
-        metrics: dict[str, Any] = r.metrics
-        shown = ", ".join(f"{k}={v:.3f}" for k, v in metrics.items())
-        print(f"{r.name:10} {shown or r.error} | wall {r.wall_s:.2f}s")
+    opts, as_json = parse_options(parser, Options)
+    print_results(asyncio.run(run(opts)), as_json)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from report import Row
@@ -35,6 +36,25 @@ def _verdict(ok: bool | None) -> str:
     return "" if ok is None else ("**met**" if ok else "**not met**")
 
 
+Target = tuple[str, str, bool | None]
+"""A row of the table: the target, the figure of this run, whether it is met (None: no
+verdict)."""
+
+
+def _judged(
+    what: str,
+    value: float | None,
+    shown: str,
+    met: Callable[[float], bool] | None,
+    missing: str = "n/a",
+) -> Target:
+    """``value`` shown with the format ``shown`` and judged by ``met`` (None: for
+    information only); a missing value (None) is shown as ``missing``, with no verdict."""
+    if value is None:
+        return (what, missing, None)
+    return (what, shown.format(value), None if met is None else met(value))
+
+
 def targets_table(
     per_rep: list[dict[str, Row]],
     medians: dict[str, Row],
@@ -42,14 +62,14 @@ def targets_table(
     peers: list[str],
     http_sessions: int,
 ) -> str:
-    rows: list[tuple[str, str, bool | None]] = []
+    rows: list[Target] = []
 
-    overhead = _paired(per_rep, "proxy+sdk", "direct", "p50_ms", "-")
     rows.append(
-        (
+        _judged(
             "latency: p50 overhead over direct ≤ 0.5 ms",
-            "n/a" if overhead is None else f"{overhead:+.3f} ms (proxy+sdk - direct, paired)",
-            None if overhead is None else overhead <= 0.5,
+            _paired(per_rep, "proxy+sdk", "direct", "p50_ms", "-"),
+            "{:+.3f} ms (proxy+sdk - direct, paired)",
+            lambda overhead: overhead <= 0.5,
         )
     )
     for name in ("proxy+sdk", "proxy+raw"):
@@ -60,44 +80,45 @@ def targets_table(
                 (f"latency: p99 ≤ 2 x p50 ({name})", f"{r['p99_ms']:.3f} vs {r['p50_ms']:.3f}", ok)
             )
     for ours, upstream in (("proxy+sdk", "the SDK server"), ("proxy+raw", "the raw emitter")):
-        best = _best_peer_ratio(per_rep, peers, ours, "calls_per_s")
         rows.append(
-            (
+            _judged(
                 f"throughput ≥ 2 x the best peer, in front of {upstream}",
-                "no peers in this run" if best is None else f"{best:.2f} x (paired)",
-                None if best is None else best >= 2,
+                _best_peer_ratio(per_rep, peers, ours, "calls_per_s"),
+                "{:.2f} x (paired)",
+                lambda best: best >= 2,
+                missing="no peers in this run",
             )
         )
-    vs_direct = _paired(per_rep, "proxy+sdk", "direct", "calls_per_s", "/")
     rows.append(
-        (
+        _judged(
             "throughput ≥ direct",
-            "n/a" if vs_direct is None else f"{vs_direct:.2f} x direct (paired)",
-            None if vs_direct is None else vs_direct >= 1,
+            _paired(per_rep, "proxy+sdk", "direct", "calls_per_s", "/"),
+            "{:.2f} x direct (paired)",
+            lambda vs_direct: vs_direct >= 1,
         )
     )
-    burst = _paired(per_rep, "proxy+sdk", "legacy_server.py", "notif_per_s", "/")
     rows.append(
-        (
+        _judged(
             "burst ≥ 95 % of the upstream's emission rate (the SDK server on stdio)",
-            "n/a" if burst is None else f"{burst:.0%} of legacy_server.py alone (paired)",
-            None if burst is None else burst >= 0.95,
+            _paired(per_rep, "proxy+sdk", "legacy_server.py", "notif_per_s", "/"),
+            "{:.0%} of legacy_server.py alone (paired)",
+            lambda burst: burst >= 0.95,
         )
     )
-    vs_http = _paired(per_rep, "proxy+sdk", "direct", "notif_per_s", "/")
     rows.append(
-        (
+        _judged(
             "(for information) burst vs the same tools served over HTTP by the SDK (direct)",
-            "n/a" if vs_http is None else f"{vs_http:.0%} of direct (paired)",
+            _paired(per_rep, "proxy+sdk", "direct", "notif_per_s", "/"),
+            "{:.0%} of direct (paired)",
             None,
         )
     )
-    raw = medians.get("proxy+raw", {}).get("notif_per_s")
     rows.append(
-        (
+        _judged(
             "burst ≥ 50,000 notifications/s from the raw emitter",
-            "n/a" if raw is None else f"{raw:,.0f}/s",
-            None if raw is None else raw >= 50_000,
+            medians.get("proxy+raw", {}).get("notif_per_s"),
+            "{:,.0f}/s",
+            lambda raw: raw >= 50_000,
         )
     )
     for name in ("proxy+sdk", "proxy+raw"):
@@ -111,20 +132,20 @@ def targets_table(
         p = memory.get(name, {}).get(phase)
         return None if p is None or p.get("error") else float(p["metrics"][key])
 
-    ratio = mem("proxy+raw", "buffered", "rss_per_payload")
     rows.append(
-        (
+        _judged(
             "memory: buffered events ≤ 1.5 x their payload",
-            "n/a" if ratio is None else f"{ratio:.2f} x",
-            None if ratio is None else ratio <= 1.5,
+            mem("proxy+raw", "buffered", "rss_per_payload"),
+            "{:.2f} x",
+            lambda ratio: ratio <= 1.5,
         )
     )
-    kb = mem("proxy+raw", "idle", "kb_per_session")
     rows.append(
-        (
+        _judged(
             "memory: an idle session ≤ 50 KB (not counting its child)",
-            "n/a" if kb is None else f"{kb:.1f} KB",
-            None if kb is None else kb <= 50,
+            mem("proxy+raw", "idle", "kb_per_session"),
+            "{:.1f} KB",
+            lambda kb: kb <= 50,
         )
     )
     conc = memory.get("proxy+raw", {}).get("concurrent")

@@ -1,7 +1,10 @@
 """Helpers of the end-to-end tests: start the real proxy as a subprocess (and always stop
 it), wait on conditions (:func:`eventually`, never fixed sleeps), learn the port a server
-bound (``listen.port: 0``, then the port it logs), and hold a port for a program that
-must be told one up front (:func:`reserved_port`)."""
+bound (``listen.port: 0``, then the port it logs), hold a port for a program that must be
+told one up front (:func:`reserved_port`), read the proxy's JSON log (:func:`log_events`),
+see processes through ``/proc`` (:func:`alive`, :func:`children_of`, :func:`descendants`)
+and build the JSON-RPC requests the raw clients send (:func:`initialize_request`,
+:func:`tool_call`)."""
 
 from __future__ import annotations
 
@@ -72,6 +75,92 @@ def read_log(path: Path) -> str:
 
 def tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
     return read_log(path)[-limit:]
+
+
+def log_events(log_text: str, event: str) -> list[dict[str, Any]]:
+    """The entries of a JSON log (``log.format: json``) whose ``event`` is ``event``."""
+    found = []
+    for line in log_text.splitlines():
+        if event in line:  # cheap: most lines are other events
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if isinstance(entry, dict) and entry.get("event") == event:
+                    found.append(entry)
+    return found
+
+
+# -------------------------------------------------------------------- JSON-RPC requests
+def initialize_request(
+    rid: int = 1, *, version: str = "2025-11-25", client: str = "test"
+) -> dict[str, Any]:
+    """An ``initialize`` request offering ``version``, with no capabilities."""
+    params = {
+        "protocolVersion": version,
+        "capabilities": {},
+        "clientInfo": {"name": client, "version": "0"},
+    }
+    return {"jsonrpc": "2.0", "id": rid, "method": "initialize", "params": params}
+
+
+def tool_call(
+    rid: Any, name: str, arguments: dict[str, Any], token: str | int | None = None
+) -> dict[str, Any]:
+    """A ``tools/call`` request; with ``token``, its progress goes to that progress token."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if token is not None:
+        params["_meta"] = {"progressToken": token}
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+
+# -------------------------------------------------------------------- processes (/proc)
+def _state_and_parent(pid: int | str) -> tuple[str, int] | None:
+    """The state letter and parent pid of process ``pid``, or None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # gone (ENOENT), or gone between the open and the read (ESRCH)
+        return None
+    # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the
+    # last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[0], int(fields[1])
+
+
+def process_table() -> dict[int, tuple[str, int]]:
+    """pid -> (state letter, parent pid) of every process on the machine (Linux /proc)."""
+    table: dict[int, tuple[str, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (found := _state_and_parent(entry.name)) is not None:
+            table[int(entry.name)] = found
+    return table
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: it exists and is no zombie (a zombie still answers kill(0))."""
+    found = _state_and_parent(pid)
+    return found is not None and found[0] != "Z"
+
+
+def children_of(pid: int) -> list[int]:
+    """The direct children of ``pid``, a child that exited but is not reaped yet included."""
+    return [child for child, (_, parent) in process_table().items() if parent == pid]
+
+
+def descendants(pid: int) -> set[int]:
+    """The live descendants of ``pid`` (empty where /proc is not available)."""
+    if not Path("/proc").is_dir():
+        return set()
+    children: dict[int, list[int]] = {}
+    for child, (state, parent) in process_table().items():
+        if state != "Z":
+            children.setdefault(parent, []).append(child)
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
 
 
 # -------------------------------------------------------------------- ports
@@ -217,6 +306,10 @@ class RunningProxy:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def upstream_pids(self) -> list[int]:
+        """The pids of the server processes it started, in order (its ``upstream_started``)."""
+        return [int(entry["pid"]) for entry in log_events(self.log_text(), "upstream_started")]
+
 
 async def wait_for_log(
     proxy: RunningProxy, text: str, *, timeout: float = DEADLINE_S, what: str | None = None
@@ -243,11 +336,8 @@ async def stop_proxy(proc: asyncio.subprocess.Process, timeout: float = 30.0) ->
 async def run_proxy(
     tmp_path: Path, command: list[str] | None = None, **sections: dict[str, Any]
 ) -> AsyncIterator[RunningProxy]:
-    """Run ``mcp-resume-proxy`` with a config made of ``sections`` on a port of its own.
-
-    It binds ``listen.port: 0`` and the port comes from its ``proxy_listening`` log line,
-    so no other process can take the port between choosing and binding it.
-    """
+    """Run ``mcp-resume-proxy`` with a config made of ``sections`` on a port of its own
+    (see :func:`run_proxy_on`)."""
     config: dict[str, Any] = {
         "listen": {"host": "127.0.0.1", "port": 0},
         "upstream": {"command": command or DEMO, "stop_grace_seconds": 3},
@@ -257,6 +347,20 @@ async def run_proxy(
         config.setdefault(key, {}).update(value)
     if config["upstream"].get("url"):  # a URL upstream instead of the command
         config["upstream"].pop("command", None)
+    async with run_proxy_on(tmp_path, config) as proxy:
+        yield proxy
+
+
+@contextlib.asynccontextmanager
+async def run_proxy_on(
+    tmp_path: Path, config: dict[str, Any], env: dict[str, str] | None = None
+) -> AsyncIterator[RunningProxy]:
+    """Run ``mcp-resume-proxy --config`` on ``config`` as it is, with ``env`` added to the
+    environment; on the way out, stop it and check that it exited with status 0.
+
+    With ``listen.port: 0`` the port comes from its ``proxy_listening`` log line, so no
+    other process can take the port between choosing and binding it.
+    """
     number = 1 + len(list(tmp_path.glob("proxy-*.yaml")))
     config_path = tmp_path / f"proxy-{number}.yaml"
     config_path.write_text(yaml.safe_dump(config))
@@ -271,7 +375,7 @@ async def run_proxy(
             stdout=log_file,
             stderr=log_file,
             cwd=str(ROOT),
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
     try:
         port = await wait_listening(proc, log_path, "the proxy")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -27,34 +26,12 @@ from proxy.core.sse import SSEDecoder, SSEEvent
 from proxy.runtime import ClientConn, CloseMarker, Frame, Registry, SessionRunner
 from tests.downstream.sse_client import RawSession
 from tests.downstream.test_websocket import initialize, socket
-from tests.support import FIXTURE, run_proxy
+from tests.support import FIXTURE, alive, initialize_request, log_events, run_proxy, tool_call
 
 
 def slow_call(rid: int, token: str) -> dict[str, Any]:
-    params = {
-        "name": "slow",
-        "arguments": {"steps": 600, "delay": 0.1},  # a minute: far longer than the test
-        "_meta": {"progressToken": token},
-    }
-    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
-
-
-def upstream_pids(log: str) -> list[int]:
-    return [
-        int(json.loads(line)["pid"]) for line in log.splitlines() if '"upstream_started"' in line
-    ]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie still answers kill(0)
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+    # A minute: far longer than the test.
+    return tool_call(rid, "slow", {"steps": 600, "delay": 0.1}, token)
 
 
 async def read_until_progress(resp: aiohttp.ClientResponse, dec: SSEDecoder) -> list[SSEEvent]:
@@ -79,7 +56,7 @@ async def test_sigterm_answers_in_flight_calls_before_their_streams_end(tmp_path
         clients = [RawSession(http, proxy.url) for _ in range(2)]
         for s in clients:
             await s.initialize()
-        pids = upstream_pids(proxy.log_text())
+        pids = proxy.upstream_pids()
         assert len(pids) == 2 and all(alive(p) for p in pids)
         responses = []
         decoders = []
@@ -104,7 +81,7 @@ async def test_sigterm_answers_in_flight_calls_before_their_streams_end(tmp_path
         assert await asyncio.wait_for(proxy.process.wait(), 30) == 0
     assert not any(alive(p) for p in pids), "a server process outlived the proxy"
     log = proxy.log_text()
-    forgotten = [json.loads(x) for x in log.splitlines() if '"session_forgotten"' in x]
+    forgotten = log_events(log, "session_forgotten")
     assert [f["reason"] for f in forgotten] == ["proxy shutting down"] * 2, forgotten
     assert "shutdown_connections_not_drained" not in log, "the answers were written out"
 
@@ -150,12 +127,7 @@ async def _until_closed(conn: ClientConn) -> list[bytes | Frame | CloseMarker]:
 async def _running_call(registry: Registry) -> tuple[SessionRunner, ClientConn]:
     """A session with a slow tools/call in flight on an open connection nobody writes."""
     runner = await registry.create()
-    params = {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    }
-    init = _post(runner, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
+    init = _post(runner, initialize_request(0, version="2025-06-18"))
     reply = await _until_closed(init)
     assert any(isinstance(x, bytes) and b'"result"' in x for x in reply), reply
     runner.conn_gone(init)

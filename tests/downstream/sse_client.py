@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from proxy.core.sse import SSEDecoder, SSEEvent
-from tests.support import MCP_HEADERS
+from tests.support import MCP_HEADERS, RunningProxy, initialize_request, run_proxy
 
 
 @dataclass
@@ -29,16 +32,7 @@ class RawSession:
         return h
 
     async def initialize(self) -> None:
-        body = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": self.version,
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        }
+        body = initialize_request(0, version=self.version, client="raw")
         async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
             assert resp.status == 200, await resp.text()
             self.session_id = resp.headers["Mcp-Session-Id"]
@@ -74,3 +68,15 @@ async def read_events(resp: aiohttp.ClientResponse) -> list[SSEEvent]:
 
 def messages(events: list[SSEEvent]) -> list[dict[str, Any]]:
     return [json.loads(e.data) for e in events if e.data]
+
+
+@asynccontextmanager
+async def proxy_session(
+    tmp_path: Path, command: list[str] | None = None, **sections: dict[str, Any]
+) -> AsyncIterator[tuple[RunningProxy, aiohttp.ClientSession, RawSession]]:
+    """The proxy (:func:`tests.support.run_proxy` with these arguments), an HTTP client, and
+    a client session initialized on the proxy with it."""
+    async with run_proxy(tmp_path, command, **sections) as proxy, aiohttp.ClientSession() as http:
+        session = RawSession(http, proxy.url)
+        await session.initialize()
+        yield proxy, http, session

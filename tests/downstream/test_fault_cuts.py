@@ -16,11 +16,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from proxy.core.sse import SSEDecoder
-from tests.downstream.sse_client import RawSession
-from tests.support import FIXTURE, run_proxy
+from tests.downstream.sse_client import proxy_session
+from tests.support import FIXTURE
 
 N = 2000
 CUTS = 220
@@ -31,9 +29,7 @@ async def _cut_and_resume(
     tmp_path: Path, seed: int, tool: str, tool_args: dict[str, Any], n: int, text: str
 ) -> None:
     rng = random.Random(seed)
-    async with run_proxy(tmp_path, command=FIXTURE) as proxy, aiohttp.ClientSession() as http:
-        s = RawSession(http, proxy.url)
-        await s.initialize()
+    async with proxy_session(tmp_path, command=FIXTURE) as (proxy, http, s):
         approx_total = n * 300
         # The first cut falls after the priming event (~45 bytes): a client cut before any
         # event id has nothing to resume from, and re-sending the call would be another call.

@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 from pathlib import Path
 
 import aiohttp
 
-from tests.downstream.sse_client import RawSession, messages, read_events
-from tests.support import FIXTURE, MCP_HEADERS, eventually, run_proxy
-
-
-def call_body(
-    rid: int, name: str, args: dict[str, object], token: str | None = None
-) -> dict[str, object]:
-    params: dict[str, object] = {"name": name, "arguments": args}
-    if token is not None:
-        params["_meta"] = {"progressToken": token}
-    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+from tests.downstream.sse_client import RawSession, messages, proxy_session, read_events
+from tests.support import FIXTURE, MCP_HEADERS, alive, eventually, run_proxy, tool_call
 
 
 async def test_status_codes_and_the_session_keeps_working(tmp_path: Path) -> None:
-    async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
-        s = RawSession(http, proxy.url)
-        await s.initialize()
+    async with proxy_session(tmp_path) as (proxy, http, s):
         assert s.init_result["serverInfo"]["name"] == "mcp-resume-proxy-demo"
         ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
 
@@ -93,13 +81,8 @@ async def test_status_codes_and_the_session_keeps_working(tmp_path: Path) -> Non
 
 
 async def test_priming_keepalive_and_headers(tmp_path: Path) -> None:
-    async with (
-        run_proxy(tmp_path, sse={"keepalive_seconds": 0.2}) as proxy,
-        aiohttp.ClientSession() as http,
-    ):
-        s = RawSession(http, proxy.url)
-        await s.initialize()
-        body = call_body(1, "countdown", {"steps": 3, "delay": 0.3}, "p")
+    async with proxy_session(tmp_path, sse={"keepalive_seconds": 0.2}) as (proxy, http, s):
+        body = tool_call(1, "countdown", {"steps": 3, "delay": 0.3}, "p")
         async with http.post(proxy.url, json=body, headers=s.headers()) as resp:
             assert resp.headers["Content-Type"].startswith("text/event-stream")
             assert resp.headers["X-Accel-Buffering"] == "no"
@@ -139,10 +122,8 @@ async def test_older_revisions_get_no_priming_and_2025_03_26_may_batch(tmp_path:
 
 
 async def test_resume_by_last_event_id_and_its_errors(tmp_path: Path) -> None:
-    async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
-        s = RawSession(http, proxy.url)
-        await s.initialize()
-        body = call_body(5, "countdown", {"steps": 6, "delay": 0.15}, "r")
+    async with proxy_session(tmp_path) as (proxy, http, s):
+        body = tool_call(5, "countdown", {"steps": 6, "delay": 0.15}, "r")
         from proxy.core.sse import SSEDecoder
 
         dec = SSEDecoder()
@@ -176,10 +157,8 @@ async def test_resume_by_last_event_id_and_its_errors(tmp_path: Path) -> None:
 
 
 async def test_delete_ends_the_session_and_its_process(tmp_path: Path) -> None:
-    async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
-        s = RawSession(http, proxy.url)
-        await s.initialize()
-        pid = started_pid(proxy.log_text())
+    async with proxy_session(tmp_path) as (proxy, http, s):
+        pid = proxy.upstream_pids()[-1]
         async with http.delete(proxy.url, headers=s.headers()) as resp:
             assert resp.status == 200
         assert not alive(pid)
@@ -190,9 +169,7 @@ async def test_delete_ends_the_session_and_its_process(tmp_path: Path) -> None:
 
 
 async def test_upstream_crash_fails_the_call_then_404(tmp_path: Path) -> None:
-    async with run_proxy(tmp_path, command=FIXTURE) as proxy, aiohttp.ClientSession() as http:
-        s = RawSession(http, proxy.url)
-        await s.initialize()
+    async with proxy_session(tmp_path, command=FIXTURE) as (proxy, http, s):
         events = await s.request(1, "tools/call", {"name": "crash", "arguments": {}})
         (err,) = messages(events)
         assert err["id"] == 1 and err["error"]["code"] == -32000
@@ -230,12 +207,7 @@ async def test_bad_upstream_lines_are_skipped(tmp_path: Path) -> None:
         "        print(json.dumps([note, 'junk in a batch']), flush=True)\n"
         "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)\n"
     )
-    async with (
-        run_proxy(tmp_path, command=[os.sys.executable, str(script)]) as proxy,
-        aiohttp.ClientSession() as http,
-    ):  # type: ignore[attr-defined]
-        s = RawSession(http, proxy.url)
-        await s.initialize()
+    async with proxy_session(tmp_path, command=[sys.executable, str(script)]) as (proxy, http, s):
         got = messages(await s.request(1, "ping"))
         assert got[-1] == {"jsonrpc": "2.0", "id": 1, "result": {}}
         assert got[0]["params"]["data"] == "ping", "a batch line's good messages are kept"
@@ -248,10 +220,10 @@ async def test_sigterm_ends_sessions_and_children_exit_0(tmp_path: Path) -> None
         for _ in range(3):
             s = RawSession(http, proxy.url)
             await s.initialize()
-        pids = [int(x) for x in _pids(proxy.log_text())]
+        pids = proxy.upstream_pids()
         assert len(pids) == 3 and all(alive(p) for p in pids)
         # a call in flight while the signal arrives: its first progress has come
-        body = call_body(1, "countdown", {"steps": 50, "delay": 0.1}, "t")
+        body = tool_call(1, "countdown", {"steps": 50, "delay": 0.1}, "t")
         with_resp = await http.post(proxy.url, json=body, headers=s.headers())
         seen = b""
         while b"notifications/progress" not in seen:
@@ -264,37 +236,10 @@ async def test_sigterm_ends_sessions_and_children_exit_0(tmp_path: Path) -> None
     assert not any(alive(p) for p in pids)
 
 
-def _pids(log: str) -> list[str]:
-    out = []
-    for line in log.splitlines():
-        if '"upstream_started"' in line:
-            out.append(str(json.loads(line)["pid"]))
-    return out
-
-
-def started_pid(log: str) -> int:
-    return int(_pids(log)[-1])
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); read its state
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:  # gone between the two looks (ENOENT, or ESRCH on read)
-        return False
-
-
 async def test_max_stream_seconds_sends_retry_then_closes_and_get_resumes(tmp_path: Path) -> None:
     sse = {"max_stream_seconds": 0.4, "retry_ms": 50}
-    async with run_proxy(tmp_path, sse=sse) as proxy, aiohttp.ClientSession() as http:
-        s = RawSession(http, proxy.url)
-        await s.initialize()
-        body = call_body(1, "countdown", {"steps": 8, "delay": 0.1}, "m")
+    async with proxy_session(tmp_path, sse=sse) as (proxy, http, s):
+        body = tool_call(1, "countdown", {"steps": 8, "delay": 0.1}, "m")
         async with http.post(proxy.url, json=body, headers=s.headers()) as resp:
             raw = await resp.read()
         assert raw.rstrip().endswith(b"retry: 50"), raw[-80:]
@@ -314,13 +259,8 @@ async def test_max_stream_seconds_sends_retry_then_closes_and_get_resumes(tmp_pa
 
 
 async def test_idle_session_expires_and_its_process_stops(tmp_path: Path) -> None:
-    async with (
-        run_proxy(tmp_path, sessions={"idle_timeout_seconds": 0.5}) as proxy,
-        aiohttp.ClientSession() as http,
-    ):
-        s = RawSession(http, proxy.url)
-        await s.initialize()
-        pid = started_pid(proxy.log_text())
+    async with proxy_session(tmp_path, sessions={"idle_timeout_seconds": 0.5}) as (proxy, http, s):
+        pid = proxy.upstream_pids()[-1]
         await eventually(lambda: not alive(pid), what="the idle session to expire")
         ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
         async with http.post(proxy.url, json=ping, headers=s.headers()) as resp:
@@ -328,11 +268,9 @@ async def test_idle_session_expires_and_its_process_stops(tmp_path: Path) -> Non
 
 
 async def test_a_large_body_sent_in_many_chunks_is_read_whole(tmp_path: Path) -> None:
-    async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
-        s = RawSession(http, proxy.url)
-        await s.initialize()
+    async with proxy_session(tmp_path) as (proxy, http, s):
         text = "z" * 1_000_000
-        raw = json.dumps(call_body(1, "echo", {"text": text})).encode()
+        raw = json.dumps(tool_call(1, "echo", {"text": text})).encode()
 
         async def chunks():  # type: ignore[no-untyped-def]
             for i in range(0, len(raw), 4096):
@@ -405,12 +343,11 @@ async def test_a_server_that_stops_reading_gets_503_not_unbounded_memory(tmp_pat
         "time.sleep(600)  # and never reads stdin again\n"
     )
     upstream = {"max_pending_bytes": 2 * 1024 * 1024}
-    async with (
-        run_proxy(tmp_path, command=[sys.executable, str(deaf)], upstream=upstream) as proxy,
-        aiohttp.ClientSession() as http,
+    async with proxy_session(tmp_path, command=[sys.executable, str(deaf)], upstream=upstream) as (
+        proxy,
+        http,
+        s,
     ):
-        s = RawSession(http, proxy.url)
-        await s.initialize()
         note = {"jsonrpc": "2.0", "method": "notifications/x", "params": {"pad": "y" * 1_000_000}}
         statuses = []
         for _ in range(8):

@@ -26,7 +26,15 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from tests.cut_proxy import CutProxy
-from tests.support import FIXTURE, ROOT, RunningProxy, eventually, run_proxy
+from tests.support import (
+    FIXTURE,
+    ROOT,
+    RunningProxy,
+    eventually,
+    initialize_request,
+    process_table,
+    run_proxy,
+)
 
 N = 2000
 CUTS = 60
@@ -36,16 +44,13 @@ DEADLINE = 120.0  # generous: every call here takes seconds at most
 def shim_processes(url: str) -> list[int]:
     """Pids of live processes whose command line names ``url`` (a shim of this test)."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid, (state, _) in process_table().items():
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone since
             continue
         if url.encode() in argv and b"connect" in argv and state != "Z":
-            pids.append(int(entry.name))
+            pids.append(pid)
     return pids
 
 
@@ -297,18 +302,6 @@ async def test_session_deleted_under_the_shim(tmp_path: Path) -> None:
     assert shim_log(tmp_path).count("session_deleted") == 1, "the new session was deleted"
 
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "by-hand", "version": "0"},
-    },
-}
-
-
 @pytest.mark.parametrize("ending", ["stdin EOF", "SIGTERM"])
 async def test_shim_ends_by_deleting_its_session(tmp_path: Path, ending: str) -> None:
     async with run_proxy(tmp_path, FIXTURE) as proxy, forwarder(proxy) as cut:
@@ -323,7 +316,10 @@ async def test_shim_ends_by_deleting_its_session(tmp_path: Path, ending: str) ->
             )
         assert shim.stdin is not None and shim.stdout is not None
         try:
-            lines = [b"not json\n", json.dumps(INIT).encode() + b"\n"]
+            lines = [
+                b"not json\n",
+                json.dumps(initialize_request(client="by-hand")).encode() + b"\n",
+            ]
             shim.stdin.write(b"".join(lines))
             await shim.stdin.drain()
             first = json.loads(await asyncio.wait_for(shim.stdout.readline(), DEADLINE))

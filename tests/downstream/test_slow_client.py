@@ -11,24 +11,24 @@ from typing import Any
 import aiohttp
 
 from proxy.core.sse import SSEDecoder
-from tests.downstream.sse_client import RawSession
-from tests.support import ROOT, eventually, run_proxy, wait_for_log
+from tests.downstream.sse_client import RawSession, proxy_session
+from tests.support import ROOT, eventually, run_proxy, tool_call, wait_for_log
 
 FLOOD = [sys.executable, str(ROOT / "tests" / "fixtures" / "flood_server.py")]
+MAX_EVENTS = 2000  # sessions.stream_max_events, where a test bounds a stream
 
 
 def flood_call(n: int) -> dict[str, Any]:
     """tools/call of the flood fixture: ``n`` progress notifications of ~500 bytes."""
-    return {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {
-            "name": "flood",
-            "arguments": {"n": n, "size": 500},
-            "_meta": {"progressToken": 1},
-        },
-    }
+    return tool_call(1, "flood", {"n": n, "size": 500}, token=1)
+
+
+async def assert_held_within_the_stream_bound(http: aiohttp.ClientSession, base: str) -> None:
+    """What the proxy buffers (its /healthz) stays within ``MAX_EVENTS`` events of ~600
+    bytes on the wire, plus some slack."""
+    async with http.get(base + "/healthz") as health:
+        held = (await health.json())["buffered_bytes"]
+    assert held < MAX_EVENTS * 600 + 64 * 1024, f"{held} bytes held past the stream bound"
 
 
 class Collector:
@@ -69,12 +69,7 @@ class Collector:
 async def test_a_stalled_reader_is_cut_loose_and_resumes_exactly(tmp_path: Path) -> None:
     n = 40_000  # ~20 MB: more than the socket buffers between us can hide
     sse = {"max_queued_bytes": 256 * 1024}
-    async with (
-        run_proxy(tmp_path, command=FLOOD, sse=sse) as proxy,
-        aiohttp.ClientSession() as http,
-    ):
-        s = RawSession(http, proxy.url)
-        await s.initialize()
+    async with proxy_session(tmp_path, command=FLOOD, sse=sse) as (proxy, http, s):
         call = Collector()
         async with http.post(proxy.url, json=flood_call(n), headers=s.headers()) as resp:
             call.take(await resp.content.read(1024))
@@ -90,21 +85,14 @@ async def test_a_stalled_reader_is_cut_loose_and_resumes_exactly(tmp_path: Path)
 
 async def test_overflow_block_pauses_the_server_and_loses_nothing(tmp_path: Path) -> None:
     n = 40_000
-    sessions = {"stream_max_events": 2000, "overflow": "block"}
-    async with (
-        run_proxy(tmp_path, command=FLOOD, sessions=sessions) as proxy,
-        aiohttp.ClientSession() as http,
-    ):
-        s = RawSession(http, proxy.url)
-        await s.initialize()
+    sessions = {"stream_max_events": MAX_EVENTS, "overflow": "block"}
+    async with proxy_session(tmp_path, command=FLOOD, sessions=sessions) as (proxy, http, s):
         call = Collector()
         resp = await http.post(proxy.url, json=flood_call(n), headers=s.headers())
         call.take(await resp.content.readuntil(b"\n\n"))  # the priming event
         resp.close()  # the client is gone before anything else arrives
         await wait_for_log(proxy, "upstream_paused", what="the server to be held back")
-        async with http.get(proxy.base + "/healthz") as health:
-            held = (await health.json())["buffered_bytes"]
-        assert held < 2000 * 600 + 64 * 1024, f"{held} bytes held past the stream bound"
+        await assert_held_within_the_stream_bound(http, proxy.base)
         await call.resume_until_result(http, s)
         assert call.progress() == list(range(1, n + 1)), "overflow: block must lose nothing"
         assert "upstream_resumed" in proxy.log_text()
@@ -113,7 +101,7 @@ async def test_overflow_block_pauses_the_server_and_loses_nothing(tmp_path: Path
 async def test_a_stalled_flood_never_stalls_another_session(tmp_path: Path) -> None:
     """Session A floods a client that stopped reading (its server is held back, its
     connection cut); session B keeps answering all the while."""
-    sessions = {"stream_max_events": 2000, "overflow": "block"}
+    sessions = {"stream_max_events": MAX_EVENTS, "overflow": "block"}
     sse = {"max_queued_bytes": 256 * 1024}
     async with (
         run_proxy(tmp_path, command=FLOOD, sessions=sessions, sse=sse) as proxy,
@@ -144,13 +132,8 @@ async def test_overflow_truncate_keeps_memory_bounded_and_says_what_was_lost(
     tmp_path: Path,
 ) -> None:
     n = 40_000
-    sessions = {"stream_max_events": 2000, "overflow": "truncate"}
-    async with (
-        run_proxy(tmp_path, command=FLOOD, sessions=sessions) as proxy,
-        aiohttp.ClientSession() as http,
-    ):
-        s = RawSession(http, proxy.url)
-        await s.initialize()
+    sessions = {"stream_max_events": MAX_EVENTS, "overflow": "truncate"}
+    async with proxy_session(tmp_path, command=FLOOD, sessions=sessions) as (proxy, http, s):
         body = flood_call(n)
         resp = await http.post(proxy.url, json=body, headers=s.headers())
         (priming,) = SSEDecoder().feed(await resp.content.readuntil(b"\n\n"))
@@ -169,7 +152,5 @@ async def test_overflow_truncate_keeps_memory_bounded_and_says_what_was_lost(
         # The server runs on; the oldest events go.
         reason = await eventually(gone, interval=0.05, what="the oldest events to be dropped")
         assert reason == "history_truncated"
-        async with http.get(proxy.base + "/healthz") as health:
-            held = (await health.json())["buffered_bytes"]
-        assert held < 2000 * 600 + 64 * 1024, f"{held} bytes held past the stream bound"
+        await assert_held_within_the_stream_bound(http, proxy.base)
         assert "upstream_paused" not in proxy.log_text()

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import eventually, wait_listening
+from tests.support import alive, descendants, eventually, tail, wait_listening
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LEGACY_SERVER = REPO_ROOT / "tests" / "fixtures" / "legacy_server.py"
@@ -79,44 +79,6 @@ def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
-def _parent_pids() -> dict[int, int]:
-    """pid -> parent pid for every live (non-zombie) process, from /proc."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Field 2 (comm) may contain spaces and parentheses: split after its last ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if fields and fields[0] != "Z":
-            parents[int(entry.name)] = int(fields[1])
-    return parents
-
-
-def descendants(pid: int) -> set[int]:
-    """Live descendants of ``pid`` (empty where /proc is not available)."""
-    if not Path("/proc").is_dir():
-        return set()
-    children: dict[int, list[int]] = {}
-    for child, parent in _parent_pids().items():
-        children.setdefault(parent, []).append(child)
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    return pid in _parent_pids()
-
-
 @dataclass(frozen=True)
 class RunningServer:
     """A started server: where it listens and where its output goes."""
@@ -130,15 +92,7 @@ class RunningServer:
     process: asyncio.subprocess.Process
 
     def log_tail(self) -> str:
-        return _tail(self.log_path)
-
-
-def _tail(path: Path) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "<no log>"
-    return text[-LOG_TAIL_CHARS:]
+        return tail(self.log_path, LOG_TAIL_CHARS)
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:
@@ -167,12 +121,12 @@ async def _stop(process: asyncio.subprocess.Process) -> list[str]:
             problems.append(f"exit status {process.returncode} after SIGTERM (expected 0)")
     try:
         await eventually(
-            lambda: not any(_alive(pid) for pid in children),
+            lambda: not any(alive(pid) for pid in children),
             timeout=CHILDREN_GONE_DEADLINE_S,
             what="the server's child processes to exit",
         )
     except AssertionError:
-        left = sorted(pid for pid in children if _alive(pid))
+        left = sorted(pid for pid in children if alive(pid))
         problems.append(f"child processes {left} still running after the server exited; killed")
         for pid in left:
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -22,7 +22,6 @@ Everything goes through the SDK's public API; nothing of the SDK is patched:
 
 from __future__ import annotations
 
-import codecs
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -39,6 +38,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
+
+from tests.sse_wire import SseEvent, SseSplitter
 
 from .sdk_client import CLIENT_INFO, HTTP_TIMEOUT, PROTOCOL_VERSION_HEADER, SESSION_HEADER
 
@@ -182,17 +183,6 @@ class MessageTap:
 
 
 @dataclass
-class SseEvent:
-    id: str | None
-    data: str
-
-    @property
-    def message(self) -> dict[str, Any] | None:
-        """The JSON-RPC message, or None for a priming event (id, empty data)."""
-        return json.loads(self.data) if self.data else None
-
-
-@dataclass
 class WireExchange:
     """One HTTP request and the SSE events of its response, as far as the SDK read them."""
 
@@ -219,37 +209,15 @@ class WireExchange:
         return "\n".join(lines)
 
 
-class _SseParser:
-    def __init__(self, events: list[SseEvent]) -> None:
-        self._events = events
-        self._decoder = codecs.getincrementaldecoder("utf-8")()
-        self._buffer = ""
-
-    def feed(self, chunk: bytes) -> None:
-        self._buffer += self._decoder.decode(chunk).replace("\r\n", "\n").replace("\r", "\n")
-        while "\n\n" in self._buffer:
-            block, self._buffer = self._buffer.split("\n\n", 1)
-            event_id: str | None = None
-            data: list[str] = []
-            for line in block.split("\n"):
-                name, _, value = line.partition(":")
-                value = value.removeprefix(" ")
-                if name == "id":
-                    event_id = value
-                elif name == "data":
-                    data.append(value)
-            if event_id is not None or data:  # not a comment (keepalive) or retry-only block
-                self._events.append(SseEvent(event_id, "\n".join(data)))
-
-
 class _TeeStream(httpx2.AsyncByteStream):
     def __init__(self, inner: httpx2.AsyncByteStream, events: list[SseEvent]) -> None:
         self._inner = inner
-        self._parser = _SseParser(events)
+        self._events = events
+        self._splitter = SseSplitter()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:
-            self._parser.feed(chunk)
+            self._events.extend(self._splitter.feed(chunk))
             yield chunk
 
     async def aclose(self) -> None:

@@ -17,18 +17,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
-import mcp_types as types
 from mcp.client import Client
-from mcp.shared.message import ClientMessageMetadata
 
-from tests.e2e.sdk_client import connect, rejoin, text_of
-from tests.e2e.test_sdk_client import (
+from tests.e2e.sdk_client import (
     CALL_DEADLINE_S,
-    CALLBACKS_SETTLE_S,
     LeavingClient,
-    ProgressNotifications,
     assert_exactly_once_in_order,
+    call_and_leave,
     call_tool_request,
+    resume_left_call,
+    text_of,
 )
 from tests.support import eventually, tail
 
@@ -85,39 +83,12 @@ async def test_the_demo_serves_an_sdk_client_that_survives_a_drop(tmp_path: Path
         request = call_tool_request("countdown", {"steps": steps, "delay": 0.15})
         first = LeavingClient(leave_after=4)
         with anyio.fail_after(CALL_DEADLINE_S):
-            async with connect(url, terminate_on_close=False) as conn:
-                session_id, init = conn.session_id, conn.initialize_result
-
-                async def call() -> None:
-                    await conn.session.send_request(
-                        request,
-                        types.CallToolResult,
-                        metadata=ClientMessageMetadata(
-                            on_resumption_token_update=first.on_resumption_token
-                        ),
-                        progress_callback=first.on_progress,
-                    )
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(call)
-                    await first.left.wait()
-                    tg.cancel_scope.cancel()  # the connection drops mid-call
+            left = await call_and_leave(url, request, first)  # the connection drops mid-call
         assert first.resume_from is not None
 
-        rest = ProgressNotifications()
         with anyio.fail_after(CALL_DEADLINE_S):
-            async with rejoin(
-                url, session_id=session_id, initialize_result=init, message_handler=rest
-            ) as conn2:
-                result = await conn2.session.send_request(
-                    request,
-                    types.CallToolResult,
-                    metadata=ClientMessageMetadata(resumption_token=first.resume_from),
-                )
-                await eventually(
-                    lambda: len(rest.values) >= steps - len(first.seen),
-                    timeout=CALLBACKS_SETTLE_S,
-                    what=lambda: f"{steps - len(first.seen)} progress callbacks; got {rest.values}",
-                )
-        assert text_of(result) == f"liftoff after {steps} steps"
-        assert_exactly_once_in_order(first.seen + rest.values, steps)
+            rest = await resume_left_call(
+                url, left, request, first.resume_from, steps - len(first.seen)
+            )
+        assert text_of(rest.result) == f"liftoff after {steps} steps"
+        assert_exactly_once_in_order(first.seen + rest.progress.values, steps)

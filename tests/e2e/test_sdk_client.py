@@ -18,21 +18,30 @@ strictly increase, so a duplicate or a reordering breaks the sequence and a loss
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 
 import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
-from mcp.client.session import ClientRequestContext, ClientSession, IncomingMessage
+from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ClientMessageMetadata
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
-from tests.support import eventually
-
-from .sdk_client import HttpExchange, HttpLog, connect, rejoin, text_of
+from .sdk_client import (
+    CALL_DEADLINE_S,
+    HttpExchange,
+    HttpLog,
+    LeavingClient,
+    assert_exactly_once_in_order,
+    call_and_leave,
+    call_tool_request,
+    connect,
+    progress_arrived,
+    resume_left_call,
+    text_of,
+)
 from .servers import RunningServer, ServerFactory
 
 # The revisions a 2025-era Streamable HTTP client can negotiate (2024-11-05 has no
@@ -41,8 +50,6 @@ PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 ELICITATION_VERSIONS = ("2025-11-25", "2025-06-18")  # elicitation arrived in 2025-06-18
 TOOLS = {"echo", "slow", "burst", "ask", "crash"}
 
-CALL_DEADLINE_S = 60.0  # generous: every call here takes a few seconds at most
-CALLBACKS_SETTLE_S = 10.0  # progress callbacks run as tasks; give them time to drain
 
 assert PROTOCOL_VERSIONS[0] == LATEST_HANDSHAKE_VERSION
 
@@ -61,24 +68,6 @@ class ProgressLog:
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         self.values.append(progress)
-
-
-def assert_exactly_once_in_order(values: list[float], expected_count: int) -> None:
-    """``values`` strictly increase (no duplicate, no reordering) and none is missing.
-
-    The fixture's progress values are 1, 2, 3, ...; the messages name the gaps that way.
-    """
-    out_of_order = [(a, b) for a, b in itertools.pairwise(values) if b <= a]
-    assert not out_of_order, f"duplicated or reordered progress (a, then b): {out_of_order[:10]}"
-    gaps = [(a, b) for a, b in itertools.pairwise(values) if b > a + 1]
-    assert len(values) == expected_count, (
-        f"{len(values)} progress notifications instead of {expected_count}; "
-        f"first {values[:1]}, last {values[-1:]}, gaps (a, then b): {gaps[:10]}"
-    )
-
-
-def call_tool_request(name: str, arguments: dict[str, object]) -> types.CallToolRequest:
-    return types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
 
 
 async def call_tool_seeing_event_ids(
@@ -150,40 +139,29 @@ async def test_initialize_list_tools_and_echo(
             assert text_of(result) == "héllo ✓"
 
 
-async def test_slow_reports_every_progress_in_order(
-    mcp_server: RunningServer, protocol_version: str
+@pytest.mark.parametrize(
+    ("tool", "arguments", "count", "text"),
+    [
+        ("slow", {"steps": 5, "delay": 0.2}, 5, "done 5"),
+        ("burst", {"n": 500, "size": 200}, 500, "burst 500"),  # back to back
+    ],
+    ids=["slow", "burst"],
+)
+async def test_every_progress_notification_arrives_once_in_order(
+    mcp_server: RunningServer,
+    protocol_version: str,
+    tool: str,
+    arguments: dict[str, object],
+    count: int,
+    text: str,
 ) -> None:
     progress = ProgressLog()
     with anyio.fail_after(CALL_DEADLINE_S):
         async with connect(mcp_server.url, protocol_version=protocol_version) as conn:
-            result = await conn.session.call_tool(
-                "slow", {"steps": 5, "delay": 0.2}, progress_callback=progress
-            )
-            assert text_of(result) == "done 5"
-            await eventually(
-                lambda: len(progress.values) >= 5,
-                timeout=CALLBACKS_SETTLE_S,
-                what=lambda: f"5 progress callbacks; got {progress.values}",
-            )
-    assert_exactly_once_in_order(progress.values, 5)
-
-
-async def test_burst_of_500_progress_notifications(
-    mcp_server: RunningServer, protocol_version: str
-) -> None:
-    progress = ProgressLog()
-    with anyio.fail_after(CALL_DEADLINE_S):
-        async with connect(mcp_server.url, protocol_version=protocol_version) as conn:
-            result = await conn.session.call_tool(
-                "burst", {"n": 500, "size": 200}, progress_callback=progress
-            )
-            assert text_of(result) == "burst 500"
-            await eventually(
-                lambda: len(progress.values) >= 500,
-                timeout=CALLBACKS_SETTLE_S,
-                what=lambda: f"500 progress callbacks; got {progress.values}",
-            )
-    assert_exactly_once_in_order(progress.values, 500)
+            result = await conn.session.call_tool(tool, arguments, progress_callback=progress)
+            assert text_of(result) == text
+            await progress_arrived(progress.values, count)
+    assert_exactly_once_in_order(progress.values, count)
 
 
 @pytest.mark.parametrize("version", ELICITATION_VERSIONS)
@@ -260,11 +238,7 @@ async def test_sdk_reconnects_by_itself_when_the_server_closes_the_stream(
                 result, event_ids = await call_tool_seeing_event_ids(
                     conn.session, "slow", {"steps": 10, "delay": 0.2}, progress
                 )
-                await eventually(
-                    lambda: len(progress.values) >= 10,
-                    timeout=CALLBACKS_SETTLE_S,
-                    what=lambda: f"10 progress callbacks; got {progress.values}",
-                )
+                await progress_arrived(progress.values, 10)
                 http_log = conn.http_log
     assert text_of(result) == "done 10"
     assert_exactly_once_in_order(progress.values, 10)
@@ -297,57 +271,12 @@ async def test_sdk_reconnects_many_times_during_a_fast_stream(
                 result, event_ids = await call_tool_seeing_event_ids(
                     conn.session, "slow", {"steps": steps, "delay": 0.01}, progress
                 )
-                await eventually(
-                    lambda: len(progress.values) >= steps,
-                    timeout=CALLBACKS_SETTLE_S,
-                    what=lambda: f"{steps} progress callbacks; got {progress.values}",
-                )
+                await progress_arrived(progress.values, steps)
                 http_log = conn.http_log
     assert text_of(result) == f"done {steps}"
     assert_exactly_once_in_order(progress.values, steps)
     resumed = call_resumptions(http_log, event_ids)
     assert len(resumed) >= 3, f"{len(resumed)} reconnections only:\n{http_log.describe()}"
-
-
-@dataclass
-class LeavingClient:
-    """Records a call's progress and resumption tokens until it has seen ``leave_after``
-    progress notifications, then freezes: what it saw, and the token to resume from."""
-
-    leave_after: int
-    seen: list[float] = field(default_factory=list)
-    tokens: list[str] = field(default_factory=list)
-    resume_from: str | None = None
-    left: anyio.Event = field(default_factory=anyio.Event)
-
-    async def on_resumption_token(self, token: str) -> None:
-        if not self.left.is_set():
-            self.tokens.append(token)
-
-    async def on_progress(self, progress: float, total: float | None, message: str | None) -> None:
-        if self.left.is_set():
-            return  # the client is leaving; anything later is for the next client
-        self.seen.append(progress)
-        if len(self.seen) == self.leave_after:
-            # The transport calls on_resumption_token_update for an event right after handing
-            # the message over, before the dispatcher runs this callback for it, so the last
-            # token is this progress notification's event id. (No assert here: the SDK logs
-            # and swallows exceptions raised by progress callbacks.)
-            self.resume_from = self.tokens[-1] if self.tokens else None
-            self.left.set()
-
-
-@dataclass
-class ProgressNotifications:
-    """A message handler that keeps ``notifications/progress`` (any progress token)."""
-
-    values: list[float] = field(default_factory=list)
-    tokens: set[types.ProgressToken] = field(default_factory=set)
-
-    async def __call__(self, message: IncomingMessage) -> None:
-        if isinstance(message, types.ProgressNotification):
-            self.values.append(message.params.progress)
-            self.tokens.add(message.params.progress_token)
 
 
 async def test_new_client_resumes_a_call_with_the_last_token(
@@ -359,37 +288,12 @@ async def test_new_client_resumes_a_call_with_the_last_token(
     steps = 10
     request = call_tool_request("slow", {"steps": steps, "delay": 0.2})
     first = LeavingClient(leave_after=3)
-    finished_early: list[types.CallToolResult] = []
-
     with anyio.fail_after(CALL_DEADLINE_S):
-        # terminate_on_close=False: leaving must not DELETE the session.
-        async with connect(
-            mcp_server.url, protocol_version=protocol_version, terminate_on_close=False
-        ) as conn:
-            session_id = conn.session_id
-            initialize_result = conn.initialize_result
-
-            async def call() -> None:
-                finished_early.append(
-                    await conn.session.send_request(
-                        request,
-                        types.CallToolResult,
-                        metadata=ClientMessageMetadata(
-                            on_resumption_token_update=first.on_resumption_token
-                        ),
-                        progress_callback=first.on_progress,
-                    )
-                )
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call)
-                await first.left.wait()
-                tg.cancel_scope.cancel()  # the first client goes away mid-call
-    assert not finished_early, "the call finished before the first client left"
+        left = await call_and_leave(mcp_server.url, request, first, protocol_version)
+    assert not left.call_finished, "the call finished before the first client left"
     assert first.resume_from is not None, "no SSE event id came with the first progress"
     assert len(first.seen) == first.leave_after
 
-    second_progress = ProgressNotifications()
     second_tokens: list[str] = []
 
     async def on_second_token(token: str) -> None:
@@ -397,32 +301,16 @@ async def test_new_client_resumes_a_call_with_the_last_token(
 
     remaining = steps - len(first.seen)
     with anyio.fail_after(CALL_DEADLINE_S):
-        async with rejoin(
-            mcp_server.url,
-            session_id=session_id,
-            initialize_result=initialize_result,
-            message_handler=second_progress,
-        ) as conn2:
-            result = await conn2.session.send_request(
-                request,
-                types.CallToolResult,
-                metadata=ClientMessageMetadata(
-                    resumption_token=first.resume_from,
-                    on_resumption_token_update=on_second_token,
-                ),
-            )
-            await eventually(
-                lambda: len(second_progress.values) >= remaining,
-                timeout=CALLBACKS_SETTLE_S,
-                what=lambda: f"{remaining} progress callbacks; got {second_progress.values}",
-            )
-            resumed_with = conn2.http_log.resumptions()
+        second = await resume_left_call(
+            mcp_server.url, left, request, first.resume_from, remaining, on_second_token
+        )
+    resumed_with = second.http_log.resumptions()
 
-    assert text_of(result) == f"done {steps}"
+    assert text_of(second.result) == f"done {steps}"
     assert [x.last_event_id for x in resumed_with][:1] == [first.resume_from], (
         f"the resume was not a GET with Last-Event-ID={first.resume_from}: "
-        f"{conn2.http_log.describe()}"
+        f"{second.http_log.describe()}"
     )
     assert second_tokens, "the resumed stream carried no SSE event ids"
-    assert len(second_progress.tokens) == 1, second_progress.tokens
-    assert_exactly_once_in_order(first.seen + second_progress.values, steps)
+    assert len(second.progress.tokens) == 1, second.progress.tokens
+    assert_exactly_once_in_order(first.seen + second.progress.values, steps)

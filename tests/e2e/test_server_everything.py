@@ -40,11 +40,10 @@ import pytest
 
 from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession
-from tests.support import eventually, run_proxy
+from tests.support import alive, descendants, eventually, run_proxy
 
 from .node_tools import run_server_everything, server_everything
 from .sdk_client import connect, text_of
-from .servers import descendants
 
 LONG_TOOL = "trigger-long-running-operation"
 TOOLS = {"echo", "get-sum", LONG_TOOL}
@@ -159,14 +158,6 @@ async def _all_checks(url: str, seed: int) -> None:
     await _cut_and_resume(url, rng)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2 :].split()[0] != "Z"
-
-
 async def test_u1_server_everything_over_stdio(tmp_path: Path, seed: int) -> None:
     command = [str(server_everything()), "stdio"]
     children: set[int] = set()
@@ -175,7 +166,7 @@ async def test_u1_server_everything_over_stdio(tmp_path: Path, seed: int) -> Non
         children = descendants(proxy.process.pid)
         assert children, "no server-everything process under the proxy"
     await eventually(
-        lambda: not any(_alive(pid) for pid in children),
+        lambda: not any(alive(pid) for pid in children),
         timeout=GONE_DEADLINE_S,
         what=f"the server-everything processes {children} to exit after the proxy stopped",
     )

@@ -16,9 +16,6 @@ arrives once, in order, then the result.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
 from pathlib import Path
 
 import anyio
@@ -28,7 +25,7 @@ from mcp.client import Client
 
 from tests.e2e.sdk_client import text_of
 from tests.fixtures.http_harness import cut_mid_call_and_resume, sdk_http_server
-from tests.support import ROOT, stop_proxy, wait_listening
+from tests.support import ROOT, run_proxy_on
 
 DEADLINE = 60.0
 STEPS = 8
@@ -40,40 +37,22 @@ async def run_with(tmp_path: Path, example: str, upstream_url: str | None = None
     config["listen"]["port"] = 0
     if upstream_url is not None:
         config["upstream"]["url"] = upstream_url
-    path = tmp_path / example
-    path.write_text(yaml.safe_dump(config))
-    log_path = tmp_path / f"{example}.log"
-    env = {**os.environ, "MCP_UPSTREAM_TOKEN": "test-token-not-a-secret"}
-    with log_path.open("wb") as log_file:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "proxy",
-            "--config",
-            str(path),
-            cwd=str(ROOT),
-            env=env,
-            stdout=log_file,
-            stderr=log_file,
-        )
-    try:
-        port = await wait_listening(proc, log_path, f"the proxy on {example}")
-        url = f"http://127.0.0.1:{port}/mcp"
+    env = {"MCP_UPSTREAM_TOKEN": "test-token-not-a-secret"}
+    async with run_proxy_on(tmp_path, config, env) as proxy:
         with anyio.fail_after(DEADLINE):
-            async with Client(url) as client:
+            async with Client(proxy.url) as client:
                 names = {t.name for t in (await client.list_tools()).tools}
                 assert "echo" in names, names
                 assert text_of(await client.call_tool("echo", {"text": "hi"})) == "hi"
-        healthz = f"http://127.0.0.1:{port}/healthz"
+        healthz = proxy.base + "/healthz"
         if upstream_url is None:  # the bundled demo server
             done = f"liftoff after {STEPS} steps"
-            await cut_mid_call_and_resume(url, healthz, tool="countdown", steps=STEPS, result=done)
+            await cut_mid_call_and_resume(
+                proxy.url, healthz, tool="countdown", steps=STEPS, result=done
+            )
         else:  # tests/fixtures/legacy_server.py
-            await cut_mid_call_and_resume(url, healthz, steps=STEPS)
-    finally:
-        code = await stop_proxy(proc)
-        text = log_path.read_text(errors="replace")
-        assert code == 0, text[-3000:]
+            await cut_mid_call_and_resume(proxy.url, healthz, steps=STEPS)
+    text = proxy.log_text()
     assert "test-token-not-a-secret" not in text, "a header value reached the log"
     return text
 

@@ -312,11 +312,7 @@ async def test_404_with_nothing_in_flight_reinitializes_upstream(
 
 async def test_404_with_a_request_in_flight_ends_the_session(server: ScriptedServer) -> None:
     async def on_request(request: web.Request, body: dict[str, Any]) -> web.StreamResponse | None:
-        if body["method"] != "tools/call":
-            return None
-        resp = await open_sse(request)
-        await server.hold()
-        return resp
+        return await server.open_and_hold(request) if body["method"] == "tools/call" else None
 
     server.on_request = on_request
     async with upstream(server.url) as h:
@@ -335,16 +331,9 @@ async def test_404_with_a_request_in_flight_ends_the_session(server: ScriptedSer
 
 async def test_stop_deletes_the_session_and_leaves_no_task(server: ScriptedServer) -> None:
     async def on_request(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
-        resp = await open_sse(request)
-        await server.hold()
-        return resp
+        return await server.open_and_hold(request)
 
-    async def on_get(request: web.Request) -> web.StreamResponse:
-        resp = await open_sse(request)
-        await server.hold()
-        return resp
-
-    server.on_request, server.on_get = on_request, on_get
+    server.on_request, server.on_get = on_request, server.open_and_hold
     before = set(asyncio.all_tasks())
     h = Harness(server.url + "?token=s3cret")
     assert h.up.describe() == server.url + "?…"

@@ -23,8 +23,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from proxy.upstream.overlong import Outline, OverlongLine, outline, read_line
-from tests.downstream.sse_client import RawSession, messages
-from tests.support import RunningProxy, eventually, run_proxy
+from tests.downstream.sse_client import RawSession, messages, proxy_session
+from tests.support import RunningProxy, eventually, log_events
 
 # Small enough that an over-long line and the answer written right after it fit in one
 # pipe buffer (64 KiB on Linux): the proxy then sees the newline of the over-long line
@@ -102,23 +102,13 @@ def call(rid: Any, name: str) -> tuple[Any, str, dict[str, Any]]:
     return rid, "tools/call", {"name": name, "arguments": {}}
 
 
-def log_events(text: str, event: str) -> list[dict[str, Any]]:
-    found = []
-    for line in text.splitlines():
-        if event in line:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if entry.get("event") == event:
-                found.append(entry)
-    return found
-
-
-def proxy_with_server(tmp_path: Path) -> AbstractAsyncContextManager[RunningProxy]:
+def proxy_with_server(
+    tmp_path: Path,
+) -> AbstractAsyncContextManager[tuple[RunningProxy, aiohttp.ClientSession, RawSession]]:
+    """The proxy in front of ``SERVER``, and a client session initialized on it."""
     script = tmp_path / "long_lines.py"
     script.write_text(SERVER)
-    return run_proxy(
+    return proxy_session(
         tmp_path,
         command=[sys.executable, str(script), str(LIMIT)],
         upstream={"max_line_bytes": LIMIT},
@@ -137,9 +127,7 @@ async def assert_session_goes_on(s: RawSession, rid: Any) -> None:
 
 
 async def test_an_over_long_line_skips_exactly_itself(tmp_path: Path) -> None:
-    async with proxy_with_server(tmp_path) as proxy, aiohttp.ClientSession() as http:
-        s = RawSession(http, proxy.url)
-        await s.initialize()
+    async with proxy_with_server(tmp_path) as (proxy, _, s):
         for rid, case in enumerate(["just_over_then_answer", "several_then_answer"], 1):
             msg = await only_message(s, rid, case)
             assert msg["id"] == rid and msg["result"]["content"][0]["text"] == "after", msg
@@ -152,9 +140,7 @@ async def test_an_over_long_line_skips_exactly_itself(tmp_path: Path) -> None:
 async def test_an_over_long_response_is_answered_with_an_error_naming_the_limit(
     tmp_path: Path,
 ) -> None:
-    async with proxy_with_server(tmp_path) as proxy, aiohttp.ClientSession() as http:
-        s = RawSession(http, proxy.url)
-        await s.initialize()
+    async with proxy_with_server(tmp_path) as (proxy, _, s):
         for rid, case in [(1, "id_first"), ("call-2", "id_last")]:
             msg = await only_message(s, rid, case)
             assert msg["id"] == rid, msg
@@ -175,9 +161,7 @@ async def test_an_over_long_response_is_answered_with_an_error_naming_the_limit(
 async def test_an_over_long_server_request_is_refused_to_the_server_never_answered_to_the_client(
     tmp_path: Path,
 ) -> None:
-    async with proxy_with_server(tmp_path) as proxy, aiohttp.ClientSession() as http:
-        s = RawSession(http, proxy.url)
-        await s.initialize()
+    async with proxy_with_server(tmp_path) as (proxy, _, s):
         cases = ["long_request", "long_request_id_last", "long_notification"]
         for rid, case in enumerate(cases, 1):
             msg = await only_message(s, rid, case)

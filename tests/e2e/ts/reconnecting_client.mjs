@@ -4,8 +4,7 @@
 // reconnects with GET + Last-Event-ID (2025-11-25 transports, "Resumability and Redelivery").
 //
 // Usage: node reconnecting_client.mjs URL TOOL ARGS_JSON
-// Environment: MCP_TOOLS_NODE_MODULES = the node_modules holding the SDK (.tools/node_modules;
-// ESM ignores NODE_PATH, so the SDK is imported by absolute path).
+// Environment: MCP_TOOLS_NODE_MODULES = the node_modules holding the SDK (see sdk.mjs).
 //
 // Prints one JSON object per line on stdout, in the order things happen:
 //   {"http": {"method", "lastEventId", "rpc", "status"}}  each HTTP request and its status
@@ -14,22 +13,13 @@
 //   {"closed": true}                                      after close and DELETE
 // Errors the transport reports go to stderr; a failed call prints {"error": MESSAGE} and
 // exits 1.
-import { join } from "node:path";
-import { pathToFileURL } from "node:url";
+import { print, sdk, text } from "./sdk.mjs";
 
-const modules = process.env.MCP_TOOLS_NODE_MODULES;
-if (!modules) {
-  console.error("MCP_TOOLS_NODE_MODULES is not set (run scripts/install-node-tools.sh)");
-  process.exit(2);
-}
-const sdk = (path) =>
-  import(pathToFileURL(join(modules, "@modelcontextprotocol/sdk/dist/esm", path)).href);
 const { Client } = await sdk("client/index.js");
 const { StreamableHTTPClientTransport } = await sdk("client/streamableHttp.js");
 const { CallToolResultSchema } = await sdk("types.js");
 
 const [url, tool, argsJson] = process.argv.slice(2);
-const print = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
 
 // Every HTTP request the transport makes, with the JSON-RPC method of a POST.
 async function loggingFetch(input, init) {
@@ -79,7 +69,7 @@ try {
       onprogress: ({ progress, total }) => print({ progress, total }),
     },
   );
-  print({ result: result.content.map((block) => block.text ?? "").join("") });
+  print({ result: text(result) });
   // Close first (it aborts the standalone GET stream, which would otherwise reconnect after
   // the session is gone), then end the session with DELETE ourselves.
   const sessionId = transport.sessionId;

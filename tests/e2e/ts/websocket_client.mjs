@@ -5,23 +5,13 @@
 // Environment: MCP_TOOLS_NODE_MODULES = the node_modules holding the SDK.
 // Prints JSON lines: {"tools": [...]}, {"echo": TEXT}, {"progress": P}, {"result": TEXT},
 // {"closed": true}; a failure prints {"error": MESSAGE} and exits 1.
-import { join } from "node:path";
-import { pathToFileURL } from "node:url";
+import { print, sdk, text } from "./sdk.mjs";
 
-const modules = process.env.MCP_TOOLS_NODE_MODULES;
-if (!modules) {
-  console.error("MCP_TOOLS_NODE_MODULES is not set (run scripts/install-node-tools.sh)");
-  process.exit(2);
-}
-const sdk = (path) =>
-  import(pathToFileURL(join(modules, "@modelcontextprotocol/sdk/dist/esm", path)).href);
 const { Client } = await sdk("client/index.js");
 const { WebSocketClientTransport } = await sdk("client/websocket.js");
 const { CallToolResultSchema } = await sdk("types.js");
 
 const [url, steps] = process.argv.slice(2);
-const print = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
-const text = (result) => result.content.map((c) => c.text ?? "").join("");
 
 const client = new Client({ name: "ts-websocket-e2e", version: "0" });
 try {
