@@ -7,13 +7,18 @@ Tests state the exact commands an event produces, in order (mitmproxy's ``Playbo
 :func:`sse`, :func:`prime` and :func:`up` build the expected :class:`SendToClient` and
 :class:`SendUpstream` commands; a JSON payload is compared parsed (key order does not
 matter, types do: ``1`` is not ``1.0``, ``True`` or ``"1"``). Every other command is
-written as itself (``CloseClient(c)``, ``WakeAt(t)``, ``LogNote(...)``). The filters at
-the end (:func:`upstream_sent`, :func:`payloads`) are for reading ids in setup steps: an
+written as itself (``CloseClient(c)``, ``WakeAt(t)``, ``LogNote(...)``). The filters
+(:func:`upstream_sent`, :func:`payloads`) are for reading ids in setup steps: an
 assertion made through them cannot see a command it filters out.
+
+At the end, the calls and log lines the session tests share: :func:`call` and
+:func:`resumed` for any session, and for one that speaks the seed's stream protocol (D2)
+:func:`seeded`, :func:`seeded_call`, :func:`local` and what their commands carry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,15 +27,19 @@ from proxy.core import jsonrpc
 from proxy.core.events import (
     ClientGet,
     ClientPost,
+    CloseClient,
     Command,
     ConnId,
     Event,
+    LogNote,
     SendToClient,
     SendUpstream,
+    StartSse,
     Tick,
     UpstreamMessage,
 )
 from proxy.core.session import Session, SessionSettings
+from proxy.core.tokens import resume_token_for
 
 
 def req(rid: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -173,3 +182,119 @@ def client_sent(commands: list[Command], conn: ConnId | None = None) -> list[Sen
 def payloads(commands: list[Command], conn: ConnId | None = None) -> list[dict[str, Any]]:
     """The JSON messages (priming events left out) sent to ``conn``."""
     return [json.loads(c.payload) for c in client_sent(commands, conn) if c.payload is not None]
+
+
+# Calls, as the session tests make them.
+
+
+def slow(rid: Any, token: Any = "tok") -> dict[str, Any]:
+    """A tools/call carrying a progress token (as sent, and as forwarded with ``rid``)."""
+    return req(rid, "tools/call", {"name": "slow", "_meta": {"progressToken": token}})
+
+
+def call(pb: Playbook, rid: Any = 7, token: Any = "tok") -> tuple[ConnId, int]:
+    """Start a tools/call on a new connection; return (conn, upstream id)."""
+    c = pb.conn()
+    out = pb.post(c, slow(rid, token))
+    return c, upstream_sent(out)[0]["id"]
+
+
+def resumed(stream: int, after: int, replay: int, state: str = "live") -> LogNote:
+    """The log line of a resume by GET + Last-Event-ID."""
+    fields = {"stream": stream, "after": after, "replay": replay, "state": state}
+    return LogNote("stream_resumed", fields)
+
+
+# The seed's stream protocol (D2): a session whose client declared capabilities.streams.
+
+SECRET = b"k" * 32
+SETTINGS = SessionSettings(token_secret=SECRET, resume_interval_min=2, resume_interval_max=60)
+
+
+def seeded(**changes: Any) -> Playbook:
+    pb = Playbook(settings=dataclasses.replace(SETTINGS, **changes))
+    out = pb.initialize({"streams": {}, "elicitation": {}})
+    (forwarded,) = upstream_sent(out)
+    assert forwarded["params"]["capabilities"] == {"elicitation": {}}, "streams stays here"
+    assert pb.session.speaks_streams
+    return pb
+
+
+def seeded_call(pb: Playbook, rid: Any = 7) -> tuple[ConnId, int, dict[str, Any]]:
+    """A tools/call; returns its connection, upstream id and the stream/create params."""
+    c = pb.conn()
+    out = pb.post(c, slow(rid))
+    (create,) = [m for m in payloads(out, c) if m.get("method") == "notifications/stream/create"]
+    return c, upstream_sent(out)[0]["id"], create["params"]["stream"]
+
+
+def local(
+    pb: Playbook, method: str, params: dict[str, Any], *, rid: Any = 99, lei: str | None = None
+) -> tuple[ConnId, list[Command]]:
+    c = pb.conn()
+    out = pb.feed(ClientPost(c, [jsonrpc.classify(req(rid, method, params))], last_event_id=lei))
+    assert not upstream_sent(out), "stream/* is never forwarded upstream"
+    return c, out
+
+
+def ref_of(number: int) -> dict[str, Any]:
+    """What a stream/poll or stream/resume names stream ``number`` with."""
+    stream_id = f"ep0ch.{number}"
+    return {"streamId": stream_id, "resumeToken": resume_token_for(SECRET, "sid", stream_id)}
+
+
+def create(number: int, request_id: Any, *, flat: bool = False) -> dict[str, Any]:
+    """notifications/stream/create of stream ``number`` (resumeInterval as in SETTINGS)."""
+    fields = {**ref_of(number), "requestId": request_id, "resumeInterval": {"min": 2, "max": 60}}
+    return note("notifications/stream/create", fields if flat else {"stream": fields})
+
+
+def end(number: int) -> dict[str, Any]:
+    return note("notifications/stream/end", {"streamId": f"ep0ch.{number}"})
+
+
+def polled(pending: bool, has_request: bool = False, status: str = "live") -> dict[str, Any]:
+    """The answer to stream/poll request 99 about stream 2."""
+    result = {
+        "streamId": "ep0ch.2",
+        "status": status,
+        "pendingMessages": pending,
+        "hasRequest": has_request,
+        "hasError": False,
+    }
+    return ok(99, result)
+
+
+def early(method: str, after_seconds: float = 0.0) -> LogNote:
+    """Stream 2 resumed or polled sooner than resumeInterval.min after it was touched."""
+    fields = {"stream": 2, "method": method, "after_seconds": after_seconds}
+    return LogNote("resumed_early", fields)
+
+
+def seeded_resumed(after: int) -> LogNote:
+    """Stream 2 taken up by a stream/resume after position ``after``."""
+    return LogNote("stream_resumed", {"stream": 2, "after": after})
+
+
+def taken_up(conn: ConnId, after: int, attaches: int) -> list[Any]:
+    """A stream/resume taking stream 2 up on ``conn`` after position ``after`` (its
+    ``attaches``-th attachment), sooner than resumeInterval.min: what comes before the
+    replay."""
+    return [
+        StartSse(conn),
+        early("stream/resume"),
+        seeded_resumed(after),
+        prime(conn, f"ep0ch.2.{after}.{attaches}"),
+    ]
+
+
+def served(conn: ConnId, number: int, answer: dict[str, Any], *logged: LogNote) -> list[Any]:
+    """A stream/* request answered on its own stream ``number``, which it opens (the
+    ``logged`` lines noted), primes, carries ``answer`` on and closes."""
+    return [
+        StartSse(conn),
+        *logged,
+        prime(conn, f"ep0ch.{number}.0.1"),
+        sse(conn, f"ep0ch.{number}.1", answer),
+        CloseClient(conn),
+    ]
