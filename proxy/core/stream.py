@@ -106,10 +106,11 @@ class StreamLog:
     before the oldest kept event raises ``history_truncated`` rather than return a
     partial replay.
 
-    ``acked`` is the position the client acknowledged (by event id). The seqs of the
-    requests and errors after it are kept in two queues, so the poll summary is counted,
-    never parsed: appends add to their tail, acknowledgements and trims drop from their
-    head (amortised O(1) per event).
+    ``acked`` is the position the client acknowledged (by event id). The marked events
+    after it (requests, errors) are kept in one queue with their counts, so the poll
+    summary is counted, never parsed: appends add to its tail, acknowledgements and trims
+    drop from its head (amortised O(1) per event). Most streams mark nothing: the queue
+    exists only while it holds something.
     """
 
     __slots__ = (
@@ -118,6 +119,7 @@ class StreamLog:
         "_errors",
         "_first_seq",
         "_last_seq",
+        "_marks",
         "_requests",
         "budget",
         "bytes",
@@ -140,8 +142,9 @@ class StreamLog:
         # never dropped for the log's own bounds. None: drop the oldest (truncate).
         self.keep_after: int | None = None
         self._acked = 0
-        self._requests: deque[int] = deque()  # seqs of kept requests after _acked
-        self._errors: deque[int] = deque()  # seqs of kept errors after _acked
+        self._marks: deque[tuple[int, Mark]] | None = None  # kept marked events after _acked
+        self._requests = 0  # of those, requests
+        self._errors = 0  # and errors
 
     @property
     def last_seq(self) -> int:
@@ -171,10 +174,12 @@ class StreamLog:
         if not self._entries:
             self._first_seq = self._last_seq
         self._entries.append(payload)
-        if mark & Mark.REQUEST:
-            self._requests.append(self._last_seq)
-        if mark & Mark.ERROR:
-            self._errors.append(self._last_seq)
+        if mark:
+            if self._marks is None:
+                self._marks = deque()
+            self._marks.append((self._last_seq, mark))
+            self._requests += bool(mark & Mark.REQUEST)
+            self._errors += bool(mark & Mark.ERROR)
         self.bytes += len(payload)
         self.budget.used += len(payload)
         self.trim()
@@ -212,9 +217,15 @@ class StreamLog:
             self.trim()
 
     def _forget_marks_before(self, seq: int) -> None:
-        for marks in (self._requests, self._errors):
-            while marks and marks[0] < seq:
-                marks.popleft()
+        marks = self._marks
+        if marks is None:
+            return
+        while marks and marks[0][0] < seq:
+            _, mark = marks.popleft()
+            self._requests -= bool(mark & Mark.REQUEST)
+            self._errors -= bool(mark & Mark.ERROR)
+        if not marks:
+            self._marks = None
 
     def unacknowledged(self) -> Unacknowledged:
         """The events after :attr:`acked`, counted; ``history_truncated`` if some of them
@@ -224,7 +235,7 @@ class StreamLog:
                 "the events after Last-Event-ID were dropped from the buffer",
                 reason="history_truncated",
             )
-        return Unacknowledged(self._last_seq - self._acked, len(self._requests), len(self._errors))
+        return Unacknowledged(self._last_seq - self._acked, self._requests, self._errors)
 
     def after(self, seq: int) -> list[LogEntry]:
         """Every event after ``seq``, whole, or a :class:`ResumeError`."""
@@ -251,7 +262,7 @@ class StreamLog:
 
     def clear(self) -> None:
         self._entries.clear()
-        self._requests.clear()
-        self._errors.clear()
+        self._marks = None
+        self._requests = self._errors = 0
         self.budget.used -= self.bytes
         self.bytes = 0

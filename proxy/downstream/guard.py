@@ -93,6 +93,13 @@ async def read_body(
     not): what the body becomes is bounded by the session's own limits.
     """
     expected = request.content_length
+    if request.content.is_eof():
+        # The usual case: the whole body came with the headers. Nothing is left to wait
+        # for or to count as in flight; its size was bounded while it was read.
+        whole = await request.content.read()
+        if len(whole) > max_bytes:
+            raise PayloadTooLarge(f"Payload Too Large: body over {max_bytes} bytes")
+        return whole
     taken = 0
     body = bytearray()
     try:

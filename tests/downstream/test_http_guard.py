@@ -21,7 +21,7 @@ from proxy.config import Config
 from proxy.downstream.app import build_app
 from proxy.runtime import Registry
 from tests.downstream.sse_client import RawSession, messages
-from tests.support import RunningProxy, run_proxy
+from tests.support import RunningProxy, eventually, run_proxy
 
 DEADLINE = 10.0  # generous; every wait below ends on a condition long before
 
@@ -182,11 +182,11 @@ async def test_body_bytes_in_flight_are_capped(tmp_path: Path) -> None:
             for _, writer in conns:
                 writer.write(post_head(size) + b" " * (size // 2))
             answers = {asyncio.create_task(read_response(r)): w for r, w in conns}
-            loop = asyncio.get_running_loop()
-            end = loop.time() + DEADLINE
-            while sum(t.done() for t in answers) < 3:
-                assert loop.time() < end, "no 503 for the bodies beyond the cap"
-                await asyncio.wait(answers, timeout=0.1, return_when=asyncio.FIRST_COMPLETED)
+            await eventually(
+                lambda: sum(t.done() for t in answers) >= 3,
+                timeout=DEADLINE,
+                what="503 for the bodies beyond the cap",
+            )
             refused = [t for t in answers if t.done()]
             for task in refused:
                 status, _, body = task.result()
@@ -209,15 +209,17 @@ async def test_body_bytes_in_flight_are_capped(tmp_path: Path) -> None:
                 if not task.done():
                     task.cancel()
                     await close(writer)
-            while True:
+
+            async def admitted() -> bool:
                 big = b"x" * 900_000  # not JSON: read whole, then refused as such
                 async with http.post(proxy.url, data=big, headers=s.headers()) as resp:
-                    if resp.status != 503:
-                        assert resp.status == 400
-                        assert reason(await resp.json()) == "parse_error"
-                        break
-                assert loop.time() < end + DEADLINE, "the held bytes were never given back"
-                await asyncio.sleep(0.05)
+                    if resp.status == 503:
+                        return False
+                    assert resp.status == 400
+                    assert reason(await resp.json()) == "parse_error"
+                    return True
+
+            await eventually(admitted, timeout=DEADLINE, what="the held bytes to be given back")
         finally:
             for _, writer in conns:
                 await close(writer)
@@ -246,17 +248,15 @@ async def test_connections_beyond_the_cap_are_refused_and_open_ones_go_on(
             assert messages(await s.request(1, "ping"))[-1]["result"] == {}
             # One goes: a new connection is served again.
             await close(held.pop()[1])
-            loop = asyncio.get_running_loop()
-            end = loop.time() + DEADLINE
-            while True:
+
+            async def served() -> bool:
                 reader, writer = await connect(proxy)
                 writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 status, _, _ = await read_response(reader)
                 await close(writer)
-                if status == 200:
-                    break
-                assert loop.time() < end, "a freed connection slot was never reused"
-                await asyncio.sleep(0.05)
+                return status == 200
+
+            await eventually(served, timeout=DEADLINE, what="a freed connection slot reused")
         finally:
             for _, w in held:
                 await close(w)

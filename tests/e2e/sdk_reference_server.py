@@ -175,7 +175,8 @@ def main() -> None:
     retry_ms = sse.get("retry_ms")
     max_stream_seconds = sse.get("max_stream_seconds")
     # Bound here, not by uvicorn, to know the port (``listen.port: 0``) before serving.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on such sockets' connections.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, int(listen["port"])))
     sock.listen(128)  # connections wait in the backlog until uvicorn accepts them

@@ -121,15 +121,16 @@ async def health(http: aiohttp.ClientSession, base: str) -> tuple[int, dict[str,
 
 async def wait_health(http: aiohttp.ClientSession, base: str, state: str) -> dict[str, Any]:
     """Wait for /healthz to show the upstream ``state``; the proxy itself stays 200."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + DEADLINE
-    while True:
+
+    async def shows_state() -> dict[str, Any] | None:
         got, body = await health(http, base)
         assert got == 200 and body["status"] == "ok", f"/healthz of a serving proxy: {got} {body}"
-        if body["upstream"]["state"] == state:
-            return body
-        assert loop.time() < end, f"/healthz stayed {body}, expected upstream {state}"
-        await asyncio.sleep(0.05)
+        return body if body["upstream"]["state"] == state else None
+
+    found: dict[str, Any] = await eventually(
+        shows_state, timeout=DEADLINE, what=f"/healthz to show upstream {state}"
+    )
+    return found
 
 
 # ---------------------------------------------------------------------- shared scenarios

@@ -15,7 +15,7 @@ from proxy.core.errors import UpstreamStartFailed
 from proxy.core.jsonrpc import Message
 from proxy.upstream.base import UpstreamContext
 from proxy.upstream.stdio import StdioUpstream
-from tests.support import alive
+from tests.support import alive, eventually
 
 # A tiny server: echoes each request as a result, spawns a grandchild that ignores SIGTERM
 # and stdin, and (when asked) ignores SIGTERM itself.
@@ -37,12 +37,10 @@ if "--stubborn" in sys.argv:
 
 async def wait_dead(pid: int, timeout: float = 10.0) -> bool:
     """SIGKILL is delivered asynchronously: wait for the process to be gone (or a zombie)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while alive(pid):
-        if loop.time() > end:
-            return False
-        await asyncio.sleep(0.01)
+    try:
+        await eventually(lambda: not alive(pid), timeout=timeout, what=f"process {pid} to end")
+    except AssertionError:
+        return False
     return True
 
 
@@ -64,12 +62,14 @@ async def start(tmp_path: Path, *args: str, grace: float = 2.0):  # type: ignore
 
 
 async def grandchild_pid(log: structlog.testing.LogCapture) -> int:
-    for _ in range(500):
+    def said() -> int | None:
         for entry in log.entries:
             if entry["event"] == "upstream_stderr" and entry["line"].startswith("grandchild"):
                 return int(entry["line"].split()[1])
-        await asyncio.sleep(0.02)
-    raise AssertionError("the server never said its grandchild's pid")
+        return None
+
+    pid: int = await eventually(said, timeout=10.0, what="the server to say its grandchild's pid")
+    return pid
 
 
 @pytest.fixture
