@@ -192,7 +192,12 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     _watch_children_with_pidfds()
     registry = Registry(config)
     app = build_app(config, registry)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=5.0,
+        keepalive_timeout=config.listen.keepalive_timeout_seconds,
+    )
     await runner.setup()
     listener = await listen_guarded(runner, config)
     stop = asyncio.Event()

@@ -90,6 +90,9 @@ class ListenConfig:
     # Open client connections; beyond it a new one gets 503 (too_many_connections) and
     # is closed, while open ones go on.
     max_connections: Annotated[int, Positive] = 1024
+    # A connection idle between requests is closed after this long, so idle keep-alive
+    # connections cannot hold max_connections slots (aiohttp's own default is an hour).
+    keepalive_timeout_seconds: Annotated[float, Positive] = 75.0
 
 
 UPSTREAM_TRANSPORTS = ("auto", "stdio", "streamable-http", "sse", "websocket")

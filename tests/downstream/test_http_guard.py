@@ -293,3 +293,29 @@ async def test_healthz_describes_the_proxy_not_the_upstream(
     async with client.get("/healthz") as resp:
         body = await resp.json()
         assert resp.status == 503 and body["status"] == "stopping", body
+
+
+async def test_an_idle_keepalive_connection_gives_its_slot_back(tmp_path: Path) -> None:
+    """listen.keepalive_timeout_seconds: a connection idle after its request is closed,
+    so idle connections cannot hold every max_connections slot (aiohttp waits an hour)."""
+    listen = {"max_connections": 2, "keepalive_timeout_seconds": 0.5}
+    async with run_proxy(tmp_path, listen=listen) as proxy:
+        idle = [await connect(proxy) for _ in range(2)]
+        try:
+            for reader, writer in idle:  # one request each, then silence
+                writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                assert (await read_response(reader))[0] == 200
+            for reader, _ in idle:
+                await read_until_closed(reader)  # the proxy closes each idle one
+
+            async def served() -> bool:
+                reader, writer = await connect(proxy)
+                writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                status, _, _ = await read_response(reader)
+                await close(writer)
+                return status == 200
+
+            await eventually(served, timeout=DEADLINE, what="a slot freed by the idle timeout")
+        finally:
+            for _, writer in idle:
+                await close(writer)
