@@ -93,6 +93,15 @@ def reason(body: dict[str, Any]) -> str:
     return str(body["error"]["data"]["reason"])
 
 
+async def healthz_served(proxy: RunningProxy) -> bool:
+    """Whether a new connection is served (200 on /healthz), not refused."""
+    reader, writer = await connect(proxy)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    status, _, _ = await read_response(reader)
+    await close(writer)
+    return status == 200
+
+
 async def close(writer: asyncio.StreamWriter) -> None:
     writer.close()
     with contextlib.suppress(ConnectionError):
@@ -249,14 +258,9 @@ async def test_connections_beyond_the_cap_are_refused_and_open_ones_go_on(
             # One goes: a new connection is served again.
             await close(held.pop()[1])
 
-            async def served() -> bool:
-                reader, writer = await connect(proxy)
-                writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                status, _, _ = await read_response(reader)
-                await close(writer)
-                return status == 200
-
-            await eventually(served, timeout=DEADLINE, what="a freed connection slot reused")
+            await eventually(
+                lambda: healthz_served(proxy), timeout=DEADLINE, what="a freed slot reused"
+            )
         finally:
             for _, w in held:
                 await close(w)
@@ -308,14 +312,9 @@ async def test_an_idle_keepalive_connection_gives_its_slot_back(tmp_path: Path) 
             for reader, _ in idle:
                 await read_until_closed(reader)  # the proxy closes each idle one
 
-            async def served() -> bool:
-                reader, writer = await connect(proxy)
-                writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                status, _, _ = await read_response(reader)
-                await close(writer)
-                return status == 200
-
-            await eventually(served, timeout=DEADLINE, what="a slot freed by the idle timeout")
+            await eventually(
+                lambda: healthz_served(proxy), timeout=DEADLINE, what="a slot freed when idle"
+            )
         finally:
             for _, writer in idle:
                 await close(writer)
