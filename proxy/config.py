@@ -81,7 +81,7 @@ class ListenConfig:
     # Reading a request is bounded in time and memory (slow or stalled clients): its
     # headers must be complete this long after its first byte (or after the connection
     # opened); its body this long after its headers (else 408, connection closed).
-    # Responses (SSE streams) are never cut by these; idle keep-alive is not timed here.
+    # Responses (SSE streams) are never cut by these; idle connections: keepalive below.
     header_timeout_seconds: Annotated[float, Positive] = 10.0
     body_timeout_seconds: Annotated[float, Positive] = 30.0
     # POST bodies being received, all connections together; a POST that would pass it

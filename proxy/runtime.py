@@ -328,7 +328,7 @@ class Registry:
         self.health = UpstreamHealth()
         self._runners: dict[str, SessionRunner] = {}
         self._starting: set[SessionRunner] = set()  # reserved slots whose upstream starts
-        self._none_starting = asyncio.Event()
+        self._none_starting = asyncio.Event()  # set while _starting is empty
         self._none_starting.set()
         self._conn_counter = 0
         self._reaper: set[asyncio.Task[Any]] = set()
@@ -373,6 +373,7 @@ class Registry:
             self.health,
         )
         self._starting.add(runner)
+        self._none_starting.clear()
         try:
             await runner.start()
         finally:
@@ -403,9 +404,7 @@ class Registry:
         those answers out: the HTTP server's cleanup, which comes next, tears them down.
         """
         self.accepting = False
-        if self._starting:
-            self._none_starting.clear()
-            await self._none_starting.wait()  # each ends itself once started (see create)
+        await self._none_starting.wait()  # each ends itself once started (see above)
         runners = list(self._runners.values())
         for runner in runners:
             runner.shut_down()  # every upstream begins to stop now, in parallel

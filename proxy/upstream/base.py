@@ -122,7 +122,9 @@ class UpstreamContext:
         return self.session_id[:8]
 
 
-def messages_of(data: bytes | str, skip: Callable[[ProxyError], None]) -> list[Message]:
+def messages_of(
+    data: bytes | str, skip: Callable[[bytes | str, ProxyError], None]
+) -> list[Message]:
     """The JSON-RPC messages of one unit of server output (a stdio line, an SSE event's
     data, a text frame): one message, or a batch (2024-11-05 and 2025-03-26 allow them).
 
@@ -132,14 +134,14 @@ def messages_of(data: bytes | str, skip: Callable[[ProxyError], None]) -> list[M
     try:
         obj = jsonrpc.decode(data)
     except ProxyError as exc:
-        skip(exc)
+        skip(data, exc)
         return []
     messages: list[Message] = []
     for item in obj if isinstance(obj, list) else [obj]:
         try:
             msg = jsonrpc.classify(item)
         except ProxyError as exc:
-            skip(exc)
+            skip(data, exc)
             continue
         if item is obj and isinstance(data, bytes):  # not a batch: data is this message
             msg = jsonrpc.with_wire(msg, data)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from functools import partial
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -324,7 +323,7 @@ class ChannelUpstream:
 
         What is not JSON-RPC is logged and skipped; the session goes on.
         """
-        for msg in messages_of(data, partial(self._skipped, data)):
+        for msg in messages_of(data, self._skipped):
             self._received(msg)
 
     def _skipped(self, data: bytes | str, exc: ProxyError) -> None:

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import os
 import signal
-from functools import partial
 from typing import Any
 
 import structlog
@@ -167,7 +166,7 @@ class StdioUpstream:
             line = line.strip()
             if not line:
                 continue
-            for msg in messages_of(line, partial(self._skipped, line)):
+            for msg in messages_of(line, self._skipped):
                 self._context.on_message(msg, None)
 
     async def _watch_exit(self) -> None:
@@ -212,12 +211,12 @@ class StdioUpstream:
             error = jsonrpc.error_response(shape.id, SERVER_ERROR, message, data)
             self.send(jsonrpc.encode(error))
 
-    def _skipped(self, line: bytes, exc: ProxyError) -> None:
+    def _skipped(self, line: bytes | str, exc: ProxyError) -> None:
         log.warning(
             "upstream_line_skipped",
             session=self._context.label,
             error=exc.message,
-            line=line[:200].decode(errors="replace"),
+            line=line[:200] if isinstance(line, str) else line[:200].decode(errors="replace"),
         )
 
     async def _read_stderr(self) -> None:
