@@ -1,0 +1,242 @@
+"""The store seam: everything that must outlive a connection, one async contract.
+
+A store keeps, per stream, an append-only **log** of events (numbered by the session's
+core: the store never picks a number) and a **record** (which session made it, whether it
+is still live, its retained range, when it expires); per session a **record** and an
+ownership **lease**; and **task** records (for the Tasks work to come). Three
+implementations share this contract and one test suite (``tests/store/``):
+
+- :mod:`proxy.store.memory`: the process's own memory. Dies with the process.
+- :mod:`proxy.store.sqlite`: one file, WAL; survives a restart of the proxy.
+- :mod:`proxy.store.redis`: Redis ≥ 7 or Valkey; shared by replicas.
+
+Keys: a stream's key is ``"<epoch>.<number>"`` (the session's random epoch and the
+stream's number: the seed's ``streamId``), so an event id ``<epoch>.<number>.<seq>``
+names its log without any other lookup.
+
+Rules every implementation keeps (the contract suite checks each):
+
+- :meth:`Store.commit` applies a whole :class:`Batch` atomically and durably (to the
+  store's promise) before it returns; only then may any of its events reach a client.
+- A log's entries are kept in seq order with no gap. An append whose seq is not the next
+  one leaves a gap only when the log lost history (a flushed Redis): the record's
+  ``first_seq`` moves past the hole, so a read from before it raises
+  ``history_truncated``, never a partial replay.
+- Each log keeps at most ``max_events`` entries (the oldest go, ``first_seq`` moves).
+- A record past ``expires_at`` is gone (with its log), as if never made.
+- Reads raise :class:`~proxy.core.errors.ResumeError` with the same reasons the core
+  uses: ``unknown_stream``, ``unknown_position``, ``history_truncated``.
+- :meth:`Store.epoch` is minted when the store's data is created; a store that lost its
+  data (a new memory store, a deleted file, a flushed Redis) has a new one.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.errors import ResumeError
+from proxy.core.stream import Mark, Unacknowledged
+
+LIVE = "live"
+COMPLETED = "completed"
+
+
+class StoreError(Exception):
+    """The store cannot be reached or refused a write: the caller answers 503."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One event of a log: its position, its bytes, and what a poll reports of it."""
+
+    seq: int
+    payload: bytes
+    mark: int = int(Mark.NONE)
+
+
+@dataclass(slots=True)
+class StreamRecord:
+    """What a replica needs to serve a stream it does not own (or a restart to end it)."""
+
+    key: str  # "<epoch>.<number>"
+    session_id: str
+    owner: str = ""  # the replica that holds the session's upstream
+    state: str = LIVE  # LIVE or COMPLETED
+    first_seq: int = 1  # the oldest retained entry (last_seq + 1 when none)
+    last_seq: int = 0
+    request_ids: list[Any] = field(default_factory=list)  # the client's ids it answers
+    announced: bool = False  # the seed's notifications/stream/create was sent for it
+    expires_at: float | None = None  # unix seconds; None: no limit set yet
+
+    @property
+    def number(self) -> int:
+        return int(self.key.rpartition(".")[2])
+
+    @property
+    def epoch(self) -> str:
+        return self.key.rpartition(".")[0]
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    session_id: str
+    epoch: str
+    owner: str
+    protocol_version: str | None = None
+    expires_at: float | None = None
+
+
+@dataclass(slots=True)
+class Batch:
+    """Everything one loop turn of one or more sessions changed, committed at once.
+
+    Applied in this order: ``streams`` (a new key: the record as given; a key that has a
+    record: only its ``session_id``, ``owner``, ``request_ids`` and ``announced`` change,
+    its positions, state, expiry and log stay), ``appends`` (per key, in seq order; the
+    record's ``last_seq`` follows), ``completed`` (state COMPLETED and the new
+    ``expires_at``), ``dropped`` (record and log gone).
+    """
+
+    streams: list[StreamRecord] = field(default_factory=list)
+    appends: dict[str, list[Entry]] = field(default_factory=dict)
+    completed: dict[str, float] = field(default_factory=dict)  # key -> expires_at
+    dropped: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.streams or self.appends or self.completed or self.dropped)
+
+    def events(self) -> int:
+        return sum(len(v) for v in self.appends.values())
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLimits:
+    """Bounds every log keeps, and how long a live record lives without a write."""
+
+    max_events: int = 100_000
+    live_ttl: float = 600.0  # seconds; refreshed by every append
+
+
+class Store(abc.ABC):
+    """The async contract. One instance per process; safe to call from one event loop."""
+
+    kind: str = "abstract"
+    durable: bool = False  # survives the process (sqlite, redis)
+    shared: bool = False  # other processes see the same data (redis)
+
+    def __init__(self, limits: StoreLimits) -> None:
+        self.limits = limits
+        self._epoch = ""
+
+    @property
+    def epoch(self) -> str:
+        """This store's history epoch (see module doc). Valid after :meth:`open`."""
+        return self._epoch
+
+    # ------------------------------------------------------------------ lifetime
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect / create; mint the epoch if the data is new. Raises StoreError."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections and threads; wakes every :meth:`tail` (which ends)."""
+
+    async def current_epoch(self) -> str:
+        """Read the epoch again (a shared store may have been flushed since open)."""
+        return self._epoch
+
+    # ------------------------------------------------------------------ logs
+    @abc.abstractmethod
+    async def commit(self, batch: Batch, now: float) -> None:
+        """Apply ``batch`` atomically; return once durable. ``now``: unix seconds."""
+
+    @abc.abstractmethod
+    async def get_stream(self, key: str, now: float) -> StreamRecord | None:
+        """The record, or None if there is none (never made, dropped or expired)."""
+
+    @abc.abstractmethod
+    async def read(self, key: str, after: int, now: float, limit: int | None = None) -> list[Entry]:
+        """Entries after seq ``after`` (at most ``limit``), oldest first.
+
+        Raises ResumeError ``unknown_stream`` (no record), ``unknown_position`` (``after``
+        beyond ``last_seq`` or negative), ``history_truncated`` (``after + 1 <
+        first_seq``).
+        """
+
+    @abc.abstractmethod
+    def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
+        """Entries after ``after`` as they are committed, in order, in batches.
+
+        Ends after the last entry of a COMPLETED stream; raises ResumeError if the stream
+        is gone or its history truncated past the reader. Blocks without polling (memory
+        and sqlite: an in-process wake-up; redis: blocking reads). Cancel it to stop.
+        """
+
+    @abc.abstractmethod
+    async def summary(self, key: str, after: int, now: float) -> Unacknowledged:
+        """What a ``stream/poll`` reports of the entries after ``after`` (counted from
+        their marks); the same errors as :meth:`read`."""
+
+    @abc.abstractmethod
+    async def live_streams(self, owner: str | None, now: float) -> list[StreamRecord]:
+        """Every LIVE record (of ``owner`` only, unless None): a restart ends them."""
+
+    # ------------------------------------------------------------------ sessions, leases
+    @abc.abstractmethod
+    async def put_session(self, record: SessionRecord) -> None: ...
+
+    @abc.abstractmethod
+    async def get_session(self, session_id: str, now: float) -> SessionRecord | None: ...
+
+    @abc.abstractmethod
+    async def drop_session(self, session_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
+        """Take ``name`` for ``owner`` for ``ttl`` seconds if it is free, expired, or
+        already ``owner``'s (then it is renewed). True if ``owner`` holds it now."""
+
+    @abc.abstractmethod
+    async def release_lease(self, name: str, owner: str) -> None:
+        """Give it up, if ``owner`` holds it."""
+
+    @abc.abstractmethod
+    async def lease_owner(self, name: str, now: float) -> str | None: ...
+
+    # ------------------------------------------------------------------ tasks
+    @abc.abstractmethod
+    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> None: ...
+
+    @abc.abstractmethod
+    async def get_task(self, task_id: str, now: float) -> dict[str, Any] | None: ...
+
+    # ------------------------------------------------------------------ housekeeping
+    async def sweep(self, now: float) -> int:
+        """Delete what expired before ``now``; how many records went. (Redis: its TTLs.)"""
+        return 0
+
+
+def check_read(record: StreamRecord | None, after: int) -> StreamRecord:
+    """The errors :meth:`Store.read` raises, from the record alone (shared by the stores)."""
+    if record is None:
+        raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
+    if after < 0 or after > record.last_seq:
+        raise ResumeError(
+            "Last-Event-ID names a position this stream never reached", reason="unknown_position"
+        )
+    if after + 1 < record.first_seq:
+        raise ResumeError(
+            "the events after Last-Event-ID are no longer in the store",
+            reason="history_truncated",
+        )
+    return record
+
+
+def count_marks(entries: Sequence[Entry]) -> Unacknowledged:
+    requests = sum(1 for e in entries if e.mark & Mark.REQUEST)
+    errors = sum(1 for e in entries if e.mark & Mark.ERROR)
+    return Unacknowledged(len(entries), requests, errors)

@@ -1,0 +1,122 @@
+"""One contract, three stores: the ``maker`` fixture gives each test every store kind.
+
+``redis`` runs against a real ``redis-server`` that :mod:`tests.redis_server` starts (and
+``scripts/test`` installs when it is missing); each test gets its own key namespace.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from proxy.store.base import Store, StoreLimits
+from proxy.store.memory import MemoryStore
+
+_names = itertools.count()
+
+
+class Maker:
+    """Makes stores of one kind over one set of data: fresh, reopened, or after a loss."""
+
+    kind = ""
+
+    def __init__(self) -> None:
+        self.open_stores: list[Store] = []
+
+    async def _build(self, limits: StoreLimits) -> Store:
+        raise NotImplementedError
+
+    async def make(self, limits: StoreLimits | None = None) -> Store:
+        store = await self._build(limits or StoreLimits())
+        await store.open()
+        self.open_stores.append(store)
+        return store
+
+    async def reopen(self, store: Store) -> Store:
+        """The same data, seen by a new instance (a restarted process)."""
+        await store.close()
+        return await self.make(store.limits)
+
+    async def lose(self, store: Store) -> Store:
+        """The data is destroyed (a deleted file, a flushed Redis); a new instance opens."""
+        raise NotImplementedError
+
+    async def close_all(self) -> None:
+        for store in self.open_stores:
+            await store.close()
+
+
+class MemoryMaker(Maker):
+    kind = "memory"
+
+    async def _build(self, limits: StoreLimits) -> Store:
+        return MemoryStore(limits)
+
+    async def reopen(self, store: Store) -> Store:
+        return store  # a memory store has no second instance: the process is its life
+
+    async def lose(self, store: Store) -> Store:
+        await store.close()
+        return await self.make(store.limits)
+
+
+class SqliteMaker(Maker):
+    kind = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    async def _build(self, limits: StoreLimits) -> Store:
+        from proxy.store.sqlite import SqliteStore
+
+        return SqliteStore(self.path, limits)
+
+    async def lose(self, store: Store) -> Store:
+        await store.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        return await self.make(store.limits)
+
+
+class RedisMaker(Maker):
+    kind = "redis"
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.namespace = f"contract{next(_names)}"
+
+    async def _build(self, limits: StoreLimits) -> Store:
+        from proxy.store.redis import RedisStore
+
+        return RedisStore(self.url, self.namespace, limits)
+
+    async def lose(self, store: Store) -> Store:
+        import redis.asyncio as aioredis
+
+        client = aioredis.from_url(self.url)
+        try:
+            await client.flushall()
+        finally:
+            await client.aclose()
+        await store.close()
+        return await self.make(store.limits)
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+async def maker(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Maker]:
+    made: Maker
+    if request.param == "memory":
+        made = MemoryMaker()
+    elif request.param == "sqlite":
+        made = SqliteMaker(tmp_path / "store.db")
+    else:
+        made = RedisMaker(request.getfixturevalue("redis_url"))
+    try:
+        yield made
+    finally:
+        await made.close_all()
