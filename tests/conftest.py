@@ -13,6 +13,8 @@ import random
 
 import pytest
 
+from tests.redis_server import redis_url  # noqa: F401  (a fixture: pytest finds it here)
+
 SEED_ENV = "TEST_SEED"
 
 

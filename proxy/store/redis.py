@@ -1,0 +1,570 @@
+"""The Redis store: Redis ≥ 7 or Valkey, shared by every replica of a deployment.
+
+Every key of a deployment starts with ``<ns>`` = ``mrp:{<namespace>}``: the braces are a
+hash tag, so all of them live in one cluster slot and one script may touch any of them.
+Every key has a TTL, so nothing grows without bound:
+
+=======================  ======  ====================================================
+key                      type    what, and its TTL
+=======================  ======  ====================================================
+``<ns>:epoch``           string  the epoch (see :mod:`proxy.store.base`); 30 days,
+                                 refreshed by ``open``, ``commit``, ``current_epoch``
+``<ns>:live``            zset    keys of LIVE streams scored by their expiry (unix
+                                 ms), for :meth:`RedisStore.live_streams`; until the
+                                 latest score
+``<ns>:rec:<key>``       hash    a stream's record: ``session owner state first last
+                                 rids`` (JSON) ``ann`` (0/1) ``exp`` (unix ms); until
+                                 ``exp``: now + ``live_ttl`` on every append while
+                                 LIVE, the given ``expires_at`` once COMPLETED
+``<ns>:log:<key>``       stream  its entries, id ``<seq>-1``, fields ``p`` (payload)
+                                 and ``m`` (mark, absent when 0); the record's TTL
+``<ns>:wake:<key>``      stream  one entry per put, completion or drop of the stream:
+                                 wakes blocked tails (below); 60 s
+``<ns>:session:<id>``    string  a session record, JSON; its ``expires_at`` (30 days
+                                 when it has none)
+``<ns>:lease:<name>``    string  the owner; ``ttl`` on the Redis server's clock
+``<ns>:task:<id>``       string  a task record, JSON; its ``expires_at``
+=======================  ======  ====================================================
+
+A :class:`~proxy.store.base.Batch` is applied by one Lua script (``EVALSHA``, loaded again
+on ``NOSCRIPT``), so replicas and readers see all of it or none of it. ``commit`` returns
+once Redis has applied it: the store is as durable as the server is configured
+(``appendonly yes`` with ``appendfsync always`` survives a crash of Redis itself; the
+default ``everysec`` may lose the last second; ``--save ''`` without AOF keeps nothing).
+
+Tails block in ``XREAD BLOCK`` on the stream's log *and* its wake key, each on a pooled
+connection of their own: an append wakes them through the log, a completion or a drop
+through the wake key. A key that expires or is flushed wakes nobody; a tail sees it when
+its blocking read times out (``block`` seconds, 2 by default) and checks the record again.
+
+Network and server errors come out as :class:`~proxy.store.base.StoreError`; an outage is
+bounded by ``timeout`` (a socket timeout, 5 s by default; a broken connection is retried
+once on a new one, so the first command after a Redis restart succeeds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from proxy.core.stream import Unacknowledged
+from proxy.store.base import (
+    COMPLETED,
+    LIVE,
+    Batch,
+    Entry,
+    SessionRecord,
+    Store,
+    StoreError,
+    StoreLimits,
+    StreamRecord,
+    check_read,
+    count_marks,
+)
+
+EPOCH_TTL_S = 30 * 24 * 3600.0  # the epoch outlives any record; refreshed by every commit
+DEFAULT_TTL_S = EPOCH_TTL_S  # a session record with no expires_at still expires
+WAKE_TTL_MS = 60_000  # a wake entry only matters to tails blocked at that moment
+TAIL_BATCH = 1000  # entries per batch a tail yields
+MIN_MAJOR = 7  # XADD <seq>-1, PEXPIRETIME, SET PXAT, script shebangs
+
+# Commit one Batch. KEYS: 1 epoch, 2 live index, then per stream i (1-based):
+# 3i record, 3i+1 log, 3i+2 wake. ARGV: now_ms, live_until_ms, max_events, epoch_ttl_ms,
+# wake_ttl_ms, n, n stream keys; then puts (count, 9 fields each: i session owner state
+# first last rids ann exp_ms|''), appends (count, then per stream: i, n, n x (seq payload
+# mark)), completed (count, i exp_ms each), dropped (count, i each).
+COMMIT_LUA = """#!lua
+local now, live_until = tonumber(ARGV[1]), ARGV[2]
+local max_events, wake_ttl = tonumber(ARGV[3]), ARGV[5]
+local nkeys = tonumber(ARGV[6])
+local live = KEYS[2]
+local pos = 6 + nkeys
+local function take() pos = pos + 1; return ARGV[pos] end
+local function name(i) return ARGV[6 + i] end
+local function rec(i) return KEYS[3 * i] end
+local function log(i) return KEYS[3 * i + 1] end
+
+local function wake(i)
+  local w = KEYS[3 * i + 2]
+  redis.call('XADD', w, 'MAXLEN', '1', '*', 'w', '1')
+  redis.call('PEXPIRE', w, wake_ttl)
+end
+
+local function drop(i)
+  redis.call('DEL', rec(i), log(i))
+  redis.call('ZREM', live, name(i))
+end
+
+-- Both keys of a stream expire together; a LIVE one is in the index until then.
+local function expire(i, state, at)
+  if tonumber(at) <= now then return drop(i) end
+  redis.call('PEXPIREAT', rec(i), at)
+  redis.call('PEXPIREAT', log(i), at)
+  if state == 'live' then
+    redis.call('ZADD', live, at, name(i))
+    if redis.call('PEXPIRETIME', live) < tonumber(at) then redis.call('PEXPIREAT', live, at) end
+  else
+    redis.call('ZREM', live, name(i))
+  end
+end
+
+-- {state, last, exp} of the record, or nil when there is none (an expired one goes).
+local function load(i)
+  local r = redis.call('HMGET', rec(i), 'state', 'last', 'exp')
+  if not r[1] then return nil end
+  if tonumber(r[3]) <= now then drop(i); return nil end
+  return r
+end
+
+local function newest(l)
+  local top = redis.call('XREVRANGE', l, '+', '-', 'COUNT', 1)[1]
+  return top and tonumber(string.match(top[1], '^%d+')) or 0
+end
+
+local function append(i, base, count)
+  local state, last, at = 'live', 0, live_until
+  local r = load(i)
+  local l = log(i)
+  if r then
+    state, last, at = r[1], tonumber(r[2]), r[3]
+  else -- no record: its history was lost, keep what comes
+    redis.call('DEL', l)
+    redis.call('HSET', rec(i), 'session', '', 'owner', '', 'state', 'live', 'rids', '[]',
+      'ann', '0')
+  end
+  local top = newest(l)
+  for j = base + 1, base + 3 * count, 3 do
+    local seq = tonumber(ARGV[j])
+    if seq > last then -- else already there (a retried batch)
+      if seq ~= last + 1 or seq <= top then -- a hole: what was before it is unreachable
+        redis.call('DEL', l)
+      end
+      if ARGV[j + 2] == '0' then
+        redis.call('XADD', l, ARGV[j] .. '-1', 'p', ARGV[j + 1])
+      else
+        redis.call('XADD', l, ARGV[j] .. '-1', 'p', ARGV[j + 1], 'm', ARGV[j + 2])
+      end
+      last, top = seq, seq
+    end
+  end
+  if redis.call('XLEN', l) > max_events then redis.call('XTRIM', l, 'MAXLEN', max_events) end
+  local oldest = redis.call('XRANGE', l, '-', '+', 'COUNT', 1)[1]
+  local first = oldest and string.match(oldest[1], '^%d+') or string.format('%d', last + 1)
+  if state == 'live' then at = live_until end
+  redis.call('HSET', rec(i), 'first', first, 'last', string.format('%d', last), 'exp', at)
+  expire(i, state, at)
+end
+
+for _ = 1, tonumber(take()) do
+  local i, session, owner, state = tonumber(take()), take(), take(), take()
+  local first, last, rids, ann, at = take(), take(), take(), take(), take()
+  if load(i) then -- known: positions, state, expiry and log stay
+    redis.call('HSET', rec(i), 'session', session, 'owner', owner, 'rids', rids, 'ann', ann)
+  else
+    if at == '' then at = live_until end
+    redis.call('HSET', rec(i), 'session', session, 'owner', owner, 'state', state,
+      'first', first, 'last', last, 'rids', rids, 'ann', ann, 'exp', at)
+    expire(i, state, at)
+  end
+  wake(i)
+end
+for _ = 1, tonumber(take()) do
+  local i, count = tonumber(take()), tonumber(take())
+  append(i, pos, count)
+  pos = pos + 3 * count
+end
+for _ = 1, tonumber(take()) do
+  local i, at = tonumber(take()), take()
+  if load(i) then
+    redis.call('HSET', rec(i), 'state', 'completed', 'exp', at)
+    expire(i, 'completed', at)
+  end
+  wake(i)
+end
+for _ = 1, tonumber(take()) do
+  local i = tonumber(take())
+  drop(i)
+  wake(i)
+end
+redis.call('ZREMRANGEBYSCORE', live, '-inf', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 0
+"""
+
+# The epoch, minted when missing (a new or flushed Redis); its TTL refreshed.
+EPOCH_LUA = """#!lua
+local epoch = redis.call('GET', KEYS[1])
+if not epoch then
+  epoch = ARGV[1]
+  redis.call('SET', KEYS[1], epoch)
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return epoch
+"""
+
+# Take or renew a lease: free, expired (gone) or already ARGV[1]'s.
+ACQUIRE_LUA = """#!lua
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+RELEASE_LUA = """#!lua
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def _ms(seconds: float) -> int:
+    """Unix seconds as the unix milliseconds Redis takes (at least 1: 0 is refused)."""
+    return max(1, round(seconds * 1000))
+
+
+def _text(value: bytes | str) -> str:
+    """A reply as text (the clients run with ``decode_responses=False``: bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _where(url: str) -> str:
+    """Where the server is, for messages: host and port (or socket path), no credentials."""
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        return parts.path or "redis"
+    return f"{parts.hostname}:{parts.port or 6379}"
+
+
+@dataclass(frozen=True, slots=True)
+class _StreamKeys:
+    record: str
+    log: str
+    wake: str
+
+
+def _entry(item: tuple[bytes, dict[bytes, bytes]]) -> Entry:
+    entry_id, fields = item
+    return Entry(int(entry_id.partition(b"-")[0]), fields[b"p"], int(fields.get(b"m", 0)))
+
+
+def _record(key: str, fields: dict[bytes, bytes], now: float) -> StreamRecord | None:
+    """The record a ``<ns>:rec:<key>`` hash holds, or None (none, or expired by ``now``)."""
+    if not fields:
+        return None
+    expires_at = int(fields[b"exp"]) / 1000
+    if expires_at <= now:
+        return None
+    return StreamRecord(
+        key,
+        fields[b"session"].decode(),
+        fields[b"owner"].decode(),
+        fields[b"state"].decode(),
+        int(fields[b"first"]),
+        int(fields[b"last"]),
+        json.loads(fields[b"rids"]),
+        fields[b"ann"] == b"1",
+        expires_at,
+    )
+
+
+class RedisStore(Store):
+    """The store contract on Redis ≥ 7 / Valkey (see the module doc for the key layout)."""
+
+    kind = "redis"
+    durable = True
+    shared = True
+
+    def __init__(
+        self,
+        url: str,
+        namespace: str,
+        limits: StoreLimits | None = None,
+        *,
+        timeout: float = 5.0,
+        block: float = 2.0,
+    ) -> None:
+        super().__init__(limits or StoreLimits())
+        if not namespace or "{" in namespace or "}" in namespace:
+            raise ValueError(f"a Redis namespace must be non-empty, without braces: {namespace!r}")
+        self.url = url
+        self.namespace = namespace
+        self.timeout = timeout
+        self.block = block
+        self._where = _where(url)
+        self._prefix = f"mrp:{{{namespace}}}:"
+        self._client: aioredis.Redis | None = None
+        self._blocking: aioredis.Redis | None = None  # tails' XREAD BLOCK, longer timeout
+        self._closed = False
+        self._blocked: set[asyncio.Future[Any]] = set()
+
+    # ------------------------------------------------------------------ lifetime
+    def _connect(self, socket_timeout: float) -> aioredis.Redis:
+        # One retry on a fresh connection after a broken one (a restarted Redis); none
+        # after a timeout, so that an unresponsive server costs ``timeout``, not more.
+        retry = Retry(ExponentialBackoff(cap=0.2, base=0.02), 1, (RedisConnectionError,))
+        return aioredis.Redis.from_url(
+            self.url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=self.timeout,
+            retry=retry,
+        )
+
+    async def open(self) -> None:
+        self._client = self._connect(self.timeout)
+        self._blocking = self._connect(self.timeout + self.block)
+        self._commit_script = self._client.register_script(COMMIT_LUA)
+        self._epoch_script = self._client.register_script(EPOCH_LUA)
+        self._acquire_script = self._client.register_script(ACQUIRE_LUA)
+        self._release_script = self._client.register_script(RELEASE_LUA)
+        with self._failing("open"):
+            info = await self._client.info("server")
+            version = str(info.get("redis_version", "0"))
+            if int(version.split(".")[0]) < MIN_MAJOR:
+                raise StoreError(
+                    f"redis at {self._where} is version {version}: the store needs Redis "
+                    f">= {MIN_MAJOR} (or Valkey)"
+                )
+            for script in (COMMIT_LUA, EPOCH_LUA, ACQUIRE_LUA, RELEASE_LUA):
+                await self._client.script_load(script)
+        self._epoch = await self.current_epoch()
+
+    async def close(self) -> None:
+        self._closed = True
+        for blocked in list(self._blocked):
+            blocked.cancel()
+        for client in (self._client, self._blocking):
+            if client is not None:
+                with contextlib.suppress(RedisError, OSError):
+                    await client.aclose()
+
+    async def current_epoch(self) -> str:
+        """The epoch in Redis now (minted anew if it was flushed); :attr:`epoch` stays the
+        one seen at :meth:`open`, so a caller compares the two."""
+        with self._failing("read the epoch"):
+            epoch = await self._epoch_script(
+                [self._key("epoch")], [secrets.token_hex(6), _ms(EPOCH_TTL_S)]
+            )
+        return _text(epoch)
+
+    @contextlib.contextmanager
+    def _failing(self, doing: str) -> Iterator[None]:
+        """Turn Redis' errors (network, server, refused scripts) into StoreError."""
+        if self._closed:
+            raise StoreError(f"the redis store ({self._where}) is closed")
+        if self._client is None:
+            raise StoreError(f"the redis store ({self._where}) is not open")
+        try:
+            yield
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"redis at {self._where}: {doing} failed: {exc}") from exc
+
+    @property
+    def _redis(self) -> aioredis.Redis:
+        assert self._client is not None, "used only inside _failing, which checks it"
+        return self._client
+
+    def _key(self, *parts: str) -> str:
+        return self._prefix + ":".join(parts)
+
+    def _stream_keys(self, key: str) -> _StreamKeys:
+        return _StreamKeys(self._key("rec", key), self._key("log", key), self._key("wake", key))
+
+    # ------------------------------------------------------------------ logs
+    async def commit(self, batch: Batch, now: float) -> None:
+        if not batch:
+            return
+        keys, args = self._commit_call(batch, now)
+        with self._failing("commit"):
+            await self._commit_script(keys, args)
+
+    def _commit_call(self, batch: Batch, now: float) -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of COMMIT_LUA for ``batch`` (its header comment has the layout)."""
+        slots: dict[str, int] = {}
+
+        def slot(key: str) -> int:
+            return slots.setdefault(key, len(slots) + 1)
+
+        puts: list[Any] = []
+        for r in batch.streams:
+            expires = "" if r.expires_at is None else _ms(r.expires_at)
+            puts += (slot(r.key), r.session_id, r.owner, r.state, r.first_seq, r.last_seq)
+            puts += (json.dumps(r.request_ids), int(r.announced), expires)
+        appends: list[Any] = []
+        appended = [(key, entries) for key, entries in batch.appends.items() if entries]
+        for key, entries in appended:
+            appends += (slot(key), len(entries))
+            for e in entries:  # b"%d": an IntFlag mark would go as its repr
+                appends += (b"%d" % e.seq, e.payload, b"%d" % e.mark)
+        completed = [x for key, at in batch.completed.items() for x in (slot(key), _ms(at))]
+        dropped = [slot(key) for key in batch.dropped]
+        keys = [self._key("epoch"), self._key("live")]
+        for key in slots:
+            names = self._stream_keys(key)
+            keys += (names.record, names.log, names.wake)
+        header: list[Any] = [_ms(now), _ms(now + self.limits.live_ttl), self.limits.max_events]
+        header += (_ms(EPOCH_TTL_S), WAKE_TTL_MS, len(slots), *slots)
+        args = [*header, len(batch.streams), *puts, len(appended), *appends]
+        args += (len(batch.completed), *completed, len(dropped), *dropped)
+        return keys, args
+
+    async def get_stream(self, key: str, now: float) -> StreamRecord | None:
+        with self._failing("read a stream record"):
+            fields = await self._redis.hgetall(self._stream_keys(key).record)
+        return _record(key, cast(dict[bytes, bytes], fields), now)
+
+    async def _snapshot(
+        self, key: str, after: int, now: float, limit: int | None, wake: bool = False
+    ) -> tuple[StreamRecord, list[Entry], str]:
+        """The record, the entries after ``after`` and (``wake``) the wake key's newest
+        id, read in one MULTI; raises what :func:`check_read` raises."""
+        names = self._stream_keys(key)
+        with self._failing("read a stream"):
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hgetall(names.record)
+            pipe.xrange(names.log, min=f"{after + 1}-0", max="+", count=limit)
+            if wake:
+                pipe.xrevrange(names.wake, count=1)
+            results = await pipe.execute()
+        record = check_read(_record(key, results[0], now), after)
+        newest = results[2][0][0].decode() if wake and results[2] else "0-0"
+        return record, [_entry(item) for item in results[1]], newest
+
+    async def read(self, key: str, after: int, now: float, limit: int | None = None) -> list[Entry]:
+        _, entries, _ = await self._snapshot(key, after, now, limit)
+        return entries
+
+    async def summary(self, key: str, after: int, now: float) -> Unacknowledged:
+        return count_marks(await self.read(key, after, now))
+
+    async def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
+        while True:
+            record, entries, woken_at = await self._snapshot(
+                key, after, time.time(), TAIL_BATCH, wake=True
+            )
+            if entries:
+                after = entries[-1].seq
+                yield entries
+                continue
+            if record.state == COMPLETED:
+                return
+            await self._wait_for_change(key, after, woken_at)
+
+    async def _wait_for_change(self, key: str, after: int, woken_at: str) -> None:
+        """Block until the log has an entry after ``after``, the wake key one after
+        ``woken_at``, :meth:`close` is called, or ``block`` seconds pass."""
+        names = self._stream_keys(key)
+        with self._failing("tail a stream"):
+            assert self._blocking is not None
+            streams: dict[Any, Any] = {names.log: f"{after}-1", names.wake: woken_at}
+            blocked = asyncio.ensure_future(
+                self._blocking.xread(streams, count=1, block=_ms(self.block))
+            )
+            self._blocked.add(blocked)
+            try:
+                await blocked
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if self._closed and (current is None or not current.cancelling()):
+                    raise StoreError(f"the redis store ({self._where}) is closed") from None
+                raise
+            finally:
+                self._blocked.discard(blocked)
+
+    async def live_streams(self, owner: str | None, now: float) -> list[StreamRecord]:
+        """The index's keys that expire after ``now`` (one ZRANGE), then their records
+        (one pipelined HGETALL each): the cost is the number of live streams."""
+        with self._failing("list live streams"):
+            members = await self._redis.zrange(
+                self._key("live"), f"({_ms(now)}", "+inf", byscore=True
+            )
+            keys = [_text(member) for member in cast(list[bytes], members)]
+            pipe = self._redis.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(self._stream_keys(key).record)
+            rows: Sequence[dict[bytes, bytes]] = await pipe.execute() if keys else []
+        records = [_record(key, row, now) for key, row in zip(keys, rows, strict=True)]
+        return [
+            r
+            for r in records
+            if r is not None and r.state == LIVE and (owner is None or r.owner == owner)
+        ]
+
+    # ------------------------------------------------------------------ sessions, leases
+    async def put_session(self, record: SessionRecord) -> None:
+        value = {
+            "epoch": record.epoch,
+            "owner": record.owner,
+            "protocol_version": record.protocol_version,
+            "expires_at": record.expires_at,
+        }
+        expires_at = record.expires_at
+        if expires_at is None:
+            expires_at = time.time() + DEFAULT_TTL_S
+        with self._failing("write a session"):
+            await self._redis.set(
+                self._key("session", record.session_id), json.dumps(value), pxat=_ms(expires_at)
+            )
+
+    async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
+        with self._failing("read a session"):
+            raw = await self._redis.get(self._key("session", session_id))
+        if raw is None:
+            return None
+        value = json.loads(raw)
+        expires_at = value["expires_at"]
+        if expires_at is not None and expires_at <= now:
+            return None
+        return SessionRecord(
+            session_id, value["epoch"], value["owner"], value["protocol_version"], expires_at
+        )
+
+    async def drop_session(self, session_id: str) -> None:
+        with self._failing("drop a session"):
+            await self._redis.delete(self._key("session", session_id))
+
+    async def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
+        """As the contract says; the lease lapses on the Redis server's clock (``now`` is
+        not used), so every replica agrees on when."""
+        with self._failing("acquire a lease"):
+            taken = await self._acquire_script(
+                [self._key("lease", name)], [owner, max(1, round(ttl * 1000))]
+            )
+        return bool(taken)
+
+    async def release_lease(self, name: str, owner: str) -> None:
+        with self._failing("release a lease"):
+            await self._release_script([self._key("lease", name)], [owner])
+
+    async def lease_owner(self, name: str, now: float) -> str | None:
+        with self._failing("read a lease"):
+            held = await self._redis.get(self._key("lease", name))
+        return _text(held) if held is not None else None
+
+    # ------------------------------------------------------------------ tasks
+    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> None:
+        value = json.dumps({"record": record, "expires_at": expires_at})
+        with self._failing("write a task"):
+            await self._redis.set(self._key("task", task_id), value, pxat=_ms(expires_at))
+
+    async def get_task(self, task_id: str, now: float) -> dict[str, Any] | None:
+        with self._failing("read a task"):
+            raw = await self._redis.get(self._key("task", task_id))
+        if raw is None:
+            return None
+        value = json.loads(raw)
+        if value["expires_at"] <= now:
+            return None
+        record: dict[str, Any] = value["record"]
+        return record

@@ -1,0 +1,315 @@
+"""What only the Redis store has: replicas sharing one namespace, a Redis that is flushed
+or restarted under it, TTLs on every key, namespaces apart. Against a real
+``redis-server`` (:mod:`tests.redis_server`); the contract itself is in test_contract.py."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from proxy.core.errors import ResumeError
+from proxy.core.stream import Mark, Unacknowledged
+from proxy.store.base import (
+    COMPLETED,
+    Batch,
+    Entry,
+    SessionRecord,
+    StoreError,
+    StoreLimits,
+    StreamRecord,
+)
+from proxy.store.redis import RedisStore
+from tests.redis_server import RedisServer
+from tests.support import eventually
+
+KEY = "e0e0e0.1"
+WAIT_S = 10.0  # a wake-up arrives within milliseconds; the deadline only guards a hang
+
+
+def entries(first: int, last: int, mark: int = 0) -> list[Entry]:
+    return [Entry(seq, f'{{"n":{seq}}}'.encode(), mark) for seq in range(first, last + 1)]
+
+
+def opened(key: str = KEY, session: str = "s1", owner: str = "a") -> StreamRecord:
+    return StreamRecord(key, session, owner)
+
+
+class Stores:
+    """Opens RedisStores on fresh namespaces and closes every one at the end."""
+
+    def __init__(self) -> None:
+        self.made: list[RedisStore] = []
+
+    @staticmethod
+    def namespace() -> str:
+        return f"t{secrets.token_hex(4)}"
+
+    async def open(self, url: str, namespace: str, **options: float) -> RedisStore:
+        store = RedisStore(url, namespace, StoreLimits(), **options)
+        self.made.append(store)
+        await store.open()
+        return store
+
+
+@pytest.fixture
+async def stores() -> AsyncIterator[Stores]:
+    made = Stores()
+    try:
+        yield made
+    finally:
+        for store in made.made:
+            await store.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own, to flush, stop, pause and restart."""
+    with RedisServer(tmp_path / "redis") as running:
+        yield running
+
+
+class Follower:
+    """Runs ``store.tail(key, after)`` in a task and keeps the seqs it yields."""
+
+    def __init__(self, store: RedisStore, key: str, after: int) -> None:
+        self.seqs: list[int] = []
+        self.task = asyncio.create_task(self._follow(store, key, after))
+
+    async def _follow(self, store: RedisStore, key: str, after: int) -> None:
+        async for batch in store.tail(key, after):
+            self.seqs.extend(e.seq for e in batch)
+
+    async def has(self, seqs: list[int]) -> None:
+        await eventually(lambda: self.seqs == seqs, timeout=WAIT_S, what=f"the tail at {seqs}")
+
+    async def end(self) -> None:
+        await asyncio.wait_for(self.task, WAIT_S)
+
+    def stop(self) -> None:
+        self.task.cancel()
+
+
+async def flushall(url: str) -> None:
+    client = aioredis.Redis.from_url(url)
+    try:
+        await client.flushall()
+    finally:
+        await client.aclose()
+
+
+async def test_two_replicas_share_logs_records_sessions_and_leases(
+    redis_url: str, stores: Stores
+) -> None:
+    namespace = stores.namespace()
+    a = await stores.open(redis_url, namespace)
+    b = await stores.open(redis_url, namespace, block=60)  # wake-ups, not timeouts
+    assert a.epoch == b.epoch
+    now = time.time()
+    await a.commit(Batch(streams=[opened()], appends={KEY: entries(1, 2)}), now)
+    follower = Follower(b, KEY, 0)
+    try:
+        await follower.has([1, 2])
+        await a.commit(Batch(appends={KEY: entries(3, 5)}), now)
+        await follower.has([1, 2, 3, 4, 5])
+        await a.commit(Batch(completed={KEY: now + 60}), now)
+        await follower.end()  # woken by the completion: b blocks 60 s per read
+    finally:
+        follower.stop()
+    record = await b.get_stream(KEY, now)
+    assert record is not None
+    assert (record.session_id, record.owner, record.state, record.last_seq) == (
+        "s1",
+        "a",
+        COMPLETED,
+        5,
+    )
+    await a.put_session(SessionRecord("s1", "ep", "a", "2025-11-25", now + 60))
+    assert await b.get_session("s1", now) == SessionRecord(
+        "s1", "ep", "a", "2025-11-25", pytest.approx(now + 60)
+    )
+    assert await a.acquire_lease("s1", "a", 30, now)
+    assert not await b.acquire_lease("s1", "b", 30, now)
+    assert await b.lease_owner("s1", now) == "a"
+    await b.release_lease("s1", "b")  # not b's: nothing happens
+    assert await a.lease_owner("s1", now) == "a"
+    await a.release_lease("s1", "a")
+    assert await b.acquire_lease("s1", "b", 30, now)
+    assert not await a.acquire_lease("s1", "a", 30, now)
+
+
+async def test_a_tail_wakes_at_once_when_its_stream_is_dropped(
+    redis_url: str, stores: Stores
+) -> None:
+    namespace = stores.namespace()
+    a = await stores.open(redis_url, namespace)
+    b = await stores.open(redis_url, namespace, block=60)
+    now = time.time()
+    await a.commit(Batch(streams=[opened()], appends={KEY: entries(1, 2)}), now)
+    follower = Follower(b, KEY, 0)
+    try:
+        await follower.has([1, 2])
+        await a.commit(Batch(dropped=[KEY]), now)
+        with pytest.raises(ResumeError) as caught:
+            await follower.end()
+        assert caught.value.reason == "unknown_stream"
+    finally:
+        follower.stop()
+
+
+async def test_a_flushed_redis_ends_tails_changes_the_epoch_and_truncates_history(
+    server: RedisServer, stores: Stores
+) -> None:
+    store = await stores.open(server.url, stores.namespace(), block=0.3)
+    first_epoch = store.epoch
+    now = time.time()
+    await store.commit(Batch(streams=[opened()], appends={KEY: entries(1, 3)}), now)
+    follower = Follower(store, KEY, 0)
+    try:
+        await follower.has([1, 2, 3])
+        await flushall(server.url)
+        with pytest.raises(ResumeError) as caught:
+            await follower.end()  # noticed when its blocking read times out
+        assert caught.value.reason == "unknown_stream"
+    finally:
+        follower.stop()
+    assert follower.seqs == [1, 2, 3]
+    assert await store.current_epoch() != first_epoch
+    await store.commit(Batch(appends={KEY: entries(6, 7)}), time.time())
+    with pytest.raises(ResumeError) as truncated:
+        await store.read(KEY, 3, time.time())
+    assert truncated.value.reason == "history_truncated"
+    assert [e.seq for e in await store.read(KEY, 5, time.time())] == [6, 7]
+
+
+async def test_a_tail_blocked_across_a_flush_never_skips_the_hole(
+    server: RedisServer, stores: Stores
+) -> None:
+    """Flushed, then later seqs come at once: the woken tail refuses them (truncated)."""
+    store = await stores.open(server.url, stores.namespace(), block=60)
+    now = time.time()
+    await store.commit(Batch(streams=[opened()], appends={KEY: entries(1, 3)}), now)
+    follower = Follower(store, KEY, 0)
+    try:
+        await follower.has([1, 2, 3])
+        await flushall(server.url)
+        await store.commit(Batch(appends={KEY: entries(6, 7)}), now)
+        with pytest.raises(ResumeError) as caught:
+            await follower.end()
+        assert caught.value.reason == "history_truncated"
+    finally:
+        follower.stop()
+    assert follower.seqs == [1, 2, 3]
+
+
+async def test_a_stopped_redis_fails_fast_and_the_store_recovers_after_a_restart(
+    server: RedisServer, stores: Stores
+) -> None:
+    store = await stores.open(server.url, stores.namespace(), timeout=1.0, block=60)
+    first_epoch = store.epoch
+    now = time.time()
+    await store.commit(Batch(streams=[opened()], appends={KEY: entries(1, 2)}), now)
+    follower = Follower(store, KEY, 2)
+    try:
+        await asyncio.sleep(0.1)  # let it block
+        server.stop()
+        with pytest.raises(StoreError):
+            await follower.end()
+    finally:
+        follower.stop()
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="commit failed"):
+        await store.commit(Batch(appends={KEY: entries(3, 3)}), now)
+    with pytest.raises(StoreError):
+        await store.read(KEY, 0, now)
+    assert time.monotonic() - started < 5.0
+    server.start()  # the same port; nothing was persisted
+    await store.commit(Batch(streams=[opened()], appends={KEY: entries(1, 1)}), time.time())
+    assert [e.seq for e in await store.read(KEY, 0, time.time())] == [1]
+    assert await store.current_epoch() != first_epoch
+
+
+async def test_an_unresponsive_redis_costs_the_socket_timeout_not_a_hang(
+    server: RedisServer, stores: Stores
+) -> None:
+    store = await stores.open(server.url, stores.namespace(), timeout=1.0)
+    now = time.time()
+    await store.commit(Batch(streams=[opened()], appends={KEY: entries(1, 1)}), now)
+    server.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="commit failed"):
+            await store.commit(Batch(appends={KEY: entries(2, 2)}), now)
+        assert time.monotonic() - started < 4.0
+    finally:
+        server.resume()
+    await store.commit(Batch(appends={KEY: entries(2, 2)}), now)
+    assert [e.seq for e in await store.read(KEY, 0, now)] == [1, 2]
+
+
+async def test_every_key_the_store_makes_has_a_ttl(redis_url: str, stores: Stores) -> None:
+    namespace = stores.namespace()
+    store = await stores.open(redis_url, namespace)
+    now = time.time()
+    keys = [f"e3.{n}" for n in range(1, 5)]
+    batch = Batch(
+        streams=[opened(k) for k in keys[:3]],
+        appends={k: entries(1, 4, int(Mark.REQUEST)) for k in keys},  # e3.4: no record
+        completed={keys[1]: now + 60},
+        dropped=[keys[2]],
+    )
+    await store.commit(batch, now)
+    await store.commit(Batch(appends={keys[0]: entries(7, 8)}), now)  # a hole
+    await store.put_session(SessionRecord("s1", "ep", "a", None, None))
+    await store.put_session(SessionRecord("s2", "ep", "a", None, now + 60))
+    await store.acquire_lease("s1", "a", 30, now)
+    await store.put_task("t1", {"status": "working"}, now + 60)
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        found = [k.decode() async for k in client.scan_iter(match=f"mrp:{{{namespace}}}:*")]
+        ttls = {key: await client.pttl(key) for key in found}
+    finally:
+        await client.aclose()
+    kinds = {key.split(":")[2] for key in found}
+    assert kinds == {"epoch", "live", "rec", "log", "wake", "session", "lease", "task"}
+    assert all(ttl > 0 for ttl in ttls.values()), ttls
+
+
+async def test_an_int_flag_mark_is_stored_as_its_number(redis_url: str, stores: Stores) -> None:
+    store = await stores.open(redis_url, stores.namespace())
+    now = time.time()
+    marked = [Entry(1, b"{}", Mark.REQUEST), Entry(2, b"{}", Mark.REQUEST | Mark.ERROR)]
+    await store.commit(Batch(streams=[opened()], appends={KEY: marked}), now)
+    assert await store.summary(KEY, 0, now) == Unacknowledged(2, 2, 1)
+
+
+async def test_namespaces_do_not_see_each_other(redis_url: str, stores: Stores) -> None:
+    a = await stores.open(redis_url, stores.namespace())
+    b = await stores.open(redis_url, stores.namespace())
+    assert a.epoch != b.epoch
+    now = time.time()
+    await a.commit(Batch(streams=[opened()], appends={KEY: entries(1, 3)}), now)
+    await a.put_session(SessionRecord("s1", "ep", "a", None, now + 60))
+    await a.put_task("t1", {"status": "working"}, now + 60)
+    assert await a.acquire_lease("s1", "a", 30, now)
+    assert await b.get_stream(KEY, now) is None
+    with pytest.raises(ResumeError):
+        await b.read(KEY, 0, now)
+    assert await b.live_streams(None, now) == []
+    assert await b.get_session("s1", now) is None
+    assert await b.get_task("t1", now) is None
+    assert await b.lease_owner("s1", now) is None
+    assert await b.acquire_lease("s1", "b", 30, now)
+    await b.commit(Batch(dropped=[KEY]), now)
+    assert [e.seq for e in await a.read(KEY, 0, now)] == [1, 2, 3]
+
+
+def test_a_namespace_must_be_one_hash_tag() -> None:
+    for bad in ("", "a{b", "a}b"):
+        with pytest.raises(ValueError):
+            RedisStore("redis://127.0.0.1:1/0", bad)
