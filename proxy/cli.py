@@ -19,7 +19,8 @@ from proxy.config import Config, ConfigError, config_from_mapping, load_config, 
 from proxy.downstream.app import build_app
 from proxy.downstream.guard import ConnectionGuard
 from proxy.logs import configure_logging
-from proxy.runtime import Registry
+from proxy.runtime import Registry, token_secret
+from proxy.store.base import StoreError
 
 log = structlog.get_logger("proxy.cli")
 
@@ -191,6 +192,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then end every session and stop every process."""
     _watch_children_with_pidfds()
     registry = Registry(config)
+    await registry.open()
     app = build_app(config, registry)
     runner = web.AppRunner(
         app,
@@ -238,12 +240,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = resolve_config(args)
+        token_secret(config)  # a persistent store refuses to start without one
     except ConfigError as exc:
         print(f"mcp-resume-proxy: config error: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log.format, config.log.level)
     try:
         asyncio.run(serve(config))
+    except StoreError as exc:
+        kind = config.store.kind
+        print(f"mcp-resume-proxy: cannot open the {kind} store: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"mcp-resume-proxy: cannot listen: {exc}", file=sys.stderr)
         return 1

@@ -203,6 +203,22 @@ class StreamsConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    """Where streams live (docs/stores.md). memory: this process only; sqlite: survives a
+    restart; redis: shared by replicas. Persistent stores need streams.token_secret."""
+
+    kind: Annotated[str, OneOf(("memory", "sqlite", "redis"))] = "memory"
+    # sqlite: the database file (created if missing; one proxy per file).
+    path: str = "mcp-resume-proxy.db"
+    # sqlite: "normal" survives a crash or SIGKILL of the proxy; "full" also power loss.
+    synchronous: Annotated[str, OneOf(("normal", "full"))] = "normal"
+    # redis: a Redis >= 7 or Valkey server.
+    url: str = "redis://127.0.0.1:6379/0"
+    # redis: every key is prefixed with it: one namespace per deployment.
+    namespace: str = "mcp-resume-proxy"
+
+
+@dataclass(frozen=True)
 class LogConfig:
     format: Annotated[str, OneOf(("console", "json"))] = "console"
     level: Annotated[str, OneOf(("debug", "info", "warning", "error"))] = "info"
@@ -215,6 +231,7 @@ class Config:
     sse: SseConfig = field(default_factory=SseConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     streams: StreamsConfig = field(default_factory=StreamsConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
     def session_settings(self, token_secret: bytes = b"") -> SessionSettings:

@@ -20,7 +20,7 @@ from typing import Any, assert_never
 
 import structlog
 
-from proxy.config import Config
+from proxy.config import Config, ConfigError
 from proxy.core.errors import Overloaded, SessionNotFound
 from proxy.core.events import (
     Accepted,
@@ -48,6 +48,9 @@ from proxy.core.jsonrpc import Message
 from proxy.core.session import Session, SessionSettings
 from proxy.core.sse import encode_event
 from proxy.core.stream import ByteBudget
+from proxy.store.base import StoreLimits
+from proxy.store.open import end_orphans, make_store
+from proxy.store.persist import Persister
 from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import UpstreamHealth
 
@@ -88,6 +91,15 @@ class ClientConn:
     replay_left: int = 0  # of those, a replay's (at the front of the queue)
     last_event_id: str | None = None  # of the last event queued (or priming event seen)
     first_event_id: str | None = None  # of the first event ever queued
+    # A durable store: what is queued may be written once batch ``ticket`` is stored.
+    gate: Persister | None = None
+    ticket: int = 0
+
+    async def stored(self) -> None:
+        """Wait until everything queued so far is in the store (the wire never runs
+        ahead of it, DESIGN.md §9); at once with the memory store."""
+        if self.gate is not None and self.ticket > self.gate.committed:
+            await self.gate.wait(self.ticket)
 
     def written(self, n: int) -> None:
         """The writer handed ``n`` bytes from the front of the queue to the socket."""
@@ -111,10 +123,19 @@ def token_secret(config: Config) -> bytes:
     """The resume-token HMAC key: config, else environment, else random for this run.
 
     A random key is right for the in-memory store: tokens need not outlive the streams
-    they name, and those die with the process.
+    they name, and those die with the process. A persistent store's streams outlive it,
+    so their tokens must too: without a configured key, ``ConfigError``.
     """
     configured = config.streams.token_secret or os.environ.get(TOKEN_SECRET_ENV)
-    return configured.encode() if configured else secrets.token_bytes(32)
+    if configured:
+        return configured.encode()
+    if config.store.kind != "memory":
+        raise ConfigError(
+            f"store.kind: {config.store.kind} keeps streams across restarts and replicas, so "
+            f"resume tokens must be signed with a key that outlives this process: set "
+            f"streams.token_secret (16+ characters) or {TOKEN_SECRET_ENV}"
+        )
+    return secrets.token_bytes(32)
 
 
 class SessionRunner:
@@ -130,12 +151,15 @@ class SessionRunner:
         on_forget: Callable[[SessionRunner], None],
         next_conn_id: Callable[[], ConnId],
         health: UpstreamHealth,
+        persister: Persister | None = None,
     ) -> None:
         self.config = config
         self.session_id = session_id
         loop = asyncio.get_running_loop()
         self._loop = loop
         self.session = Session(session_id, epoch, settings, loop.time(), budget)
+        self._persister = persister
+        self._journal = self.session.keep_journal() if persister is not None else None
         self._on_forget = on_forget
         self._next_conn_id = next_conn_id
         self._conns: dict[ConnId, ClientConn] = {}
@@ -160,7 +184,7 @@ class SessionRunner:
 
     # ------------------------------------------------------------------ connections
     def open_conn(self, framing: str = "sse") -> ClientConn:
-        conn = ClientConn(self._next_conn_id(), framing)
+        conn = ClientConn(self._next_conn_id(), framing, gate=self._persister)
         self._conns[conn.id] = conn
         self._no_conns.clear()
         return conn
@@ -196,6 +220,19 @@ class SessionRunner:
         live = isinstance(event, UpstreamMessage | UpstreamClosed | Tick)
         for command in commands:
             self._execute(command, live)
+        if self._persister is not None:
+            self._persist()
+
+    def _persist(self) -> None:
+        """Hand what the core noted to the group commit; hold the connections behind it."""
+        persister = self._persister
+        assert persister is not None and self._journal is not None
+        if self._journal:
+            persister.note(self.session, self._journal.take())
+        ticket = persister.ticket
+        if ticket > persister.committed:
+            for conn in self._conns.values():
+                conn.ticket = ticket
 
     def _upstream_message(self, msg: Message, origin: int | None = None) -> None:
         if not self.session.forgotten:
@@ -326,6 +363,11 @@ class Registry:
         self.settings = config.session_settings(token_secret(config))
         self.budget = ByteBudget(config.sessions.max_buffered_bytes)
         self.health = UpstreamHealth()
+        self.owner = secrets.token_hex(4)  # this process, as a store sees it
+        sessions = config.sessions
+        limits = StoreLimits(sessions.stream_max_events, sessions.idle_timeout_seconds)
+        self.store = make_store(config.store, limits)
+        self.persister: Persister | None = None
         self._runners: dict[str, SessionRunner] = {}
         self._starting: set[SessionRunner] = set()  # reserved slots whose upstream starts
         self._none_starting = asyncio.Event()  # set while _starting is empty
@@ -336,6 +378,16 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._runners)
+
+    async def open(self) -> None:
+        """Open the store; a durable one first ends what a dead proxy left live in it."""
+        await self.store.open()
+        retention = self.config.sessions.completed_retention_seconds
+        if self.store.durable:
+            self.persister = Persister(self.store, self.owner, retention)
+            if not self.store.shared:  # one proxy per file: every live stream is orphaned
+                await end_orphans(self.store, None, retention, "proxy_restarted")
+        log.info("store_opened", store=self.store.kind, epoch=self.store.epoch, owner=self.owner)
 
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._runners
@@ -371,6 +423,7 @@ class Registry:
             self._forget,
             self._next_conn_id,
             self.health,
+            self.persister,
         )
         self._starting.add(runner)
         self._none_starting.clear()
@@ -418,3 +471,12 @@ class Registry:
         await asyncio.gather(*(r.wait_stopped() for r in runners))
         if self._reaper:
             await asyncio.gather(*self._reaper, return_exceptions=True)
+        await self.close_store()
+
+    async def close_store(self) -> None:
+        """Commit what is gathered (each session's last answers), then close the store."""
+        if self.persister is not None:
+            if not await self.persister.drain(SHUTDOWN_DRAIN_SECONDS):
+                log.warning("store_not_drained", error=self.persister.last_error)
+            await self.persister.close()
+        await self.store.close()

@@ -94,6 +94,8 @@ class Resumer:
         s = self._settings
         stream.create_at = None
         stream.stream_id = seed.stream_id_for(self._epoch, stream.number)
+        if self._streams.journal is not None:
+            self._streams.journal.announced.append(stream.number)
         token = resume_token_for(s.token_secret, self._session_id, stream.stream_id)
         create = seed.create_notification(
             shape=s.notification_shape,

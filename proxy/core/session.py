@@ -45,6 +45,7 @@ from proxy.core.events import (
     WakeAt,
 )
 from proxy.core.idmap import IdMap, progress_token_of
+from proxy.core.journal import Journal
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SERVER_ERROR
 from proxy.core.resume import Resumer
@@ -92,6 +93,14 @@ class Session:
             STANDALONE,
             StreamLog(settings.standalone_max_events, settings.stream_max_bytes, self.budget),
         )
+
+    def keep_journal(self) -> Journal:
+        """Note every change to the streams from now on (for a durable store)."""
+        journal = self._streams.journal = Journal()
+        for number, stream in self._streams.items():
+            stream.log.journal = journal
+            journal.opened.append(number)
+        return journal
 
     @property
     def protocol_version(self) -> str | None:
@@ -152,6 +161,14 @@ class Session:
 
     def stream_numbers(self) -> list[int]:
         return sorted(self._streams)
+
+    def client_ids(self, number: int) -> list[Any]:
+        """The client's ids of the requests in flight on stream ``number``."""
+        stream = self._streams.get(number)
+        if stream is None:
+            return []
+        found = (self._ids.pending(upstream_id) for upstream_id in sorted(stream.pending))
+        return [p.client_id for p in found if p is not None]
 
     def accepts_batches(self) -> bool:
         return (self.protocol_version or "2025-03-26") in _BATCH_REVISIONS
@@ -310,6 +327,8 @@ class Session:
             stream.log.append(self.stamped(stream, end))
         stream.state = transition(stream.state, StreamEvent.COMPLETE)
         stream.done_at = self._now
+        if self._streams.journal is not None:
+            self._streams.journal.completed.append(stream.number)
         for number in stream.waiting:
             self.resumer.answer_waiting(number, jsonrpc.ok_response(None, {}), self._now)
         stream.waiting.clear()
@@ -422,6 +441,8 @@ class Session:
             self.delivery.detach(standalone.conn, self._now)
         standalone.state = transition(standalone.state, StreamEvent.COMPLETE)
         standalone.done_at = self._now
+        if self._streams.journal is not None:
+            self._streams.journal.completed.append(STANDALONE)
         out.append(StopUpstream(reason))
 
     def _shut_down(self, out: list[Command]) -> None:
@@ -433,14 +454,21 @@ class Session:
         if not self.closed:
             data = {"reason": "proxy_shutdown"}
             self._fail_in_flight(SERVER_ERROR, "the proxy is shutting down", data, out)
-        self._end("proxy shutting down", out)
+        self._end("proxy shutting down", out, keep=True)
 
-    def _end(self, reason: str, out: list[Command]) -> None:
+    def _end(self, reason: str, out: list[Command], *, keep: bool = False) -> None:
+        """Forget the session. ``keep``: its streams stay in a durable store until their
+        retention ends (a restarted proxy serves them); else they are dropped there too."""
         if not self.closed:
             for upstream_id in self._ids.in_flight():
                 self._finish_request(upstream_id, out)
             self._close(reason, out)
         self.delivery.close_all(self._now, out)
+        journal = self._streams.journal
+        if journal is not None:
+            journal.ended = reason
+            if not keep:
+                journal.dropped.extend(self._streams)
         for stream in self._streams.values():
             stream.state = StreamState.EXPIRED
             stream.log.clear()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.core.errors import Overloaded
 from proxy.core.events import ConnId
+from proxy.core.journal import Journal
 from proxy.core.stream import ByteBudget, StreamEvent, StreamLog, StreamState, transition
 
 STANDALONE = 0
@@ -169,17 +170,22 @@ class StreamTable(dict[int, StreamSlot]):
     """A session's streams by number, oldest first; a stream put in it is watched by
     ``dirty``. It numbers new streams, makes room and forgets them."""
 
-    __slots__ = ("dirty", "next_number")
+    __slots__ = ("dirty", "journal", "next_number")
 
     def __init__(self) -> None:
         super().__init__()
         self.dirty: set[int] = set()  # streams whose deadlines must be recomputed
         self.next_number = 1  # 0 is the standalone stream
+        self.journal: Journal | None = None  # a durable store's (proxy.core.journal)
 
     def __setitem__(self, number: int, stream: StreamSlot) -> None:
         stream.watch = self.dirty
         self.dirty.add(number)
         super().__setitem__(number, stream)
+        stream.log.number = number
+        if self.journal is not None:
+            stream.log.journal = self.journal
+            self.journal.opened.append(number)
 
     def __delitem__(self, number: int) -> None:
         super().__delitem__(number)
@@ -217,3 +223,5 @@ class StreamTable(dict[int, StreamSlot]):
         stream.state = transition(stream.state, StreamEvent.EXPIRE)
         stream.log.clear()
         del self[stream.number]
+        if self.journal is not None:
+            self.journal.dropped.append(stream.number)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from enum import Enum, IntFlag
 
 from proxy.core.errors import ProxyError, ResumeError
+from proxy.core.journal import Journal
 
 
 class StreamState(Enum):
@@ -123,9 +124,11 @@ class StreamLog:
         "_requests",
         "budget",
         "bytes",
+        "journal",
         "keep_after",
         "max_bytes",
         "max_events",
+        "number",
     )
 
     def __init__(self, max_events: int, max_bytes: int, budget: ByteBudget | None = None) -> None:
@@ -145,6 +148,9 @@ class StreamLog:
         self._marks: deque[tuple[int, Mark]] | None = None  # kept marked events after _acked
         self._requests = 0  # of those, requests
         self._errors = 0  # and errors
+        # A durable store's record of appends (proxy.core.journal), and this log's stream.
+        self.journal: Journal | None = None
+        self.number = 0
 
     @property
     def last_seq(self) -> int:
@@ -182,6 +188,8 @@ class StreamLog:
             self._errors += bool(mark & Mark.ERROR)
         self.bytes += len(payload)
         self.budget.used += len(payload)
+        if self.journal is not None:
+            self.journal.appends.append((self.number, self._last_seq, payload, int(mark)))
         self.trim()
         return self._last_seq
 

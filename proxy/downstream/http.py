@@ -30,6 +30,7 @@ from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import LAST_EVENT_ID, SESSION_HEADER, VERSION_HEADER
 from proxy.core.sse import encode_comment, encode_retry
 from proxy.downstream.guard import BodyBudget, read_body
+from proxy.downstream.stored import StoredStreams
 from proxy.downstream.wire import error_response
 from proxy.runtime import ClientConn, CloseMarker, Registry, SessionRunner
 
@@ -55,6 +56,9 @@ class StreamableHttp:
         self.config = config
         self.registry = registry
         self.bodies = BodyBudget(config.listen.max_inflight_body_bytes)
+        self.stored = StoredStreams(
+            registry.store, registry.settings.token_secret, config.sse.keepalive_seconds
+        )
 
     # ------------------------------------------------------------------ entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -137,6 +141,10 @@ class StreamableHttp:
         else:
             runner = self._session(request)
             httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
+            foreign = self.stored.foreign(messages, runner.session.epoch)
+            if foreign is not None and self.stored.enabled:
+                header_id = request.headers.get(LAST_EVENT_ID)
+                return await self.stored.post(request, runner.session_id, foreign, header_id)
             if runner.upstream.pending_bytes > self.config.upstream.max_pending_bytes:
                 raise Overloaded(
                     "The MCP server is not reading its input; try again later",
@@ -158,6 +166,11 @@ class StreamableHttp:
     # ------------------------------------------------------------------ GET
     async def _get(self, request: web.Request) -> web.StreamResponse:
         httprules.check_get_accept(request.headers.get("Accept"))
+        session_id = request.headers.get(SESSION_HEADER)
+        last_event_id = request.headers.get(LAST_EVENT_ID)
+        if self.stored.enabled and session_id and last_event_id and session_id not in self.registry:
+            httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
+            return await self.stored.get(request, session_id, last_event_id)
         runner = self._session(request)
         httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
         conn = runner.open_conn()
@@ -225,6 +238,7 @@ class StreamableHttp:
                 if close is not None and close.retry_ms is not None:
                     chunks.append(encode_retry(close.retry_ms))
                 data = b"".join(chunks)
+                await conn.stored()  # the wire never runs ahead of the store
                 if close is not None:  # the last events and the end in one write
                     with contextlib.suppress(ConnectionError, RuntimeError):
                         await response.write_eof(data)

@@ -245,6 +245,7 @@ class ClientSocket:
     async def _write_out(self, v: _Virtual) -> CloseMarker:
         while True:
             item = await v.conn.queue.get()
+            await v.conn.stored()  # the wire never runs ahead of the store
             if isinstance(item, CloseMarker):
                 return item
             assert isinstance(item, Frame)  # framing "message"

@@ -32,6 +32,7 @@ from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError, UpstreamStartFailed
 from proxy.core.protocol import SERVER_ERROR
 from proxy.upstream.base import UpstreamContext, messages_of
+from proxy.upstream.deathsig import die_with_parent
 from proxy.upstream.overlong import OverlongLine, outline, read_line
 
 log = structlog.get_logger("proxy.upstream.stdio")
@@ -95,6 +96,7 @@ class StdioUpstream:
                 cwd=cfg.cwd,
                 env=env,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),  # dies with the proxy, even on SIGKILL
             )
         except OSError as exc:
             self._context.health.failing(f"cannot start {cfg.command[0]!r}: {exc.strerror or exc}")

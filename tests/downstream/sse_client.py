@@ -32,7 +32,12 @@ class RawSession:
         return h
 
     async def initialize(self) -> None:
+        await self.initialize_with({})
+
+    async def initialize_with(self, capabilities: dict[str, Any]) -> None:
+        """``initialize`` declaring ``capabilities`` (``{"streams": {}}``: the seed's)."""
         body = initialize_request(0, version=self.version, client="raw")
+        body["params"]["capabilities"] = capabilities
         async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
             assert resp.status == 200, await resp.text()
             self.session_id = resp.headers["Mcp-Session-Id"]

@@ -1,0 +1,209 @@
+"""Streams served from the store, for sessions this process does not hold.
+
+After a restart (sqlite) the session that made a stream is gone, yet its stream is in the
+store until its retention ends. This serves it:
+
+- ``GET`` + ``Last-Event-ID`` with the stream's session id: the events after that id
+  with their original ids, then (if the stream is still live somewhere) its live tail;
+- ``stream/poll`` and ``stream/resume`` (the seed's protocol) naming a stream of another
+  session, from a session of this process (a client that re-initialized): checked
+  against the resume token, which is bound to the stream's own session.
+
+The errors are the core's: 404 for a session id the stream does not belong to,
+``unknown_stream`` / ``history_truncated`` / ``unknown_position`` otherwise. Nothing here
+writes to the store; a handler owns its tail and ends it when its client goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from proxy.core import jsonrpc, seed
+from proxy.core.errors import ResumeError, SessionNotFound
+from proxy.core.eventid import format_event_id, parse_event_id
+from proxy.core.jsonrpc import Message
+from proxy.core.protocol import SESSION_HEADER
+from proxy.core.session_state import STANDALONE
+from proxy.core.sse import encode_comment, encode_event
+from proxy.core.tokens import token_matches
+from proxy.store.base import COMPLETED, Entry, Store, StreamRecord
+
+log = structlog.get_logger("proxy.stored")
+
+_END = object()
+
+
+class StoredStreams:
+    """Serves what the store holds of streams whose session is not in this process."""
+
+    def __init__(self, store: Store, token_secret: bytes, keepalive: float) -> None:
+        self.store = store
+        self._secret = token_secret
+        self._keepalive = keepalive
+
+    @property
+    def enabled(self) -> bool:
+        return self.store.durable
+
+    # ------------------------------------------------------------------ GET
+    async def get(
+        self, request: web.Request, session_id: str, last_event_id: str
+    ) -> web.StreamResponse:
+        pos = parse_event_id(last_event_id)
+        key = f"{pos.epoch}.{pos.stream}"
+        now = time.time()
+        record = await self.store.get_stream(key, now)
+        if record is None or record.session_id != session_id:
+            raise SessionNotFound("Session not found")
+        entries = await self.store.read(key, pos.seq, now)
+        if record.state == COMPLETED and not entries:
+            if pos.stream == STANDALONE:
+                raise SessionNotFound("Session not found: it has ended")
+            raise ResumeError(
+                "the stream is complete and the client already has all of it",
+                reason="stream_completed",
+            )
+        log.info("stored_stream_resumed", stream=key, after=pos.seq, state=record.state)
+        return await self._serve(request, session_id, record, pos.seq, entries, None)
+
+    # ------------------------------------------------------------------ stream/poll, stream/resume
+    @staticmethod
+    def foreign(messages: list[Message], epoch: str) -> Message | None:
+        """A lone ``stream/poll`` / ``stream/resume`` naming another session's stream."""
+        if len(messages) != 1 or messages[0].method not in (seed.POLL, seed.RESUME):
+            return None
+        stream_id = messages[0].params.get("streamId")
+        if not isinstance(stream_id, str) or "." not in stream_id:
+            return None
+        return messages[0] if stream_id.rpartition(".")[0] != epoch else None
+
+    async def post(
+        self, request: web.Request, session_id: str, msg: Message, header_id: str | None
+    ) -> web.StreamResponse:
+        try:
+            record, after = await self._target(msg, header_id)
+            now = time.time()
+            if msg.method == seed.POLL:
+                rest = await self.store.summary(record.key, after, now)
+                done = record.state == COMPLETED
+                result = seed.poll_result(record.key, done, rest)
+                return await self._answer(request, session_id, jsonrpc.ok_response(msg.id, result))
+            entries = await self.store.read(record.key, after, now)
+        except ResumeError as exc:
+            return await self._answer(request, session_id, exc.to_jsonrpc(msg.id))
+        log.info("stored_stream_resumed", stream=record.key, after=after, state=record.state)
+        reply = jsonrpc.ok_response(msg.id, {})
+        return await self._serve(request, session_id, record, after, entries, reply)
+
+    async def _target(self, msg: Message, header_id: str | None) -> tuple[StreamRecord, int]:
+        ref = seed.read_ref(msg.params)
+        record = await self.store.get_stream(ref.stream_id, time.time())
+        if record is None:
+            raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
+        if not token_matches(self._secret, record.session_id, ref.stream_id, ref.token):
+            raise ResumeError("the resume token does not match the stream", reason="invalid_token")
+        after = 0
+        for given in (header_id, ref.last_event_id):
+            if given is None:
+                continue
+            pos = parse_event_id(given)
+            if f"{pos.epoch}.{pos.stream}" != record.key or pos.seq > record.last_seq:
+                raise ResumeError(
+                    "the last event id names another stream or position",
+                    reason="unknown_position",
+                )
+            after = max(after, pos.seq)
+        return record, after
+
+    # ------------------------------------------------------------------ writing
+    async def _open(self, request: web.Request, session_id: str) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache, no-transform",
+                "X-Accel-Buffering": "no",
+                SESSION_HEADER: session_id,
+            },
+        )
+        await response.prepare(request)
+        return response
+
+    async def _answer(
+        self, request: web.Request, session_id: str, message: dict[str, Any]
+    ) -> web.StreamResponse:
+        response = await self._open(request, session_id)
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof(encode_event(jsonrpc.encode(message)))
+        return response
+
+    async def _serve(
+        self,
+        request: web.Request,
+        session_id: str,
+        record: StreamRecord,
+        after: int,
+        entries: list[Entry],
+        reply: dict[str, Any] | None,
+    ) -> web.StreamResponse:
+        """The events after ``after``, the live tail until the stream completes, then
+        ``reply`` (a ``stream/resume``'s own answer), then the end of the response."""
+        response = await self._open(request, session_id)
+        with contextlib.suppress(ConnectionError):
+            if entries:
+                await response.write(self._frames(record, entries))
+                after = entries[-1].seq
+            if record.state != COMPLETED:
+                await self._follow(response, record, after)
+            tail = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
+            await response.write_eof(tail)
+        return response
+
+    async def _follow(self, response: web.StreamResponse, record: StreamRecord, after: int) -> None:
+        """Write the stream's live tail, with keepalives while nothing comes."""
+        queue: asyncio.Queue[list[Entry] | object] = asyncio.Queue()
+        pump = asyncio.create_task(self._pump(record.key, after, queue))
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self._keepalive):
+                        item = await queue.get()
+                except TimeoutError:
+                    await response.write(encode_comment("keepalive"))
+                    continue
+                if item is _END:
+                    return
+                if isinstance(item, ResumeError):
+                    # Gone while followed: end the response; the client's next resume
+                    # gets the explicit error.
+                    log.info("stored_stream_lost", stream=record.key, reason=item.reason)
+                    return
+                assert isinstance(item, list)
+                await response.write(self._frames(record, item))
+        finally:
+            pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)
+
+    async def _pump(self, key: str, after: int, queue: asyncio.Queue[Any]) -> None:
+        try:
+            async for batch in self.store.tail(key, after):
+                queue.put_nowait(batch)
+        except ResumeError as exc:
+            queue.put_nowait(exc)
+            return
+        except Exception as exc:  # the store failed: end the response, log why
+            log.warning("stored_stream_tail_failed", stream=key, error=str(exc))
+        queue.put_nowait(_END)
+
+    @staticmethod
+    def _frames(record: StreamRecord, entries: list[Entry]) -> bytes:
+        epoch, number = record.epoch, record.number
+        return b"".join(
+            encode_event(e.payload, event_id=format_event_id(epoch, number, e.seq)) for e in entries
+        )

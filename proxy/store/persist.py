@@ -1,0 +1,154 @@
+"""Group commit: every session's journal, one batch per loop turn, and the wire behind it.
+
+DESIGN.md §9: the core decides what is appended; the runtime persists it and only then
+lets it reach a client. A :class:`Persister` takes each session's
+:class:`~proxy.core.journal.Journal` after every event (:meth:`Persister.note`), gathers
+what one loop turn noted into one :class:`~proxy.store.base.Batch` and commits it with
+one store call. While one commit runs the next batch grows, so the cost per event falls
+as load rises.
+
+Tickets keep the wire behind the store: everything queued for a client in a loop turn is
+tagged with the number of the batch that turn's events go into (:attr:`Persister.ticket`),
+and a writer waits for that batch (:meth:`Persister.wait`) before it writes. A batch that
+fails is retried (commits are idempotent) with backoff until it lands: clients wait, no
+event is skipped, and ``/healthz`` shows the store's error meanwhile.
+
+Only durable stores get a persister: with the memory store the session's own logs are
+the record, and nothing is copied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from proxy.store.base import Batch, Entry, Store, StoreError, StreamRecord
+
+if TYPE_CHECKING:
+    from proxy.core.journal import Journal
+    from proxy.core.session import Session
+
+log = structlog.get_logger("proxy.store")
+
+RETRY_FIRST_SECONDS = 0.05
+RETRY_MAX_SECONDS = 2.0
+
+
+class Persister:
+    """Owns the commits to one store: at most one in flight, in ticket order."""
+
+    def __init__(self, store: Store, owner: str, retention: float) -> None:
+        self.store = store
+        self.owner = owner
+        self._retention = retention
+        self._batch = Batch()
+        self._open = 1  # the ticket of the batch being gathered
+        self.committed = 0  # every batch up to this ticket is in the store
+        self._scheduled = False
+        self._inflight: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self.last_error: str | None = None
+        self.events = 0  # committed, in all
+
+    # ------------------------------------------------------------------ gathering
+    @property
+    def ticket(self) -> int:
+        """What a client must wait for to see everything noted so far."""
+        return self._open if self._inflight is not None or self._batch else self.committed
+
+    def note(self, session: Session, j: Journal) -> None:
+        """Add what ``session`` noted (a :meth:`Journal.take`) to the open batch."""
+        sid, epoch = session.session_id, session.epoch
+        batch = self._batch
+        for number in j.opened:
+            ids = session.client_ids(number)
+            batch.streams.append(
+                StreamRecord(f"{epoch}.{number}", sid, self.owner, request_ids=ids)
+            )
+        for number in j.announced:
+            ids = session.client_ids(number)
+            record = StreamRecord(f"{epoch}.{number}", sid, self.owner, request_ids=ids)
+            record.announced = True
+            batch.streams.append(record)
+        appends = batch.appends
+        for number, seq, payload, mark in j.appends:
+            key = f"{epoch}.{number}"
+            found = appends.get(key)
+            if found is None:
+                found = appends[key] = []
+            found.append(Entry(seq, payload, mark))
+        if j.completed:
+            until = time.time() + self._retention
+            for number in j.completed:
+                batch.completed[f"{epoch}.{number}"] = until
+        for number in j.dropped:
+            batch.dropped.append(f"{epoch}.{number}")
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    # ------------------------------------------------------------------ committing
+    def _flush(self) -> None:
+        self._scheduled = False
+        if self._inflight is not None:
+            return  # its end flushes again
+        if not self._batch:
+            self.committed = self._open - 1
+            return
+        batch, ticket = self._batch, self._open
+        self._batch = Batch()
+        self._open += 1
+        self._inflight = asyncio.create_task(self._commit(batch, ticket))
+
+    async def _commit(self, batch: Batch, ticket: int) -> None:
+        delay = RETRY_FIRST_SECONDS
+        while True:
+            try:
+                await self.store.commit(batch, time.time())
+                break
+            except StoreError as exc:
+                if self.last_error is None:
+                    log.warning("store_unavailable", store=self.store.kind, error=str(exc))
+                self.last_error = str(exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+        if self.last_error is not None:
+            log.info("store_available", store=self.store.kind)
+            self.last_error = None
+        self.events += batch.events()
+        self.committed = ticket
+        self._inflight = None
+        if self._batch:
+            self._flush()
+        else:  # nothing gathered meanwhile: the open ticket holds nothing; it is done too
+            self._open += 1
+            self.committed = self._open - 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait(self, ticket: int) -> None:
+        """Return once batch ``ticket`` (and every one before it) is in the store."""
+        while self.committed < ticket:
+            await self._changed.wait()
+
+    async def drain(self, timeout: float) -> bool:
+        """Commit what is gathered; False if the store did not take it within ``timeout``."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self._inflight is not None or self._batch:
+                    if self._inflight is None:
+                        self._flush()
+                    if self._inflight is not None:
+                        await asyncio.shield(self._inflight)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        if self._inflight is not None:
+            self._inflight.cancel()
+            await asyncio.gather(self._inflight, return_exceptions=True)
+            self._inflight = None

@@ -1,0 +1,322 @@
+"""The proxy survives its own restart on a SQLite store (issue 10).
+
+A real proxy process in front of the legacy stdio fixture, killed with SIGKILL at a
+seeded random moment of a long call, then started again on the same file. The client
+resumes from the last event it received whole, as an SSE client does: every event it had
+been sent is still there, nothing is repeated, the stream ends cleanly (the result, once,
+if the call finished before the kill; else an error with ``data.reason:
+proxy_restarted``), and no server process outlives the proxy that started it.
+
+Replay a failure with its seed: ``pytest --seed N tests/test_restart.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from proxy.core.sse import SSEDecoder
+from tests.downstream.sse_client import RawSession, messages, read_events
+from tests.support import (
+    FIXTURE,
+    ROOT,
+    alive,
+    eventually,
+    log_events,
+    stop_proxy,
+    tail,
+    tool_call,
+    wait_listening,
+)
+
+SECRET = "a-test-secret-of-some-length"
+
+
+@dataclass
+class Proxy:
+    """One life of a proxy process on the store file."""
+
+    process: asyncio.subprocess.Process
+    url: str
+    log_path: Path
+
+    def upstream_pids(self) -> list[int]:
+        text = self.log_path.read_text(errors="replace")
+        return [int(e["pid"]) for e in log_events(text, "upstream_started")]
+
+
+@dataclass
+class Lives:
+    tmp_path: Path
+    streams: dict[str, Any] = field(default_factory=dict)
+    count: int = 0
+    command: list[str] = field(default_factory=lambda: list(FIXTURE))
+    store: dict[str, Any] = field(default_factory=dict)  # default: sqlite in tmp_path
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "listen": {"host": "127.0.0.1", "port": 0},
+            "upstream": {"command": self.command, "stop_grace_seconds": 1},
+            "store": self.store or {"kind": "sqlite", "path": str(self.tmp_path / "store.db")},
+            "streams": {"token_secret": SECRET, **self.streams},
+            "log": {"format": "json", "level": "debug"},
+        }
+
+    async def start(self) -> Proxy:
+        self.count += 1
+        config_path = self.tmp_path / f"proxy-{self.count}.yaml"
+        config_path.write_text(yaml.safe_dump(self.config()))
+        log_path = self.tmp_path / f"proxy-{self.count}.log"
+        with log_path.open("wb") as log_file:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                *("-m", "proxy", "--config", str(config_path)),
+                stdout=log_file,
+                stderr=log_file,
+                cwd=str(ROOT),
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        port = await wait_listening(proc, log_path, "the proxy")
+        return Proxy(proc, f"http://127.0.0.1:{port}/mcp", log_path)
+
+    async def kill(self, proxy: Proxy) -> None:
+        """SIGKILL: no shutdown runs; the server processes must die with it all the same."""
+        pids = proxy.upstream_pids()
+        proxy.process.kill()
+        await proxy.process.wait()
+        await eventually(
+            lambda: not any(alive(pid) for pid in pids),
+            what=lambda: f"server processes {pids} to die with the killed proxy",
+        )
+
+
+@asynccontextmanager
+async def lives(
+    tmp_path: Path, store: dict[str, Any] | None = None, **streams: Any
+) -> AsyncIterator[tuple[Lives, aiohttp.ClientSession]]:
+    """Proxy processes on one store (``store``: its config; default a SQLite file)."""
+    made = Lives(tmp_path, streams, store=store or {})
+    running: list[Proxy] = []
+    original = made.start
+
+    async def start() -> Proxy:
+        proxy = await original()
+        running.append(proxy)
+        return proxy
+
+    made.start = start  # type: ignore[method-assign]
+    async with aiohttp.ClientSession() as http:
+        try:
+            yield made, http
+        finally:
+            for proxy in running:
+                code = await stop_proxy(proxy.process)
+                assert code in (0, -9), f"proxy exited {code}:\n{tail(proxy.log_path)}"
+
+
+async def read_some(resp: aiohttp.ClientResponse, n: int) -> tuple[list[dict[str, Any]], str]:
+    """Read whole events until ``n`` messages came; return them and the last event id."""
+    dec = SSEDecoder()
+    got: list[dict[str, Any]] = []
+    last_id = ""
+    async for chunk in resp.content.iter_any():
+        for event in dec.feed(chunk):
+            if event.id:
+                last_id = event.id
+            if event.data:
+                got.append(json.loads(event.data))
+        if len(got) >= n:
+            break
+    return got, last_id
+
+
+def progress_of(received: list[dict[str, Any]]) -> list[int]:
+    return [
+        int(m["params"]["progress"]) for m in received if m.get("method", "").endswith("progress")
+    ]
+
+
+async def test_sigkill_at_a_random_moment_then_restart_on_the_same_file(
+    tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    steps = 30
+    async with lives(tmp_path) as (proxies, http):
+        first = await proxies.start()
+        client = RawSession(http, first.url)
+        await client.initialize()
+        read_first = rng.randint(1, 12)
+        resp = await http.post(
+            first.url,
+            json=tool_call(7, "slow", {"steps": steps, "delay": 0.03}, "t"),
+            headers=client.headers(),
+        )
+        received, last_id = await read_some(resp, read_first)
+        resp.close()  # the client is cut here ...
+        await asyncio.sleep(rng.uniform(0, 1.4))  # ... and the proxy dies here: mid-call or after
+        await proxies.kill(first)
+
+        second = await proxies.start()
+        post = await http.post(
+            second.url, json=tool_call(8, "echo", {"text": "x"}), headers=client.headers()
+        )
+        assert post.status == 404, await post.text()  # the session is gone: re-initialize
+        resp = await http.get(second.url, headers=client.headers(**{"Last-Event-ID": last_id}))
+        assert resp.status == 200, await resp.text()
+        rest = messages(await read_events(resp))
+        received += rest
+        progress = progress_of(received)
+        assert progress == list(range(1, len(progress) + 1)), f"seed {seed}: {progress}"
+        answers = [m for m in received if "result" in m or "error" in m]
+        assert len(answers) == 1 and answers[0]["id"] == 7 and received[-1] is answers[0], received
+        if "result" in answers[0]:
+            assert len(progress) == steps
+            assert answers[0]["result"]["content"][0]["text"] == f"done {steps}"
+        else:
+            assert answers[0]["error"]["data"] == {"reason": "proxy_restarted"}
+        # The stream has ended: resuming from its last event says so, explicitly.
+        ids_seen = [e for e in rest]
+        assert ids_seen
+        again = await http.get(second.url, headers=client.headers(**{"Last-Event-ID": last_id}))
+        assert again.status == 200
+        assert messages(await read_events(again)) == rest  # the same, exactly
+
+
+async def test_stream_resume_from_a_new_session_after_restart(tmp_path: Path) -> None:
+    """The seed's protocol: the announced stream is resumed by a re-initialized client."""
+    async with lives(tmp_path) as (proxies, http):
+        first = await proxies.start()
+        client = RawSession(http, first.url)
+        await client.initialize_with({"streams": {}})
+        resp = await http.post(
+            first.url,
+            json=tool_call(3, "slow", {"steps": 400, "delay": 0.05}, "p"),
+            headers=client.headers(),
+        )
+        received, last_id = await read_some(resp, 4)  # create + 3 progress
+        resp.close()
+        create = received[0]["params"]["stream"]
+        await proxies.kill(first)
+
+        second = await proxies.start()
+        fresh = RawSession(http, second.url)
+        await fresh.initialize_with({"streams": {}})
+        bad = {"streamId": create["streamId"], "resumeToken": "forged"}
+        refused = messages(await fresh.request(1, "stream/poll", bad))
+        assert refused[0]["error"]["data"]["reason"] == "invalid_token"
+        ref = {"streamId": create["streamId"], "resumeToken": create["resumeToken"]}
+        poll = messages(await fresh.request(2, "stream/poll", {**ref, "lastEventId": last_id}))
+        assert poll[0]["result"]["status"] == "completed"
+        assert poll[0]["result"]["hasError"] is True
+        events = await fresh.request(4, "stream/resume", {**ref, "lastEventId": last_id})
+        rest = messages(events)
+        progress = progress_of(received + rest)
+        assert progress == list(range(1, len(progress) + 1))
+        error = next(m for m in rest if m.get("id") == 3)
+        assert error["error"]["data"] == {"reason": "proxy_restarted"}
+        assert rest[-2] == {
+            "jsonrpc": "2.0",
+            "method": "notifications/stream/end",
+            "params": {"streamId": create["streamId"]},
+        }
+        assert rest[-1] == {"jsonrpc": "2.0", "id": 4, "result": {}}
+
+
+async def test_a_graceful_restart_keeps_completed_streams_resumable(tmp_path: Path) -> None:
+    async with lives(tmp_path) as (proxies, http):
+        first = await proxies.start()
+        client = RawSession(http, first.url)
+        await client.initialize()
+        events = await client.request(
+            5, "tools/call", tool_call(5, "slow", {"steps": 5, "delay": 0.01}, "g")["params"]
+        )
+        whole = messages(events)
+        ids = [e.id for e in events if e.data]
+        assert await stop_proxy(first.process) == 0
+        second = await proxies.start()
+        resp = await http.get(second.url, headers=client.headers(**{"Last-Event-ID": ids[1]}))
+        assert resp.status == 200
+        assert messages(await read_events(resp)) == whole[2:]
+        # A position the stream never reached, an id of no stream: explicit errors.
+        for wrong, status in ((ids[-1] + "9", 400), ("ffffff.1.1", 404)):
+            resp = await http.get(second.url, headers=client.headers(**{"Last-Event-ID": wrong}))
+            assert resp.status == status, (wrong, await resp.text())
+
+
+async def test_a_lost_store_file_gives_explicit_errors_never_a_replay(tmp_path: Path) -> None:
+    async with lives(tmp_path) as (proxies, http):
+        first = await proxies.start()
+        client = RawSession(http, first.url)
+        await client.initialize()
+        events = await client.request(
+            5, "tools/call", tool_call(5, "echo", {"text": "hi"})["params"]
+        )
+        last = next(e.id for e in events if e.id)
+        assert await stop_proxy(first.process) == 0
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{tmp_path / 'store.db'}{suffix}").unlink(missing_ok=True)
+        second = await proxies.start()
+        resp = await http.get(second.url, headers=client.headers(**{"Last-Event-ID": last}))
+        assert resp.status == 404, await resp.text()
+
+
+async def test_a_persistent_store_refuses_to_start_without_a_token_secret(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"store": {"kind": "sqlite", "path": str(tmp_path / "s.db")}}))
+    env = {k: v for k, v in os.environ.items() if k != "MCP_RESUME_PROXY_TOKEN_SECRET"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        "--config",
+        str(config),
+        "--",
+        "true",
+        stderr=asyncio.subprocess.PIPE,
+        cwd=str(ROOT),
+        env=env,
+    )
+    _, err = await proc.communicate()
+    assert proc.returncode == 2
+    assert b"streams.token_secret" in err and b"MCP_RESUME_PROXY_TOKEN_SECRET" in err
+
+
+STUBBORN = r"""
+import json, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("method") == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {},
+                  "serverInfo": {"name": "stubborn", "version": "0"}}
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+while True:  # stdin closed: a badly made server lives on
+    time.sleep(1)
+"""
+
+
+async def test_children_die_with_a_sigkilled_proxy_even_if_they_ignore_eof(
+    tmp_path: Path,
+) -> None:
+    """PR_SET_PDEATHSIG: a server that ignores both SIGTERM and the end of its input
+    still dies with the proxy that started it."""
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    async with lives(tmp_path) as (proxies, http):
+        proxies.command = [sys.executable, str(script)]
+        first = await proxies.start()
+        client = RawSession(http, first.url)
+        await client.initialize()
+        assert len(first.upstream_pids()) == 1
+        await proxies.kill(first)  # fails unless the server process is gone
