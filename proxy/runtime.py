@@ -379,6 +379,16 @@ class Registry:
     def __len__(self) -> int:
         return len(self._runners)
 
+    def store_health(self) -> dict[str, Any]:
+        """The store for ``/healthz``: its kind, epoch, and the error that holds commits
+        back right now (clients wait meanwhile; nothing is skipped)."""
+        persister = self.persister
+        return {
+            "kind": self.store.kind,
+            "epoch": self.store.epoch,
+            "last_error": persister.last_error if persister is not None else None,
+        }
+
     async def open(self) -> None:
         """Open the store; a durable one first ends what a dead proxy left live in it."""
         await self.store.open()

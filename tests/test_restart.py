@@ -245,6 +245,8 @@ async def test_a_graceful_restart_keeps_completed_streams_resumable(tmp_path: Pa
         ids = [e.id for e in events if e.data]
         assert await stop_proxy(first.process) == 0
         second = await proxies.start()
+        health = await (await http.get(second.url.replace("/mcp", "/healthz"))).json()
+        assert health["store"]["kind"] == "sqlite" and health["store"]["last_error"] is None
         resp = await http.get(second.url, headers=client.headers(**{"Last-Event-ID": ids[1]}))
         assert resp.status == 200
         assert messages(await read_events(resp)) == whole[2:]

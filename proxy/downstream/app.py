@@ -48,6 +48,7 @@ async def _health(request: web.Request) -> web.Response:
             "sessions": len(registry),
             "buffered_bytes": registry.budget.used,
             "upstream": {"transport": registry.config.upstream.kind, **upstream},
+            "store": registry.store_health(),
         },
         status=200 if ok else 503,
     )
