@@ -141,8 +141,8 @@ class StreamableHttp:
         else:
             runner = self._session(request)
             httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
-            foreign = self.stored.foreign(messages, runner.session.epoch)
-            if foreign is not None and self.stored.enabled:
+            foreign = self.stored.enabled and self.stored.foreign(messages, runner.session.epoch)
+            if foreign:
                 header_id = request.headers.get(LAST_EVENT_ID)
                 return await self.stored.post(request, runner.session_id, foreign, header_id)
             if runner.upstream.pending_bytes > self.config.upstream.max_pending_bytes:

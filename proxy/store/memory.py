@@ -8,6 +8,8 @@ same contract as the durable stores (``tests/store/``).
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import secrets
 from collections import deque
 from collections.abc import AsyncIterator
@@ -71,16 +73,9 @@ class MemoryStore(Store):
                 known.session_id, known.owner = record.session_id, record.owner
                 known.request_ids, known.announced = list(record.request_ids), record.announced
                 continue
-            self._streams[record.key] = StreamRecord(
-                record.key,
-                record.session_id,
-                record.owner,
-                record.state,
-                record.first_seq,
-                record.last_seq,
-                list(record.request_ids),
-                record.announced,
-                record.expires_at if record.expires_at is not None else live_until,
+            expires_at = record.expires_at if record.expires_at is not None else live_until
+            self._streams[record.key] = dataclasses.replace(
+                record, request_ids=list(record.request_ids), expires_at=expires_at
             )
             self._logs.setdefault(record.key, deque())
         for key, entries in batch.appends.items():
@@ -123,8 +118,7 @@ class MemoryStore(Store):
         record = check_read(self._record(key, now), after)
         log = self._logs.get(key, deque())
         skip = after + 1 - record.first_seq
-        out = [e for i, e in enumerate(log) if i >= skip]
-        return out if limit is None else out[:limit]
+        return list(itertools.islice(log, skip, None if limit is None else skip + limit))
 
     async def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
         while True:

@@ -63,15 +63,10 @@ class Persister:
         """Add what ``session`` noted (a :meth:`Journal.take`) to the open batch."""
         sid, epoch = session.session_id, session.epoch
         batch = self._batch
-        for number in j.opened:
-            ids = session.client_ids(number)
-            batch.streams.append(
-                StreamRecord(f"{epoch}.{number}", sid, self.owner, request_ids=ids)
-            )
-        for number in j.announced:
+        for number, announced in [(n, False) for n in j.opened] + [(n, True) for n in j.announced]:
             ids = session.client_ids(number)
             record = StreamRecord(f"{epoch}.{number}", sid, self.owner, request_ids=ids)
-            record.announced = True
+            record.announced = announced
             batch.streams.append(record)
         appends = batch.appends
         for number, seq, payload, mark in j.appends:

@@ -1,0 +1,149 @@
+"""The Redis store's Lua scripts (:mod:`proxy.store.redis`): each runs atomically on the
+server, so a batch is applied whole or not at all."""
+
+# Commit one Batch. KEYS: 1 epoch, 2 live index, then per stream i (1-based):
+# 3i record, 3i+1 log, 3i+2 wake. ARGV: now_ms, live_until_ms, max_events, epoch_ttl_ms,
+# wake_ttl_ms, n, n stream keys; then puts (count, 9 fields each: i session owner state
+# first last rids ann exp_ms|''), appends (count, then per stream: i, n, n x (seq payload
+# mark)), completed (count, i exp_ms each), dropped (count, i each).
+COMMIT_LUA = """#!lua
+local now, live_until = tonumber(ARGV[1]), ARGV[2]
+local max_events, wake_ttl = tonumber(ARGV[3]), ARGV[5]
+local nkeys = tonumber(ARGV[6])
+local live = KEYS[2]
+local pos = 6 + nkeys
+local function take() pos = pos + 1; return ARGV[pos] end
+local function name(i) return ARGV[6 + i] end
+local function rec(i) return KEYS[3 * i] end
+local function log(i) return KEYS[3 * i + 1] end
+
+local function wake(i)
+  local w = KEYS[3 * i + 2]
+  redis.call('XADD', w, 'MAXLEN', '1', '*', 'w', '1')
+  redis.call('PEXPIRE', w, wake_ttl)
+end
+
+local function drop(i)
+  redis.call('DEL', rec(i), log(i))
+  redis.call('ZREM', live, name(i))
+end
+
+-- Both keys of a stream expire together; a LIVE one is in the index until then.
+local function expire(i, state, at)
+  if tonumber(at) <= now then return drop(i) end
+  redis.call('PEXPIREAT', rec(i), at)
+  redis.call('PEXPIREAT', log(i), at)
+  if state == 'live' then
+    redis.call('ZADD', live, at, name(i))
+    if redis.call('PEXPIRETIME', live) < tonumber(at) then redis.call('PEXPIREAT', live, at) end
+  else
+    redis.call('ZREM', live, name(i))
+  end
+end
+
+-- {state, last, exp} of the record, or nil when there is none (an expired one goes).
+local function load(i)
+  local r = redis.call('HMGET', rec(i), 'state', 'last', 'exp')
+  if not r[1] then return nil end
+  if tonumber(r[3]) <= now then drop(i); return nil end
+  return r
+end
+
+local function newest(l)
+  local top = redis.call('XREVRANGE', l, '+', '-', 'COUNT', 1)[1]
+  return top and tonumber(string.match(top[1], '^%d+')) or 0
+end
+
+local function append(i, base, count)
+  local state, last, at = 'live', 0, live_until
+  local r = load(i)
+  local l = log(i)
+  if r then
+    state, last, at = r[1], tonumber(r[2]), r[3]
+  else -- no record: its history was lost, keep what comes
+    redis.call('DEL', l)
+    redis.call('HSET', rec(i), 'session', '', 'owner', '', 'state', 'live', 'rids', '[]',
+      'ann', '0')
+  end
+  local top = newest(l)
+  for j = base + 1, base + 3 * count, 3 do
+    local seq = tonumber(ARGV[j])
+    if seq > last then -- else already there (a retried batch)
+      if seq ~= last + 1 or seq <= top then -- a hole: what was before it is unreachable
+        redis.call('DEL', l)
+      end
+      if ARGV[j + 2] == '0' then
+        redis.call('XADD', l, ARGV[j] .. '-1', 'p', ARGV[j + 1])
+      else
+        redis.call('XADD', l, ARGV[j] .. '-1', 'p', ARGV[j + 1], 'm', ARGV[j + 2])
+      end
+      last, top = seq, seq
+    end
+  end
+  if redis.call('XLEN', l) > max_events then redis.call('XTRIM', l, 'MAXLEN', max_events) end
+  local oldest = redis.call('XRANGE', l, '-', '+', 'COUNT', 1)[1]
+  local first = oldest and string.match(oldest[1], '^%d+') or string.format('%d', last + 1)
+  if state == 'live' then at = live_until end
+  redis.call('HSET', rec(i), 'first', first, 'last', string.format('%d', last), 'exp', at)
+  expire(i, state, at)
+end
+
+for _ = 1, tonumber(take()) do
+  local i, session, owner, state = tonumber(take()), take(), take(), take()
+  local first, last, rids, ann, at = take(), take(), take(), take(), take()
+  if load(i) then -- known: positions, state, expiry and log stay
+    redis.call('HSET', rec(i), 'session', session, 'owner', owner, 'rids', rids, 'ann', ann)
+  else
+    if at == '' then at = live_until end
+    redis.call('HSET', rec(i), 'session', session, 'owner', owner, 'state', state,
+      'first', first, 'last', last, 'rids', rids, 'ann', ann, 'exp', at)
+    expire(i, state, at)
+  end
+  wake(i)
+end
+for _ = 1, tonumber(take()) do
+  local i, count = tonumber(take()), tonumber(take())
+  append(i, pos, count)
+  pos = pos + 3 * count
+end
+for _ = 1, tonumber(take()) do
+  local i, at = tonumber(take()), take()
+  if load(i) then
+    redis.call('HSET', rec(i), 'state', 'completed', 'exp', at)
+    expire(i, 'completed', at)
+  end
+  wake(i)
+end
+for _ = 1, tonumber(take()) do
+  local i = tonumber(take())
+  drop(i)
+  wake(i)
+end
+redis.call('ZREMRANGEBYSCORE', live, '-inf', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 0
+"""
+
+# The epoch, minted when missing (a new or flushed Redis); its TTL refreshed.
+EPOCH_LUA = """#!lua
+local epoch = redis.call('GET', KEYS[1])
+if not epoch then
+  epoch = ARGV[1]
+  redis.call('SET', KEYS[1], epoch)
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return epoch
+"""
+
+# Take or renew a lease: free, expired (gone) or already ARGV[1]'s.
+ACQUIRE_LUA = """#!lua
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+RELEASE_LUA = """#!lua
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+"""

@@ -1,0 +1,406 @@
+"""The SQLite store's database side: schema, SQL, and :class:`Database`, which owns the
+connection and runs only on the store's one thread (:mod:`proxy.store.sqlite`).
+
+Schema (``PRAGMA user_version`` = 1)::
+
+    meta(name PRIMARY KEY, value)                   -- 'epoch': minted with the file
+    streams(key PRIMARY KEY, session_id, owner, state, first_seq, last_seq,
+            request_ids JSON, announced, expires_at)
+    events(key, seq, mark, payload BLOB, PRIMARY KEY(key, seq))
+    sessions(session_id PRIMARY KEY, epoch, owner, protocol_version, expires_at)
+    leases(name PRIMARY KEY, owner, expires_at)
+    tasks(task_id PRIMARY KEY, record JSON, expires_at)
+
+Pages are 16 KB and ``events`` is a rowid table, so events of a few KB stay on their page
+(see ``_SCHEMA``). ``expires_at`` is unix seconds (NULL: no limit). A row past it is
+treated as absent by every read and deleted by :meth:`SqliteStore.sweep` (a stream with
+its events).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from proxy.core.stream import Mark, Unacknowledged
+from proxy.store.base import (
+    COMPLETED,
+    LIVE,
+    Batch,
+    Entry,
+    SessionRecord,
+    StoreError,
+    StoreLimits,
+    StreamRecord,
+    check_read,
+)
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+SYNCHRONOUS = ("normal", "full")
+BUSY_TIMEOUT_MS = 5_000
+WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes the WAL file shrinks back to after a checkpoint
+PAGE_SIZE = 16_384  # events of a few KB stay on their page (4 KB pages: half as fast)
+TAIL_CHUNK = 1_000  # entries a tail reads at a time
+
+_SCHEMA = (
+    "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE streams (key TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
+    " owner TEXT NOT NULL, state TEXT NOT NULL, first_seq INTEGER NOT NULL,"
+    " last_seq INTEGER NOT NULL, request_ids TEXT NOT NULL, announced INTEGER NOT NULL,"
+    " expires_at REAL) WITHOUT ROWID",
+    # A rowid table (and its (key, seq) index), not WITHOUT ROWID: there a row over about
+    # a quarter of a page spills into an overflow page of its own, which made 1 KB
+    # events four times slower; small events commit about as fast either way.
+    # ``mark`` before ``payload``: a summary reads it without the payload's overflow pages.
+    "CREATE TABLE events (key TEXT NOT NULL, seq INTEGER NOT NULL, mark INTEGER NOT NULL,"
+    " payload BLOB NOT NULL, PRIMARY KEY (key, seq))",
+    "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, epoch TEXT NOT NULL,"
+    " owner TEXT NOT NULL, protocol_version TEXT, expires_at REAL)",
+    "CREATE TABLE leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL)",
+    "CREATE TABLE tasks (task_id TEXT PRIMARY KEY, record TEXT NOT NULL, expires_at REAL NOT NULL)",
+)
+
+_ALIVE = "(expires_at IS NULL OR expires_at > :now)"
+_STREAM_COLUMNS = (
+    "key, session_id, owner, state, first_seq, last_seq, request_ids, announced, expires_at"
+)
+_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+_MAKE_STREAM = (
+    f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+    " ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id,"
+    " owner = excluded.owner, request_ids = excluded.request_ids,"
+    " announced = excluded.announced"
+)
+_LOAD_FOR_APPEND = (
+    f"SELECT {_STREAM_COLUMNS}, (SELECT min(seq) FROM events WHERE events.key = streams.key)"
+    " FROM streams WHERE key = ?"
+)
+_ACQUIRE_LEASE = (
+    "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?)"
+    " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at"
+    " WHERE leases.owner = excluded.owner OR leases.expires_at <= ?"
+)
+_SUMMARY = (
+    "SELECT count(*), coalesce(sum((mark & ?) != 0), 0), coalesce(sum((mark & ?) != 0), 0)"
+    " FROM events WHERE key = ? AND seq > ?"
+)
+
+
+def _stream_row(record: StreamRecord) -> tuple[Any, ...]:
+    return (
+        record.key,
+        record.session_id,
+        record.owner,
+        record.state,
+        record.first_seq,
+        record.last_seq,
+        json.dumps(record.request_ids),
+        int(record.announced),
+        record.expires_at,
+    )
+
+
+def _stream_record(row: Sequence[Any]) -> StreamRecord:
+    key, session_id, owner, state, first, last, request_ids, announced, expires = row
+    ids = json.loads(request_ids)
+    return StreamRecord(key, session_id, owner, state, first, last, ids, bool(announced), expires)
+
+
+@dataclass(slots=True)
+class AppendPlan:
+    """What one key's entries of a batch do to its stored log."""
+
+    new: list[Entry]  # to insert
+    clear: bool = False  # a hole: every stored entry is unreachable and goes
+    cut: int | None = None  # stored entries below this seq go (``max_events``)
+
+
+def plan_append(
+    record: StreamRecord, oldest: int | None, entries: Sequence[Entry], max_events: int
+) -> AppendPlan:
+    """The memory store's append rules, from the record and its oldest stored seq alone.
+
+    Moves ``record.last_seq`` and ``record.first_seq``; the stored log is assumed to run
+    without a gap from ``oldest`` to ``record.last_seq`` (every commit keeps it so).
+    """
+    new: list[Entry] = []
+    clear = False
+    last = record.last_seq
+    for entry in entries:
+        if entry.seq <= last:
+            continue  # already there (a retried batch)
+        if entry.seq != last + 1:
+            new.clear()  # a hole: what was before it is unreachable
+            clear = True
+        new.append(entry)
+        last = entry.seq
+    record.last_seq = last
+    if clear or oldest is None:
+        oldest = new[0].seq if new else None
+    if oldest is None:
+        record.first_seq = last + 1
+        return AppendPlan(new, clear)
+    cut = last - max_events + 1
+    if cut <= oldest:
+        record.first_seq = oldest
+        return AppendPlan(new, clear)
+    record.first_seq = cut
+    return AppendPlan([e for e in new if e.seq >= cut], clear, cut)
+
+
+def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    if not path.parent.is_dir():
+        raise StoreError(
+            f"cannot open the sqlite store {path}: the directory {path.parent} does not exist"
+        )
+    try:
+        conn = sqlite3.connect(path, isolation_level=None)  # transactions are explicit
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the sqlite store {path}: {exc}") from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # only a new file takes it
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode != "wal":
+            raise StoreError(f"cannot open the sqlite store {path}: WAL mode refused ({mode})")
+        conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise StoreError(f"cannot open the sqlite store {path}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class Database:
+    """The connection and every statement. Each method runs on the store's one thread."""
+
+    def __init__(self, path: Path, synchronous: str, limits: StoreLimits) -> None:
+        self.path = path
+        self.limits = limits
+        self.conn = _connect(path, synchronous)
+        try:
+            self.epoch = self._migrate()
+        except sqlite3.Error as exc:
+            self.conn.close()
+            raise StoreError(f"cannot open the sqlite store {path}: {exc}") from exc
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def run(self, call: Callable[[], T]) -> T:
+        """``call()``, with any SQLite error as a :class:`StoreError` naming the file."""
+        try:
+            return call()
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite store {self.path}: {exc}") from exc
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.rollback()
+            raise
+
+    def _migrate(self) -> str:
+        """Create the schema and mint the epoch if the file is new; the stored epoch."""
+        with self._transaction() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO meta VALUES ('epoch', ?)", (secrets.token_hex(6),))
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version != SCHEMA_VERSION:
+                raise StoreError(
+                    f"the sqlite store {self.path} has schema version {version}; "
+                    f"this proxy reads version {SCHEMA_VERSION}"
+                )
+            row = conn.execute("SELECT value FROM meta WHERE name = 'epoch'").fetchone()
+        if row is None:
+            raise StoreError(f"the sqlite store {self.path} has no epoch: is it damaged?")
+        return str(row[0])
+
+    # ------------------------------------------------------------------ commit
+    def commit(self, batch: Batch, now: float) -> None:
+        with self._transaction():
+            self._put_streams(batch.streams, now)
+            self._append(batch.appends, now)
+            self.conn.executemany(
+                f"UPDATE streams SET state = :state, expires_at = :at WHERE key = :key"
+                f" AND {_ALIVE}",
+                [
+                    {"state": COMPLETED, "at": at, "key": key, "now": now}
+                    for key, at in batch.completed.items()
+                ],
+            )
+            dropped = [(key,) for key in batch.dropped]
+            self.conn.executemany("DELETE FROM streams WHERE key = ?", dropped)
+            self.conn.executemany("DELETE FROM events WHERE key = ?", dropped)
+
+    def _put_streams(self, records: Sequence[StreamRecord], now: float) -> None:
+        """A new key: the record as given; a known key: only who it belongs to and what
+        it answers change (its positions, state, expiry and log stay)."""
+        if not records:
+            return
+        # An expired record is gone as if never made: its key is new again, without a log.
+        expired = [{"key": r.key, "now": now} for r in records]
+        self.conn.executemany(
+            "DELETE FROM events WHERE key = :key AND EXISTS (SELECT 1 FROM streams"
+            " WHERE key = :key AND expires_at <= :now)",
+            expired,
+        )
+        self.conn.executemany(
+            "DELETE FROM streams WHERE key = :key AND expires_at <= :now", expired
+        )
+        live_until = now + self.limits.live_ttl
+        rows = [_stream_row(r) for r in records]
+        rows = [row if row[-1] is not None else (*row[:-1], live_until) for row in rows]
+        self.conn.executemany(_MAKE_STREAM, rows)
+
+    def _append(self, appends: dict[str, list[Entry]], now: float) -> None:
+        live_until = now + self.limits.live_ttl
+        records: list[tuple[Any, ...]] = []
+        inserts: list[tuple[str, int, bytes, int]] = []
+        clears: list[tuple[str]] = []
+        cuts: list[tuple[str, int]] = []
+        for key, entries in appends.items():
+            if not entries:
+                continue
+            record, oldest = self._load_for_append(key, entries[0].seq, now)
+            plan = plan_append(record, oldest, entries, self.limits.max_events)
+            if record.state == LIVE:
+                record.expires_at = live_until
+            records.append(_stream_row(record))
+            inserts.extend((key, e.seq, e.payload, e.mark) for e in plan.new)
+            if plan.clear:
+                clears.append((key,))
+            elif plan.cut is not None:
+                cuts.append((key, plan.cut))
+        self.conn.executemany("DELETE FROM events WHERE key = ?", clears)
+        self.conn.executemany("DELETE FROM events WHERE key = ? AND seq < ?", cuts)
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES (?, ?, ?, ?)", inserts
+        )
+        self.conn.executemany(_PUT_STREAM, records)
+
+    def _load_for_append(self, key: str, first: int, now: float) -> tuple[StreamRecord, int | None]:
+        """The key's record and its oldest stored seq; a new record if it has none."""
+        row = self.conn.execute(_LOAD_FOR_APPEND, (key,)).fetchone()
+        if row is not None:
+            record = _stream_record(row[:-1])
+            if record.expires_at is None or record.expires_at > now:
+                return record, row[-1]
+        # No record (never made, expired, or its history lost): keep what comes.
+        self.conn.execute("DELETE FROM events WHERE key = ?", (key,))
+        return StreamRecord(key, "", first_seq=first), None
+
+    # ------------------------------------------------------------------ reads
+    def stream(self, key: str, now: float) -> StreamRecord | None:
+        row = self.conn.execute(
+            f"SELECT {_STREAM_COLUMNS} FROM streams WHERE key = :key AND {_ALIVE}",
+            {"key": key, "now": now},
+        ).fetchone()
+        return None if row is None else _stream_record(row)
+
+    def read(self, key: str, after: int, now: float, limit: int | None) -> list[Entry]:
+        check_read(self.stream(key, now), after)
+        return self._entries(key, after, limit)
+
+    def _entries(self, key: str, after: int, limit: int | None) -> list[Entry]:
+        rows = self.conn.execute(
+            "SELECT seq, payload, mark FROM events WHERE key = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (key, after, -1 if limit is None else limit),
+        )
+        return [Entry(seq, payload, mark) for seq, payload, mark in rows]
+
+    def tail_step(self, key: str, after: int, now: float) -> tuple[list[Entry], str]:
+        """The next entries after ``after`` and the stream's state, read together."""
+        record = check_read(self.stream(key, now), after)
+        return self._entries(key, after, TAIL_CHUNK), record.state
+
+    def summary(self, key: str, after: int, now: float) -> Unacknowledged:
+        check_read(self.stream(key, now), after)
+        row = self.conn.execute(_SUMMARY, (int(Mark.REQUEST), int(Mark.ERROR), key, after))
+        messages, requests, errors = row.fetchone()
+        return Unacknowledged(messages, requests, errors)
+
+    def live_streams(self, owner: str | None, now: float) -> list[StreamRecord]:
+        query = f"SELECT {_STREAM_COLUMNS} FROM streams WHERE state = :live AND {_ALIVE}"
+        if owner is not None:
+            query += " AND owner = :owner"
+        rows = self.conn.execute(query, {"live": LIVE, "now": now, "owner": owner})
+        return [_stream_record(row) for row in rows]
+
+    # ------------------------------------------------------------------ sessions, leases, tasks
+    def put_session(self, r: SessionRecord) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?)",
+            (r.session_id, r.epoch, r.owner, r.protocol_version, r.expires_at),
+        )
+
+    def get_session(self, session_id: str, now: float) -> SessionRecord | None:
+        row = self.conn.execute(
+            "SELECT session_id, epoch, owner, protocol_version, expires_at FROM sessions"
+            f" WHERE session_id = :id AND {_ALIVE}",
+            {"id": session_id, "now": now},
+        ).fetchone()
+        return None if row is None else SessionRecord(*row)
+
+    def drop_session(self, session_id: str) -> None:
+        self.conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+
+    def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
+        taken = self.conn.execute(_ACQUIRE_LEASE, (name, owner, now + ttl, now))
+        return taken.rowcount == 1
+
+    def release_lease(self, name: str, owner: str) -> None:
+        self.conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
+
+    def lease_owner(self, name: str, now: float) -> str | None:
+        row = self.conn.execute(
+            "SELECT owner FROM leases WHERE name = ? AND expires_at > ?", (name, now)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO tasks VALUES (?, ?, ?)",
+            (task_id, json.dumps(record), expires_at),
+        )
+
+    def get_task(self, task_id: str, now: float) -> dict[str, Any] | None:
+        row = self.conn.execute(
+            "SELECT record FROM tasks WHERE task_id = ? AND expires_at > ?", (task_id, now)
+        ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def sweep(self, now: float) -> tuple[list[str], int]:
+        """Delete what expired by ``now``: the streams that went, and how many sessions."""
+        with self._transaction() as conn:
+            expired = conn.execute("SELECT key FROM streams WHERE expires_at <= ?", (now,))
+            keys = [key for (key,) in expired]
+            conn.executemany("DELETE FROM events WHERE key = ?", [(key,) for key in keys])
+            conn.execute("DELETE FROM streams WHERE expires_at <= ?", (now,))
+            sessions = conn.execute("DELETE FROM sessions WHERE expires_at <= ?", (now,))
+            conn.execute("DELETE FROM leases WHERE expires_at <= ?", (now,))
+            conn.execute("DELETE FROM tasks WHERE expires_at <= ?", (now,))
+            return keys, sessions.rowcount
