@@ -14,18 +14,22 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 import structlog
 
 from proxy.config import Config, ConfigError
-from proxy.core.errors import Overloaded, SessionNotFound
+from proxy.core import jsonrpc
+from proxy.core.errors import Overloaded, ProxyError, SessionNotFound
 from proxy.core.events import (
     Accepted,
     ClientDelete,
     ClientDetached,
+    ClientGet,
+    ClientPost,
     CloseClient,
     Command,
     ConnId,
@@ -45,16 +49,20 @@ from proxy.core.events import (
     WakeAt,
 )
 from proxy.core.jsonrpc import Message
-from proxy.core.session import Session, SessionSettings
+from proxy.core.session import STANDALONE, Session, SessionSettings
 from proxy.core.sse import encode_event
 from proxy.core.stream import ByteBudget
-from proxy.store.base import StoreLimits
+from proxy.replicas import Replicas
+from proxy.store.base import SessionRecord, StoreError, StoreLimits
 from proxy.store.open import end_orphans, make_store
 from proxy.store.persist import Persister
 from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import UpstreamHealth
 
 log = structlog.get_logger("proxy.runtime")
+
+SESSION_RECORD_SECONDS = 86400.0
+"""How long a session's record outlives a replica that died without dropping it."""
 
 SHUTDOWN_DRAIN_SECONDS = 2.0
 """How long shutdown waits for the connections to write out what they hold (each request's
@@ -234,6 +242,27 @@ class SessionRunner:
             for conn in self._conns.values():
                 conn.ticket = ticket
 
+    async def serve_remote(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Feed a forwarded POST or GET on a connection that leaves at once; the stream
+        it opened (and where its client starts) once the store has it."""
+        conn = self.open_conn()
+        after = 0
+        try:
+            if message["kind"] == "post":
+                messages, batch = jsonrpc.parse_body(message["body"])
+                self.feed(ClientPost(conn.id, messages, batch, message.get("last_event_id")))
+            else:
+                after = self.session.sent_upto(STANDALONE)
+                self.feed(ClientGet(conn.id))
+            number = self.session.stream_of(conn.id)
+        finally:
+            self.conn_gone(conn)
+        if self._persister is not None:
+            await self._persister.wait(self._persister.ticket)
+        if conn.outcome != "sse" or number is None:
+            return {"outcome": "accepted"}
+        return {"outcome": "sse", "stream": f"{self.session.epoch}.{number}", "after": after}
+
     def _upstream_message(self, msg: Message, origin: int | None = None) -> None:
         if not self.session.forgotten:
             self.feed(UpstreamMessage(msg, origin))
@@ -368,6 +397,7 @@ class Registry:
         limits = StoreLimits(sessions.stream_max_events, sessions.idle_timeout_seconds)
         self.store = make_store(config.store, limits)
         self.persister: Persister | None = None
+        self.replicas: Replicas | None = None  # a shared store: the other replicas
         self._runners: dict[str, SessionRunner] = {}
         self._starting: set[SessionRunner] = set()  # reserved slots whose upstream starts
         self._none_starting = asyncio.Event()  # set while _starting is empty
@@ -380,13 +410,16 @@ class Registry:
         return len(self._runners)
 
     def store_health(self) -> dict[str, Any]:
-        """The store for ``/healthz``: its kind, epoch, and the error that holds commits
-        back right now (clients wait meanwhile; nothing is skipped)."""
+        """The store for ``/healthz``: its kind, epoch, the error that holds commits back
+        right now (clients wait meanwhile; nothing is skipped), and when a shared store
+        was found to have lost its history (its epoch changed: a flush)."""
         persister = self.persister
+        replicas = self.replicas
         return {
             "kind": self.store.kind,
             "epoch": self.store.epoch,
             "last_error": persister.last_error if persister is not None else None,
+            "history_lost_at": replicas.history_lost_at if replicas is not None else None,
         }
 
     async def open(self) -> None:
@@ -397,6 +430,10 @@ class Registry:
             self.persister = Persister(self.store, self.owner, retention)
             if not self.store.shared:  # one proxy per file: every live stream is orphaned
                 await end_orphans(self.store, None, retention, "proxy_restarted")
+        if self.store.shared:
+            lease = self.config.store.lease_seconds
+            self.replicas = Replicas(self.store, self.owner, lease, retention, self.serve_forwarded)
+            await self.replicas.start()
         log.info("store_opened", store=self.store.kind, epoch=self.store.epoch, owner=self.owner)
 
     def __contains__(self, session_id: object) -> bool:
@@ -447,6 +484,10 @@ class Registry:
             await runner.end("proxy shutting down")
             raise SessionNotFound("the proxy is shutting down")
         self._runners[runner.session_id] = runner
+        if self.replicas is not None:  # other replicas find it (and forward to it) by this
+            record = SessionRecord(runner.session_id, runner.session.epoch, self.owner)
+            record.expires_at = time.time() + SESSION_RECORD_SECONDS
+            await self.store.put_session(record)
         runner.log.info(
             "session_created", upstream=runner.upstream.describe(), upstream_pid=runner.upstream.pid
         )
@@ -455,9 +496,34 @@ class Registry:
     def _forget(self, runner: SessionRunner) -> None:
         self._runners.pop(runner.session_id, None)
         # Make sure the process is reaped even if nobody awaits the runner.
-        task = asyncio.create_task(runner.wait_stopped())
+        self._own(runner.wait_stopped())
+        if self.replicas is not None:
+            self._own(self._drop_record(runner.session_id))
+
+    def _own(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
         self._reaper.add(task)
         task.add_done_callback(self._reaper.discard)
+
+    async def _drop_record(self, session_id: str) -> None:
+        try:
+            await self.store.drop_session(session_id)
+        except StoreError as exc:  # it expires by itself (SESSION_RECORD_SECONDS)
+            log.warning("session_record_not_dropped", error=str(exc))
+
+    # ------------------------------------------------------------------ forwarded requests
+    async def serve_forwarded(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A request another replica received for one of this replica's sessions: feed it
+        to the session, detach (the asker serves the stream from the shared log), and say
+        what it became once the stream is in the store."""
+        try:
+            runner = self.get(message["session"])
+            if message["kind"] == "delete":
+                await runner.end("deleted by client")
+                return {"outcome": "deleted"}
+            return await runner.serve_remote(message)
+        except ProxyError as exc:
+            return {"status": exc.http_status, "error": exc.to_jsonrpc(message.get("request_id"))}
 
     async def shutdown(self) -> None:
         """End every session and wait for every child process to be gone.
@@ -479,6 +545,8 @@ class Registry:
             left = sum(r.open_connections for r in runners)
             log.info("shutdown_connections_not_drained", connections=left)
         await asyncio.gather(*(r.wait_stopped() for r in runners))
+        if self.replicas is not None:
+            await self.replicas.stop()
         if self._reaper:
             await asyncio.gather(*self._reaper, return_exceptions=True)
         await self.close_store()

@@ -32,6 +32,7 @@ from proxy.core.events import (
     ClientPost,
     CloseClient,
     Command,
+    ConnId,
     Event,
     ForgetSession,
     LogNote,
@@ -161,6 +162,15 @@ class Session:
 
     def stream_numbers(self) -> list[int]:
         return sorted(self._streams)
+
+    def sent_upto(self, number: int) -> int:
+        """The highest seq of stream ``number`` ever handed to a connection (0: none)."""
+        stream = self._streams.get(number)
+        return stream.sent_upto if stream is not None else 0
+
+    def stream_of(self, conn: ConnId) -> int | None:
+        """The stream ``conn`` reads, if any."""
+        return self.delivery.by_conn.get(conn)
 
     def client_ids(self, number: int) -> list[Any]:
         """The client's ids of the requests in flight on stream ``number``."""

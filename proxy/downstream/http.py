@@ -30,6 +30,7 @@ from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import LAST_EVENT_ID, SESSION_HEADER, VERSION_HEADER
 from proxy.core.sse import encode_comment, encode_retry
 from proxy.downstream.guard import BodyBudget, read_body
+from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
 from proxy.downstream.wire import error_response
 from proxy.runtime import ClientConn, CloseMarker, Registry, SessionRunner
@@ -58,6 +59,11 @@ class StreamableHttp:
         self.bodies = BodyBudget(config.listen.max_inflight_body_bytes)
         self.stored = StoredStreams(
             registry.store, registry.settings.token_secret, config.sse.keepalive_seconds
+        )
+        self.remote = (
+            RemoteSessions(registry.replicas, self.stored)
+            if registry.replicas is not None
+            else None
         )
 
     # ------------------------------------------------------------------ entry
@@ -100,11 +106,21 @@ class StreamableHttp:
         request.protocol.force_close()
         return response
 
-    def _session(self, request: web.Request) -> SessionRunner:
+    @staticmethod
+    def _session_id(request: web.Request) -> str:
         session_id = request.headers.get(SESSION_HEADER)
         if not session_id:
             raise BadRequest("Bad Request: missing Mcp-Session-Id header", reason="missing_session")
-        return self.registry.get(session_id)
+        return session_id
+
+    def _session(self, request: web.Request) -> SessionRunner:
+        return self.registry.get(self._session_id(request))
+
+    def _remote(self, request: web.Request) -> RemoteSessions | None:
+        """Replicas: the way to a session this process does not hold (else None)."""
+        if self.remote is None or self._session_id(request) in self.registry:
+            return None
+        return self.remote
 
     # ------------------------------------------------------------------ POST
     async def _post(self, request: web.Request) -> web.StreamResponse:
@@ -139,6 +155,13 @@ class StreamableHttp:
                 raise SessionNotFound("the proxy is shutting down")
             runner = await self.registry.create()
         else:
+            remote = self._remote(request)
+            if remote is not None:
+                httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
+                header_id = request.headers.get(LAST_EVENT_ID)
+                return await remote.post(
+                    request, self._session_id(request), messages, batch, header_id
+                )
             runner = self._session(request)
             httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
             foreign = self.stored.enabled and self.stored.foreign(messages, runner.session.epoch)
@@ -171,6 +194,10 @@ class StreamableHttp:
         if self.stored.enabled and session_id and last_event_id and session_id not in self.registry:
             httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
             return await self.stored.get(request, session_id, last_event_id)
+        remote = self._remote(request)
+        if remote is not None:
+            httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
+            return await remote.get(request, self._session_id(request))
         runner = self._session(request)
         httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
         conn = runner.open_conn()
@@ -183,6 +210,10 @@ class StreamableHttp:
 
     # ------------------------------------------------------------------ DELETE
     async def _delete(self, request: web.Request) -> web.StreamResponse:
+        remote = self._remote(request)
+        if remote is not None:
+            httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
+            return await remote.delete(request, self._session_id(request))
         runner = self._session(request)
         httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
         await runner.end("deleted by client")

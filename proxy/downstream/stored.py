@@ -72,6 +72,18 @@ class StoredStreams:
         log.info("stored_stream_resumed", stream=key, after=pos.seq, state=record.state)
         return await self._serve(request, session_id, record, pos.seq, entries, None)
 
+    async def follow(
+        self, request: web.Request, session_id: str, key: str, after: int
+    ) -> web.StreamResponse:
+        """Stream ``key`` after ``after`` until it completes (a request another replica
+        runs: the events reach this replica through the store)."""
+        now = time.time()
+        record = await self.store.get_stream(key, now)
+        if record is None:
+            raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
+        entries = await self.store.read(key, after, now)
+        return await self._serve(request, session_id, record, after, entries, None)
+
     # ------------------------------------------------------------------ stream/poll, stream/resume
     @staticmethod
     def foreign(messages: list[Message], epoch: str) -> Message | None:

@@ -33,6 +33,7 @@ Rules every implementation keeps (the contract suite checks each):
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,6 +131,7 @@ class Store(abc.ABC):
     def __init__(self, limits: StoreLimits) -> None:
         self.limits = limits
         self._epoch = ""
+        self._inboxes: dict[str, asyncio.Queue[dict[str, Any]]] = {}
 
     @property
     def epoch(self) -> str:
@@ -213,6 +215,25 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def get_task(self, task_id: str, now: float) -> dict[str, Any] | None: ...
+
+    # ------------------------------------------------------------------ messages
+    async def send(self, to: str, message: dict[str, Any]) -> None:
+        """Put a JSON-able ``message`` in replica ``to``'s inbox (forwarded requests and
+        their replies). A store not shared between processes keeps inboxes in-process; a
+        shared one delivers across replicas, and drops what nobody takes within a minute."""
+        self._inbox(to).put_nowait(message)
+
+    async def receive(self, owner: str) -> AsyncIterator[dict[str, Any]]:
+        """``owner``'s messages, in the order sent, as they come (blocking, no polling)."""
+        inbox = self._inbox(owner)
+        while True:
+            yield await inbox.get()
+
+    def _inbox(self, owner: str) -> asyncio.Queue[dict[str, Any]]:
+        found = self._inboxes.get(owner)
+        if found is None:
+            found = self._inboxes[owner] = asyncio.Queue()
+        return found
 
     # ------------------------------------------------------------------ housekeeping
     async def sweep(self, now: float) -> int:

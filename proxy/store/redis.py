@@ -49,7 +49,7 @@ import contextlib
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -79,6 +79,7 @@ from proxy.store.redis_lua import ACQUIRE_LUA, COMMIT_LUA, EPOCH_LUA, RELEASE_LU
 EPOCH_TTL_S = 30 * 24 * 3600.0  # the epoch outlives any record; refreshed by every commit
 DEFAULT_TTL_S = EPOCH_TTL_S  # a session record with no expires_at still expires
 WAKE_TTL_MS = 60_000  # a wake entry only matters to tails blocked at that moment
+INBOX_TTL_MS = 60_000  # a message nobody takes within a minute is dropped
 TAIL_BATCH = 1000  # entries per batch a tail yields
 MIN_MAJOR = 7  # XADD <seq>-1, PEXPIRETIME, SET PXAT, script shebangs
 
@@ -319,15 +320,22 @@ class RedisStore(Store):
         """Block until the log has an entry after ``after``, the wake key one after
         ``woken_at``, :meth:`close` is called, or ``block`` seconds pass."""
         names = self._stream_keys(key)
-        with self._failing("tail a stream"):
+        streams: dict[Any, Any] = {names.log: f"{after}-1", names.wake: woken_at}
+        await self._blocking_call(
+            "tail a stream", lambda r: r.xread(streams, count=1, block=_ms(self.block))
+        )
+
+    async def _blocking_call(
+        self, doing: str, call: Callable[[aioredis.Redis], Awaitable[Any]]
+    ) -> Any:
+        """A blocking command on the blocking connections; :meth:`close` ends it with
+        StoreError (a cancellation from elsewhere stays one)."""
+        with self._failing(doing):
             assert self._blocking is not None
-            streams: dict[Any, Any] = {names.log: f"{after}-1", names.wake: woken_at}
-            blocked = asyncio.ensure_future(
-                self._blocking.xread(streams, count=1, block=_ms(self.block))
-            )
+            blocked = asyncio.ensure_future(call(self._blocking))
             self._blocked.add(blocked)
             try:
-                await blocked
+                return await blocked
             except asyncio.CancelledError:
                 current = asyncio.current_task()
                 if self._closed and (current is None or not current.cancelling()):
@@ -335,6 +343,24 @@ class RedisStore(Store):
                 raise
             finally:
                 self._blocked.discard(blocked)
+
+    # ------------------------------------------------------------------ messages
+    async def send(self, to: str, message: dict[str, Any]) -> None:
+        inbox = self._key("inbox", to)
+        with self._failing("send a message"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.rpush(inbox, json.dumps(message, separators=(",", ":")))
+                pipe.pexpire(inbox, INBOX_TTL_MS)
+                await pipe.execute()
+
+    async def receive(self, owner: str) -> AsyncIterator[dict[str, Any]]:
+        inbox = self._key("inbox", owner)
+        while True:
+            popped = await self._blocking_call(
+                "receive messages", lambda r: r.blpop([inbox], timeout=self.block)
+            )
+            if popped is not None:
+                yield json.loads(popped[1])
 
     async def live_streams(self, owner: str | None, now: float) -> list[StreamRecord]:
         """The index's keys that expire after ``now`` (one ZRANGE), then their records

@@ -321,3 +321,19 @@ async def test_many_streams_in_one_batch(maker: Maker) -> None:
     for key in keys:
         assert [e.seq for e in await store.read(key, 0, now)] == [1, 2, 3, 4, 5]
     assert len(await store.live_streams(None, now)) == 30
+
+
+async def test_messages_reach_the_inbox_they_are_sent_to_in_order(maker: Maker) -> None:
+    store = await maker.make()
+    inbox = store.receive("b")
+    for n in range(3):
+        await store.send("b", {"n": n, "text": "é"})
+    await store.send("c", {"n": 99})
+    got = [await asyncio.wait_for(anext(inbox), 5) for _ in range(3)]
+    assert got == [{"n": 0, "text": "é"}, {"n": 1, "text": "é"}, {"n": 2, "text": "é"}]
+    waiting = asyncio.ensure_future(anext(inbox))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # c's message is not b's
+    await store.send("b", {"n": 3})
+    assert await asyncio.wait_for(waiting, 5) == {"n": 3}
+    await inbox.aclose()

@@ -313,3 +313,22 @@ def test_a_namespace_must_be_one_hash_tag() -> None:
     for bad in ("", "a{b", "a}b"):
         with pytest.raises(ValueError):
             RedisStore("redis://127.0.0.1:1/0", bad)
+
+
+async def test_messages_cross_replicas_and_close_ends_a_receiver(
+    redis_url: str, stores: Stores
+) -> None:
+    """A sends to B's inbox through Redis (separate clients: nothing in-process)."""
+    namespace = stores.namespace()
+    a = await stores.open(redis_url, namespace)
+    b = await stores.open(redis_url, namespace, block=60)  # a blocking pop, not a timeout
+    inbox = b.receive("b")
+    waiting = asyncio.ensure_future(anext(inbox))
+    await asyncio.sleep(0.1)
+    await a.send("b", {"id": 1, "body": "é"})
+    assert await asyncio.wait_for(waiting, 5) == {"id": 1, "body": "é"}
+    waiting = asyncio.ensure_future(anext(inbox))
+    await asyncio.sleep(0.1)
+    await b.close()
+    with pytest.raises(StoreError):
+        await asyncio.wait_for(waiting, 5)

@@ -1,0 +1,79 @@
+"""Requests for sessions another replica holds (a shared store: :mod:`proxy.replicas`).
+
+The request is forwarded to the holder; what it becomes comes back as a reply, and the
+stream it opened is served from the shared log by :class:`StoredStreams` (so the events
+reach the client from whichever replica it asked). ``stream/poll`` and ``stream/resume``
+are not forwarded: any replica serves them from the log.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from proxy.core import seed
+from proxy.core.jsonrpc import Kind, Message
+from proxy.core.protocol import SESSION_HEADER
+from proxy.downstream.stored import StoredStreams
+from proxy.replicas import Replicas
+
+
+class RemoteSessions:
+    def __init__(self, replicas: Replicas, stored: StoredStreams) -> None:
+        self.replicas = replicas
+        self.stored = stored
+
+    async def post(
+        self,
+        request: web.Request,
+        session_id: str,
+        messages: list[Message],
+        batch: bool,
+        last_event_id: str | None,
+    ) -> web.StreamResponse:
+        owner = await self.replicas.owner_of(session_id)
+        lone = messages[0] if len(messages) == 1 else None
+        if lone is not None and lone.method in (seed.POLL, seed.RESUME):
+            return await self.stored.post(request, session_id, lone, last_event_id)
+        raw = [m.raw for m in messages]
+        body = json.dumps(raw if batch else raw[0], separators=(",", ":"))
+        lone_id = lone.id if lone is not None and lone.kind is Kind.REQUEST else None
+        reply = await self.replicas.forward(
+            owner,
+            {
+                "kind": "post",
+                "session": session_id,
+                "body": body,
+                "last_event_id": last_event_id,
+                "request_id": lone_id,
+            },
+        )
+        return await self._answer(request, session_id, reply)
+
+    async def get(self, request: web.Request, session_id: str) -> web.StreamResponse:
+        owner = await self.replicas.owner_of(session_id)
+        reply = await self.replicas.forward(owner, {"kind": "get", "session": session_id})
+        return await self._answer(request, session_id, reply)
+
+    async def delete(self, request: web.Request, session_id: str) -> web.StreamResponse:
+        owner = await self.replicas.owner_of(session_id)
+        reply = await self.replicas.forward(owner, {"kind": "delete", "session": session_id})
+        return await self._answer(request, session_id, reply)
+
+    async def _answer(
+        self, request: web.Request, session_id: str, reply: dict[str, object]
+    ) -> web.StreamResponse:
+        outcome = reply.get("outcome")
+        if outcome == "sse":
+            key, after = reply["stream"], reply["after"]
+            assert isinstance(key, str) and isinstance(after, int)
+            return await self.stored.follow(request, session_id, key, after)
+        if outcome == "accepted":
+            return web.Response(status=202, headers={SESSION_HEADER: session_id})
+        if outcome == "deleted":
+            return web.Response(status=200)
+        status = reply.get("status")
+        return web.json_response(
+            reply.get("error"), status=status if isinstance(status, int) else 500
+        )

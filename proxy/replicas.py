@@ -1,0 +1,183 @@
+"""This replica among others on a shared store (Redis): its lease, its inbox, forwarding,
+and ending what a dead replica left running (DESIGN.md §9).
+
+- **Lease.** A replica holds ``replica:<owner>`` in the store for ``store.lease_seconds``
+  and renews it three times per period. Its sessions' records name it; while the lease
+  holds, they are its sessions.
+- **Forwarding.** A client request for a session held elsewhere is sent to the holder's
+  inbox (:meth:`Replicas.forward`); the holder feeds it to the session and replies with
+  what the request became (202, an error, or "the events of stream K after N"), which the
+  asking replica then serves from the shared log. The holder commits the stream before it
+  replies, so the log the asker reads has it.
+- **A replica that died.** Its lease lapses. Requests for its sessions get 404 (the
+  client initializes again); every replica looks, every half lease, for live streams whose
+  owner's lease is gone, and one of them (the one that takes ``reaper:<owner>``) ends
+  them: an error for each request never answered (``data.reason: owner_lost``), the
+  seed's end notification if announced, then COMPLETED, resumable until retention ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from proxy.core.errors import ProxyError, SessionNotFound
+from proxy.store.base import Store, StoreError
+from proxy.store.open import end_orphans
+
+log = structlog.get_logger("proxy.replicas")
+
+FORWARD_TIMEOUT_SECONDS = 30.0
+
+Serve = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class OwnerUnreachable(ProxyError):
+    """The replica holding the session did not answer a forwarded request in time."""
+
+    jsonrpc_code = -32000
+    http_status = 503
+    reason = "owner_unreachable"
+
+
+class Replicas:
+    """Owns this replica's lease, inbox listener and reaper (three tasks), and the
+    replies it waits for."""
+
+    def __init__(
+        self, store: Store, owner: str, lease_seconds: float, retention: float, serve: Serve
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self._retention = retention
+        self._serve = serve
+        self._tasks: list[asyncio.Task[None]] = []
+        self._serving: set[asyncio.Task[None]] = set()
+        self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self.history_lost_at: float | None = None  # the store's epoch changed (a flush)
+
+    # ------------------------------------------------------------------ lifetime
+    async def start(self) -> None:
+        lease = f"replica:{self.owner}"
+        if not await self.store.acquire_lease(lease, self.owner, self.lease_seconds, time.time()):
+            raise StoreError(f"the replica lease {lease} is held by another process")
+        for name, loop in (("renew", self._renew), ("inbox", self._listen), ("reap", self._reap)):
+            self._tasks.append(asyncio.create_task(loop(), name=f"replicas-{name}"))
+        log.info("replica_started", owner=self.owner, lease_seconds=self.lease_seconds)
+
+    async def stop(self) -> None:
+        for task in [*self._tasks, *self._serving]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._serving, return_exceptions=True)
+        self._tasks.clear()
+        for waiting in self._replies.values():
+            waiting.cancel()
+        with contextlib.suppress(StoreError):
+            await self.store.release_lease(f"replica:{self.owner}", self.owner)
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                held = await self.store.acquire_lease(
+                    f"replica:{self.owner}", self.owner, self.lease_seconds, time.time()
+                )
+                epoch = await self.store.current_epoch()
+            except StoreError as exc:
+                log.warning("replica_lease_not_renewed", error=str(exc))
+                continue
+            if not held:  # cannot happen while the name is ours alone; say so if it does
+                log.error("replica_lease_lost", owner=self.owner)
+            if epoch != self.store.epoch and self.history_lost_at is None:
+                # Flushed or replaced: resumes into what it held now get explicit errors.
+                self.history_lost_at = time.time()
+                log.error("store_history_lost", epoch_was=self.store.epoch, epoch=epoch)
+
+    # ------------------------------------------------------------------ owners
+    async def owner_alive(self, owner: str) -> bool:
+        if owner == self.owner:
+            return True
+        return await self.store.lease_owner(f"replica:{owner}", time.time()) == owner
+
+    async def owner_of(self, session_id: str) -> str:
+        """The live replica holding ``session_id``; SessionNotFound if none does."""
+        record = await self.store.get_session(session_id, time.time())
+        if record is None:
+            raise SessionNotFound("Session not found")
+        if not await self.owner_alive(record.owner):
+            raise SessionNotFound("Session not found: the replica that held it is gone")
+        return record.owner
+
+    # ------------------------------------------------------------------ forwarding
+    async def forward(self, owner: str, request: dict[str, Any]) -> dict[str, Any]:
+        """Send ``request`` to ``owner`` and wait for its reply."""
+        number = next(self._ids)
+        waiting: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._replies[number] = waiting
+        try:
+            await self.store.send(owner, {**request, "id": number, "from": self.owner})
+            async with asyncio.timeout(FORWARD_TIMEOUT_SECONDS):
+                return await waiting
+        except TimeoutError:
+            raise OwnerUnreachable(
+                "the proxy replica holding this session did not answer; try again"
+            ) from None
+        finally:
+            self._replies.pop(number, None)
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async for message in self.store.receive(self.owner):
+                    self._take(message)
+            except StoreError as exc:
+                log.warning("replica_inbox_failed", error=str(exc))
+                await asyncio.sleep(1.0)
+
+    def _take(self, message: dict[str, Any]) -> None:
+        if "reply_to" in message:
+            waiting = self._replies.get(message["reply_to"])
+            if waiting is not None and not waiting.done():
+                waiting.set_result(message)
+            return
+        task = asyncio.create_task(self._answer(message))
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        reply = await self._serve(message)
+        try:
+            await self.store.send(message["from"], {**reply, "reply_to": message["id"]})
+        except StoreError as exc:
+            log.warning("replica_reply_failed", to=message["from"], error=str(exc))
+
+    # ------------------------------------------------------------------ dead replicas
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 2)
+            try:
+                await self.reap_once()
+            except StoreError as exc:
+                log.warning("replica_reap_failed", error=str(exc))
+
+    async def reap_once(self) -> int:
+        """End the live streams of every replica whose lease lapsed; how many ended."""
+        now = time.time()
+        owners = {r.owner for r in await self.store.live_streams(None, now)}
+        ended = 0
+        for owner in sorted(owners - {self.owner}):
+            if await self.owner_alive(owner):
+                continue
+            if not await self.store.acquire_lease(f"reaper:{owner}", self.owner, 60, now):
+                continue  # another replica is at it
+            log.info("replica_lost", owner=owner)
+            ended += await end_orphans(self.store, owner, self._retention, "owner_lost")
+        return ended
