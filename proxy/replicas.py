@@ -133,6 +133,10 @@ class Replicas:
         finally:
             self._replies.pop(number, None)
 
+    async def tell(self, owner: str, request: dict[str, Any]) -> None:
+        """Send ``request`` to ``owner`` without waiting for its reply (which is dropped)."""
+        await self.store.send(owner, {**request, "id": 0, "from": self.owner})
+
     async def _listen(self) -> None:
         while True:
             try:

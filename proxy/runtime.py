@@ -24,8 +24,10 @@ import structlog
 from proxy.config import Config, ConfigError
 from proxy.core import jsonrpc
 from proxy.core.errors import Overloaded, ProxyError, SessionNotFound
+from proxy.core.eventid import parse_event_id
 from proxy.core.events import (
     Accepted,
+    ClientAck,
     ClientDelete,
     ClientDetached,
     ClientGet,
@@ -60,6 +62,10 @@ from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import UpstreamHealth
 
 log = structlog.get_logger("proxy.runtime")
+
+STORE_BACKSTOP_FACTOR = 4
+"""A store keeps at most this many times ``sessions.stream_max_events`` per stream, of
+its own accord (the sessions' own trims are mirrored first)."""
 
 SESSION_RECORD_SECONDS = 86400.0
 """How long a session's record outlives a replica that died without dropping it."""
@@ -242,6 +248,12 @@ class SessionRunner:
             for conn in self._conns.values():
                 conn.ticket = ticket
 
+    def acknowledge(self, last_event_id: str) -> None:
+        """The client resumed from ``last_event_id`` on another replica."""
+        pos = parse_event_id(last_event_id)
+        if pos.epoch == self.session.epoch:
+            self.feed(ClientAck(pos.stream, pos.seq))
+
     async def serve_remote(self, message: dict[str, Any]) -> dict[str, Any]:
         """Feed a forwarded POST or GET on a connection that leaves at once; the stream
         it opened (and where its client starts) once the store has it."""
@@ -394,7 +406,10 @@ class Registry:
         self.health = UpstreamHealth()
         self.owner = secrets.token_hex(4)  # this process, as a store sees it
         sessions = config.sessions
-        limits = StoreLimits(sessions.stream_max_events, sessions.idle_timeout_seconds)
+        # The sessions say what they drop (overflow: block keeps what is unacknowledged
+        # past the bound); the store's own bound is a backstop well beyond theirs.
+        backstop = STORE_BACKSTOP_FACTOR * sessions.stream_max_events
+        limits = StoreLimits(backstop, sessions.idle_timeout_seconds)
         self.store = make_store(config.store, limits)
         self.persister: Persister | None = None
         self.replicas: Replicas | None = None  # a shared store: the other replicas
@@ -521,6 +536,9 @@ class Registry:
             if message["kind"] == "delete":
                 await runner.end("deleted by client")
                 return {"outcome": "deleted"}
+            if message["kind"] == "ack":
+                runner.acknowledge(message["last_event_id"])
+                return {"outcome": "acked"}
             return await runner.serve_remote(message)
         except ProxyError as exc:
             return {"status": exc.http_status, "error": exc.to_jsonrpc(message.get("request_id"))}

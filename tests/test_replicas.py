@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anyio
 import redis.asyncio as aioredis
 import yaml
 from mcp.client import Client
 
+from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession, messages, read_events
 from tests.e2e.sdk_client import text_of
 from tests.fixtures.http_harness import cut_mid_call_and_resume
@@ -227,3 +230,53 @@ async def test_config_replicas_yaml_as_shipped(tmp_path: Path, redis_url: str) -
             result="liftoff after 8 steps",
             resume_url=b.url,
         )
+
+
+async def read_until_quiet(
+    resp: aiohttp.ClientResponse, quiet: float
+) -> tuple[list[Any], str | None, bool]:
+    """Whole events until the stream ends or nothing comes for ``quiet`` seconds: the
+    messages, the last event id, and whether the stream ended."""
+    dec = SSEDecoder()
+    got: list[Any] = []
+    last_id = None
+    while True:
+        try:
+            chunk = await asyncio.wait_for(resp.content.readany(), quiet)
+        except TimeoutError:
+            return got, last_id, False
+        if not chunk:
+            return got, last_id, True
+        for event in dec.feed(chunk):
+            last_id = event.id or last_id
+            if event.data:
+                got.append(json.loads(event.data))
+
+
+async def test_acknowledgements_given_to_the_other_replica_let_the_owner_go_on(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """``overflow: block`` on A holds the server back until the client acknowledges; the
+    client acknowledges only on B (each reconnect's Last-Event-ID): A must hear of it."""
+    steps = 40
+    sessions = {"stream_max_events": 8, "overflow": "block"}
+    async with lives(tmp_path, shared(redis_url), sessions=sessions) as (proxies, http):
+        a, b = await proxies.start(), await proxies.start()
+        client = RawSession(http, a.url)
+        await client.initialize()
+        call = tool_call(7, "slow", {"steps": steps, "delay": 0.005}, "t")
+        resp = await http.post(a.url, json=call, headers=client.headers())
+        received, last_id = await read_some(resp, 2)
+        resp.close()
+        for _ in range(40):
+            again = await http.get(b.url, headers=client.headers(**{"Last-Event-ID": last_id}))
+            assert again.status == 200, await again.text()
+            got, newest, ended = await read_until_quiet(again, 0.5)
+            again.close()
+            received += got
+            last_id = newest or last_id
+            if ended:
+                break
+        progress = progress_of(received)
+        assert progress == list(range(1, steps + 1)), progress
+        assert received[-1]["id"] == 7 and "result" in received[-1]

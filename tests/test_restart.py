@@ -63,6 +63,7 @@ class Lives:
     count: int = 0
     command: list[str] = field(default_factory=lambda: list(FIXTURE))
     store: dict[str, Any] = field(default_factory=dict)  # default: sqlite in tmp_path
+    sessions: dict[str, Any] = field(default_factory=dict)
 
     def config(self) -> dict[str, Any]:
         return {
@@ -70,6 +71,7 @@ class Lives:
             "upstream": {"command": self.command, "stop_grace_seconds": 1},
             "store": self.store or {"kind": "sqlite", "path": str(self.tmp_path / "store.db")},
             "streams": {"token_secret": SECRET, **self.streams},
+            "sessions": self.sessions,
             "log": {"format": "json", "level": "debug"},
         }
 
@@ -103,10 +105,15 @@ class Lives:
 
 @asynccontextmanager
 async def lives(
-    tmp_path: Path, store: dict[str, Any] | None = None, **streams: Any
+    tmp_path: Path,
+    store: dict[str, Any] | None = None,
+    *,
+    sessions: dict[str, Any] | None = None,
+    **streams: Any,
 ) -> AsyncIterator[tuple[Lives, aiohttp.ClientSession]]:
-    """Proxy processes on one store (``store``: its config; default a SQLite file)."""
-    made = Lives(tmp_path, streams, store=store or {})
+    """Proxy processes on one store (``store``: its config; default a SQLite file), with
+    ``sessions`` and ``streams`` config sections."""
+    made = Lives(tmp_path, streams, store=store or {}, sessions=sessions or {})
     running: list[Proxy] = []
     original = made.start
 

@@ -51,6 +51,16 @@ class ClientDelete:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientAck:
+    """The client has every event of stream ``stream`` up to ``seq``: it resumed from there
+    on another replica (a ``Last-Event-ID`` the holder did not see). Like a resume's
+    acknowledgement, it lets ``overflow: block`` drop what is acknowledged."""
+
+    stream: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class ProxyShutdown:
     """The proxy is stopping: answer every request in flight with an error, then end.
 
@@ -84,6 +94,7 @@ Event = (
     | ClientGet
     | ClientDetached
     | ClientDelete
+    | ClientAck
     | ProxyShutdown
     | UpstreamMessage
     | UpstreamClosed

@@ -16,6 +16,7 @@ class Journal:
     # (stream number, seq, payload, poll mark), in append order
     appends: list[tuple[int, int, bytes, int]] = field(default_factory=list)
     opened: list[int] = field(default_factory=list)  # new streams
+    trimmed: dict[int, int] = field(default_factory=dict)  # stream -> first seq it keeps
     announced: list[int] = field(default_factory=list)  # seed: notifications/stream/create
     completed: list[int] = field(default_factory=list)  # LIVE -> COMPLETED
     dropped: list[int] = field(default_factory=list)  # forgotten: no longer resumable
@@ -25,6 +26,7 @@ class Journal:
         return bool(
             self.appends
             or self.opened
+            or self.trimmed
             or self.announced
             or self.completed
             or self.dropped
@@ -34,8 +36,14 @@ class Journal:
     def take(self) -> Journal:
         """Everything noted so far; this journal starts empty again."""
         taken = Journal(
-            self.appends, self.opened, self.announced, self.completed, self.dropped, self.ended
+            self.appends,
+            self.opened,
+            self.trimmed,
+            self.announced,
+            self.completed,
+            self.dropped,
+            self.ended,
         )
-        self.appends, self.opened, self.announced = [], [], []
+        self.appends, self.opened, self.trimmed, self.announced = [], [], {}, []
         self.completed, self.dropped, self.ended = [], [], None
         return taken

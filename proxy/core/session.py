@@ -26,6 +26,7 @@ from proxy.core.errors import BadRequest, Conflict, SessionNotFound
 from proxy.core.eventid import format_event_id
 from proxy.core.events import (
     Accepted,
+    ClientAck,
     ClientDelete,
     ClientDetached,
     ClientGet,
@@ -141,6 +142,8 @@ class Session:
             self._on_upstream_closed(event.reason, out)
         elif isinstance(event, ClientDelete):
             self._end(event.reason, out)
+        elif isinstance(event, ClientAck):
+            self._on_ack(event)
         elif isinstance(event, ProxyShutdown):
             self._shut_down(out)
         elif isinstance(event, Tick):
@@ -253,6 +256,13 @@ class Session:
             raise Conflict("the session's standalone stream is already open")
         out.append(StartSse(ev.conn))
         self.delivery.attach(stream, ev.conn, self._now, out, start=stream.sent_upto)
+
+    def _on_ack(self, ev: ClientAck) -> None:
+        """An acknowledgement given elsewhere (another replica); a position the stream
+        never reached, or a stream gone, is ignored: nothing is owed for it."""
+        stream = self._streams.get(ev.stream)
+        if stream is not None and 0 <= ev.seq <= stream.log.last_seq:
+            stream.log.acknowledge(ev.seq)
 
     def _client_notification(self, msg: Message, out: list[Command]) -> None:
         if msg.method == "notifications/cancelled":

@@ -202,6 +202,7 @@ class StreamLog:
         """
         keep_after = self.keep_after
         entries = self._entries
+        first = self._first_seq
         while len(entries) > 1:
             if not self.budget.over:
                 if keep_after is not None and self._first_seq > keep_after:
@@ -212,6 +213,8 @@ class StreamLog:
             self._first_seq += 1
             self.bytes -= dropped
             self.budget.used -= dropped
+        if self._first_seq != first and self.journal is not None:
+            self.journal.trimmed[self.number] = self._first_seq
         self._forget_marks_before(self._first_seq)
 
     def acknowledge(self, seq: int) -> None:

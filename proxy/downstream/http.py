@@ -193,6 +193,8 @@ class StreamableHttp:
         last_event_id = request.headers.get(LAST_EVENT_ID)
         if self.stored.enabled and session_id and last_event_id and session_id not in self.registry:
             httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
+            if self.remote is not None:
+                await self.remote.acknowledge(session_id, last_event_id)
             return await self.stored.get(request, session_id, last_event_id)
         remote = self._remote(request)
         if remote is not None:

@@ -13,10 +13,12 @@ import json
 from aiohttp import web
 
 from proxy.core import seed
+from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.stored import StoredStreams
 from proxy.replicas import Replicas
+from proxy.store.base import StoreError
 
 
 class RemoteSessions:
@@ -35,6 +37,9 @@ class RemoteSessions:
         owner = await self.replicas.owner_of(session_id)
         lone = messages[0] if len(messages) == 1 else None
         if lone is not None and lone.method in (seed.POLL, seed.RESUME):
+            for given in (last_event_id, lone.params.get("lastEventId")):
+                if isinstance(given, str):
+                    await self.acknowledge(session_id, given)
             return await self.stored.post(request, session_id, lone, last_event_id)
         raw = [m.raw for m in messages]
         body = json.dumps(raw if batch else raw[0], separators=(",", ":"))
@@ -50,6 +55,18 @@ class RemoteSessions:
             },
         )
         return await self._answer(request, session_id, reply)
+
+    async def acknowledge(self, session_id: str, last_event_id: str) -> None:
+        """Tell the holder the client has everything up to ``last_event_id`` (under
+        ``overflow: block`` the holder may then drop it and let its server go on). Best
+        effort: a holder gone, or a store down, loses nothing but the hint."""
+        try:
+            owner = await self.replicas.owner_of(session_id)
+            if owner != self.replicas.owner:
+                ack = {"kind": "ack", "session": session_id, "last_event_id": last_event_id}
+                await self.replicas.tell(owner, ack)
+        except (ProxyError, StoreError):
+            pass
 
     async def get(self, request: web.Request, session_id: str) -> web.StreamResponse:
         owner = await self.replicas.owner_of(session_id)

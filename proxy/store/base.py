@@ -97,17 +97,20 @@ class Batch:
     Applied in this order: ``streams`` (a new key: the record as given; a key that has a
     record: only its ``session_id``, ``owner``, ``request_ids`` and ``announced`` change,
     its positions, state, expiry and log stay), ``appends`` (per key, in seq order; the
-    record's ``last_seq`` follows), ``completed`` (state COMPLETED and the new
-    ``expires_at``), ``dropped`` (record and log gone).
+    record's ``last_seq`` follows), ``trimmed`` (per key, the first seq the session still
+    keeps: the entries before it go and ``first_seq`` moves up to it, never past
+    ``last_seq + 1``; the session decides what is dropped, the store follows), ``completed``
+    (state COMPLETED and the new ``expires_at``), ``dropped`` (record and log gone).
     """
 
     streams: list[StreamRecord] = field(default_factory=list)
     appends: dict[str, list[Entry]] = field(default_factory=dict)
     completed: dict[str, float] = field(default_factory=dict)  # key -> expires_at
     dropped: list[str] = field(default_factory=list)
+    trimmed: dict[str, int] = field(default_factory=dict)  # key -> first seq kept
 
     def __bool__(self) -> bool:
-        return bool(self.streams or self.appends or self.completed or self.dropped)
+        return bool(self.streams or self.appends or self.trimmed or self.completed or self.dropped)
 
     def events(self) -> int:
         return sum(len(v) for v in self.appends.values())
@@ -115,7 +118,10 @@ class Batch:
 
 @dataclass(frozen=True, slots=True)
 class StoreLimits:
-    """Bounds every log keeps, and how long a live record lives without a write."""
+    """Bounds every log keeps, and how long a live record lives without a write.
+
+    ``max_events`` is the store's own backstop; a session's logs say what they drop
+    (:attr:`Batch.trimmed`), which the store follows first."""
 
     max_events: int = 100_000
     live_ttl: float = 600.0  # seconds; refreshed by every append

@@ -100,6 +100,10 @@ class MemoryStore(Store):
             record.first_seq = log[0].seq if log else record.last_seq + 1
             if record.state == LIVE:
                 record.expires_at = live_until
+        for key, first in batch.trimmed.items():
+            trimmed = self._record(key, now)
+            if trimmed is not None:
+                self._trim(trimmed, first)
         for key, expires_at in batch.completed.items():
             done = self._record(key, now)
             if done is not None:
@@ -110,6 +114,12 @@ class MemoryStore(Store):
         self._wakeups.wake(
             [*batch.appends, *batch.completed, *batch.dropped, *(r.key for r in batch.streams)]
         )
+
+    def _trim(self, record: StreamRecord, first: int) -> None:
+        record.first_seq = max(record.first_seq, min(first, record.last_seq + 1))
+        log = self._logs.get(record.key)
+        while log and log[0].seq < record.first_seq:
+            log.popleft()
 
     async def get_stream(self, key: str, now: float) -> StreamRecord | None:
         return self._record(key, now)

@@ -75,6 +75,8 @@ class Persister:
             if found is None:
                 found = appends[key] = []
             found.append(Entry(seq, payload, mark))
+        for number, first in j.trimmed.items():
+            batch.trimmed[f"{epoch}.{number}"] = first
         if j.completed:
             until = time.time() + self._retention
             for number in j.completed:

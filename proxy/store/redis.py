@@ -262,6 +262,7 @@ class RedisStore(Store):
             appends += (slot(key), len(entries))
             for e in entries:  # b"%d": an IntFlag mark would go as its repr
                 appends += (b"%d" % e.seq, e.payload, b"%d" % e.mark)
+        trimmed = [x for key, first in batch.trimmed.items() for x in (slot(key), first)]
         completed = [x for key, at in batch.completed.items() for x in (slot(key), _ms(at))]
         dropped = [slot(key) for key in batch.dropped]
         keys = [self._key("epoch"), self._key("live")]
@@ -271,7 +272,8 @@ class RedisStore(Store):
         header: list[Any] = [_ms(now), _ms(now + self.limits.live_ttl), self.limits.max_events]
         header += (_ms(EPOCH_TTL_S), WAKE_TTL_MS, len(slots), *slots)
         args = [*header, len(batch.streams), *puts, len(appended), *appends]
-        args += (len(batch.completed), *completed, len(dropped), *dropped)
+        args += (len(batch.trimmed), *trimmed, len(batch.completed), *completed)
+        args += (len(dropped), *dropped)
         return keys, args
 
     async def get_stream(self, key: str, now: float) -> StreamRecord | None:

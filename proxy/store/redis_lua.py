@@ -5,7 +5,8 @@ server, so a batch is applied whole or not at all."""
 # 3i record, 3i+1 log, 3i+2 wake. ARGV: now_ms, live_until_ms, max_events, epoch_ttl_ms,
 # wake_ttl_ms, n, n stream keys; then puts (count, 9 fields each: i session owner state
 # first last rids ann exp_ms|''), appends (count, then per stream: i, n, n x (seq payload
-# mark)), completed (count, i exp_ms each), dropped (count, i each).
+# mark)), trimmed (count, i first each), completed (count, i exp_ms each), dropped (count,
+# i each).
 COMMIT_LUA = """#!lua
 local now, live_until = tonumber(ARGV[1]), ARGV[2]
 local max_events, wake_ttl = tonumber(ARGV[3]), ARGV[5]
@@ -105,6 +106,16 @@ for _ = 1, tonumber(take()) do
   local i, count = tonumber(take()), tonumber(take())
   append(i, pos, count)
   pos = pos + 3 * count
+end
+for _ = 1, tonumber(take()) do
+  local i, keep = tonumber(take()), tonumber(take())
+  local r = redis.call('HMGET', rec(i), 'first', 'last')
+  if r[1] then
+    local first = math.max(tonumber(r[1]), math.min(keep, tonumber(r[2]) + 1))
+    redis.call('XTRIM', log(i), 'MINID', string.format('%d', first) .. '-0')
+    redis.call('HSET', rec(i), 'first', string.format('%d', first))
+    wake(i)
+  end
 end
 for _ = 1, tonumber(take()) do
   local i, at = tonumber(take()), take()

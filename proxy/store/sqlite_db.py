@@ -244,6 +244,16 @@ class Database:
         with self._transaction():
             self._put_streams(batch.streams, now)
             self._append(batch.appends, now)
+            trims = [(first, key) for key, first in batch.trimmed.items()]
+            self.conn.executemany(
+                "UPDATE streams SET first_seq = max(first_seq, min(?, last_seq + 1)) WHERE key = ?",
+                trims,
+            )
+            self.conn.executemany(
+                "DELETE FROM events WHERE key = ?1 AND seq < "
+                "(SELECT first_seq FROM streams WHERE key = ?1)",
+                [(key,) for _, key in trims],
+            )
             self.conn.executemany(
                 f"UPDATE streams SET state = :state, expires_at = :at WHERE key = :key"
                 f" AND {_ALIVE}",

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from proxy.core.errors import Overloaded, ResumeError
 from proxy.core.events import (
     Accepted,
+    ClientAck,
     ClientDetached,
     CloseClient,
     LogNote,
@@ -158,6 +159,23 @@ def test_block_holds_what_no_client_was_sent_and_pauses_the_server() -> None:
     ]
     assert not pb.session.upstream_paused
     assert pb.upstream(ok(uid)) == [sse(r2, "ep0ch.2.8", ok(1)), CloseClient(r2)]
+
+
+def test_an_acknowledgement_given_to_another_replica_lets_the_server_go_on() -> None:
+    """ClientAck: the client resumed from seq 7 elsewhere; positions never reached and
+    streams that are gone are ignored."""
+    pb = Playbook(settings=SessionSettings(stream_max_events=5, overflow="block"))
+    pb.initialize()
+    uid = call_away(pb)
+    for i in range(1, 8):
+        pb.upstream(progress("t", i))
+    assert pb.session.upstream_paused
+    assert pb.feed(ClientAck(2, 99)) == []  # never reached
+    assert pb.feed(ClientAck(9, 1)) == []  # no such stream
+    assert pb.session.upstream_paused
+    assert pb.feed(ClientAck(2, 7)) == [ResumeUpstream()]
+    assert not pb.session.upstream_paused
+    assert pb.upstream(ok(uid)) == []  # logged for whoever resumes; nobody is attached
 
 
 def test_truncate_drops_the_oldest_and_never_pauses() -> None:

@@ -337,3 +337,20 @@ async def test_messages_reach_the_inbox_they_are_sent_to_in_order(maker: Maker) 
     await store.send("b", {"n": 3})
     assert await asyncio.wait_for(waiting, 5) == {"n": 3}
     await inbox.aclose()
+
+
+async def test_what_the_session_trims_the_store_drops(maker: Maker) -> None:
+    """Batch.trimmed: the entries before the first kept go, never past the end."""
+    store = await maker.make()
+    now = await fill(store, last=6)
+    await store.commit(Batch(appends={KEY: entries(7, 7)}, trimmed={KEY: 4}), now)
+    record = await store.get_stream(KEY, now)
+    assert record is not None and (record.first_seq, record.last_seq) == (4, 7)
+    assert await reason(store.read(KEY, 2, now)) == "history_truncated"
+    assert [e.seq for e in await store.read(KEY, 3, now)] == [4, 5, 6, 7]
+    await store.commit(Batch(trimmed={KEY: 2}), now)  # never back
+    await store.commit(Batch(trimmed={KEY: 99, "e0e0e0.8": 5}), now)  # never past the end
+    record = await store.get_stream(KEY, now)
+    assert record is not None and (record.first_seq, record.last_seq) == (8, 7)
+    assert await store.read(KEY, 7, now) == []
+    assert await store.get_stream("e0e0e0.8", now) is None
