@@ -270,7 +270,7 @@ class SessionRunner:
         finally:
             self.conn_gone(conn)
         if self._persister is not None:
-            await self._persister.wait(self._persister.ticket)
+            await self._persister.wait(self._persister.ticket, hurry=True)
         if conn.outcome != "sse" or number is None:
             return {"outcome": "accepted"}
         return {"outcome": "sse", "stream": f"{self.session.epoch}.{number}", "after": after}

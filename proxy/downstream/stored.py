@@ -37,6 +37,7 @@ from proxy.store.base import COMPLETED, Entry, Store, StreamRecord
 log = structlog.get_logger("proxy.stored")
 
 _END = object()
+REPLAY_CHUNK = 1000  # entries read (and written) at a time
 
 
 class StoredStreams:
@@ -61,7 +62,7 @@ class StoredStreams:
         record = await self.store.get_stream(key, now)
         if record is None or record.session_id != session_id:
             raise SessionNotFound("Session not found")
-        entries = await self.store.read(key, pos.seq, now)
+        entries = await self.store.read(key, pos.seq, now, REPLAY_CHUNK)
         if record.state == COMPLETED and not entries:
             if pos.stream == STANDALONE:
                 raise SessionNotFound("Session not found: it has ended")
@@ -81,7 +82,7 @@ class StoredStreams:
         record = await self.store.get_stream(key, now)
         if record is None:
             raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
-        entries = await self.store.read(key, after, now)
+        entries = await self.store.read(key, after, now, REPLAY_CHUNK)
         return await self._serve(request, session_id, record, after, entries, None)
 
     # ------------------------------------------------------------------ stream/poll, stream/resume
@@ -106,7 +107,7 @@ class StoredStreams:
                 done = record.state == COMPLETED
                 result = seed.poll_result(record.key, done, rest)
                 return await self._answer(request, session_id, jsonrpc.ok_response(msg.id, result))
-            entries = await self.store.read(record.key, after, now)
+            entries = await self.store.read(record.key, after, now, REPLAY_CHUNK)
         except ResumeError as exc:
             return await self._answer(request, session_id, exc.to_jsonrpc(msg.id))
         log.info("stored_stream_resumed", stream=record.key, after=after, state=record.state)
@@ -164,15 +165,17 @@ class StoredStreams:
         entries: list[Entry],
         reply: dict[str, Any] | None,
     ) -> web.StreamResponse:
-        """The events after ``after``, the live tail until the stream completes, then
-        ``reply`` (a ``stream/resume``'s own answer), then the end of the response."""
+        """``entries`` (the first chunk after ``after``, read before the response began so
+        that a refusal is still an HTTP error), the rest and the live tail until the
+        stream completes, then ``reply`` (a ``stream/resume``'s own answer), then the end.
+        Each chunk is written as it is read: the first event never waits for the last."""
         response = await self._open(request, session_id)
         with contextlib.suppress(ConnectionError):
             if entries:
                 await response.write(self._frames(record, entries))
                 after = entries[-1].seq
-            if record.state != COMPLETED:
-                await self._follow(response, record, after)
+            # The rest, in chunks as read (a tail of a completed stream ends at its end).
+            await self._follow(response, record, after)
             tail = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
             await response.write_eof(tail)
         return response

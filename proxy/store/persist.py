@@ -11,7 +11,9 @@ Tickets keep the wire behind the store: everything queued for a client in a loop
 tagged with the number of the batch that turn's events go into (:attr:`Persister.ticket`),
 and a writer waits for that batch (:meth:`Persister.wait`) before it writes. A batch that
 fails is retried (commits are idempotent) with backoff until it lands: clients wait, no
-event is skipped, and ``/healthz`` shows the store's error meanwhile.
+event is skipped, and ``/healthz`` shows the store's error meanwhile. A batch of new
+stream records, trims or drops alone (a request just forwarded upstream) waits a few
+milliseconds for the events that usually follow, unless a replica waits for it.
 
 Only durable stores get a persister: with the memory store the session's own logs are
 the record, and nothing is copied.
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("proxy.store")
 
+RECORD_DELAY_SECONDS = 0.005
+"""How long a batch holding only new stream records waits for more: a quick call's answer
+then goes to the store with its stream's record, in one commit."""
+
 RETRY_FIRST_SECONDS = 0.05
 RETRY_MAX_SECONDS = 2.0
 
@@ -47,7 +53,8 @@ class Persister:
         self._batch = Batch()
         self._open = 1  # the ticket of the batch being gathered
         self.committed = 0  # every batch up to this ticket is in the store
-        self._scheduled = False
+        self._scheduled = False  # a flush at the end of this loop turn
+        self._timer: asyncio.TimerHandle | None = None  # a delayed one (records alone)
         self._inflight: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self.last_error: str | None = None
@@ -83,13 +90,32 @@ class Persister:
                 batch.completed[f"{epoch}.{number}"] = until
         for number in j.dropped:
             batch.dropped.append(f"{epoch}.{number}")
-        if not self._scheduled:
+        # Clients wait for events and endings; new records, trims and drops can wait a
+        # little for them (nobody reads what is not there yet, or gone).
+        self._schedule(urgent=bool(batch.appends or batch.completed))
+
+    def _schedule(self, *, urgent: bool) -> None:
+        """Flush at the end of this loop turn; a batch without events or endings (new
+        records, trims, drops) waits up to :data:`RECORD_DELAY_SECONDS` for the events that
+        usually follow (one commit, not two, for a quick call)."""
+        loop = asyncio.get_running_loop()
+        if self._scheduled:
+            return
+        if urgent:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop.call_soon(self._flush)
+        elif self._timer is None:
+            self._timer = loop.call_later(RECORD_DELAY_SECONDS, self._flush)
 
     # ------------------------------------------------------------------ committing
     def _flush(self) -> None:
         self._scheduled = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._inflight is not None:
             return  # its end flushes again
         if not self._batch:
@@ -126,8 +152,11 @@ class Persister:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def wait(self, ticket: int) -> None:
-        """Return once batch ``ticket`` (and every one before it) is in the store."""
+    async def wait(self, ticket: int, *, hurry: bool = False) -> None:
+        """Return once batch ``ticket`` (and every one before it) is in the store;
+        ``hurry``: without waiting for more (a replica waits to read what it names)."""
+        if hurry and ticket >= self._open:
+            self._schedule(urgent=True)
         while self.committed < ticket:
             await self._changed.wait()
 
@@ -145,6 +174,9 @@ class Persister:
         return True
 
     async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._inflight is not None:
             self._inflight.cancel()
             await asyncio.gather(self._inflight, return_exceptions=True)

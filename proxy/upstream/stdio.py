@@ -35,6 +35,8 @@ from proxy.upstream.base import UpstreamContext, messages_of
 from proxy.upstream.deathsig import die_with_parent
 from proxy.upstream.overlong import OverlongLine, outline, read_line
 
+_LINES_PER_TURN = 256
+"""Lines read from a server's stdout before the reader lets the event loop turn."""
 log = structlog.get_logger("proxy.upstream.stdio")
 
 _DRAIN_SECONDS = 1.0
@@ -157,7 +159,13 @@ class StdioUpstream:
     async def _read_stdout(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
         stdout = self._proc.stdout
+        lines = 0
         while True:
+            lines += 1
+            if lines % _LINES_PER_TURN == 0:
+                # A pipe full of lines is read without ever suspending: let the loop turn,
+                # so that other sessions, the store's group commit and the writers get on.
+                await asyncio.sleep(0)
             await self._readable.wait()
             line = await read_line(stdout)
             if line is None:
