@@ -4,6 +4,11 @@ A contender is one HTTP endpoint at ``http://127.0.0.1:PORT/mcp``: the SDK serve
 (``direct``), this proxy in front of a stdio fixture, or a peer proxy (installed by
 :func:`install_peers` into ``bench/.peers/``, git-ignored) in front of the same fixture.
 Every process started here is stopped with SIGTERM to its own process group, then SIGKILL.
+
+This proxy also runs with a persistent store (``proxy+sqlite``, ``proxy+redis`` in front of
+the raw emitter, ``proxy+sqlite-sdk``, ``proxy+redis-sdk`` in front of the SDK server):
+each start gets a fresh store (:func:`stores.prepared`) through a generated config file,
+and the token secret through the environment.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import stores
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -55,6 +62,7 @@ class Contender:
     replay: bool = True  # try the replay phase (a peer without ids gets n/a)
     health: bool = False  # /healthz with buffered_bytes (this proxy)
     peer: bool = False
+    store: str = "memory"  # this proxy's store.kind (stores.KINDS)
     notes: tuple[str, ...] = field(default=())
 
     def argv(self, port: int, extra: list[str] | None = None) -> list[str]:
@@ -112,6 +120,9 @@ def contenders(server: list[str], tool: str, *, peers: bool) -> dict[str, Conten
         direct = [PYTHON, str(SERVE_HTTP), "--fixture", str(LEGACY)]
         found["direct"] = Contender("direct", "direct", direct, tool, replay=False)
     found[f"proxy+{label}"] = Contender(f"proxy+{label}", "proxy", server, tool, health=True)
+    for store in ("sqlite", "redis"):  # beside the memory store's contender
+        name = f"proxy+{store}" if label == "raw" else f"proxy+{store}-{label}"
+        found[name] = Contender(name, "proxy", server, tool, health=True, store=store)
     if peers:
         for kind, name in [
             ("npm-mcp-proxy", "mcp-proxy(npm)"),
@@ -155,11 +166,19 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def running(argv: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
-    """Start ``argv`` listening on ``port``; stop it (and its group) on the way out."""
+def running(
+    argv: list[str], port: int, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``argv`` (with ``env`` added to the environment) listening on ``port``; stop it
+    (and its group) on the way out."""
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(
-            argv, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log
+            argv,
+            cwd=ROOT,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env={**os.environ, **env} if env else None,
         )
         try:
             wait_for_port(port, proc)
@@ -173,12 +192,28 @@ def running(argv: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
             stop(proc)
 
 
+@dataclass(frozen=True)
+class Started:
+    port: int
+    pid: int  # the process to probe
+    probe: str = ""  # its store, seen from outside (stores.footprint); "" for memory
+
+
 @contextlib.contextmanager
-def started(contender: Contender, extra: list[str] | None = None) -> Iterator[tuple[int, int]]:
-    """The contender on a free port: yields (port, pid of the process to probe)."""
+def started(contender: Contender, sections: str = "", *, alone: bool = False) -> Iterator[Started]:
+    """The contender on a free port, with ``sections`` (YAML, this proxy only) and its
+    store in a generated config file. ``alone``: see :func:`stores.prepared`."""
     port = free_port()
-    with running(contender.argv(port, extra), port) as proc:
-        yield port, proc.pid
+    with stores.prepared(contender.store, alone=alone) as store:
+        text = sections + store.sections
+        config = config_file(text) if text and contender.kind.startswith("proxy") else None
+        extra = ["--config", str(config)] if config is not None else []
+        try:
+            with running(contender.argv(port, extra), port, store.env) as proc:
+                yield Started(port, proc.pid, store.probe)
+        finally:
+            if config is not None:
+                config.unlink()
 
 
 def config_file(sections: str) -> Path:

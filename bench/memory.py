@@ -9,7 +9,10 @@ RSS is the endpoint process's own ``VmRSS`` (``/proc/PID/status``): the children
    session, each emitting notifications of ``--size`` bytes; the client reads only the call's
    first event that carries an id and hangs up, so everything is buffered for a later resume.
    Once the process's RSS (and, with ``--health``, its ``buffered_bytes``) stops growing →
-   RSS growth / payload bytes. Target (issue 4): ≤ 1.5.
+   RSS growth / payload bytes. Target (issue 4): ≤ 1.5. With ``--probe`` (a persistent
+   store, see ``stores.py``) it also waits for the store's size to settle and reports its
+   growth per event stored against the events' payload: sqlite, the file (db + wal);
+   redis, ``INFO memory`` ``used_memory``.
 2. ``idle`` (``--idle-sessions`` > 0): open that many sessions (``initialize`` +
    ``notifications/initialized``) and leave them idle → RSS growth per session. Target:
    ≤ 50 KB.
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import stores
 from client import (
     McpSession,
     PhaseFailed,
@@ -86,6 +90,8 @@ async def phase_buffered(
     await session.initialize()
     await session.call("echo", {"text": "warm-up"})
     before = await settle(rss_of(opts.pid))
+    probe = opts.probe
+    stored0 = await asyncio.to_thread(stores.footprint, probe) if probe else None
     per_call = max(1, round(opts.buffer_mb * 1e6 / opts.buffer_calls / opts.size))
     for i in range(opts.buffer_calls):
         body = session.call_body(opts.flood_tool, {"n": per_call, "size": opts.size}, 100 + i)
@@ -102,10 +108,14 @@ async def phase_buffered(
         async with http.get(health) as resp:
             return float((await resp.json())["buffered_bytes"])
 
-    async def both() -> tuple[float, float]:
-        return rss_mb(opts.pid), await buffered_bytes()
+    async def store_bytes() -> int:
+        return await asyncio.to_thread(stores.used_bytes, probe) if probe else 0
 
-    after, held = await settle(both, quiet_s=1.5)
+    async def all_three() -> tuple[float, float, int]:
+        return rss_mb(opts.pid), await buffered_bytes(), await store_bytes()
+
+    after, held, _ = await settle(all_three, quiet_s=1.5)
+    stored = await store_growth(stored0, probe)
     held = held or per_call * opts.size * opts.buffer_calls  # without /healthz: nominal
     if held < 0.9 * per_call * opts.size * opts.buffer_calls:
         raise PhaseFailed(f"only {held / 1e6:.1f} MB buffered")
@@ -117,6 +127,27 @@ async def phase_buffered(
         "rss_after_mb": after,
         "rss_per_payload": (after - before) / (held / 2**20),
         "rss_after_delete_mb": freed,
+        **stored,
+    }
+
+
+async def store_growth(before: stores.Footprint | None, probe: str) -> dict[str, float]:
+    """The store's growth per event since ``before``, and the events' own payload."""
+    if before is None:
+        return {}
+    after = await asyncio.to_thread(stores.footprint, probe)
+    events = after.events - before.events
+    if events <= 0:
+        raise PhaseFailed(f"the store holds {after.events:,} events, {before.events:,} before")
+    per_event = (after.used_bytes - before.used_bytes) / events
+    payload = (after.payload_bytes - before.payload_bytes) / events
+    return {
+        "store_events": events,
+        "store_mb": (after.used_bytes - before.used_bytes) / 2**20,
+        "store_bytes_per_event": per_event,
+        "store_payload_per_event": payload,
+        "store_overhead_per_event": per_event - payload,
+        "store_data_per_event": (after.data_bytes - before.data_bytes) / events,
     }
 
 
@@ -184,6 +215,7 @@ class Options:
     idle_sessions: int
     concurrent: int
     concurrent_calls: int
+    probe: str
 
 
 async def run(opts: Options) -> list[PhaseResult]:
@@ -215,6 +247,7 @@ def main() -> None:
     parser.add_argument("--idle-sessions", type=int, default=200, help="0: skip")
     parser.add_argument("--concurrent", type=int, default=100, help="sessions; 0: skip")
     parser.add_argument("--concurrent-calls", type=int, default=20, help="calls per session")
+    parser.add_argument("--probe", default="", help="the store: sqlite:PATH or redis://…#NS")
     opts, as_json = parse_options(parser, Options)
     print_results(asyncio.run(run(opts)), as_json)
 

@@ -201,3 +201,27 @@ def memory_notes(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
         for phase, p in phases.items()
         if p.get("error")
     ]
+
+
+def store_table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The buffered phase's store growth per event (contenders with a persistent store):
+    sqlite, the files (db + wal), and the database as read through the WAL (page_count x
+    page_size); redis, INFO used_memory, and MEMORY USAGE of the namespace's keys."""
+    lines = [
+        "| contender | events stored | store growth | per event | payload per event "
+        "| overhead per event | overhead / payload | data only per event |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for name, phases in results.items():
+        p = phases.get("buffered")
+        if p is None or p.get("error") or "store_events" not in p["metrics"]:
+            continue
+        m = p["metrics"]
+        lines.append(
+            f"| {name} | {m['store_events']:,.0f} | {m['store_mb']:,.1f} MiB "
+            f"| {m['store_bytes_per_event']:,.1f} B | {m['store_payload_per_event']:,.1f} B "
+            f"| {m['store_overhead_per_event']:+,.1f} B "
+            f"| {m['store_overhead_per_event'] / m['store_payload_per_event']:.2f} x "
+            f"| {fmt(m.get('store_data_per_event'), 1, ' B')} |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""

@@ -1,12 +1,15 @@
 """Benchmark runner: each contender on a free 127.0.0.1 port, the same phases, markdown tables.
 
-``.venv/bin/python bench/run.py [--quick] [--peers] [--reps R] [--contenders a,b] [--no-memory]``
+``.venv/bin/python bench/run.py [--quick] [--peers] [--reps R] [--contenders a,b] [--no-memory]
+[--no-resume]``
 
 For each repetition, every contender in turn: start it, wait for its port, run
 ``bench/load.py`` against it (a separate process, so its CPU share is its own), stop it
 (SIGTERM to its process group, then wait). Repetitions are interleaved (all contenders
 once, then all again) so that ratios can be taken pair by pair within a repetition.
-Then the memory and many-sessions phases (``bench/memory.py``), each on a fresh start.
+Then the memory and many-sessions phases (``bench/memory.py``), each on a fresh start,
+and, when a store contender runs, the resume phase (``bench/replicas.py``). The Redis
+server of the ``proxy+redis`` contenders is started once and stopped at the end.
 See ``bench/README.md``.
 """
 
@@ -26,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import contenders as C
+import replicas
 import report
+import stores
 from contenders import BENCH, PYTHON, RAW, ROOT, SDK, Contender
-from targets import targets_table
+from targets import store_targets_table, targets_table
 
 
 def _phases(
@@ -36,19 +41,24 @@ def _phases(
     script: str,
     args: list[str],
     timeout: float,
-    extra: list[str] | None = None,
+    sections: str = "",
+    *,
+    alone: bool = False,
 ) -> list[dict[str, Any]]:
-    """Start ``contender``, run ``bench/<script> --url --pid --json ARGS`` at it, stop it."""
-    with C.started(contender, extra) as (port, pid):
+    """Start ``contender``, run ``bench/<script> --url --pid --json ARGS`` at it, stop it.
+    memory.py also gets the store's probe (``--probe``)."""
+    with C.started(contender, sections, alone=alone) as started:
+        probe = ["--probe", started.probe] if started.probe and script == "memory.py" else []
         cmd = [
             PYTHON,
             str(BENCH / script),
             "--url",
-            f"http://{C.HOST}:{port}/mcp",
+            f"http://{C.HOST}:{started.port}/mcp",
             "--pid",
-            str(pid),
+            str(started.pid),
             "--json",
             *args,
+            *probe,
         ]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if out.returncode != 0:
@@ -64,11 +74,11 @@ def run_load(contender: Contender, load_args: list[str]) -> list[dict[str, Any]]
 
 
 def run_memory(
-    contender: Contender, phase_args: list[str], extra: list[str] | None = None
+    contender: Contender, phase_args: list[str], sections: str = "", *, alone: bool = False
 ) -> list[dict[str, Any]]:
     health = ["--health"] if contender.health else []
     args = ["--flood-tool", contender.burst_tool, *health, *phase_args]
-    return _phases(contender, "memory.py", args, timeout=1800, extra=extra)
+    return _phases(contender, "memory.py", args, 1800, sections, alone=alone)
 
 
 EMIT_SDK = "legacy_server.py"
@@ -84,44 +94,44 @@ def only(phase: str, value: str, *more: str) -> list[str]:
 
 
 def memory_suite(
-    quick: bool, peers: bool, http_sessions: int
+    quick: bool, raw: dict[str, Contender], http_sessions: int
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Each memory phase on a fresh start of each contender that can do it."""
+    """Each memory phase on a fresh start of each contender (in front of the raw emitter)
+    that can do it. A redis contender's buffered phase starts on a flushed Redis (its
+    ``used_memory`` growth is measured)."""
     idle, conc, mb = ("50", "20", "10") if quick else ("200", "100", "50")
     results: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
-    raw = C.contenders(RAW, "flood", peers=peers)
-    big = C.config_file("sessions:\n  max_sessions: 1100\n")
-    try:
-        plans: list[tuple[Contender, str, list[str], list[str]]] = []
-        for name, c in raw.items():
-            extra = ["--config", str(big)] if c.kind == "proxy" else []
-            if c.kind in ("proxy", "npm-mcp-proxy"):  # the ones with an event store
-                plans.append((c, "buffered", only("buffer-mb", mb), extra))
-            else:
-                notes.append(f"{name} buffered: n/a, no event store (nothing kept to resume)")
-            plans.append((c, "idle", only("idle-sessions", idle), extra))
-            plans.append((c, "concurrent", only("concurrent", conc), extra))
-        for c, phase, args, extra in plans:
-            print(f"memory: {c.name} {phase}", file=sys.stderr, flush=True)
-            try:
-                for p in run_memory(c, args, extra):
-                    results.setdefault(c.name, {})[p["name"]] = p
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                failed = {"name": phase, "error": f"failed: {str(exc).strip()[-300:]}"}
-                results.setdefault(c.name, {})[phase] = failed
-        if http_sessions:
-            try:
-                results.update(http_upstream_sessions(http_sessions, quick))
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                notes.append(f"sessions over an HTTP upstream: failed, {str(exc)[-300:]}")
+    big = "sessions:\n  max_sessions: 1100\n"
+    plans: list[tuple[Contender, str, list[str], str]] = []
+    for name, c in raw.items():
+        sections = big if c.kind == "proxy" else ""
+        if c.kind in ("proxy", "npm-mcp-proxy"):  # the ones with an event store
+            plans.append((c, "buffered", only("buffer-mb", mb), sections))
         else:
-            notes.append(
-                "1,000 sessions against an HTTP upstream: not run, proxy/upstream/http.py "
-                "does not exist yet (the runner uses it as soon as it does)"
-            )
-    finally:
-        big.unlink()
+            notes.append(f"{name} buffered: n/a, no event store (nothing kept to resume)")
+        plans.append((c, "idle", only("idle-sessions", idle), sections))
+        plans.append((c, "concurrent", only("concurrent", conc), sections))
+    for c, phase, args, sections in plans:
+        print(f"memory: {c.name} {phase}", file=sys.stderr, flush=True)
+        try:
+            for p in run_memory(c, args, sections, alone=phase == "buffered"):
+                results.setdefault(c.name, {})[p["name"]] = p
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            failed = {"name": phase, "error": f"failed: {str(exc).strip()[-300:]}"}
+            results.setdefault(c.name, {})[phase] = failed
+    if http_sessions:
+        try:
+            results.update(http_upstream_sessions(http_sessions, quick))
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            notes.append(f"sessions over an HTTP upstream: failed, {str(exc)[-300:]}")
+    elif C.http_upstream_available():
+        notes.append("sessions against an HTTP upstream: not run (--http-sessions 0)")
+    else:
+        notes.append(
+            "1,000 sessions against an HTTP upstream: not run, proxy/upstream/http.py "
+            "does not exist yet (the runner uses it as soon as it does)"
+        )
     return results, notes
 
 
@@ -134,18 +144,15 @@ def http_upstream_sessions(n: int, quick: bool) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     with C.running([*upstream, str(upstream_port)], upstream_port):
         url = f"http://{C.HOST}:{upstream_port}/mcp"
-        cfg = C.config_file(f"upstream:\n  url: {url}\nsessions:\n  max_sessions: {n + 100}\n")
-        try:
-            proxy = Contender("proxy+http-upstream", "proxy-http", [], "burst", health=True)
-            for phase, args in [
-                ("idle", only("idle-sessions", sessions)),
-                ("concurrent", only("concurrent", sessions, "--concurrent-calls", "5")),
-            ]:
-                print(f"memory: {proxy.name} {phase}", file=sys.stderr, flush=True)
-                for p in run_memory(proxy, args, ["--config", str(cfg)]):
-                    results.setdefault(proxy.name, {})[p["name"]] = p
-        finally:
-            cfg.unlink()
+        sections = f"upstream:\n  url: {url}\nsessions:\n  max_sessions: {n + 100}\n"
+        proxy = Contender("proxy+http-upstream", "proxy-http", [], "burst", health=True)
+        for phase, args in [
+            ("idle", only("idle-sessions", sessions)),
+            ("concurrent", only("concurrent", sessions, "--concurrent-calls", "5")),
+        ]:
+            print(f"memory: {proxy.name} {phase}", file=sys.stderr, flush=True)
+            for p in run_memory(proxy, args, sections):
+                results.setdefault(proxy.name, {})[p["name"]] = p
     return results
 
 
@@ -230,6 +237,10 @@ def main() -> None:
     parser.add_argument("--long-calls", type=int, help="long-session calls (3000, --quick 1000)")
     parser.add_argument("--notifications", type=int, help="burst size (10000, --quick 2000)")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory phases")
+    parser.add_argument("--no-resume", action="store_true", help="skip the resume phase")
+    parser.add_argument(
+        "--resumes", type=int, help="timed resumes per start, resume phase (5, --quick 2)"
+    )
     parser.add_argument(
         "--http-sessions", type=int, default=1000, help="sessions over an HTTP upstream"
     )
@@ -239,6 +250,14 @@ def main() -> None:
     if args.from_json:
         print(render(json.loads(args.from_json.read_text())))
         return
+    with stores.backends():  # the Redis server, if a contender needs it, stops at the end
+        data = run_all(args)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(data, indent=1))
+    print(render(data))
+
+
+def run_all(args: argparse.Namespace) -> dict[str, Any]:
     q = args.quick
     notes: list[str] = []
     if args.peers:
@@ -283,21 +302,33 @@ def main() -> None:
             }
         )
     http_sessions = args.http_sessions if C.http_upstream_available() else 0
-    memory, mem_notes = ({}, []) if args.no_memory else memory_suite(q, args.peers, http_sessions)
-    data = {
+    memory: dict[str, dict[str, Any]] = {}
+    mem_notes: list[str] = []
+    if not args.no_memory:
+        raw_set = C.contenders(RAW, "flood", peers=args.peers)
+        chosen = {k: c for k, c in raw_set.items() if k in load_set}
+        # Without any raw contender chosen, the memory phases run on all of them (as before
+        # the stores) but the store contenders, which only run when asked for.
+        if not chosen:
+            chosen = {k: c for k, c in raw_set.items() if c.store == "memory"}
+        memory, mem_notes = memory_suite(q, chosen, http_sessions)
+    resume: dict[str, list[dict[str, Any]]] = {}
+    resume_n = n if q else 10_000  # the issue's burst: 10,000 notifications
+    if not args.no_resume and any(c.store != "memory" for c in load_set.values()):
+        resume = replicas.resume_suite(reps, resume_n, args.resumes or (2 if q else 5))
+    return {
         "load": raw,
         "emission": emission,
         "memory": memory,
+        "resume": resume,
         "notes": notes + mem_notes,
         "notifications": n,
+        "resume_notifications": resume_n,
         "sessions": args.sessions,
         "http_sessions": http_sessions,
         "peers": [name for name, c in load_set.items() if c.peer],
         "machine": machine_line([Path(PYTHON).name, *sys.argv]),
     }
-    if args.json_out:
-        args.json_out.write_text(json.dumps(data, indent=1))
-    print(render(data))
 
 
 def render(data: dict[str, Any]) -> str:
@@ -327,10 +358,20 @@ def render(data: dict[str, Any]) -> str:
             out.append(report.ratio_table(ours, theirs, per_rep))
     if memory:
         out.append(report.memory_table(memory))
+    stored = report.store_table(memory)
+    if stored:
+        out.append(stored)
+    resume: dict[str, list[dict[str, Any]]] = data.get("resume", {})
+    resume_n = data.get("resume_notifications", data["notifications"])
+    if resume:
+        out.append(replicas.resume_table(resume, resume_n))
     out.append(targets_table(per_rep, medians, memory, peers, data["http_sessions"]))
+    if any(name.startswith(("proxy+sqlite", "proxy+redis")) for name in raw) or resume:
+        out.append(store_targets_table(per_rep, resume, resume_n))
     notes = list(data["notes"])
     notes += [e for name, runs in raw.items() for e in report.errors_of(name, runs)]
     notes += report.memory_notes(memory)
+    notes += replicas.resume_notes(resume)
     if notes:
         out.append("\n".join(f"- {note}" for note in notes))
     out.append(data["machine"])

@@ -1,4 +1,5 @@
-"""The targets of issue 4, judged from one run's figures (pairs within a repetition)."""
+"""The targets of issues 4 and 10, judged from one run's figures (pairs within a
+repetition)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from replicas import REPLICA_SCENARIO, summary
 from report import Row
 
 
@@ -160,9 +162,7 @@ def targets_table(
     rows.append(
         (
             f"{http_sessions or 1000:,} concurrent sessions against an HTTP upstream",
-            ("not run" if http_sessions else "not run: no proxy/upstream/http.py yet")
-            if http is None
-            else (http.get("error") or _sessions(http)),
+            "not run (see the notes)" if http is None else (http.get("error") or _sessions(http)),
             None if http is None else not http.get("error"),
         )
     )
@@ -174,3 +174,62 @@ def targets_table(
 def _sessions(p: dict[str, Any]) -> str:
     m = p["metrics"]
     return f"{m['sessions']:,.0f} sessions, all {m['calls']:,.0f} calls answered"
+
+
+# (store, least share of the memory store's burst rate, most p50 added in ms), issue 10
+STORE_TARGETS = [("sqlite", 0.60, 0.3), ("redis", 0.40, 0.6)]
+RESUME_FIRST_MS = 20.0
+RESUME_NTH_MS = 250.0
+
+
+def store_targets_table(
+    per_rep: list[dict[str, Row]], resume: dict[str, list[dict[str, Any]]], resume_n: int
+) -> str:
+    """Issue 10: what a persistent store costs against the memory store (paired within a
+    repetition, in front of the raw emitter; in front of the SDK server for information),
+    and the resume on another replica (the median of every timed resume)."""
+    rows: list[Target] = []
+    for store, share, added in STORE_TARGETS:
+        for ours, memory, judged in (
+            (f"proxy+{store}", "proxy+raw", True),
+            (f"proxy+{store}-sdk", "proxy+sdk", False),
+        ):
+            if not any(ours in r for r in per_rep):
+                continue
+            note = "" if judged else "(for information) "
+            rows.append(
+                _judged(
+                    f"{note}{store}: burst ≥ {share:.0%} of the memory store's ({ours})",
+                    _paired(per_rep, ours, memory, "notif_per_s", "/"),
+                    "{:.0%} of " + memory + " (paired)",
+                    (lambda v, s=share: v >= s) if judged else None,
+                )
+            )
+            rows.append(
+                _judged(
+                    f"{note}{store}: p50 + ≤ {added} ms over the memory store ({ours})",
+                    _paired(per_rep, ours, memory, "p50_ms", "-"),
+                    "{:+.3f} ms (paired)",
+                    (lambda v, a=added: v <= a) if judged else None,
+                )
+            )
+    s = summary(resume.get(REPLICA_SCENARIO, []))
+    if REPLICA_SCENARIO in resume:
+        med = s["median"] if s else {}
+        mx = s["max"] if s else {}
+        for key, what, limit in (
+            ("first_ms", "the first replayed event", RESUME_FIRST_MS),
+            ("nth_ms", f"the {resume_n:,}th", RESUME_NTH_MS),
+        ):
+            value = med.get(key)
+            rows.append(
+                _judged(
+                    f"resume on another replica (redis): GET → {what} ≤ {limit:g} ms",
+                    value,
+                    "{:.1f} ms (median; max " + f"{mx.get(key, 0):.1f})",
+                    lambda v, lim=limit: v <= lim,
+                )
+            )
+    lines = ["| target (issue 10) | this run | verdict |", "|---|---|---|"]
+    lines += [f"| {what} | {value} | {_verdict(ok)} |" for what, value, ok in rows]
+    return "\n".join(lines)
