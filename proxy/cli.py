@@ -19,7 +19,7 @@ from proxy.config import Config, ConfigError, config_from_mapping, load_config, 
 from proxy.downstream.app import build_app
 from proxy.downstream.guard import ConnectionGuard
 from proxy.logs import configure_logging
-from proxy.runtime import Registry, token_secret
+from proxy.registry import Registry, token_secret
 from proxy.store.base import StoreError
 
 log = structlog.get_logger("proxy.cli")

@@ -18,12 +18,13 @@ import aiohttp
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from proxy import runtime
+from proxy import registry as registry_module
 from proxy.config import Config, config_from_mapping
 from proxy.core import jsonrpc
 from proxy.core.events import ClientPost
 from proxy.core.sse import SSEDecoder, SSEEvent
-from proxy.runtime import ClientConn, CloseMarker, Frame, Registry, SessionRunner
+from proxy.registry import Registry
+from proxy.runtime import ClientConn, CloseMarker, Frame, SessionRunner
 from tests.downstream.sse_client import RawSession
 from tests.downstream.test_websocket import initialize, socket
 from tests.support import FIXTURE, alive, initialize_request, log_events, run_proxy, tool_call
@@ -169,7 +170,7 @@ async def test_shutdown_waits_until_the_answers_are_written_out() -> None:
 async def test_shutdown_does_not_wait_forever_for_a_stalled_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runtime, "SHUTDOWN_DRAIN_SECONDS", 0.2)
+    monkeypatch.setattr(registry_module, "SHUTDOWN_DRAIN_SECONDS", 0.2)
     registry = Registry(_config())
     try:
         runner, conn = await _running_call(registry)  # nobody ever writes ``conn`` out

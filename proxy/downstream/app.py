@@ -17,7 +17,7 @@ from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.http import StreamableHttp
 from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
 from proxy.downstream.wire import error_response
-from proxy.runtime import Registry
+from proxy.registry import Registry
 
 log = structlog.get_logger("proxy.http")
 

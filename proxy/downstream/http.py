@@ -33,7 +33,8 @@ from proxy.downstream.guard import BodyBudget, read_body
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
 from proxy.downstream.wire import error_response
-from proxy.runtime import ClientConn, CloseMarker, Registry, SessionRunner
+from proxy.registry import Registry
+from proxy.runtime import ClientConn, CloseMarker, SessionRunner
 
 log = structlog.get_logger("proxy.http")
 

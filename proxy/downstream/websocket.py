@@ -52,7 +52,8 @@ from proxy.core.errors import BadRequest, MethodNotAllowed, ProxyError, SessionN
 from proxy.core.protocol import SESSION_HEADER, VERSION_HEADER
 from proxy.downstream.wire import error_response
 from proxy.downstream.ws_socket import CLOSE_SESSION_NOT_FOUND, SESSION_META, ClientSocket
-from proxy.runtime import Registry, SessionRunner
+from proxy.registry import Registry
+from proxy.runtime import SessionRunner
 
 __all__ = [
     "CLOSE_SESSION_NOT_FOUND",

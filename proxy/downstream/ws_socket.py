@@ -28,7 +28,8 @@ from proxy.core.errors import (
 from proxy.core.eventid import format_event_id, parse_event_id
 from proxy.core.events import ClientGet, ClientPost
 from proxy.core.jsonrpc import Kind, Message
-from proxy.runtime import ClientConn, CloseMarker, Frame, Registry, SessionRunner
+from proxy.registry import Registry
+from proxy.runtime import ClientConn, CloseMarker, Frame, SessionRunner
 
 log = structlog.get_logger("proxy.ws")
 

@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient
 
 from proxy.config import Config
 from proxy.downstream.app import build_app
-from proxy.runtime import Registry
+from proxy.registry import Registry
 from tests.downstream.sse_client import RawSession, messages
 from tests.support import RunningProxy, eventually, run_proxy
 

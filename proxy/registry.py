@@ -1,0 +1,253 @@
+"""Every session of this process: the :class:`Registry` creates them, finds them by id,
+serves what other replicas forward to them, and ends them all on shutdown. It also opens
+the store (and, on a shared one, this replica's place among the others).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import structlog
+
+from proxy.config import Config, ConfigError
+from proxy.core.errors import Overloaded, ProxyError, SessionNotFound
+from proxy.core.events import ConnId
+from proxy.core.stream import ByteBudget
+from proxy.replicas import Replicas
+from proxy.runtime import SessionRunner
+from proxy.store.base import SessionRecord, StoreError, StoreLimits
+from proxy.store.open import end_orphans, make_store
+from proxy.store.persist import Persister
+from proxy.upstream.base import UpstreamHealth
+
+log = structlog.get_logger("proxy.registry")
+
+STORE_BACKSTOP_FACTOR = 4
+"""A store keeps at most this many times ``sessions.stream_max_events`` per stream, of
+its own accord (the sessions' own trims are mirrored first)."""
+
+SESSION_RECORD_SECONDS = 86400.0
+"""How long a session's record outlives a replica that died without dropping it."""
+
+SHUTDOWN_DRAIN_SECONDS = 2.0
+"""How long shutdown waits for the connections to write out what they hold (each request's
+last answer) before the HTTP server's cleanup tears them down; a client that has not read
+it by then loses it with its connection."""
+
+
+def new_session_id() -> str:
+    """An unguessable session id: 192 random bits, visible ASCII (2025-03-26 §Session)."""
+    return secrets.token_urlsafe(24)
+
+
+def new_epoch() -> str:
+    return secrets.token_hex(6)
+
+
+TOKEN_SECRET_ENV = "MCP_RESUME_PROXY_TOKEN_SECRET"
+
+
+def token_secret(config: Config) -> bytes:
+    """The resume-token HMAC key: config, else environment, else random for this run.
+
+    A random key is right for the in-memory store: tokens need not outlive the streams
+    they name, and those die with the process. A persistent store's streams outlive it,
+    so their tokens must too: without a configured key, ``ConfigError``.
+    """
+    configured = config.streams.token_secret or os.environ.get(TOKEN_SECRET_ENV)
+    if configured:
+        return configured.encode()
+    if config.store.kind != "memory":
+        raise ConfigError(
+            f"store.kind: {config.store.kind} keeps streams across restarts and replicas, so "
+            f"resume tokens must be signed with a key that outlives this process: set "
+            f"streams.token_secret (16+ characters) or {TOKEN_SECRET_ENV}"
+        )
+    return secrets.token_bytes(32)
+
+
+class Registry:
+    """Every live session of this process, by id."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.settings = config.session_settings(token_secret(config))
+        self.budget = ByteBudget(config.sessions.max_buffered_bytes)
+        self.health = UpstreamHealth()
+        self.owner = secrets.token_hex(4)  # this process, as a store sees it
+        sessions = config.sessions
+        # The sessions say what they drop (overflow: block keeps what is unacknowledged
+        # past the bound); the store's own bound is a backstop well beyond theirs.
+        backstop = STORE_BACKSTOP_FACTOR * sessions.stream_max_events
+        limits = StoreLimits(backstop, sessions.idle_timeout_seconds)
+        self.store = make_store(config.store, limits)
+        self.persister: Persister | None = None
+        self.replicas: Replicas | None = None  # a shared store: the other replicas
+        self._runners: dict[str, SessionRunner] = {}
+        self._starting: set[SessionRunner] = set()  # reserved slots whose upstream starts
+        self._none_starting = asyncio.Event()  # set while _starting is empty
+        self._none_starting.set()
+        self._conn_counter = 0
+        self._reaper: set[asyncio.Task[Any]] = set()
+        self.accepting = True
+
+    def __len__(self) -> int:
+        return len(self._runners)
+
+    def store_health(self) -> dict[str, Any]:
+        """The store for ``/healthz``: its kind, epoch, the error that holds commits back
+        right now (clients wait meanwhile; nothing is skipped), and when a shared store
+        was found to have lost its history (its epoch changed: a flush)."""
+        persister = self.persister
+        replicas = self.replicas
+        return {
+            "kind": self.store.kind,
+            "epoch": self.store.epoch,
+            "last_error": persister.last_error if persister is not None else None,
+            "history_lost_at": replicas.history_lost_at if replicas is not None else None,
+        }
+
+    async def open(self) -> None:
+        """Open the store; a durable one first ends what a dead proxy left live in it."""
+        await self.store.open()
+        retention = self.config.sessions.completed_retention_seconds
+        if self.store.durable:
+            self.persister = Persister(self.store, self.owner, retention)
+            if not self.store.shared:  # one proxy per file: every live stream is orphaned
+                await end_orphans(self.store, None, retention, "proxy_restarted")
+        if self.store.shared:
+            lease = self.config.store.lease_seconds
+            self.replicas = Replicas(self.store, self.owner, lease, retention, self.serve_forwarded)
+            await self.replicas.start()
+        log.info("store_opened", store=self.store.kind, epoch=self.store.epoch, owner=self.owner)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._runners
+
+    def _next_conn_id(self) -> ConnId:
+        self._conn_counter += 1
+        return ConnId(self._conn_counter)
+
+    def get(self, session_id: str) -> SessionRunner:
+        runner = self._runners.get(session_id)
+        if runner is None or runner.session.forgotten:
+            raise SessionNotFound("Session not found")
+        return runner
+
+    async def create(self) -> SessionRunner:
+        """Start a new session and its upstream; ``Overloaded`` past ``max_sessions``.
+
+        The slot is taken before the first ``await``: sessions still starting count, so
+        concurrent ``initialize`` requests cannot overshoot the limit together.
+        """
+        limit = self.config.sessions.max_sessions
+        if len(self._runners) + len(self._starting) >= limit:
+            raise Overloaded(
+                f"Too many sessions (sessions.max_sessions={limit}); try again later",
+                reason="too_many_sessions",
+            )
+        runner = SessionRunner(
+            self.config,
+            self.settings,
+            self.budget,
+            new_session_id(),
+            new_epoch(),
+            self._forget,
+            self._next_conn_id,
+            self.health,
+            self.persister,
+        )
+        self._starting.add(runner)
+        self._none_starting.clear()
+        try:
+            await runner.start()
+        finally:
+            self._starting.discard(runner)
+            if not self._starting:
+                self._none_starting.set()
+        if not self.accepting:  # shutdown began while it started: it must not outlive it
+            await runner.end("proxy shutting down")
+            raise SessionNotFound("the proxy is shutting down")
+        self._runners[runner.session_id] = runner
+        if self.replicas is not None:  # other replicas find it (and forward to it) by this
+            record = SessionRecord(runner.session_id, runner.session.epoch, self.owner)
+            record.expires_at = time.time() + SESSION_RECORD_SECONDS
+            await self.store.put_session(record)
+        runner.log.info(
+            "session_created", upstream=runner.upstream.describe(), upstream_pid=runner.upstream.pid
+        )
+        return runner
+
+    def _forget(self, runner: SessionRunner) -> None:
+        self._runners.pop(runner.session_id, None)
+        # Make sure the process is reaped even if nobody awaits the runner.
+        self._own(runner.wait_stopped())
+        if self.replicas is not None:
+            self._own(self._drop_record(runner.session_id))
+
+    def _own(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._reaper.add(task)
+        task.add_done_callback(self._reaper.discard)
+
+    async def _drop_record(self, session_id: str) -> None:
+        try:
+            await self.store.drop_session(session_id)
+        except StoreError as exc:  # it expires by itself (SESSION_RECORD_SECONDS)
+            log.warning("session_record_not_dropped", error=str(exc))
+
+    # ------------------------------------------------------------------ forwarded requests
+    async def serve_forwarded(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A request another replica received for one of this replica's sessions: feed it
+        to the session, detach (the asker serves the stream from the shared log), and say
+        what it became once the stream is in the store."""
+        try:
+            runner = self.get(message["session"])
+            if message["kind"] == "delete":
+                await runner.end("deleted by client")
+                return {"outcome": "deleted"}
+            if message["kind"] == "ack":
+                runner.acknowledge(message["last_event_id"])
+                return {"outcome": "acked"}
+            return await runner.serve_remote(message)
+        except ProxyError as exc:
+            return {"status": exc.http_status, "error": exc.to_jsonrpc(message.get("request_id"))}
+
+    async def shutdown(self) -> None:
+        """End every session and wait for every child process to be gone.
+
+        Each request in flight gets an error answer (``data.reason: proxy_shutdown``), and
+        this waits (up to :data:`SHUTDOWN_DRAIN_SECONDS`) for the connections to write
+        those answers out: the HTTP server's cleanup, which comes next, tears them down.
+        """
+        self.accepting = False
+        await self._none_starting.wait()  # each ends itself once started (see above)
+        runners = list(self._runners.values())
+        for runner in runners:
+            runner.shut_down()  # every upstream begins to stop now, in parallel
+        drained = asyncio.gather(*(r.written_out() for r in runners))
+        try:
+            async with asyncio.timeout(SHUTDOWN_DRAIN_SECONDS):
+                await drained
+        except TimeoutError:
+            left = sum(r.open_connections for r in runners)
+            log.info("shutdown_connections_not_drained", connections=left)
+        await asyncio.gather(*(r.wait_stopped() for r in runners))
+        if self.replicas is not None:
+            await self.replicas.stop()
+        if self._reaper:
+            await asyncio.gather(*self._reaper, return_exceptions=True)
+        await self.close_store()
+
+    async def close_store(self) -> None:
+        """Commit what is gathered (each session's last answers), then close the store."""
+        if self.persister is not None:
+            if not await self.persister.drain(SHUTDOWN_DRAIN_SECONDS):
+                log.warning("store_not_drained", error=self.persister.last_error)
+            await self.persister.close()
+        await self.store.close()
