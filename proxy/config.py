@@ -222,6 +222,49 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
+class PoolConfig:
+    """The upstream sessions that serve modern (2026-07-28) clients (docs/modern.md)."""
+
+    # shared: requests are multiplexed onto up to `size` initialized upstream sessions
+    # (ids rewritten; a call prefers a session with nothing else in flight).
+    # per_request: every modern request gets a fresh upstream session, stopped after it.
+    isolation: Annotated[str, OneOf(("shared", "per_request"))] = "shared"
+    size: Annotated[int, Bound(1, 1024)] = 4
+    # A pooled session with nothing in flight for this long is stopped (the pool keeps
+    # at least one warm).
+    idle_seconds: Annotated[float, Positive] = 300.0
+
+
+@dataclass(frozen=True)
+class ModernConfig:
+    """MCP 2026-07-28 clients on the same endpoint, served statelessly."""
+
+    enabled: bool = True
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    # How long a call that answered with input_required (MRTR) waits for the client's
+    # retry before it is cancelled upstream.
+    input_ttl_seconds: Annotated[float, Positive] = 300.0
+    # ttlMs on cacheable results (lists, resources/read, server/discover); cacheScope
+    # is always "private" (the proxy cannot know what the upstream's data depends on).
+    cache_ttl_ms: Annotated[int, NonNegative] = 0
+
+
+@dataclass(frozen=True)
+class TasksConfig:
+    """Durable work for clients that declare the Tasks extension (docs/modern.md)."""
+
+    enabled: bool = True
+    # always: every tools/call of a declaring client becomes a task; never: none does;
+    # after_ms: a call that has not answered within after_ms becomes one.
+    mode: Annotated[str, OneOf(("always", "never", "after_ms"))] = "after_ms"
+    after_ms: Annotated[int, NonNegative] = 1000
+    # A task's record lives this long after its creation (ttlMs); then tasks/get says
+    # it is unknown, and a call still running is cancelled.
+    ttl_seconds: Annotated[float, Positive] = 3600.0
+    poll_interval_ms: Annotated[int, Positive] = 1000
+
+
+@dataclass(frozen=True)
 class LogConfig:
     format: Annotated[str, OneOf(("console", "json"))] = "console"
     level: Annotated[str, OneOf(("debug", "info", "warning", "error"))] = "info"
@@ -235,6 +278,8 @@ class Config:
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     streams: StreamsConfig = field(default_factory=StreamsConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    modern: ModernConfig = field(default_factory=ModernConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
     def session_settings(self, token_secret: bytes = b"") -> SessionSettings:

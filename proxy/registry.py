@@ -9,8 +9,8 @@ import asyncio
 import os
 import secrets
 import time
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 import structlog
 
@@ -71,6 +71,12 @@ def token_secret(config: Config) -> bytes:
     return secrets.token_bytes(32)
 
 
+class TaskService(Protocol):
+    """What serves the task requests other replicas forward here (proxy/modern/tasks.py)."""
+
+    async def serve_forwarded(self, message: dict[str, Any]) -> dict[str, Any]: ...
+
+
 class Registry:
     """Every live session of this process, by id."""
 
@@ -95,6 +101,12 @@ class Registry:
         self._conn_counter = 0
         self._reaper: set[asyncio.Task[Any]] = set()
         self.accepting = True
+        self.task_service: TaskService | None = None  # the modern façade's tasks, if on
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    def on_shutdown(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Run ``close`` at shutdown, after the sessions end and before the store closes."""
+        self._closers.append(close)
 
     def __len__(self) -> int:
         return len(self._runners)
@@ -207,6 +219,10 @@ class Registry:
         to the session, detach (the asker serves the stream from the shared log), and say
         what it became once the stream is in the store."""
         try:
+            if str(message.get("kind", "")).startswith("task_"):
+                if self.task_service is None:
+                    return {"outcome": "unknown_task"}
+                return await self.task_service.serve_forwarded(message)
             runner = self.get(message["session"])
             if message["kind"] == "delete":
                 await runner.end("deleted by client")
@@ -238,6 +254,8 @@ class Registry:
             left = sum(r.open_connections for r in runners)
             log.info("shutdown_connections_not_drained", connections=left)
         await asyncio.gather(*(r.wait_stopped() for r in runners))
+        for close in self._closers:
+            await close()
         if self.replicas is not None:
             await self.replicas.stop()
         if self._reaper:

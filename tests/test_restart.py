@@ -64,9 +64,10 @@ class Lives:
     command: list[str] = field(default_factory=lambda: list(FIXTURE))
     store: dict[str, Any] = field(default_factory=dict)  # default: sqlite in tmp_path
     sessions: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # more sections (modern, tasks)
 
     def config(self) -> dict[str, Any]:
-        return {
+        return self.extra | {
             "listen": {"host": "127.0.0.1", "port": 0},
             "upstream": {"command": self.command, "stop_grace_seconds": 1},
             "store": self.store or {"kind": "sqlite", "path": str(self.tmp_path / "store.db")},

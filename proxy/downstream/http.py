@@ -16,6 +16,12 @@ from aiohttp import web
 
 from proxy.config import Config
 from proxy.core import httprules, jsonrpc
+from proxy.core.era import (
+    LEGACY_VERSIONS,
+    UNSUPPORTED_VERSION,
+    ModernError,
+    is_modern,
+)
 from proxy.core.errors import (
     BadRequest,
     MethodNotAllowed,
@@ -33,6 +39,7 @@ from proxy.downstream.guard import BodyBudget, read_body
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
 from proxy.downstream.wire import error_response
+from proxy.modern.endpoint import ModernFacade
 from proxy.registry import Registry
 from proxy.runtime import ClientConn, CloseMarker, SessionRunner
 
@@ -42,7 +49,8 @@ _METHODS = "GET, POST, DELETE"
 _PREFLIGHT = {
     "Access-Control-Allow-Methods": _METHODS,
     "Access-Control-Allow-Headers": (
-        "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID"
+        "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, "
+        "Last-Event-ID, Mcp-Method, Mcp-Name"
     ),
     "Access-Control-Max-Age": "600",
 }
@@ -66,6 +74,10 @@ class StreamableHttp:
             if registry.replicas is not None
             else None
         )
+        self.modern: ModernFacade | None = None
+        if config.modern.enabled:
+            self.modern = ModernFacade(config, registry)
+            registry.on_shutdown(self.modern.close)
 
     # ------------------------------------------------------------------ entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -75,6 +87,9 @@ class StreamableHttp:
             httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
             if request.method == "POST":
                 return await self._post(request)
+            if request.method in ("GET", "DELETE") and self._modern_client(request):
+                # 2026-07-28 has no GET stream and no session to delete.
+                raise MethodNotAllowed(f"Method Not Allowed: {request.method} (2026-07-28)")
             if request.method == "GET":
                 return await self._get(request)
             if request.method == "DELETE":
@@ -106,6 +121,16 @@ class StreamableHttp:
             await response.write_eof()
         request.protocol.force_close()
         return response
+
+    @staticmethod
+    def _modern_client(request: web.Request) -> bool:
+        """A request without a session whose protocol version is not a legacy one."""
+        version = request.headers.get(VERSION_HEADER)
+        return (
+            version is not None
+            and not request.headers.get(SESSION_HEADER)
+            and version.strip() not in LEGACY_VERSIONS
+        )
 
     @staticmethod
     def _session_id(request: web.Request) -> str:
@@ -145,6 +170,19 @@ class StreamableHttp:
     async def _post_messages(
         self, request: web.Request, messages: list[Message], batch: bool
     ) -> web.StreamResponse:
+        version = request.headers.get(VERSION_HEADER)
+        session = request.headers.get(SESSION_HEADER)
+        if any(is_modern(m.raw, version, session) for m in messages):
+            if batch:
+                raise BadRequest("Bad Request: a 2026-07-28 POST carries one message, not a batch")
+            if self.modern is None:  # a dual-era client falls back to initialize on this
+                requested = version or "2026-07-28"
+                raise ModernError(
+                    UNSUPPORTED_VERSION,
+                    f"Unsupported protocol version: {requested} (modern.enabled is false)",
+                    data={"supported": list(LEGACY_VERSIONS), "requested": requested},
+                )
+            return await self.modern.post(request, messages[0])
         is_init = any(m.kind is Kind.REQUEST and m.method == "initialize" for m in messages)
         if is_init:
             if batch:

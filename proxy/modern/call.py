@@ -1,0 +1,205 @@
+"""One request of a modern client, running on a pooled upstream session.
+
+A :class:`Call` outlives the HTTP request that started it in two ways: when the server
+asks the client something (it waits, ``input_required``, for the client's retry with
+``inputResponses``: MRTR), and when it became a task (it runs until it completes, fails,
+is cancelled or its task expires). Whoever watches it (a client's response, the task
+keeper) waits on :meth:`changed`; what the server said for the client meanwhile
+(progress, log messages) is in :attr:`notes`.
+
+Status: ``working`` → (``input_required`` ⇄ ``working``)* → ``completed`` | ``failed``
+| ``cancelled``, as the Tasks extension names them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from proxy.core import jsonrpc
+from proxy.core.era import ModernRequest, log_wanted, missing_capability
+from proxy.core.jsonrpc import Message
+from proxy.core.protocol import SERVER_ERROR
+
+if TYPE_CHECKING:
+    from proxy.modern.pool import PooledSession
+
+# Server→client requests a call may carry, and the client capability each needs.
+INPUT_METHODS = {
+    "elicitation/create": ("elicitation", "elicitation"),
+    "sampling/createMessage": ("sampling", "sampling"),
+    "roots/list": ("roots", "roots"),
+}
+_MAX_NOTES = 10_000  # notifications held for a client that is not reading (then dropped)
+
+
+class Call:
+    """One upstream request and what became of it."""
+
+    def __init__(
+        self, method: str, params: dict[str, Any], client: ModernRequest, principal: str | None
+    ) -> None:
+        self.id = secrets.token_urlsafe(12)
+        self.method = method
+        self.params = params
+        self.client = client  # the latest request's metadata (the retry's, after MRTR)
+        self.principal = principal
+        self.session: PooledSession | None = None
+        self.upstream_id: int | None = None
+        self.status = "working"
+        self.outcome: dict[str, Any] | None = None  # the upstream's response, raw
+        self.pending: dict[str, tuple[Any, dict[str, Any]]] = {}  # key -> (server id, request)
+        self._keys = itertools.count(1)
+        self.notes: deque[dict[str, Any]] = deque()
+        self.task_id: str | None = None
+        self.parked_until: float | None = None  # input_required, waiting for a retry
+        self.status_message: str | None = None
+        self._changed = asyncio.Event()
+        self.on_change: list[Callable[[Call], None]] = []
+
+    # ------------------------------------------------------------------ watching
+    @property
+    def done(self) -> bool:
+        return self.status in ("completed", "failed", "cancelled")
+
+    async def changed(self, timeout: float | None) -> None:
+        """Wait until something changed since the last call (or ``timeout``)."""
+        if not self._changed.is_set():
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait()
+            except TimeoutError:
+                return
+        self._changed.clear()
+
+    def _signal(self) -> None:
+        self._changed.set()
+        for callback in list(self.on_change):
+            callback(self)
+
+    def take_notes(self) -> list[dict[str, Any]]:
+        notes = list(self.notes)
+        self.notes.clear()
+        return notes
+
+    # ------------------------------------------------------------------ from the upstream
+    def upstream_response(self, msg: Message) -> None:
+        if self.done:
+            return
+        self.outcome = msg.raw
+        self.pending.clear()
+        self.status = "failed" if msg.is_error else "completed"
+        self._release()
+        self._signal()
+
+    def upstream_notification(self, msg: Message) -> None:
+        if self.done or self.task_id is not None:
+            return  # tasks carry no progress or log messages (Tasks extension)
+        raw = msg.raw
+        if msg.method == "notifications/message":
+            if not log_wanted(self.client.log_level, msg.params.get("level")):
+                return
+        elif msg.method == "notifications/progress":
+            if self.client.progress_token is None:
+                return
+            params = dict(msg.params)
+            params["progressToken"] = self.client.progress_token
+            raw = {"jsonrpc": "2.0", "method": msg.method, "params": params}
+        if len(self.notes) < _MAX_NOTES:
+            self.notes.append(raw)
+        self._signal()
+
+    def upstream_request(self, msg: Message) -> None:
+        """The server asks the client something: it becomes an input request."""
+        assert self.session is not None
+        method = msg.method or ""
+        if self.done:
+            self.session.respond_error(msg.id, SERVER_ERROR, "the request was already answered")
+            return
+        capability, label = INPUT_METHODS[method]
+        if not self.client.declares(capability):
+            # The client cannot answer it (MRTR: never send what it did not declare).
+            self.session.respond_error(msg.id, -32601, f"the client does not support {method}")
+            self.fail(missing_capability({capability: {}}, label).to_jsonrpc()["error"])
+            return
+        key = f"{label}-{next(self._keys)}"
+        request: dict[str, Any] = {"method": method}
+        if "params" in msg.raw:
+            request["params"] = msg.raw["params"]
+        self.pending[key] = (msg.id, request)
+        self.status = "input_required"
+        self._signal()
+
+    def upstream_lost(self, why: str) -> None:
+        self.fail({"code": SERVER_ERROR, "message": why, "data": {"reason": "upstream_closed"}})
+
+    # ------------------------------------------------------------------ from the client
+    def input_requests(self) -> dict[str, dict[str, Any]]:
+        return {key: request for key, (_, request) in self.pending.items()}
+
+    def answer(self, responses: Any) -> None:
+        """Deliver ``inputResponses``: keys not pending (never issued, answered) are ignored."""
+        if not isinstance(responses, dict) or self.done or self.session is None:
+            return
+        for key, value in responses.items():
+            entry = self.pending.pop(key, None)
+            if entry is None:
+                continue
+            server_id, _ = entry
+            if isinstance(value, dict):
+                self.session.send(jsonrpc.ok_response(server_id, value))
+            else:
+                self.session.respond_error(
+                    server_id, -32602, "the client's answer is not an object"
+                )
+        if not self.pending and self.status == "input_required":
+            self.status = "working"
+            self.parked_until = None
+        self._signal()
+
+    def cancel(self, reason: str) -> None:
+        """Stop it upstream (``notifications/cancelled``); its late answer is ignored."""
+        if self.done:
+            return
+        session = self.session
+        if session is not None and self.upstream_id is not None:
+            for server_id, _ in self.pending.values():
+                session.respond_error(server_id, -32800, "request cancelled")
+            session.send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": self.upstream_id, "reason": reason},
+                }
+            )
+        self.pending.clear()
+        self.status = "cancelled"
+        self.status_message = reason
+        self._release()
+        self._signal()
+
+    def fail(self, error: dict[str, Any]) -> None:
+        if self.done:
+            return
+        if self.session is not None and self.upstream_id is not None:
+            self.session.send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": self.upstream_id, "reason": error.get("message")},
+                }
+            )
+        self.outcome = {"jsonrpc": "2.0", "id": None, "error": error}
+        self.pending.clear()
+        self.status = "failed"
+        self._release()
+        self._signal()
+
+    def _release(self) -> None:
+        session = self.session
+        if session is not None and self.upstream_id is not None:
+            session.forget(self.upstream_id)

@@ -1,0 +1,427 @@
+"""The modern (2026-07-28) side of ``/mcp``: stateless requests over pooled upstreams.
+
+:class:`ModernFacade` answers one POSTed modern request (``StreamableHttp`` decides the
+era, :func:`proxy.core.era.is_modern`). Each request is validated
+(:func:`proxy.core.era.check_request`), run on a pooled upstream session
+(:mod:`proxy.modern.pool`), and answered on its own response: ``application/json`` when
+the answer comes before anything else, else an SSE stream (request-scoped progress and
+log messages, then the answer; keepalive comments while nothing happens). Closing that
+response cancels the request upstream, unless it became a task. A server→client request
+raised during the call becomes an ``input_required`` result with a signed
+``requestState`` (:mod:`proxy.core.reqstate`); the client's retry continues the same
+upstream call. ``tools/call`` of a client that declares the Tasks extension may become a
+task (``tasks.mode``): :mod:`proxy.modern.tasks`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from proxy.config import Config
+from proxy.core import jsonrpc, reqstate
+from proxy.core.era import (
+    META_SERVER_INFO,
+    META_SUBSCRIPTION,
+    SUPPORTED_VERSIONS,
+    TASKS_EXTENSION,
+    ModernError,
+    ModernRequest,
+    check_request,
+    invalid_params,
+    method_not_found,
+    tasks_capability_missing,
+    upstream_params,
+)
+from proxy.core.errors import BadRequest, ProxyError
+from proxy.core.jsonrpc import Kind, Message
+from proxy.core.sse import encode_comment, encode_event
+from proxy.core.taskrecord import created, detailed
+from proxy.modern.call import Call
+from proxy.modern.listen import Hub, Listener, honoured
+from proxy.modern.pool import UpstreamPool
+from proxy.modern.tasks import TaskKeeper
+from proxy.registry import Registry
+
+log = structlog.get_logger("proxy.modern")
+
+_FORWARDED = frozenset(
+    {
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+        "completion/complete",
+    }
+)
+_WITH_INPUT = frozenset({"tools/call", "prompts/get", "resources/read"})
+_CACHEABLE = frozenset(
+    {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
+)
+_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+_LIVENESS_SECONDS = 1.0
+# HTTP statuses the spec gives these JSON-RPC errors (when the answer is not streamed).
+_ERROR_STATUS = {-32601: 404, -32020: 400, -32021: 400, -32022: 400}
+_SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache, no-transform",
+    "X-Accel-Buffering": "no",
+}
+
+
+class _Reply:
+    """One request's HTTP answer: JSON until something must be streamed, then SSE."""
+
+    def __init__(self, request: web.Request, keepalive: float) -> None:
+        self.request = request
+        self.sse: web.StreamResponse | None = None
+        self.keepalive = keepalive
+        self.last_write = time.monotonic()
+
+    @property
+    def gone(self) -> bool:
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
+
+    async def stream(self, messages: list[dict[str, Any]]) -> None:
+        if self.sse is None:
+            self.sse = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+            await self.sse.prepare(self.request)
+        data = b"".join(encode_event(jsonrpc.encode(m)) for m in messages)
+        await self.sse.write(data or encode_comment("keepalive"))
+        self.last_write = time.monotonic()
+
+    def due(self) -> float:
+        return self.last_write + self.keepalive - time.monotonic()
+
+    async def finish(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
+        if self.sse is None:
+            return web.json_response(message, status=status, dumps=_dumps)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.sse.write_eof(encode_event(jsonrpc.encode(message)))
+        return self.sse
+
+
+def _dumps(obj: Any) -> str:
+    return jsonrpc.encode(obj).decode()
+
+
+class ModernFacade:
+    """Everything modern clients reach: the pool, the listeners, the tasks."""
+
+    def __init__(self, config: Config, registry: Registry) -> None:
+        self.config = config
+        self.registry = registry
+        self.secret = registry.settings.token_secret
+        self.pool = UpstreamPool(config, registry.health)
+        self.hub = Hub(self.pool)
+        replicas = registry.replicas
+        self.tasks_enabled = config.tasks.enabled
+        self.tasks = TaskKeeper(
+            config.tasks,
+            registry.store,
+            registry.owner,
+            shared=registry.store.shared,
+            alive=self._alive,
+            forward=self._forward if registry.store.shared else None,
+            publish=self.hub.publish_task,
+        )
+        registry.task_service = self.tasks
+        self.parked: dict[str, Call] = {}
+        self.replies: set[asyncio.Task[Any]] = set()
+        del replicas
+
+    async def _alive(self, owner: str) -> bool:
+        replicas = self.registry.replicas
+        return replicas is not None and await replicas.owner_alive(owner)
+
+    async def _forward(self, owner: str, message: dict[str, Any]) -> dict[str, Any]:
+        replicas = self.registry.replicas
+        if replicas is None:
+            return {}
+        return await replicas.forward(owner, message)
+
+    async def close(self) -> None:
+        self.hub.close_all()
+        for call in list(self.parked.values()):
+            call.cancel("the proxy is shutting down")
+        self.parked.clear()
+        await self.tasks.close()
+        await self.pool.stop()
+
+    # ------------------------------------------------------------------ entry
+    async def post(self, request: web.Request, msg: Message) -> web.StreamResponse:
+        if msg.kind is Kind.RESPONSE:
+            raise BadRequest("Bad Request: a 2026-07-28 client sends no responses")
+        if msg.kind is Kind.NOTIFICATION:
+            return web.Response(status=202)  # none is defined over HTTP; accepted, unused
+        try:
+            client = check_request(msg.raw, request.headers)
+            return await self._dispatch(request, msg, client)
+        except ProxyError as exc:
+            if exc.request_id is None:
+                exc.request_id = msg.id
+            raise
+
+    async def _dispatch(
+        self, request: web.Request, msg: Message, client: ModernRequest
+    ) -> web.StreamResponse:
+        method = msg.method or ""
+        if method == "server/discover":
+            return web.json_response(
+                jsonrpc.ok_response(msg.id, await self.discover()), dumps=_dumps
+            )
+        if method in _TASK_METHODS and self.tasks_enabled:
+            if not client.tasks:
+                raise tasks_capability_missing()
+            return web.json_response(
+                jsonrpc.ok_response(msg.id, await self._task_request(method, msg.params)),
+                dumps=_dumps,
+            )
+        if method == "subscriptions/listen":
+            return await self._listen(request, msg, client)
+        if method in _WITH_INPUT:
+            state = msg.params.get("requestState")
+            if state is not None:
+                return await self._retry(request, msg, client, state)
+            return await self._start(request, msg, client)
+        if method in _FORWARDED:
+            return await self._start(request, msg, client)
+        raise method_not_found(method)
+
+    # ------------------------------------------------------------------ discovery
+    async def discover(self) -> dict[str, Any]:
+        init = await self.pool.info()
+        capabilities = {k: v for k, v in (init.get("capabilities") or {}).items() if k != "tasks"}
+        if self.tasks_enabled:
+            extensions = dict(capabilities.get("extensions") or {})
+            extensions[TASKS_EXTENSION] = {}
+            capabilities["extensions"] = extensions
+        result: dict[str, Any] = {
+            "resultType": "complete",
+            "supportedVersions": list(SUPPORTED_VERSIONS),
+            "capabilities": capabilities,
+            "ttlMs": self.config.modern.cache_ttl_ms,
+            "cacheScope": "private",
+        }
+        if isinstance(init.get("instructions"), str):
+            result["instructions"] = init["instructions"]
+        if isinstance(init.get("serverInfo"), dict):
+            result["_meta"] = {META_SERVER_INFO: init["serverInfo"]}
+        return result
+
+    def _shape(self, method: str, message: dict[str, Any]) -> dict[str, Any]:
+        """The upstream's answer as a modern result: resultType, cache hints, serverInfo."""
+        result = message.get("result")
+        if not isinstance(result, dict):
+            return message
+        shaped = dict(result)
+        shaped.setdefault("resultType", "complete")
+        if method in _CACHEABLE:
+            shaped.setdefault("ttlMs", self.config.modern.cache_ttl_ms)
+            shaped.setdefault("cacheScope", "private")
+        info = (self.pool.init_result or {}).get("serverInfo")
+        if isinstance(info, dict):
+            meta = dict(shaped.get("_meta") or {})
+            meta.setdefault(META_SERVER_INFO, info)
+            shaped["_meta"] = meta
+        return {"jsonrpc": "2.0", "id": message.get("id"), "result": shaped}
+
+    # ------------------------------------------------------------------ calls
+    async def _start(
+        self, request: web.Request, msg: Message, client: ModernRequest
+    ) -> web.StreamResponse:
+        method = msg.method or ""
+        call = Call(method, msg.params, client, principal=None)
+        session = await self.pool.acquire()
+        session.begin(call, upstream_params(msg.params))
+        return await self._follow(request, msg, call, started=time.monotonic())
+
+    async def _retry(
+        self, request: web.Request, msg: Message, client: ModernRequest, state: object
+    ) -> web.StreamResponse:
+        method = msg.method or ""
+        name = msg.params.get("uri" if method == "resources/read" else "name")
+        call_id = reqstate.verify(self.secret, state, method, name, None, time.time())
+        call = self.parked.pop(call_id, None)
+        if call is None:
+            raise invalid_params(
+                "Invalid params: the request this requestState continues is gone "
+                "(answered, expired or held by another proxy); send the request anew"
+            )
+        call.client = client
+        call.parked_until = None
+        call.answer(msg.params.get("inputResponses"))
+        return await self._follow(request, msg, call, started=time.monotonic())
+
+    def _task_due(self, call: Call, client: ModernRequest, started: float) -> float | None:
+        """When ``call`` becomes a task (monotonic time), or None if it never does."""
+        tasks = self.config.tasks
+        if not (self.tasks_enabled and client.tasks and call.method == "tools/call"):
+            return None
+        if tasks.mode == "never":
+            return None
+        if tasks.mode == "always":
+            return started
+        return started + tasks.after_ms / 1000
+
+    async def _follow(
+        self, request: web.Request, msg: Message, call: Call, started: float
+    ) -> web.StreamResponse:
+        """Watch ``call`` for this request until it answers, asks, becomes a task, or
+        the client goes away (then it is cancelled)."""
+        reply = _Reply(request, self.config.sse.keepalive_seconds)
+        task_at = self._task_due(call, call.client, started)
+        try:
+            while True:
+                notes = call.take_notes()
+                if notes:
+                    await reply.stream(notes)
+                if call.done:
+                    return await self._answer(reply, msg, call)
+                if call.status == "input_required" and call.pending:
+                    if msg.method not in _WITH_INPUT:
+                        call.answer({k: None for k in call.pending})  # refused upstream
+                        continue
+                    return await self._input_required(reply, msg, call)
+                now = time.monotonic()
+                if task_at is not None and now >= task_at:
+                    record = await self.tasks.adopt(call, "modern")
+                    return await reply.finish(jsonrpc.ok_response(msg.id, created(record)))
+                if reply.gone:
+                    call.cancel("the client closed the request's response stream")
+                    return reply.sse or web.Response(status=499)
+                if reply.due() <= 0:
+                    await reply.stream([])
+                wait = min(_LIVENESS_SECONDS, max(0.0, reply.due()))
+                if task_at is not None:
+                    wait = min(wait, max(0.0, task_at - now))
+                await call.changed(wait)
+        except (ConnectionError, RuntimeError) as exc:
+            log.debug("modern_client_gone", method=msg.method, error=repr(exc))
+            if call.task_id is None and call.parked_until is None:
+                call.cancel("the client closed the request's response stream")
+            return reply.sse or web.Response(status=499)
+        except asyncio.CancelledError:
+            if call.task_id is None and call.parked_until is None:
+                call.cancel("the client closed the request's response stream")
+            raise
+
+    async def _answer(self, reply: _Reply, msg: Message, call: Call) -> web.StreamResponse:
+        outcome = dict(call.outcome or {})
+        outcome["id"] = msg.id
+        if "error" in outcome:
+            error = outcome["error"]
+            code = error.get("code") if isinstance(error, dict) else None
+            return await reply.finish(
+                {"jsonrpc": "2.0", "id": msg.id, "error": error},
+                status=_ERROR_STATUS.get(code, 200) if isinstance(code, int) else 200,
+            )
+        if call.status == "cancelled":
+            error = {"code": -32800, "message": call.status_message or "request cancelled"}
+            return await reply.finish({"jsonrpc": "2.0", "id": msg.id, "error": error})
+        return await reply.finish(self._shape(call.method, outcome))
+
+    async def _input_required(self, reply: _Reply, msg: Message, call: Call) -> web.StreamResponse:
+        ttl = self.config.modern.input_ttl_seconds
+        expires = time.time() + ttl
+        method = msg.method or ""
+        name = msg.params.get("uri" if method == "resources/read" else "name")
+        state = reqstate.mint(self.secret, call.id, method, name, call.principal, expires)
+        call.parked_until = expires
+        self.parked[call.id] = call
+        asyncio.get_running_loop().call_later(ttl, self._unpark, call)
+        result = {
+            "resultType": "input_required",
+            "inputRequests": call.input_requests(),
+            "requestState": state,
+        }
+        return await reply.finish(jsonrpc.ok_response(msg.id, result))
+
+    def _unpark(self, call: Call) -> None:
+        if call.parked_until is not None and time.time() >= call.parked_until - 0.001:
+            self.parked.pop(call.id, None)
+            call.cancel("the client did not send the input in time (modern.input_ttl_seconds)")
+
+    # ------------------------------------------------------------------ tasks
+    async def _task_request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        task_id = params.get("taskId")
+        if method == "tasks/get":
+            record = await self.tasks.record(task_id, None)
+            return {"resultType": "complete", **detailed(record)}
+        if method == "tasks/update":
+            await self.tasks.update(task_id, params.get("inputResponses"), None)
+        else:
+            await self.tasks.cancel(task_id, None)
+        return {"resultType": "complete"}
+
+    # ------------------------------------------------------------------ listen
+    async def _listen(
+        self, request: web.Request, msg: Message, client: ModernRequest
+    ) -> web.StreamResponse:
+        wanted = msg.params.get("notifications")
+        if not isinstance(wanted, dict):
+            raise invalid_params("Invalid params: notifications must be an object")
+        task_ids = wanted.get("taskIds")
+        if task_ids is not None:
+            if not (self.tasks_enabled and client.tasks):
+                raise tasks_capability_missing()
+            if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
+                raise invalid_params("Invalid params: notifications.taskIds must be strings")
+        init = await self.pool.info()
+        if not self.pool.live_sessions() and not self.pool.per_request:
+            await self.pool.acquire()
+        accepted = honoured(wanted, init.get("capabilities") or {})
+        known: list[str] = []
+        for task_id in task_ids or []:
+            with contextlib.suppress(ModernError):
+                await self.tasks.record(task_id, None)
+                known.append(task_id)
+        if task_ids is not None:
+            accepted["taskIds"] = known
+        listener = Listener(
+            msg.id,
+            {flag for flag, on in accepted.items() if on is True},
+            set(accepted.get("resourceSubscriptions", [])),
+            set(known),
+        )
+        reply = _Reply(request, self.config.sse.keepalive_seconds)
+        ack = {
+            "jsonrpc": "2.0",
+            "method": "notifications/subscriptions/acknowledged",
+            "params": {"notifications": accepted, "_meta": {META_SUBSCRIPTION: msg.id}},
+        }
+        self.hub.add(listener)
+        try:
+            await reply.stream([ack])
+            while True:
+                try:
+                    async with asyncio.timeout(min(_LIVENESS_SECONDS, max(0.0, reply.due()))):
+                        item = await listener.queue.get()
+                except TimeoutError:
+                    if reply.gone:
+                        break
+                    if reply.due() <= 0:
+                        await reply.stream([])
+                    continue
+                if item is None:  # the proxy ends the subscription gracefully
+                    end = {"resultType": "complete", "_meta": {META_SUBSCRIPTION: msg.id}}
+                    return await reply.finish(jsonrpc.ok_response(msg.id, end))
+                batch = [item]
+                while not listener.queue.empty():
+                    nxt = listener.queue.get_nowait()
+                    if nxt is None:
+                        listener.queue.put_nowait(None)
+                        break
+                    batch.append(nxt)
+                await reply.stream(batch)
+        except (ConnectionError, RuntimeError) as exc:
+            log.debug("listener_gone", error=repr(exc))
+        finally:
+            self.hub.remove(listener)
+        return reply.sse or web.Response(status=499)

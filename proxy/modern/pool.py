@@ -1,0 +1,335 @@
+"""Initialized upstream sessions that serve modern clients (docs/modern.md §Pool).
+
+A legacy server needs ``initialize`` and a session; a 2026-07-28 client brings neither.
+The pool keeps initialized upstream sessions (a process each for stdio, a session each
+for a remote server) and runs every modern request on one of them:
+
+- ``shared`` (default): up to ``modern.pool.size`` sessions; a request goes to a session
+  with nothing in flight, else a new one while under the size, else the least busy one
+  (requests are multiplexed: the proxy numbers upstream ids itself). A session idle for
+  ``idle_seconds`` is stopped; one stays warm.
+- ``per_request``: a fresh session for each request, stopped once it is answered: no
+  state of one request (a stdio server's globals, its working directory's files) is seen
+  by another, at the cost of a start per request.
+
+A request stays on its session until it is answered. What the server sends is routed to
+the call it belongs to (DESIGN.md §5): a response by id; progress by the progress token
+(rewritten to the upstream id); over HTTP, what came on a request's response stream to
+that request; otherwise, a server→client request or log message to the only call in
+flight, and when several are in flight the request is refused (the server gets an
+error): the proxy cannot tell whose it is. List-changed and resource-updated
+notifications go to the listeners (:mod:`proxy.modern.listen`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from proxy import __version__
+from proxy.config import Config
+from proxy.core import jsonrpc
+from proxy.core.errors import ProxyError, UpstreamStartFailed
+from proxy.core.jsonrpc import Kind, Message
+from proxy.modern.call import INPUT_METHODS, Call
+from proxy.upstream import UpstreamContext, open_upstream
+from proxy.upstream.base import Upstream, UpstreamHealth
+
+log = structlog.get_logger("proxy.modern")
+
+INIT_TIMEOUT_SECONDS = 30.0
+UPSTREAM_VERSION = "2025-11-25"  # what the proxy asks a legacy server for
+BROADCAST = frozenset(
+    {
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/resources/updated",
+    }
+)
+
+
+class PooledSession:
+    """One initialized upstream session, shared by the calls that run on it."""
+
+    def __init__(self, pool: UpstreamPool, number: int) -> None:
+        self.pool = pool
+        self.number = number
+        self.label = f"pool-{number}"
+        context = UpstreamContext(
+            config=pool.config.upstream,
+            session_id=f"{self.label}-{secrets.token_hex(8)}",
+            on_message=self._on_message,
+            on_closed=self._on_closed,
+            health=pool.health,
+        )
+        self.upstream: Upstream = open_upstream(context)
+        self._ids = itertools.count(1)
+        self.calls: dict[int, Call] = {}
+        self._waiting: dict[int, asyncio.Future[Message]] = {}  # the proxy's own requests
+        self.init_result: dict[str, Any] = {}
+        self.closed: str | None = None
+        self.idle_since = time.monotonic()
+
+    @property
+    def busy(self) -> int:
+        return len(self.calls)
+
+    async def start(self) -> None:
+        await self.upstream.start()
+        params = {
+            "protocolVersion": UPSTREAM_VERSION,
+            "capabilities": {
+                "elicitation": {"form": {}, "url": {}},
+                "sampling": {},
+                "roots": {},
+            },
+            "clientInfo": {"name": "mcp-resume-proxy", "version": __version__},
+        }
+        try:
+            answer = await self.ask("initialize", params, INIT_TIMEOUT_SECONDS)
+        except ProxyError:
+            await self.stop()
+            raise
+        if answer.is_error or not isinstance(answer.raw.get("result"), dict):
+            await self.stop()
+            raise UpstreamStartFailed(
+                f"the MCP server refused initialize: {answer.raw.get('error')}"
+            )
+        self.init_result = answer.raw["result"]
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    async def ask(self, method: str, params: dict[str, Any], timeout: float) -> Message:
+        """A request of the proxy's own (initialize, resources/subscribe): its answer."""
+        request_id = next(self._ids)
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        try:
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            raise UpstreamStartFailed(
+                f"the MCP server did not answer {method} within {timeout:g} s"
+            ) from None
+        finally:
+            self._waiting.pop(request_id, None)
+
+    def begin(self, call: Call, params: dict[str, Any]) -> None:
+        """Send ``call``'s request; it is pinned here until it is answered."""
+        if self.closed is not None:
+            call.upstream_lost(f"the MCP server session ended: {self.closed}")
+            return
+        request_id = next(self._ids)
+        call.session = self
+        call.upstream_id = request_id
+        self.calls[request_id] = call
+        if call.client.progress_token is not None:
+            meta = dict(params.get("_meta") or {})
+            meta["progressToken"] = request_id  # unique on this session; mapped back
+            params = {**params, "_meta": meta}
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": call.method, "params": params})
+
+    def forget(self, request_id: int) -> None:
+        self.calls.pop(request_id, None)
+        if not self.calls:
+            self.idle_since = time.monotonic()
+            self.pool.idle(self)
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self.closed is None:
+            self.upstream.send(jsonrpc.encode(message))
+
+    def respond_error(self, request_id: Any, code: int, message: str) -> None:
+        self.send(jsonrpc.error_response(request_id, code, message))
+
+    # ------------------------------------------------------------------ from the server
+    def _on_message(self, msg: Message, origin: int | None) -> None:
+        if msg.kind is Kind.RESPONSE:
+            waiting = self._waiting.get(msg.id) if isinstance(msg.id, int) else None
+            if waiting is not None:
+                if not waiting.done():
+                    waiting.set_result(msg)
+                return
+            call = self.calls.get(msg.id) if isinstance(msg.id, int) else None
+            if call is not None:
+                call.upstream_response(msg)
+            return
+        method = msg.method or ""
+        if msg.kind is Kind.REQUEST:
+            if method == "ping":
+                self.send(jsonrpc.ok_response(msg.id, {}))
+                return
+            call = self._owner(origin)
+            if method not in INPUT_METHODS:
+                self.respond_error(msg.id, -32601, f"Method not found: {method}")
+            elif call is None:
+                self.respond_error(
+                    msg.id,
+                    -32603,
+                    "mcp-resume-proxy: no single request in flight that this belongs to",
+                )
+            else:
+                call.upstream_request(msg)
+            return
+        if method in BROADCAST:
+            self.pool.broadcast(msg)
+            return
+        if method == "notifications/progress":
+            token = msg.params.get("progressToken")
+            call = self.calls.get(token) if isinstance(token, int) else None
+        else:
+            call = self._owner(origin)
+        if call is not None:
+            call.upstream_notification(msg)
+
+    def _owner(self, origin: int | None) -> Call | None:
+        if origin is not None and origin in self.calls:
+            return self.calls[origin]
+        if len(self.calls) == 1:
+            return next(iter(self.calls.values()))
+        return None
+
+    def _on_closed(self, reason: str) -> None:
+        if self.closed is not None:
+            return
+        self.closed = reason
+        log.warning("pool_session_closed", session=self.label, reason=reason)
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(UpstreamStartFailed(f"the MCP server went away: {reason}"))
+        for call in list(self.calls.values()):
+            call.upstream_lost(f"the MCP server session ended: {reason}")
+        self.calls.clear()
+        self.pool.lost(self)
+
+    async def stop(self) -> None:
+        if self.closed is None:
+            self.closed = "stopped by the proxy"
+        with contextlib.suppress(Exception):
+            await self.upstream.stop()
+
+
+class UpstreamPool:
+    """The pooled sessions of one upstream (see the module docstring)."""
+
+    def __init__(self, config: Config, health: UpstreamHealth) -> None:
+        self.config = config
+        self.health = health
+        self.settings = config.modern.pool
+        self.sessions: list[PooledSession] = []
+        self._numbers = itertools.count(1)
+        self._starting: asyncio.Lock = asyncio.Lock()
+        self._owned: set[asyncio.Task[Any]] = set()
+        self.on_broadcast: Callable[[Message], None] = lambda msg: None
+        self.on_session: Callable[[PooledSession], None] = lambda session: None
+        self.init_result: dict[str, Any] | None = None  # the upstream's, once seen
+        self._stopping = False
+
+    @property
+    def per_request(self) -> bool:
+        return self.settings.isolation == "per_request"
+
+    async def _new(self) -> PooledSession:
+        if self._stopping:
+            raise UpstreamStartFailed("the proxy is shutting down")
+        session = PooledSession(self, next(self._numbers))
+        await session.start()
+        if self._stopping:
+            await session.stop()
+            raise UpstreamStartFailed("the proxy is shutting down")
+        self.init_result = session.init_result
+        if not self.per_request:
+            self.sessions.append(session)
+            self.on_session(session)
+        log.info("pool_session_started", session=session.label, pid=session.upstream.pid)
+        return session
+
+    async def acquire(self) -> PooledSession:
+        """A session for one more request (a new one, per ``isolation``)."""
+        if self.per_request:
+            return await self._new()
+        live = [s for s in self.sessions if s.closed is None]
+        for session in live:
+            if session.busy == 0:
+                return session
+        if len(live) < self.settings.size:
+            async with self._starting:  # one start at a time; others may find it idle
+                live = [s for s in self.sessions if s.closed is None]
+                idle = [s for s in live if s.busy == 0]
+                if idle:
+                    return idle[0]
+                if len(live) < self.settings.size:
+                    return await self._new()
+        return min(live, key=lambda s: s.busy)
+
+    async def info(self) -> dict[str, Any]:
+        """The upstream's InitializeResult (a session is started if none has been)."""
+        if self.init_result is None:
+            session = await self.acquire()
+            if self.per_request:
+                self._own(session.stop())
+        assert self.init_result is not None
+        return self.init_result
+
+    def done_with(self, session: PooledSession) -> None:
+        """``per_request``: a session whose request is answered is stopped."""
+        if self.per_request:
+            self._own(session.stop())
+
+    def idle(self, session: PooledSession) -> None:
+        if self.per_request:
+            self._own(session.stop())
+            return
+        limit = self.settings.idle_seconds
+        loop = asyncio.get_running_loop()
+        loop.call_later(limit + 0.05, self._reap_idle)
+
+    def _reap_idle(self) -> None:
+        now = time.monotonic()
+        live = [s for s in self.sessions if s.closed is None]
+        for session in live[1:]:  # one stays warm
+            if session.busy == 0 and now - session.idle_since >= self.settings.idle_seconds:
+                self.sessions.remove(session)
+                self._own(session.stop())
+
+    def lost(self, session: PooledSession) -> None:
+        if session in self.sessions:
+            self.sessions.remove(session)
+        self._own(session.stop())
+
+    def broadcast(self, msg: Message) -> None:
+        self.on_broadcast(msg)
+
+    def live_sessions(self) -> list[PooledSession]:
+        return [s for s in self.sessions if s.closed is None]
+
+    def _own(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._owned.add(task)
+        task.add_done_callback(self._owned.discard)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        async with self._starting:
+            pass
+        sessions, self.sessions = self.sessions, []
+        for session in sessions:
+            for call in list(session.calls.values()):
+                call.fail(
+                    {
+                        "code": -32000,
+                        "message": "the proxy is shutting down",
+                        "data": {"reason": "proxy_shutdown"},
+                    }
+                )
+        await asyncio.gather(*(s.stop() for s in sessions), return_exceptions=True)
+        if self._owned:
+            await asyncio.gather(*self._owned, return_exceptions=True)

@@ -1,0 +1,252 @@
+"""Tasks: a legacy server's ``tools/call`` kept as durable work (docs/modern.md §Tasks).
+
+The :class:`TaskKeeper` turns a running :class:`~proxy.modern.call.Call` into a task:
+it writes the task's record to the store and only then lets the ``CreateTaskResult`` go
+out (a ``tasks/get`` for it would resolve: Tasks extension §Task Creation). From then on
+every change of the call (input wanted, answered, completed, failed, cancelled) is
+written to the record, in order, one write at a time per task, and announced to the
+listeners that named the task (``notifications/tasks``).
+
+``tasks/get`` reads the local call when this replica runs the task, else the store: any
+replica answers it. ``tasks/update`` and ``tasks/cancel`` act on the local call, or are
+forwarded to the replica that runs it. A record whose replica is gone (a restart with
+the sqlite store, a dead replica with Redis) cannot finish: it reads as ``failed``.
+Task ids are 192 random bits; unknown, expired and other principals' tasks are all
+``-32602``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from proxy.config import TasksConfig
+from proxy.core.era import invalid_params
+from proxy.core.taskrecord import TERMINAL, detailed, iso, new_record, orphaned
+from proxy.modern.call import Call
+from proxy.store.base import Store, StoreError
+
+log = structlog.get_logger("proxy.modern")
+
+Forward = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+Alive = Callable[[str], Awaitable[bool]]
+
+
+def new_task_id() -> str:
+    return secrets.token_urlsafe(24)
+
+
+class TaskKeeper:
+    """This replica's tasks, and the way to everybody's records."""
+
+    def __init__(
+        self,
+        settings: TasksConfig,
+        store: Store,
+        owner: str,
+        *,
+        shared: bool,
+        alive: Alive,
+        forward: Forward | None,
+        publish: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.owner = owner
+        self.shared = shared
+        self._alive = alive
+        self._forward = forward
+        self._publish = publish
+        self.calls: dict[str, Call] = {}
+        self.records: dict[str, dict[str, Any]] = {}
+        self._dirty: set[str] = set()
+        self._writers: dict[str, asyncio.Task[None]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    @property
+    def ttl_ms(self) -> int:
+        return round(self.settings.ttl_seconds * 1000)
+
+    # ------------------------------------------------------------------ creation
+    async def adopt(self, call: Call, era: str) -> dict[str, Any]:
+        """Make ``call`` a task; return its record once the store holds it."""
+        task_id = new_task_id()
+        now = time.time()
+        record = new_record(
+            task_id,
+            now,
+            self.ttl_ms,
+            self.settings.poll_interval_ms,
+            owner=self.owner,
+            principal=call.principal,
+            era=era,
+        )
+        call.task_id = task_id
+        self._refresh(record, call, now)
+        await self.store.put_task(task_id, record, record["expiresAt"])
+        self.calls[task_id] = call
+        self.records[task_id] = record
+        call.on_change.append(self._changed)
+        loop = asyncio.get_running_loop()
+        self._timers[task_id] = loop.call_later(self.settings.ttl_seconds, self._expire, task_id)
+        if call.done or record["status"] != call.status:
+            self._changed(call)
+        log.info("task_created", task=task_id[:8], method=call.method, era=era)
+        return record
+
+    def _refresh(self, record: dict[str, Any], call: Call, now: float) -> None:
+        status = call.status
+        record["status"] = status
+        record["lastUpdatedAt"] = iso(now)
+        for key in ("inputRequests", "result", "error"):
+            record.pop(key, None)
+        if call.status_message:
+            record["statusMessage"] = call.status_message
+        outcome = call.outcome or {}
+        if status == "input_required":
+            record["inputRequests"] = call.input_requests()
+        elif status == "completed":
+            result = dict(outcome.get("result") or {})
+            if record["era"] == "modern":
+                result.setdefault("resultType", "complete")
+            record["result"] = result
+        elif status == "failed":
+            record["error"] = outcome.get("error") or {"code": -32603, "message": "failed"}
+
+    def _changed(self, call: Call) -> None:
+        task_id = call.task_id
+        if task_id is None or task_id not in self.records:
+            return
+        record = self.records[task_id]
+        before = (record["status"], len(record.get("inputRequests") or {}))
+        self._refresh(record, call, time.time())
+        if (record["status"], len(record.get("inputRequests") or {})) == before and not call.done:
+            return  # progress alone changes nothing a client of the task sees
+        self._dirty.add(task_id)
+        if task_id not in self._writers:
+            writer = asyncio.ensure_future(self._write(task_id))
+            self._writers[task_id] = writer
+        self._publish(detailed(record))
+        if call.done:
+            call.on_change.remove(self._changed)
+
+    async def _write(self, task_id: str) -> None:
+        try:
+            while task_id in self._dirty:
+                self._dirty.discard(task_id)
+                record = dict(self.records[task_id])
+                for attempt in range(5):
+                    try:
+                        await self.store.put_task(task_id, record, record["expiresAt"])
+                        break
+                    except StoreError as exc:
+                        log.warning("task_record_not_written", task=task_id[:8], error=str(exc))
+                        await asyncio.sleep(0.2 * (attempt + 1))
+        finally:
+            self._writers.pop(task_id, None)
+
+    def _expire(self, task_id: str) -> None:
+        self._timers.pop(task_id, None)
+        call = self.calls.pop(task_id, None)
+        self.records.pop(task_id, None)
+        if call is not None and not call.done:
+            call.cancel("the task expired (tasks.ttl_seconds)")
+        log.info("task_expired", task=task_id[:8])
+
+    # ------------------------------------------------------------------ client requests
+    async def record(self, task_id: Any, principal: str | None) -> dict[str, Any]:
+        """The task's record as a client may see it; -32602 if it may not."""
+        if not isinstance(task_id, str) or not task_id:
+            raise invalid_params("Invalid params: taskId must be a non-empty string")
+        now = time.time()
+        record = self.records.get(task_id)
+        if record is None:
+            try:
+                record = await self.store.get_task(task_id, now)
+            except StoreError as exc:
+                log.warning("task_record_not_read", error=str(exc))
+                record = None
+            if (
+                record is not None
+                and record["status"] not in TERMINAL
+                and record.get("owner") != self.owner
+                and not await self._owner_alive(record)
+            ):
+                reason = "owner_lost" if self.shared else "proxy_restarted"
+                what = (
+                    "the proxy replica running this task is gone"
+                    if self.shared
+                    else "the proxy restarted while this task ran"
+                )
+                record = orphaned(record, reason, what, now)
+                await self._put_quietly(task_id, record)
+        if record is None or record.get("principal") != principal:
+            raise invalid_params("Invalid params: unknown or expired taskId")
+        return record
+
+    async def _owner_alive(self, record: dict[str, Any]) -> bool:
+        owner = record.get("owner")
+        if not self.shared or not isinstance(owner, str):
+            return False
+        return await self._alive(owner)
+
+    async def _put_quietly(self, task_id: str, record: dict[str, Any]) -> None:
+        try:
+            await self.store.put_task(task_id, record, record["expiresAt"])
+        except StoreError as exc:
+            log.warning("task_record_not_written", task=task_id[:8], error=str(exc))
+
+    async def update(self, task_id: Any, responses: Any, principal: str | None) -> None:
+        record = await self.record(task_id, principal)
+        if not isinstance(responses, dict):
+            raise invalid_params("Invalid params: inputResponses must be an object")
+        await self._act(record, {"kind": "task_update", "responses": responses})
+
+    async def cancel(self, task_id: Any, principal: str | None) -> None:
+        record = await self.record(task_id, principal)
+        await self._act(record, {"kind": "task_cancel"})
+
+    async def _act(self, record: dict[str, Any], action: dict[str, Any]) -> None:
+        task_id = record["taskId"]
+        if task_id in self.calls:
+            self.serve(task_id, action)
+            return
+        owner = record.get("owner")
+        if record["status"] in TERMINAL or self._forward is None or not isinstance(owner, str):
+            return  # nothing runs it any more: the ack is all there is to give
+        await self._forward(owner, {**action, "task": task_id})
+
+    def serve(self, task_id: str, action: dict[str, Any]) -> dict[str, Any]:
+        """An update or cancel for a task this replica runs (local or forwarded)."""
+        call = self.calls.get(task_id)
+        if call is None:
+            return {"outcome": "unknown_task"}
+        if action["kind"] == "task_update":
+            call.answer(action.get("responses"))
+        elif action["kind"] == "task_cancel":
+            call.cancel("cancelled by the client (tasks/cancel)")
+        return {"outcome": "done"}
+
+    async def serve_forwarded(self, message: dict[str, Any]) -> dict[str, Any]:
+        return self.serve(str(message.get("task")), message)
+
+    async def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        for call in list(self.calls.values()):
+            if not call.done:
+                call.fail(
+                    {
+                        "code": -32000,
+                        "message": "the proxy shut down while this task ran",
+                        "data": {"reason": "proxy_shutdown"},
+                    }
+                )
+        if self._writers:
+            await asyncio.gather(*self._writers.values(), return_exceptions=True)
