@@ -293,6 +293,7 @@ class Config:
             notification_shape=st.notification_shape,
             detach_after_create=st.detach_after_create,
             event_id_in_meta=st.event_id_in_meta,
+            legacy_tasks=self.tasks.enabled and self.modern.enabled,
             token_secret=token_secret,
             retry_ms=self.sse.retry_ms,
             max_stream_seconds=self.sse.max_stream_seconds,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, assert_never
 
-from proxy.core import jsonrpc, seed
+from proxy.core import jsonrpc, legacy_tasks, seed
 from proxy.core.delivery import Delivery
 from proxy.core.errors import BadRequest, Conflict, SessionNotFound
 from proxy.core.eventid import format_event_id
@@ -85,6 +85,9 @@ class Session:
         self.budget = budget if budget is not None else ByteBudget(2**63)
         self._ids = IdMap()
         self.speaks_streams = False  # the client declared capabilities.streams
+        # The client declared capabilities.tasks and the proxy serves them (legacy Tasks).
+        self.offers_tasks = False
+        self.client_capabilities: dict[str, Any] = {}
         self._now = now
         self.schedule = Schedule(settings, self._streams, now)
         self.delivery = Delivery(epoch, settings, self._streams, self.schedule)
@@ -234,6 +237,10 @@ class Session:
             forward = jsonrpc.with_id(msg, upstream_id)
             if msg.method == "initialize":
                 forward, self.speaks_streams = seed.without_streams_capability(forward)
+                self.client_capabilities = legacy_tasks.client_capabilities(msg.raw)
+                self.offers_tasks = self.settings.legacy_tasks and isinstance(
+                    self.client_capabilities.get("tasks"), dict
+                )
             out.append(SendUpstream(jsonrpc.encode(forward)))
         if (
             self.speaks_streams
@@ -322,6 +329,10 @@ class Session:
             version = result.get("protocolVersion") if isinstance(result, dict) else None
             if isinstance(version, str):
                 self.protocol_version = version
+            if self.offers_tasks:  # the proxy offers them unless the server does itself
+                msg, self.offers_tasks = legacy_tasks.offer_tasks(msg)
+        elif self.offers_tasks and pending.method == "tools/list" and not msg.is_error:
+            msg = legacy_tasks.tools_may_be_tasks(msg)
         self._append(pending.stream, jsonrpc.with_id(msg, pending.client_id), out)
         self._finish_request(rid, out)
         if pending.method == "initialize" and msg.is_error:

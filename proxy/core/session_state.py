@@ -42,6 +42,9 @@ class SessionSettings:
     detach_after_create: bool = False
     event_id_in_meta: bool = False  # opt-in: announced streams' messages carry their id
     token_secret: bytes = b""
+    # The 2025-11-25 Tasks shape for legacy clients that declare capabilities.tasks, over
+    # a server that does not offer tasks itself (proxy/modern/legacy_tasks.py).
+    legacy_tasks: bool = False
 
 
 def _watched(name: str) -> property:

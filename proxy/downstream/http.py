@@ -203,6 +203,10 @@ class StreamableHttp:
                 )
             runner = self._session(request)
             httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
+            if self.modern is not None and runner.session.offers_tasks:
+                served = await self.modern.legacy.post(request, runner, messages, batch)
+                if served is not None:
+                    return served
             foreign = self.stored.enabled and self.stored.foreign(messages, runner.session.epoch)
             if foreign:
                 header_id = request.headers.get(LAST_EVENT_ID)

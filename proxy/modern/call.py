@@ -161,6 +161,19 @@ class Call:
             self.parked_until = None
         self._signal()
 
+    def reject(self, key: str, error: Any) -> None:
+        """The client answered one input request with an error: the server gets it."""
+        entry = self.pending.pop(key, None)
+        if entry is None or self.session is None:
+            return
+        server_id, _ = entry
+        if not isinstance(error, dict):
+            error = {"code": -32603, "message": "the client refused the request"}
+        self.session.send({"jsonrpc": "2.0", "id": server_id, "error": error})
+        if not self.pending and self.status == "input_required":
+            self.status = "working"
+        self._signal()
+
     def cancel(self, reason: str) -> None:
         """Stop it upstream (``notifications/cancelled``); its late answer is ignored."""
         if self.done:

@@ -40,11 +40,12 @@ from proxy.core.era import (
 )
 from proxy.core.errors import BadRequest, ProxyError
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.sse import encode_comment, encode_event
 from proxy.core.taskrecord import created, detailed
 from proxy.modern.call import Call
+from proxy.modern.legacy_tasks import LegacyTasks
 from proxy.modern.listen import Hub, Listener, honoured
 from proxy.modern.pool import UpstreamPool
+from proxy.modern.reply import Reply, dumps
 from proxy.modern.tasks import TaskKeeper
 from proxy.registry import Registry
 
@@ -67,48 +68,6 @@ _TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 _LIVENESS_SECONDS = 1.0
 # HTTP statuses the spec gives these JSON-RPC errors (when the answer is not streamed).
 _ERROR_STATUS = {-32601: 404, -32020: 400, -32021: 400, -32022: 400}
-_SSE_HEADERS = {
-    "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache, no-transform",
-    "X-Accel-Buffering": "no",
-}
-
-
-class _Reply:
-    """One request's HTTP answer: JSON until something must be streamed, then SSE."""
-
-    def __init__(self, request: web.Request, keepalive: float) -> None:
-        self.request = request
-        self.sse: web.StreamResponse | None = None
-        self.keepalive = keepalive
-        self.last_write = time.monotonic()
-
-    @property
-    def gone(self) -> bool:
-        transport = self.request.transport
-        return transport is None or transport.is_closing()
-
-    async def stream(self, messages: list[dict[str, Any]]) -> None:
-        if self.sse is None:
-            self.sse = web.StreamResponse(status=200, headers=_SSE_HEADERS)
-            await self.sse.prepare(self.request)
-        data = b"".join(encode_event(jsonrpc.encode(m)) for m in messages)
-        await self.sse.write(data or encode_comment("keepalive"))
-        self.last_write = time.monotonic()
-
-    def due(self) -> float:
-        return self.last_write + self.keepalive - time.monotonic()
-
-    async def finish(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
-        if self.sse is None:
-            return web.json_response(message, status=status, dumps=_dumps)
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await self.sse.write_eof(encode_event(jsonrpc.encode(message)))
-        return self.sse
-
-
-def _dumps(obj: Any) -> str:
-    return jsonrpc.encode(obj).decode()
 
 
 class ModernFacade:
@@ -132,6 +91,7 @@ class ModernFacade:
             publish=self.hub.publish_task,
         )
         registry.task_service = self.tasks
+        self.legacy = LegacyTasks(self)
         self.parked: dict[str, Call] = {}
         self.replies: set[asyncio.Task[Any]] = set()
         del replicas
@@ -174,14 +134,14 @@ class ModernFacade:
         method = msg.method or ""
         if method == "server/discover":
             return web.json_response(
-                jsonrpc.ok_response(msg.id, await self.discover()), dumps=_dumps
+                jsonrpc.ok_response(msg.id, await self.discover()), dumps=dumps
             )
         if method in _TASK_METHODS and self.tasks_enabled:
             if not client.tasks:
                 raise tasks_capability_missing()
             return web.json_response(
                 jsonrpc.ok_response(msg.id, await self._task_request(method, msg.params)),
-                dumps=_dumps,
+                dumps=dumps,
             )
         if method == "subscriptions/listen":
             return await self._listen(request, msg, client)
@@ -275,7 +235,7 @@ class ModernFacade:
     ) -> web.StreamResponse:
         """Watch ``call`` for this request until it answers, asks, becomes a task, or
         the client goes away (then it is cancelled)."""
-        reply = _Reply(request, self.config.sse.keepalive_seconds)
+        reply = Reply(request, self.config.sse.keepalive_seconds)
         task_at = self._task_due(call, call.client, started)
         try:
             while True:
@@ -312,7 +272,7 @@ class ModernFacade:
                 call.cancel("the client closed the request's response stream")
             raise
 
-    async def _answer(self, reply: _Reply, msg: Message, call: Call) -> web.StreamResponse:
+    async def _answer(self, reply: Reply, msg: Message, call: Call) -> web.StreamResponse:
         outcome = dict(call.outcome or {})
         outcome["id"] = msg.id
         if "error" in outcome:
@@ -327,7 +287,7 @@ class ModernFacade:
             return await reply.finish({"jsonrpc": "2.0", "id": msg.id, "error": error})
         return await reply.finish(self._shape(call.method, outcome))
 
-    async def _input_required(self, reply: _Reply, msg: Message, call: Call) -> web.StreamResponse:
+    async def _input_required(self, reply: Reply, msg: Message, call: Call) -> web.StreamResponse:
         ttl = self.config.modern.input_ttl_seconds
         expires = time.time() + ttl
         method = msg.method or ""
@@ -390,7 +350,7 @@ class ModernFacade:
             set(accepted.get("resourceSubscriptions", [])),
             set(known),
         )
-        reply = _Reply(request, self.config.sse.keepalive_seconds)
+        reply = Reply(request, self.config.sse.keepalive_seconds)
         ack = {
             "jsonrpc": "2.0",
             "method": "notifications/subscriptions/acknowledged",

@@ -73,14 +73,16 @@ class TaskKeeper:
         return round(self.settings.ttl_seconds * 1000)
 
     # ------------------------------------------------------------------ creation
-    async def adopt(self, call: Call, era: str) -> dict[str, Any]:
-        """Make ``call`` a task; return its record once the store holds it."""
+    async def adopt(self, call: Call, era: str, ttl_ms: int | None = None) -> dict[str, Any]:
+        """Make ``call`` a task; return its record once the store holds it. A requested
+        ``ttl_ms`` (2025-11-25 ``params.task.ttl``) may shorten the configured one."""
         task_id = new_task_id()
         now = time.time()
+        ttl = self.ttl_ms if ttl_ms is None else min(ttl_ms, self.ttl_ms)
         record = new_record(
             task_id,
             now,
-            self.ttl_ms,
+            ttl,
             self.settings.poll_interval_ms,
             owner=self.owner,
             principal=call.principal,
@@ -93,7 +95,7 @@ class TaskKeeper:
         self.records[task_id] = record
         call.on_change.append(self._changed)
         loop = asyncio.get_running_loop()
-        self._timers[task_id] = loop.call_later(self.settings.ttl_seconds, self._expire, task_id)
+        self._timers[task_id] = loop.call_later(ttl / 1000, self._expire, task_id)
         if call.done or record["status"] != call.status:
             self._changed(call)
         log.info("task_created", task=task_id[:8], method=call.method, era=era)
