@@ -230,6 +230,10 @@ class PoolConfig:
     # per_request: every modern request gets a fresh upstream session, stopped after it.
     isolation: Annotated[str, OneOf(("shared", "per_request"))] = "shared"
     size: Annotated[int, Bound(1, 1024)] = 4
+    # A call that may ask the client something (tools/call, prompts/get, resources/read)
+    # gets a session where no other such call runs, so that a stdio server's question is
+    # never ambiguous: the pool grows past `size` for them, up to this many sessions.
+    max_size: Annotated[int, Bound(1, 4096)] = 32
     # A pooled session with nothing in flight for this long is stopped (the pool keeps
     # at least one warm).
     idle_seconds: Annotated[float, Positive] = 300.0
@@ -386,6 +390,12 @@ def config_from_mapping(data: Any) -> Config:
     _check_upstream(config.upstream)
     if not config.listen.path.startswith("/"):
         raise ConfigError(f"listen.path: must start with '/', got {config.listen.path!r}")
+    pool = config.modern.pool
+    if pool.max_size < pool.size:
+        raise ConfigError(
+            f"modern.pool.max_size: must be at least modern.pool.size ({pool.max_size} < "
+            f"{pool.size})"
+        )
     if config.listen.path in ("/ws", "/healthz"):
         raise ConfigError(f"listen.path: {config.listen.path} is taken by the proxy itself")
     return config

@@ -103,16 +103,18 @@ def is_modern(
     Modern: the body's ``_meta`` names a protocol version, or the header names a version
     that is not a legacy one while no session is named (a modern client with a version
     this proxy does not know gets ``UnsupportedProtocolVersion``, not ``missing session``).
-    ``initialize`` is always legacy: it is how a legacy client opens.
+    ``initialize`` is legacy (it is how a legacy client opens) unless it says it is
+    modern, by ``_meta`` or by a 2026-07-28 header: then it is a method 2026-07-28 lacks.
     """
-    if raw.get("method") == "initialize":
-        return False
     meta = _meta_of(raw)
     if isinstance(meta, dict) and META_VERSION in meta:
-        return True
+        return True  # (an initialize like this one gets 404: 2026-07-28 has none)
     if version_header is None or session_header:
         return False
-    return version_header.strip() not in LEGACY_VERSIONS
+    version = version_header.strip()
+    if raw.get("method") == "initialize":
+        return version in MODERN_VERSIONS
+    return version not in LEGACY_VERSIONS
 
 
 def decode_header_value(value: str) -> str:
@@ -164,20 +166,20 @@ def check_request(raw: Mapping[str, Any], headers: Mapping[str, str]) -> ModernR
     version = meta.get(META_VERSION)
     if not isinstance(version, str):
         raise invalid_params(f"Invalid params: _meta[{META_VERSION!r}] must be a string")
+    header_version = headers.get("MCP-Protocol-Version")
+    if header_version is None:
+        raise ModernError(HEADER_MISMATCH, "Header mismatch: MCP-Protocol-Version is required")
+    if header_version.strip() != version:  # a mismatch wins over an unknown version
+        raise ModernError(
+            HEADER_MISMATCH,
+            f"Header mismatch: MCP-Protocol-Version {header_version!r} does not match "
+            f"_meta protocolVersion {version!r}",
+        )
     if version not in MODERN_VERSIONS:
         raise ModernError(
             UNSUPPORTED_VERSION,
             f"Unsupported protocol version: {version}",
             data={"supported": list(SUPPORTED_VERSIONS), "requested": version},
-        )
-    header_version = headers.get("MCP-Protocol-Version")
-    if header_version is None:
-        raise ModernError(HEADER_MISMATCH, "Header mismatch: MCP-Protocol-Version is required")
-    if header_version.strip() != version:
-        raise ModernError(
-            HEADER_MISMATCH,
-            f"Header mismatch: MCP-Protocol-Version {header_version!r} does not match "
-            f"_meta protocolVersion {version!r}",
         )
     header_method = headers.get(METHOD_HEADER)
     if header_method is None:
@@ -211,10 +213,15 @@ def check_request(raw: Mapping[str, Any], headers: Mapping[str, str]) -> ModernR
     )
 
 
+# Params only the proxy reads: MRTR's, and the 2025-11-25 task hint, which 2026-07-28
+# ignores (a legacy server that has tasks must not make one of a modern call).
+_PROXY_PARAMS = frozenset({"inputResponses", "requestState", "task"})
+
+
 def upstream_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """A modern request's params for a legacy server: without the modern ``_meta`` keys
-    and the MRTR fields, which only the proxy reads."""
-    out = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+    and the fields only the proxy reads."""
+    out = {k: v for k, v in params.items() if k not in _PROXY_PARAMS}
     meta = out.get("_meta")
     if isinstance(meta, dict):
         kept = {k: v for k, v in meta.items() if not k.startswith("io.modelcontextprotocol/")}
@@ -223,6 +230,58 @@ def upstream_params(params: Mapping[str, Any]) -> dict[str, Any]:
         else:
             del out["_meta"]
     return out
+
+
+def header_params(schema: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+    """The ``x-mcp-header`` annotations of a tool's ``inputSchema``: (property path, name),
+    reached through ``properties`` only (streamable-http.mdx §Custom Headers)."""
+    found: list[tuple[tuple[str, ...], str]] = []
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return found
+    for name, prop in properties.items():
+        if not isinstance(prop, dict):
+            continue
+        header = prop.get("x-mcp-header")
+        if isinstance(header, str) and header:
+            found.append(((*path, name), header))
+        found += header_params(prop, (*path, name))
+    return found
+
+
+def check_param_headers(schema: Any, arguments: Any, headers: Mapping[str, str]) -> None:
+    """Each ``Mcp-Param-{Name}`` header against the argument it mirrors; -32020 if a value
+    is present without its header, a header has no value, or the two differ."""
+    for path, name in header_params(schema):
+        value: Any = arguments
+        for part in path:
+            value = value.get(part) if isinstance(value, dict) else None
+        header_name = f"Mcp-Param-{name}"
+        header = headers.get(header_name)
+        if value is None:
+            if header is not None:
+                raise ModernError(
+                    HEADER_MISMATCH, f"Header mismatch: {header_name} names no argument in the body"
+                )
+            continue
+        if header is None:
+            raise ModernError(HEADER_MISMATCH, f"Header mismatch: {header_name} is required")
+        text = decode_header_value(header)
+        if isinstance(value, bool):
+            same = text == ("true" if value else "false")
+        elif isinstance(value, int):
+            try:
+                same = float(text) == value
+            except ValueError:
+                same = False
+        elif isinstance(value, str):
+            same = text == value
+        else:
+            continue  # not a primitive the spec allows: nothing to compare
+        if not same:
+            raise ModernError(
+                HEADER_MISMATCH, f"Header mismatch: {header_name} does not match the argument"
+            )
 
 
 # Log levels in order (RFC 5424 as MCP uses them), for the per-request logLevel.

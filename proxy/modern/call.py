@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from proxy.core import jsonrpc
-from proxy.core.era import ModernRequest, log_wanted, missing_capability
+from proxy.core.era import ModernRequest, log_wanted
 from proxy.core.jsonrpc import Message
 from proxy.core.protocol import SERVER_ERROR
 
@@ -34,7 +34,12 @@ INPUT_METHODS = {
     "sampling/createMessage": ("sampling", "sampling"),
     "roots/list": ("roots", "roots"),
 }
+# Requests during which the server may ask the client (MRTR: basic/patterns/mrtr.mdx).
+ASKING = frozenset({"tools/call", "prompts/get", "resources/read"})
 _MAX_NOTES = 10_000  # notifications held for a client that is not reading (then dropped)
+# A legacy server may name an input request's key (MRTR keys are the server's to choose;
+# a legacy wire has no place for one): params._meta[KEY_HINT] on its request.
+KEY_HINT = "io.github.mcp-resume-proxy/inputKey"
 
 
 class Call:
@@ -50,10 +55,14 @@ class Call:
         self.principal = principal
         self.session: PooledSession | None = None
         self.upstream_id: int | None = None
+        self.exclusive = method in ASKING
+        self.task_support: str | None = None  # the tool's execution.taskSupport, if known
         self.status = "working"
         self.outcome: dict[str, Any] | None = None  # the upstream's response, raw
         self.pending: dict[str, tuple[Any, dict[str, Any]]] = {}  # key -> (server id, request)
         self._keys = itertools.count(1)
+        self._used_keys: set[str] = set()  # unique over the call's (and task's) life
+        self.refused: dict[str, Any] = {}  # capabilities asked for, not declared
         self.notes: deque[dict[str, Any]] = deque()
         self.task_id: str | None = None
         self.parked_until: float | None = None  # input_required, waiting for a retry
@@ -122,14 +131,35 @@ class Call:
             return
         capability, label = INPUT_METHODS[method]
         if not self.client.declares(capability):
-            # The client cannot answer it (MRTR: never send what it did not declare).
+            # The client cannot answer it (MRTR: never send what it did not declare). The
+            # server hears so, as a legacy client would say it; if the call then fails,
+            # the client learns what it lacked (-32021), else it gets what the tool made.
             self.session.respond_error(msg.id, -32601, f"the client does not support {method}")
-            self.fail(missing_capability({capability: {}}, label).to_jsonrpc()["error"])
+            self.refused[capability] = {}
             return
-        key = f"{label}-{next(self._keys)}"
         request: dict[str, Any] = {"method": method}
-        if "params" in msg.raw:
-            request["params"] = msg.raw["params"]
+        params = msg.raw.get("params")
+        hint = None
+        if isinstance(params, dict):
+            meta = params.get("_meta")
+            if isinstance(meta, dict) and KEY_HINT in meta:
+                hint = meta[KEY_HINT]
+                rest = {k: v for k, v in meta.items() if k != KEY_HINT}
+                params = (
+                    {**params, "_meta": rest}
+                    if rest
+                    else {k: v for k, v in params.items() if k != "_meta"}
+                )
+            request["params"] = params
+        elif "params" in msg.raw:
+            request["params"] = params
+        if isinstance(hint, str) and hint and hint not in self._used_keys:
+            key = hint
+        else:
+            key = f"{label}-{next(self._keys)}"
+            while key in self._used_keys:
+                key = f"{label}-{next(self._keys)}"
+        self._used_keys.add(key)
         self.pending[key] = (msg.id, request)
         self.status = "input_required"
         self._signal()

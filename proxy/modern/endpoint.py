@@ -32,9 +32,11 @@ from proxy.core.era import (
     TASKS_EXTENSION,
     ModernError,
     ModernRequest,
+    check_param_headers,
     check_request,
     invalid_params,
     method_not_found,
+    missing_capability,
     tasks_capability_missing,
     upstream_params,
 )
@@ -47,6 +49,7 @@ from proxy.modern.listen import Hub, Listener, honoured
 from proxy.modern.pool import UpstreamPool
 from proxy.modern.reply import Reply, dumps
 from proxy.modern.tasks import TaskKeeper
+from proxy.modern.tools import ToolIndex, task_support
 from proxy.registry import Registry
 
 log = structlog.get_logger("proxy.modern")
@@ -66,6 +69,10 @@ _CACHEABLE = frozenset(
 )
 _TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 _LIVENESS_SECONDS = 1.0
+# Gathering a server's questions into one input_required result: done when none came for
+# the quiet time, at most the max.
+_GATHER_QUIET_SECONDS = 0.03
+_GATHER_MAX_SECONDS = 0.25
 # HTTP statuses the spec gives these JSON-RPC errors (when the answer is not streamed).
 _ERROR_STATUS = {-32601: 404, -32020: 400, -32021: 400, -32022: 400}
 
@@ -79,6 +86,8 @@ class ModernFacade:
         self.secret = registry.settings.token_secret
         self.pool = UpstreamPool(config, registry.health)
         self.hub = Hub(self.pool)
+        self.tools = ToolIndex(self.pool)
+        self.pool.on_broadcast = self._broadcast
         replicas = registry.replicas
         self.tasks_enabled = config.tasks.enabled
         self.tasks = TaskKeeper(
@@ -95,6 +104,11 @@ class ModernFacade:
         self.parked: dict[str, Call] = {}
         self.replies: set[asyncio.Task[Any]] = set()
         del replicas
+
+    def _broadcast(self, msg: Message) -> None:
+        if msg.method == "notifications/tools/list_changed":
+            self.tools.invalidate()
+        self.hub.publish(msg)
 
     async def _alive(self, owner: str) -> bool:
         replicas = self.registry.replicas
@@ -198,7 +212,15 @@ class ModernFacade:
     ) -> web.StreamResponse:
         method = msg.method or ""
         call = Call(method, msg.params, client, principal=None)
-        session = await self.pool.acquire()
+        if method == "tools/call":
+            tool = (await self.tools.get()).get(str(msg.params.get("name")))
+            if tool is not None:
+                arguments = msg.params.get("arguments")
+                check_param_headers(tool.get("inputSchema"), arguments, request.headers)
+            call.task_support = task_support(tool)
+            if call.task_support == "required" and not (self.tasks_enabled and client.tasks):
+                raise tasks_capability_missing()
+        session = await self.pool.acquire(call.exclusive)
         session.begin(call, upstream_params(msg.params))
         return await self._follow(request, msg, call, started=time.monotonic())
 
@@ -224,6 +246,8 @@ class ModernFacade:
         tasks = self.config.tasks
         if not (self.tasks_enabled and client.tasks and call.method == "tools/call"):
             return None
+        if call.task_support == "forbidden":
+            return None
         if tasks.mode == "never":
             return None
         if tasks.mode == "always":
@@ -247,6 +271,9 @@ class ModernFacade:
                 if call.status == "input_required" and call.pending:
                     if msg.method not in _WITH_INPUT:
                         call.answer({k: None for k in call.pending})  # refused upstream
+                        continue
+                    await self._gather(call)
+                    if call.done or not call.pending:
                         continue
                     return await self._input_required(reply, msg, call)
                 now = time.monotonic()
@@ -272,9 +299,25 @@ class ModernFacade:
                 call.cancel("the client closed the request's response stream")
             raise
 
+    @staticmethod
+    async def _gather(call: Call) -> None:
+        """The server may ask several things at once: wait a moment for the rest, so that
+        one ``input_required`` result carries them all."""
+        deadline = time.monotonic() + _GATHER_MAX_SECONDS
+        count = len(call.pending)
+        while not call.done and time.monotonic() < deadline:
+            await call.changed(_GATHER_QUIET_SECONDS)
+            if len(call.pending) == count:
+                return
+            count = len(call.pending)
+
     async def _answer(self, reply: Reply, msg: Message, call: Call) -> web.StreamResponse:
         outcome = dict(call.outcome or {})
         outcome["id"] = msg.id
+        if "error" in outcome and call.refused:
+            # The server could not do without what the client did not declare.
+            what = ", ".join(sorted(call.refused))
+            outcome["error"] = missing_capability(dict(call.refused), what).to_jsonrpc()["error"]
         if "error" in outcome:
             error = outcome["error"]
             code = error.get("code") if isinstance(error, dict) else None
@@ -334,8 +377,6 @@ class ModernFacade:
             if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
                 raise invalid_params("Invalid params: notifications.taskIds must be strings")
         init = await self.pool.info()
-        if not self.pool.live_sessions() and not self.pool.per_request:
-            await self.pool.acquire()
         accepted = honoured(wanted, init.get("capabilities") or {})
         known: list[str] = []
         for task_id in task_ids or []:
@@ -356,6 +397,7 @@ class ModernFacade:
             "method": "notifications/subscriptions/acknowledged",
             "params": {"notifications": accepted, "_meta": {META_SUBSCRIPTION: msg.id}},
         }
+        await self.pool.hold_listening()
         self.hub.add(listener)
         try:
             await reply.stream([ack])
@@ -384,4 +426,5 @@ class ModernFacade:
             log.debug("listener_gone", error=repr(exc))
         finally:
             self.hub.remove(listener)
+            self.pool.release_listening()
         return reply.sse or web.Response(status=499)

@@ -93,7 +93,7 @@ class LegacyTasks:
         )
         params = {k: v for k, v in msg.params.items() if k != "task"}
         call = Call("tools/call", params, client, self.principal(runner))
-        pooled = await self.facade.pool.acquire()
+        pooled = await self.facade.pool.acquire(exclusive=True)
         pooled.begin(call, params)
         ttl = msg.params["task"].get("ttl")
         record = await self.keeper.adopt(

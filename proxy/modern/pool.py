@@ -82,6 +82,11 @@ class PooledSession:
     def busy(self) -> int:
         return len(self.calls)
 
+    @property
+    def asking(self) -> int:
+        """Calls in flight that may make the server ask the client something."""
+        return sum(1 for call in self.calls.values() if call.exclusive)
+
     async def start(self) -> None:
         await self.upstream.start()
         params = {
@@ -232,6 +237,9 @@ class UpstreamPool:
         self.on_session: Callable[[PooledSession], None] = lambda session: None
         self.init_result: dict[str, Any] | None = None  # the upstream's, once seen
         self._stopping = False
+        self._reaper: asyncio.TimerHandle | None = None
+        self._listening: PooledSession | None = None  # per_request: kept for listeners
+        self._listeners = 0
 
     @property
     def per_request(self) -> bool:
@@ -252,23 +260,41 @@ class UpstreamPool:
         log.info("pool_session_started", session=session.label, pid=session.upstream.pid)
         return session
 
-    async def acquire(self) -> PooledSession:
-        """A session for one more request (a new one, per ``isolation``)."""
+    async def acquire(self, exclusive: bool = False) -> PooledSession:
+        """A session for one more request (a new one, per ``isolation``).
+
+        ``exclusive``: the request may make the server ask its client something; it gets
+        a session where no other such request is in flight (growing the pool up to
+        ``max_size``), so that the question can only be its own.
+        """
         if self.per_request:
             return await self._new()
-        live = [s for s in self.sessions if s.closed is None]
-        for session in live:
+        found = self._pick(exclusive)
+        if found is not None:
+            return found
+        async with self._starting:  # one start at a time; others may find it free
+            found = self._pick(exclusive)
+            if found is not None:
+                return found
+            live = self.live_sessions()
+            limit = self.settings.max_size if exclusive else self.settings.size
+            if len(live) < limit:
+                return await self._new()
+        live = self.live_sessions()
+        if not live:
+            return await self._new()
+        return min(live, key=lambda s: (s.asking, s.busy))
+
+    def _pick(self, exclusive: bool) -> PooledSession | None:
+        best: PooledSession | None = None
+        for session in self.sessions:
+            if session.closed is not None:
+                continue
             if session.busy == 0:
                 return session
-        if len(live) < self.settings.size:
-            async with self._starting:  # one start at a time; others may find it idle
-                live = [s for s in self.sessions if s.closed is None]
-                idle = [s for s in live if s.busy == 0]
-                if idle:
-                    return idle[0]
-                if len(live) < self.settings.size:
-                    return await self._new()
-        return min(live, key=lambda s: s.busy)
+            if exclusive and session.asking == 0 and (best is None or session.busy < best.busy):
+                best = session
+        return best
 
     async def info(self) -> dict[str, Any]:
         """The upstream's InitializeResult (a session is started if none has been)."""
@@ -279,26 +305,53 @@ class UpstreamPool:
         assert self.init_result is not None
         return self.init_result
 
-    def done_with(self, session: PooledSession) -> None:
-        """``per_request``: a session whose request is answered is stopped."""
-        if self.per_request:
-            self._own(session.stop())
-
     def idle(self, session: PooledSession) -> None:
-        if self.per_request:
+        if self.per_request and session is not self._listening:
             self._own(session.stop())
             return
-        limit = self.settings.idle_seconds
-        loop = asyncio.get_running_loop()
-        loop.call_later(limit + 0.05, self._reap_idle)
+        if self._reaper is None and not self._stopping:  # one timer, not one per call
+            loop = asyncio.get_running_loop()
+            self._reaper = loop.call_later(self.settings.idle_seconds + 0.05, self._reap_idle)
 
     def _reap_idle(self) -> None:
+        self._reaper = None
         now = time.monotonic()
         live = [s for s in self.sessions if s.closed is None]
+        waiting = False
         for session in live[1:]:  # one stays warm
-            if session.busy == 0 and now - session.idle_since >= self.settings.idle_seconds:
+            if session.busy or session is self._listening:
+                continue
+            if now - session.idle_since >= self.settings.idle_seconds:
                 self.sessions.remove(session)
                 self._own(session.stop())
+            else:
+                waiting = True
+        if waiting:
+            self.idle(live[0])
+
+    async def hold_listening(self) -> None:
+        """A listener needs a session to hear the server: with ``per_request`` there is
+        none between requests, so one is kept while anybody listens."""
+        self._listeners += 1
+        if self.per_request and self._listening is None:
+            async with self._starting:
+                if self._listening is None:
+                    session = PooledSession(self, next(self._numbers))
+                    await session.start()
+                    self._listening = session
+                    self.sessions.append(session)
+                    self.on_session(session)
+        elif not self.per_request and not self.live_sessions():
+            await self.acquire()
+
+    def release_listening(self) -> None:
+        self._listeners -= 1
+        session = self._listening
+        if self._listeners <= 0 and session is not None:
+            self._listening = None
+            if session in self.sessions:
+                self.sessions.remove(session)
+            self._own(session.stop())
 
     def lost(self, session: PooledSession) -> None:
         if session in self.sessions:
@@ -318,6 +371,9 @@ class UpstreamPool:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
         async with self._starting:
             pass
         sessions, self.sessions = self.sessions, []

@@ -37,6 +37,9 @@ Forward = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 Alive = Callable[[str], Awaitable[bool]]
 
 
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+
+
 def new_task_id() -> str:
     return secrets.token_urlsafe(24)
 
@@ -116,6 +119,13 @@ class TaskKeeper:
             result = dict(outcome.get("result") or {})
             if record["era"] == "modern":
                 result.setdefault("resultType", "complete")
+                meta = result.get("_meta")
+                if isinstance(meta, dict) and RELATED_TASK in meta:  # a legacy server's own
+                    rest = {k: v for k, v in meta.items() if k != RELATED_TASK}
+                    if rest:
+                        result["_meta"] = rest
+                    else:
+                        del result["_meta"]
             record["result"] = result
         elif status == "failed":
             record["error"] = outcome.get("error") or {"code": -32603, "message": "failed"}

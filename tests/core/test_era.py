@@ -47,7 +47,10 @@ def call(**params: Any) -> dict[str, Any]:
         ({"method": "tools/call", "params": {}}, "2025-06-18", None, False),
         ({"method": "tools/call", "params": {}}, "2026-07-28", "sid", False),
         ({"method": "tools/call", "params": {}}, None, None, False),
-        ({"method": "initialize", "params": {"_meta": dict(META)}}, "2026-07-28", None, False),
+        ({"method": "initialize", "params": {"_meta": dict(META)}}, None, None, True),  # 404
+        ({"method": "initialize", "params": {}}, "2026-07-28", None, True),
+        ({"method": "initialize", "params": {}}, "2099-01-01", None, False),
+        ({"method": "initialize", "params": {}}, None, None, False),
     ],
 )
 def test_is_modern(raw: dict[str, Any], version: str | None, session: str | None, modern: bool):

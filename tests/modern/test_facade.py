@@ -339,12 +339,19 @@ async def test_tampered_foreign_or_stale_request_state_never_gets_another_calls_
         assert stale.error["code"] == -32602
 
 
-async def test_a_request_for_input_the_client_did_not_declare_is_32021(tmp_path: Path) -> None:
+async def test_input_the_client_did_not_declare_is_refused_upstream_and_may_be_32021(
+    tmp_path: Path,
+) -> None:
     async with modern_proxy(tmp_path) as (_, client, _log):
-        answer = await client.call("ask", {"question": "q"}, caps={})
-    assert answer.status == 400
-    assert answer.error["code"] == -32021
-    assert answer.error["data"]["requiredCapabilities"] == {"elicitation": {}}
+        # The server hears the refusal a legacy client would give, and carries on ...
+        carried_on = await client.call("ask", {"question": "q"}, caps={})
+        # ... or fails: then the client learns what it lacked.
+        failed = await client.call("need_sample", caps={"elicitation": {}})
+    refusal = json.loads(carried_on.result["content"][0]["text"])
+    assert refusal["code"] == -32601
+    assert failed.status == 400
+    assert failed.error["code"] == -32021
+    assert failed.error["data"]["requiredCapabilities"] == {"sampling": {}}
 
 
 async def test_closing_the_response_cancels_the_call_upstream(tmp_path: Path) -> None:
@@ -369,8 +376,12 @@ async def test_closing_the_response_cancels_the_call_upstream(tmp_path: Path) ->
         assert answer.result["content"][0]["text"] == "waited next"
 
 
-async def test_listen_acknowledges_filters_and_delivers_tagged_changes(tmp_path: Path) -> None:
-    async with modern_proxy(tmp_path) as (proxy, client, server_log):
+@pytest.mark.parametrize("isolation", ["shared", "per_request"])
+async def test_listen_acknowledges_filters_and_delivers_tagged_changes(
+    tmp_path: Path, isolation: str
+) -> None:
+    pool = {"pool": {"isolation": isolation}}
+    async with modern_proxy(tmp_path, modern=pool) as (proxy, client, server_log):
         params = {
             "notifications": {
                 "toolsListChanged": True,
@@ -404,12 +415,15 @@ async def test_listen_acknowledges_filters_and_delivers_tagged_changes(tmp_path:
 
             await eventually(subscribed, what="resources/subscribe made upstream")
             await client.call("touch", {"uri": "test://watched"})
-            got = [await next_message(), await next_message()]
-            methods = sorted(m["method"] for m in got)
-            assert methods == [
-                "notifications/resources/updated",
-                "notifications/tools/list_changed",
-            ]
+            if isolation == "shared":
+                got = [await next_message(), await next_message()]
+                assert sorted(m["method"] for m in got) == [
+                    "notifications/resources/updated",
+                    "notifications/tools/list_changed",
+                ]
+            else:  # the call ran in a fresh process, where nothing is subscribed
+                got = [await next_message()]
+                assert got[0]["method"] == "notifications/tools/list_changed"
             for m in got:
                 assert m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
 

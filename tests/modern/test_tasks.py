@@ -145,7 +145,9 @@ async def test_failed_and_is_error_calls(tmp_path: Path) -> None:
 
 
 async def test_a_task_whose_server_crashes_fails_with_the_reason(tmp_path: Path) -> None:
-    async with modern_proxy(tmp_path, tasks={"mode": "always"}, modern={"pool": {"size": 1}}) as (
+    async with modern_proxy(
+        tmp_path, tasks={"mode": "always"}, modern={"pool": {"size": 1, "max_size": 1}}
+    ) as (
         proxy,
         client,
         _log,

@@ -1,0 +1,163 @@
+"""The 0.2.x MCP conformance suite judges the proxy's 2026-07-28 façade and its Tasks extension.
+
+The proxy runs in front of the legacy stdio conformance fixture (it speaks only the handshake-era
+protocol; ``tests/fixtures/conformance_modern_tools.py`` has what these scenarios call) with the
+config this module writes::
+
+    modern: {enabled: true}
+    tasks: {mode: after_ms, after_ms: 400}
+
+``after_ms`` below one second because the Tasks scenarios want ``slow_compute {seconds: 1}``,
+``failing_job`` (1 s) and ``confirm_delete`` (asks after 1 s) to become tasks while ``greet``
+(instant) and ``test_tool_with_task``'s first round (asks at once: MRTR, no task) must not:
+``mode: always`` would fail the greet and composition checks. ``CONFORMANCE_MODERN_CONFIG=FILE``
+replaces the ``modern``/``tasks`` part (a YAML mapping merged over it).
+
+Every scenario of the suite's 2026-07-28 requirement set runs, one CLI run each (see
+``suite_modern.py`` for the exact command), against one proxy for the whole module, like the
+suite's own ``--requirements 2026-07-28`` run:
+
+- the 37 scored server scenarios and the 10 ``tasks-*`` scenarios must pass (no FAILURE check;
+  warnings are printed, not failed);
+- the 3 scenarios the suite itself marks pending (not scored there) must pass too: the proxy
+  passes them, and a regression should show.
+
+Each scenario's verdict, failures (the suite's own messages) and warnings are printed straight to
+the terminal and put in the assertion message; the suite's output is in the test's tmp dir.
+``test_requirement_set_is_unchanged`` fails if the installed suite's requirement set is not the
+one parametrized here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import yaml
+
+from .suite import ConformanceToolsError
+from .suite_modern import (
+    PENDING,
+    SCORED,
+    TASKS,
+    ensure_cli,
+    requirement_set,
+    run_scenario,
+    strip_ansi,
+)
+from .targets import FIXTURE_SERVER, HOST, TargetStartError, http_server_process
+
+MODERN_CONFIG: Final[dict[str, Any]] = {
+    "modern": {"enabled": True},
+    "tasks": {"mode": "after_ms", "after_ms": 400},
+}
+
+
+def proxy_config() -> dict[str, Any]:
+    config = {key: dict(value) for key, value in MODERN_CONFIG.items()}
+    override_path = os.environ.get("CONFORMANCE_MODERN_CONFIG")
+    if override_path:
+        override = yaml.safe_load(Path(override_path).read_text()) or {}
+        for section, values in override.items():
+            config.setdefault(section, {}).update(values or {})
+    return config
+
+
+def modern_proxy_command(config_path: Path) -> list[str]:
+    """``mcp-resume-proxy --config FILE`` on a port the system picks, in front of the fixture."""
+    script = Path(sys.executable).parent / "mcp-resume-proxy"
+    launcher = [str(script)] if script.is_file() else [sys.executable, "-m", "proxy"]
+    return [
+        *launcher,
+        "--config",
+        str(config_path),
+        "--host",
+        HOST,
+        "--port",
+        "0",
+        "--",
+        sys.executable,
+        str(FIXTURE_SERVER),
+    ]
+
+
+@pytest.fixture(scope="session")
+def conformance_next_cli() -> Path:
+    try:
+        return ensure_cli()
+    except ConformanceToolsError as exc:
+        pytest.fail(f"the 0.2.x conformance suite is not installed: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def modern_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The proxy's MCP URL, for every scenario of this module; always stopped afterwards."""
+    workdir = tmp_path_factory.mktemp("modern-proxy")
+    config_path = workdir / "proxy.yaml"
+    config_path.write_text(yaml.safe_dump(proxy_config(), sort_keys=False))
+    try:
+        with http_server_process(modern_proxy_command(config_path), workdir, "proxy") as url:
+            yield url
+    except TargetStartError as exc:
+        pytest.fail(f"{exc}\n(log: {workdir / 'proxy.log'})", pytrace=False)
+
+
+def _judge(
+    name: str,
+    cli: Path,
+    url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run = run_scenario(cli, url, name, tmp_path / "results")
+    output_path = tmp_path / "conformance-output.txt"
+    output_path.write_text(strip_ansi(run.output))
+    report = f"{run.report()}\n  (suite output: {output_path})"
+    with capsys.disabled():
+        print(f"\n{report}")
+    if not run.ok:
+        pytest.fail(report, pytrace=False)
+
+
+def test_requirement_set_is_unchanged(conformance_next_cli: Path) -> None:
+    listed = requirement_set(conformance_next_cli)
+    assert listed.scored == SCORED
+    assert {name for name, why in listed.not_scored.items() if why == "extension"} == set(TASKS)
+    assert {name for name, why in listed.not_scored.items() if why == "pending"} == set(PENDING)
+
+
+@pytest.mark.parametrize("scenario", SCORED)
+def test_scored_2026_07_28_scenario_passes(
+    scenario: str,
+    conformance_next_cli: Path,
+    modern_proxy: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _judge(scenario, conformance_next_cli, modern_proxy, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("scenario", TASKS)
+def test_tasks_extension_scenario_passes(
+    scenario: str,
+    conformance_next_cli: Path,
+    modern_proxy: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _judge(scenario, conformance_next_cli, modern_proxy, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("scenario", PENDING)
+def test_pending_scenario(
+    scenario: str,
+    conformance_next_cli: Path,
+    modern_proxy: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _judge(scenario, conformance_next_cli, modern_proxy, tmp_path, capsys)
