@@ -251,6 +251,9 @@ class ModernConfig:
     # ttlMs on cacheable results (lists, resources/read, server/discover); cacheScope
     # is always "private" (the proxy cannot know what the upstream's data depends on).
     cache_ttl_ms: Annotated[int, NonNegative] = 0
+    # Modern requests running or waiting for input at once, tasks included; past it a new
+    # one gets 503 (too_many_calls).
+    max_calls: Annotated[int, Positive] = 10_000
 
 
 @dataclass(frozen=True)
@@ -266,6 +269,9 @@ class TasksConfig:
     # it is unknown, and a call still running is cancelled.
     ttl_seconds: Annotated[float, Positive] = 3600.0
     poll_interval_ms: Annotated[int, Positive] = 1000
+    # Tasks running at once in this process; past it a call a client declared tasks for
+    # stays a plain call (a tool that requires a task gets 503 too_many_tasks).
+    max_running: Annotated[int, Positive] = 1000
 
 
 @dataclass(frozen=True)

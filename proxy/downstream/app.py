@@ -22,6 +22,7 @@ from proxy.registry import Registry
 log = structlog.get_logger("proxy.http")
 
 REGISTRY_KEY = web.AppKey("registry", Registry)
+ENDPOINT_KEY = web.AppKey("endpoint", StreamableHttp)
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -40,6 +41,7 @@ async def _health(request: web.Request) -> web.Response:
         log.info("request_refused", path=request.path, status=exc.http_status, reason=exc.reason)
         return error_response(exc)
     upstream = registry.health.as_dict()
+    modern = request.app[ENDPOINT_KEY].modern
     ok = registry.accepting
     return web.json_response(
         {
@@ -49,6 +51,7 @@ async def _health(request: web.Request) -> web.Response:
             "buffered_bytes": registry.budget.used,
             "upstream": {"transport": registry.config.upstream.kind, **upstream},
             "store": registry.store_health(),
+            "modern": modern.health() if modern is not None else None,
         },
         status=200 if ok else 503,
     )
@@ -79,6 +82,7 @@ def build_app(config: Config, registry: Registry) -> web.Application:
     app.on_response_prepare.append(_cors_for(config))
     app[REGISTRY_KEY] = registry
     endpoint = StreamableHttp(config, registry)
+    app[ENDPOINT_KEY] = endpoint
     app.router.add_route("*", config.listen.path, endpoint.handle)
     sockets = WebSocketEndpoint(config, registry)  # MCP over WebSocket (D2 over WebSocket)
     app.router.add_route("*", WS_PATH, sockets.handle)

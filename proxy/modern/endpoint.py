@@ -40,7 +40,7 @@ from proxy.core.era import (
     tasks_capability_missing,
     upstream_params,
 )
-from proxy.core.errors import BadRequest, ProxyError
+from proxy.core.errors import BadRequest, Overloaded, ProxyError
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.taskrecord import created, detailed
 from proxy.modern.call import Call
@@ -101,9 +101,20 @@ class ModernFacade:
         )
         registry.task_service = self.tasks
         self.legacy = LegacyTasks(self)
+        self.live: set[Call] = set()  # modern calls not yet ended (parked and tasks too)
         self.parked: dict[str, Call] = {}
         self.replies: set[asyncio.Task[Any]] = set()
         del replicas
+
+    def health(self) -> dict[str, Any]:
+        """The modern side for ``/healthz``: what it holds right now."""
+        return {
+            "pool_sessions": len(self.pool.live_sessions()),
+            "calls": len(self.live),
+            "awaiting_input": len(self.parked),
+            "tasks_running": self.tasks.running,
+            "listeners": len(self.hub.listeners),
+        }
 
     def _broadcast(self, msg: Message) -> None:
         if msg.method == "notifications/tools/list_changed":
@@ -220,9 +231,27 @@ class ModernFacade:
             call.task_support = task_support(tool)
             if call.task_support == "required" and not (self.tasks_enabled and client.tasks):
                 raise tasks_capability_missing()
+        self.track(call)
         session = await self.pool.acquire(call.exclusive)
         session.begin(call, upstream_params(msg.params))
         return await self._follow(request, msg, call, started=time.monotonic())
+
+    def track(self, call: Call) -> None:
+        """Count ``call`` among the live ones until it ends; 503 past ``modern.max_calls``."""
+        limit = self.config.modern.max_calls
+        if len(self.live) >= limit:
+            raise Overloaded(
+                f"Too many modern calls at once (modern.max_calls={limit}); try again later",
+                reason="too_many_calls",
+            )
+        self.live.add(call)
+
+        def ended(done: Call) -> None:
+            if done.done:
+                self.live.discard(done)
+                done.on_change.remove(ended)
+
+        call.on_change.append(ended)
 
     async def _retry(
         self, request: web.Request, msg: Message, client: ModernRequest, state: object
@@ -246,7 +275,7 @@ class ModernFacade:
         tasks = self.config.tasks
         if not (self.tasks_enabled and client.tasks and call.method == "tools/call"):
             return None
-        if call.task_support == "forbidden":
+        if call.task_support == "forbidden" or self.tasks.full():
             return None
         if tasks.mode == "never":
             return None

@@ -29,6 +29,7 @@ from aiohttp import web
 
 from proxy.core import jsonrpc
 from proxy.core.era import ModernError, ModernRequest, invalid_params
+from proxy.core.errors import Overloaded
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SERVER_ERROR, SESSION_HEADER
 from proxy.core.taskrecord import TERMINAL, legacy_task
@@ -93,6 +94,13 @@ class LegacyTasks:
         )
         params = {k: v for k, v in msg.params.items() if k != "task"}
         call = Call("tools/call", params, client, self.principal(runner))
+        if self.keeper.full():
+            limit = self.keeper.settings.max_running
+            raise Overloaded(
+                f"Too many tasks at once (tasks.max_running={limit}); try again later",
+                reason="too_many_tasks",
+            )
+        self.facade.track(call)
         pooled = await self.facade.pool.acquire(exclusive=True)
         pooled.begin(call, params)
         ttl = msg.params["task"].get("ttl")

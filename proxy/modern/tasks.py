@@ -148,10 +148,12 @@ class TaskKeeper:
             call.on_change.remove(self._changed)
 
     async def _write(self, task_id: str) -> None:
+        final = False
         try:
             while task_id in self._dirty:
                 self._dirty.discard(task_id)
                 record = dict(self.records[task_id])
+                final = record["status"] in TERMINAL
                 for attempt in range(5):
                     try:
                         await self.store.put_task(task_id, record, record["expiresAt"])
@@ -159,8 +161,22 @@ class TaskKeeper:
                     except StoreError as exc:
                         log.warning("task_record_not_written", task=task_id[:8], error=str(exc))
                         await asyncio.sleep(0.2 * (attempt + 1))
+            if final:
+                # Its last state is in the store: this process holds nothing more of it.
+                self.calls.pop(task_id, None)
+                self.records.pop(task_id, None)
+                timer = self._timers.pop(task_id, None)
+                if timer is not None:
+                    timer.cancel()
         finally:
             self._writers.pop(task_id, None)
+
+    @property
+    def running(self) -> int:
+        return len(self.calls)
+
+    def full(self) -> bool:
+        return len(self.calls) >= self.settings.max_running
 
     def _expire(self, task_id: str) -> None:
         self._timers.pop(task_id, None)

@@ -473,3 +473,30 @@ async def test_modern_disabled_answers_unsupported_version_so_clients_fall_back(
     assert answer.status == 400
     assert answer.error["code"] == -32022
     assert VERSION not in answer.error["data"]["supported"]
+
+
+async def test_too_many_calls_get_503_and_healthz_shows_the_modern_side(tmp_path: Path) -> None:
+    async with modern_proxy(tmp_path, modern={"max_calls": 2}) as (proxy, client, _log):
+        waiting = [await client.call("ask", {"question": str(i)}) for i in range(2)]
+        assert all(w.result["resultType"] == "input_required" for w in waiting)
+        refused = await client.call("wait", {"seconds": 0})
+        assert refused.status == 503
+        assert refused.error["data"]["reason"] == "too_many_calls"
+        async with client.http.get(proxy.base + "/healthz") as resp:
+            modern = (await resp.json())["modern"]
+        assert modern["calls"] == 2 and modern["awaiting_input"] == 2
+        assert modern["pool_sessions"] >= 2  # each waiting call holds a session of its own
+        # Answering one frees its place.
+        state = waiting[0].result["requestState"]
+        (key,) = waiting[0].result["inputRequests"]
+        done = await client.send(
+            "tools/call",
+            {
+                "name": "ask",
+                "arguments": {},
+                "requestState": state,
+                "inputResponses": {key: {"action": "decline"}},
+            },
+        )
+        assert done.result["resultType"] == "complete"
+        assert (await client.call("wait", {"seconds": 0})).status == 200

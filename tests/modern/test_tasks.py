@@ -252,3 +252,14 @@ async def test_any_replica_answers_for_a_task_and_forwards_to_its_owner(
             task_id = (await on_a.call("wait", {"seconds": 30})).result["taskId"]
             await on_b.task("tasks/cancel", task_id)
             await poll(on_b, task_id, {"cancelled"})
+
+
+async def test_past_max_running_a_call_stays_plain(tmp_path: Path) -> None:
+    tasks = {"mode": "after_ms", "after_ms": 100, "max_running": 1}
+    async with modern_proxy(tmp_path, tasks=tasks) as (_, client, _log):
+        first = await client.call("wait", {"seconds": 30})
+        assert first.result["resultType"] == "task"
+        second = await client.call("wait", {"seconds": 0.4, "label": "plain"})
+        assert second.result["resultType"] == "complete"
+        assert second.result["content"][0]["text"] == "waited plain"
+        await client.task("tasks/cancel", first.result["taskId"])
