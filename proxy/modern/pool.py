@@ -14,10 +14,11 @@ for a remote server) and runs every modern request on one of them:
 
 A request stays on its session until it is answered. What the server sends is routed to
 the call it belongs to (DESIGN.md §5): a response by id; progress by the progress token
-(rewritten to the upstream id); over HTTP, what came on a request's response stream to
-that request; otherwise, a server→client request or log message to the only call in
-flight, and when several are in flight the request is refused (the server gets an
-error): the proxy cannot tell whose it is. List-changed and resource-updated
+(rewritten to the upstream id); over Streamable HTTP, what came on a request's response
+stream to that request, and what came on the session's GET stream to none; over stdio,
+HTTP+SSE and WebSocket, a server→client request or log message to the only call in
+flight. A request nobody can be told the owner of is refused (the server gets an
+error). List-changed and resource-updated
 notifications go to the listeners (:mod:`proxy.modern.listen`).
 """
 
@@ -45,6 +46,7 @@ from proxy.upstream.base import Upstream, UpstreamHealth
 log = structlog.get_logger("proxy.modern")
 
 INIT_TIMEOUT_SECONDS = 30.0
+SETTLE_SECONDS = 0.05
 UPSTREAM_VERSION = "2025-11-25"  # what the proxy asks a legacy server for
 BROADCAST = frozenset(
     {
@@ -110,6 +112,13 @@ class PooledSession:
             )
         self.init_result = answer.raw["result"]
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        # Servers often ask something as soon as they are initialized (roots/list, say).
+        # On stdio nothing would tell that from a question of the first call, so the
+        # session is handed out only once such questions are in (and refused): after a
+        # round trip, and a moment of quiet.
+        with contextlib.suppress(ProxyError):
+            await self.ask("ping", {}, SETTLE_SECONDS * 20)
+        await asyncio.sleep(SETTLE_SECONDS)
 
     async def ask(self, method: str, params: dict[str, Any], timeout: float) -> Message:
         """A request of the proxy's own (initialize, resources/subscribe): its answer."""
@@ -196,8 +205,10 @@ class PooledSession:
             call.upstream_notification(msg)
 
     def _owner(self, origin: int | None) -> Call | None:
-        if origin is not None and origin in self.calls:
-            return self.calls[origin]
+        if origin is not None:
+            return self.calls.get(origin)
+        if self.pool.ties_by_stream:
+            return None  # over Streamable HTTP, what is a call's came on its stream
         if len(self.calls) == 1:
             return next(iter(self.calls.values()))
         return None
@@ -229,6 +240,9 @@ class UpstreamPool:
         self.config = config
         self.health = health
         self.settings = config.modern.pool
+        # Streamable HTTP says which request a server message belongs to (the response
+        # stream it came on); on stdio, HTTP+SSE and WebSocket only the timing can.
+        self.ties_by_stream = config.upstream.kind == "streamable-http"
         self.sessions: list[PooledSession] = []
         self._numbers = itertools.count(1)
         self._starting: asyncio.Lock = asyncio.Lock()
