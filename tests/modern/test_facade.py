@@ -500,3 +500,20 @@ async def test_too_many_calls_get_503_and_healthz_shows_the_modern_side(tmp_path
         )
         assert done.result["resultType"] == "complete"
         assert (await client.call("wait", {"seconds": 0})).status == 200
+
+
+async def test_a_server_that_cannot_start_gives_502_and_the_proxy_goes_on(tmp_path: Path) -> None:
+    broken = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    async with (
+        run_proxy(tmp_path, broken) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        client = Modern(http, proxy.url)
+        for _ in range(2):
+            answer = await client.send("server/discover")
+            assert answer.status == 502
+            assert answer.error["data"]["reason"] == "upstream_start_failed"
+            assert answer.body["id"] is not None
+        async with http.get(proxy.base + "/healthz") as resp:
+            assert resp.status == 200
+            assert (await resp.json())["modern"]["pool_sessions"] == 0
