@@ -249,10 +249,13 @@ def header_params(schema: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[s
     return found
 
 
-def check_param_headers(schema: Any, arguments: Any, headers: Mapping[str, str]) -> None:
-    """Each ``Mcp-Param-{Name}`` header against the argument it mirrors; -32020 if a value
-    is present without its header, a header has no value, or the two differ."""
-    for path, name in header_params(schema):
+def check_param_headers(
+    annotated: list[tuple[tuple[str, ...], str]], arguments: Any, headers: Mapping[str, str]
+) -> None:
+    """Each ``Mcp-Param-{Name}`` header against the argument it mirrors (``annotated``: the
+    tool's :func:`header_params`); -32020 if a value is present without its header, a
+    header has no value, or the two differ."""
+    for path, name in annotated:
         value: Any = arguments
         for part in path:
             value = value.get(part) if isinstance(value, dict) else None

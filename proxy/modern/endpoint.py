@@ -226,8 +226,10 @@ class ModernFacade:
         if method == "tools/call":
             tool = (await self.tools.get()).get(str(msg.params.get("name")))
             if tool is not None:
-                arguments = msg.params.get("arguments")
-                check_param_headers(tool.get("inputSchema"), arguments, request.headers)
+                annotated = self.tools.header_params(tool)
+                if annotated:
+                    arguments = msg.params.get("arguments")
+                    check_param_headers(annotated, arguments, request.headers)
             call.task_support = task_support(tool)
             if call.task_support == "required" and not (self.tasks_enabled and client.tasks):
                 raise tasks_capability_missing()

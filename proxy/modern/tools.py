@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from proxy.core.era import header_params
 from proxy.core.errors import ProxyError
 from proxy.modern.pool import UpstreamPool
 
@@ -27,9 +28,19 @@ class ToolIndex:
         self.pool = pool
         self.tools: dict[str, dict[str, Any]] | None = None
         self._fetching: asyncio.Task[dict[str, dict[str, Any]]] | None = None
+        self._annotated: dict[str, list[tuple[tuple[str, ...], str]]] = {}
 
     def invalidate(self) -> None:
         self.tools = None
+        self._annotated.clear()
+
+    def header_params(self, tool: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+        """The tool's ``x-mcp-header`` annotations, worked out once per listing."""
+        name = str(tool.get("name"))
+        found = self._annotated.get(name)
+        if found is None:
+            found = self._annotated[name] = header_params(tool.get("inputSchema"))
+        return found
 
     async def get(self) -> dict[str, dict[str, Any]]:
         if self.tools is not None:
