@@ -16,7 +16,6 @@ task (``tasks.mode``): :mod:`proxy.modern.tasks`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any
 
@@ -27,10 +26,8 @@ from proxy.config import Config
 from proxy.core import jsonrpc, reqstate
 from proxy.core.era import (
     META_SERVER_INFO,
-    META_SUBSCRIPTION,
     SUPPORTED_VERSIONS,
     TASKS_EXTENSION,
-    ModernError,
     ModernRequest,
     check_param_headers,
     check_request,
@@ -45,7 +42,7 @@ from proxy.core.jsonrpc import Kind, Message
 from proxy.core.taskrecord import created, detailed
 from proxy.modern.call import Call
 from proxy.modern.legacy_tasks import LegacyTasks
-from proxy.modern.listen import Hub, Listener, honoured
+from proxy.modern.listen import Hub, listen
 from proxy.modern.pool import UpstreamPool
 from proxy.modern.reply import Reply, dumps
 from proxy.modern.tasks import TaskKeeper
@@ -88,7 +85,6 @@ class ModernFacade:
         self.hub = Hub(self.pool)
         self.tools = ToolIndex(self.pool)
         self.pool.on_broadcast = self._broadcast
-        replicas = registry.replicas
         self.tasks_enabled = config.tasks.enabled
         self.tasks = TaskKeeper(
             config.tasks,
@@ -103,8 +99,6 @@ class ModernFacade:
         self.legacy = LegacyTasks(self)
         self.live: set[Call] = set()  # modern calls not yet ended (parked and tasks too)
         self.parked: dict[str, Call] = {}
-        self.replies: set[asyncio.Task[Any]] = set()
-        del replicas
 
     def health(self) -> dict[str, Any]:
         """The modern side for ``/healthz``: what it holds right now."""
@@ -169,7 +163,7 @@ class ModernFacade:
                 dumps=dumps,
             )
         if method == "subscriptions/listen":
-            return await self._listen(request, msg, client)
+            return await listen(self, request, msg, client)
         if method in _WITH_INPUT:
             state = msg.params.get("requestState")
             if state is not None:
@@ -395,67 +389,3 @@ class ModernFacade:
         return {"resultType": "complete"}
 
     # ------------------------------------------------------------------ listen
-    async def _listen(
-        self, request: web.Request, msg: Message, client: ModernRequest
-    ) -> web.StreamResponse:
-        wanted = msg.params.get("notifications")
-        if not isinstance(wanted, dict):
-            raise invalid_params("Invalid params: notifications must be an object")
-        task_ids = wanted.get("taskIds")
-        if task_ids is not None:
-            if not (self.tasks_enabled and client.tasks):
-                raise tasks_capability_missing()
-            if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
-                raise invalid_params("Invalid params: notifications.taskIds must be strings")
-        init = await self.pool.info()
-        accepted = honoured(wanted, init.get("capabilities") or {})
-        known: list[str] = []
-        for task_id in task_ids or []:
-            with contextlib.suppress(ModernError):
-                await self.tasks.record(task_id, None)
-                known.append(task_id)
-        if task_ids is not None:
-            accepted["taskIds"] = known
-        listener = Listener(
-            msg.id,
-            {flag for flag, on in accepted.items() if on is True},
-            set(accepted.get("resourceSubscriptions", [])),
-            set(known),
-        )
-        reply = Reply(request, self.config.sse.keepalive_seconds)
-        ack = {
-            "jsonrpc": "2.0",
-            "method": "notifications/subscriptions/acknowledged",
-            "params": {"notifications": accepted, "_meta": {META_SUBSCRIPTION: msg.id}},
-        }
-        await self.pool.hold_listening()
-        self.hub.add(listener)
-        try:
-            await reply.stream([ack])
-            while True:
-                try:
-                    async with asyncio.timeout(min(_LIVENESS_SECONDS, max(0.0, reply.due()))):
-                        item = await listener.queue.get()
-                except TimeoutError:
-                    if reply.gone:
-                        break
-                    if reply.due() <= 0:
-                        await reply.stream([])
-                    continue
-                if item is None:  # the proxy ends the subscription gracefully
-                    end = {"resultType": "complete", "_meta": {META_SUBSCRIPTION: msg.id}}
-                    return await reply.finish(jsonrpc.ok_response(msg.id, end))
-                batch = [item]
-                while not listener.queue.empty():
-                    nxt = listener.queue.get_nowait()
-                    if nxt is None:
-                        listener.queue.put_nowait(None)
-                        break
-                    batch.append(nxt)
-                await reply.stream(batch)
-        except (ConnectionError, RuntimeError) as exc:
-            log.debug("listener_gone", error=repr(exc))
-        finally:
-            self.hub.remove(listener)
-            self.pool.release_listening()
-        return reply.sse or web.Response(status=499)

@@ -16,17 +16,30 @@ extension, ``taskIds`` opt in to ``notifications/tasks`` for those tasks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
+from aiohttp import web
 
-from proxy.core.era import META_SUBSCRIPTION
+from proxy.core import jsonrpc
+from proxy.core.era import (
+    META_SUBSCRIPTION,
+    ModernError,
+    ModernRequest,
+    invalid_params,
+    tasks_capability_missing,
+)
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Message
 from proxy.modern.pool import PooledSession, UpstreamPool
+from proxy.modern.reply import Reply
+
+if TYPE_CHECKING:
+    from proxy.modern.endpoint import ModernFacade
 
 log = structlog.get_logger("proxy.modern")
 
@@ -38,6 +51,7 @@ _FLAGS = {
     "notifications/resources/list_changed": "resourcesListChanged",
 }
 _SUBSCRIBE_TIMEOUT = 10.0
+_LIVENESS_SECONDS = 1.0
 
 
 @dataclass(eq=False)
@@ -148,3 +162,71 @@ class Hub:
             return
         if answer.is_error:
             log.warning("upstream_subscribe_refused", method=method, error=answer.raw["error"])
+
+
+async def listen(
+    facade: ModernFacade, request: web.Request, msg: Message, client: ModernRequest
+) -> web.StreamResponse:
+    """Serve one ``subscriptions/listen`` request: acknowledge, then stream what its filter
+    asks for until the client leaves or the proxy shuts down."""
+    wanted = msg.params.get("notifications")
+    if not isinstance(wanted, dict):
+        raise invalid_params("Invalid params: notifications must be an object")
+    task_ids = wanted.get("taskIds")
+    if task_ids is not None:
+        if not (facade.tasks_enabled and client.tasks):
+            raise tasks_capability_missing()
+        if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
+            raise invalid_params("Invalid params: notifications.taskIds must be strings")
+    init = await facade.pool.info()
+    accepted = honoured(wanted, init.get("capabilities") or {})
+    known: list[str] = []
+    for task_id in task_ids or []:
+        with contextlib.suppress(ModernError):
+            await facade.tasks.record(task_id, None)
+            known.append(task_id)
+    if task_ids is not None:
+        accepted["taskIds"] = known
+    listener = Listener(
+        msg.id,
+        {flag for flag, on in accepted.items() if on is True},
+        set(accepted.get("resourceSubscriptions", [])),
+        set(known),
+    )
+    reply = Reply(request, facade.config.sse.keepalive_seconds)
+    ack = {
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {"notifications": accepted, "_meta": {META_SUBSCRIPTION: msg.id}},
+    }
+    await facade.pool.hold_listening()
+    facade.hub.add(listener)
+    try:
+        await reply.stream([ack])
+        while True:
+            try:
+                async with asyncio.timeout(min(_LIVENESS_SECONDS, max(0.0, reply.due()))):
+                    item = await listener.queue.get()
+            except TimeoutError:
+                if reply.gone:
+                    break
+                if reply.due() <= 0:
+                    await reply.stream([])
+                continue
+            if item is None:  # the proxy ends the subscription gracefully
+                end = {"resultType": "complete", "_meta": {META_SUBSCRIPTION: msg.id}}
+                return await reply.finish(jsonrpc.ok_response(msg.id, end))
+            batch = [item]
+            while not listener.queue.empty():
+                nxt = listener.queue.get_nowait()
+                if nxt is None:
+                    listener.queue.put_nowait(None)
+                    break
+                batch.append(nxt)
+            await reply.stream(batch)
+    except (ConnectionError, RuntimeError) as exc:
+        log.debug("listener_gone", error=repr(exc))
+    finally:
+        facade.hub.remove(listener)
+        facade.pool.release_listening()
+    return reply.sse or web.Response(status=499)
