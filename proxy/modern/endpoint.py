@@ -48,6 +48,7 @@ from proxy.modern.reply import Reply, dumps
 from proxy.modern.tasks import TaskKeeper
 from proxy.modern.tools import ToolIndex, task_support
 from proxy.registry import Registry
+from proxy.store.base import StoreError
 
 log = structlog.get_logger("proxy.modern")
 
@@ -228,7 +229,11 @@ class ModernFacade:
             if call.task_support == "required" and not (self.tasks_enabled and client.tasks):
                 raise tasks_capability_missing()
         self.track(call)
-        session = await self.pool.acquire(call.exclusive)
+        try:
+            session = await self.pool.acquire(call.exclusive)
+        except BaseException:
+            call.fail({"code": -32603, "message": "no upstream session"})  # ends tracking
+            raise
         session.begin(call, upstream_params(msg.params))
         return await self._follow(request, msg, call, started=time.monotonic())
 
@@ -303,7 +308,12 @@ class ModernFacade:
                     return await self._input_required(reply, msg, call)
                 now = time.monotonic()
                 if task_at is not None and now >= task_at:
-                    record = await self.tasks.adopt(call, "modern")
+                    try:
+                        record = await self.tasks.adopt(call, "modern")
+                    except StoreError as exc:  # no task without its record: stay plain
+                        log.warning("task_not_created", error=str(exc))
+                        task_at = None
+                        continue
                     return await reply.finish(jsonrpc.ok_response(msg.id, created(record)))
                 if reply.gone:
                     call.cancel("the client closed the request's response stream")
@@ -319,7 +329,7 @@ class ModernFacade:
             if call.task_id is None and call.parked_until is None:
                 call.cancel("the client closed the request's response stream")
             return reply.sse or web.Response(status=499)
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled, or a fault: the call must not run on unowned
             if call.task_id is None and call.parked_until is None:
                 call.cancel("the client closed the request's response stream")
             raise

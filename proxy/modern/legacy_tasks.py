@@ -101,12 +101,17 @@ class LegacyTasks:
                 reason="too_many_tasks",
             )
         self.facade.track(call)
-        pooled = await self.facade.pool.acquire(exclusive=True)
-        pooled.begin(call, params)
-        ttl = msg.params["task"].get("ttl")
-        record = await self.keeper.adopt(
-            call, "legacy", ttl_ms=ttl if isinstance(ttl, int) and ttl > 0 else None
-        )
+        try:
+            pooled = await self.facade.pool.acquire(exclusive=True)
+            pooled.begin(call, params)
+            ttl = msg.params["task"].get("ttl")
+            record = await self.keeper.adopt(
+                call, "legacy", ttl_ms=ttl if isinstance(ttl, int) and ttl > 0 else None
+            )
+        except BaseException:  # no task: nothing may run on for it
+            call.cancel("the task could not be created")
+            call.fail({"code": -32603, "message": "the task could not be created"})
+            raise
         self.by_session.setdefault(runner.session_id, []).append(record["taskId"])
         return {"task": legacy_task(record)}
 

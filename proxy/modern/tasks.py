@@ -91,16 +91,15 @@ class TaskKeeper:
             principal=call.principal,
             era=era,
         )
-        call.task_id = task_id
         self._refresh(record, call, now)
-        await self.store.put_task(task_id, record, record["expiresAt"])
+        await self.store.put_task(task_id, record, record["expiresAt"])  # StoreError: no task
+        call.task_id = task_id
         self.calls[task_id] = call
         self.records[task_id] = record
         call.on_change.append(self._changed)
         loop = asyncio.get_running_loop()
         self._timers[task_id] = loop.call_later(ttl / 1000, self._expire, task_id)
-        if call.done or record["status"] != call.status:
-            self._changed(call)
+        self._changed(call)  # what changed while the record was written
         log.info("task_created", task=task_id[:8], method=call.method, era=era)
         return record
 

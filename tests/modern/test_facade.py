@@ -291,12 +291,12 @@ async def test_too_many_calls_get_503_and_healthz_shows_the_modern_side(tmp_path
 async def test_a_server_that_cannot_start_gives_502_and_the_proxy_goes_on(tmp_path: Path) -> None:
     broken = [sys.executable, "-c", "import sys; sys.exit(3)"]
     async with (
-        run_proxy(tmp_path, broken) as proxy,
+        run_proxy(tmp_path, broken, modern={"max_calls": 1}) as proxy,
         aiohttp.ClientSession() as http,
     ):
         client = Modern(http, proxy.url)
-        for _ in range(2):
-            answer = await client.send("server/discover")
+        for method, params in [("server/discover", {}), ("prompts/get", {"name": "p"})] * 2:
+            answer = await client.send(method, params)  # (max_calls 1: nothing leaks)
             assert answer.status == 502
             assert answer.error["data"]["reason"] == "upstream_start_failed"
             assert answer.body["id"] is not None
