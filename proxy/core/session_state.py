@@ -44,7 +44,7 @@ class SessionSettings:
     token_secret: bytes = b""
     # The 2025-11-25 Tasks shape for legacy clients that declare capabilities.tasks, over
     # a server that does not offer tasks itself (proxy/modern/legacy_tasks.py).
-    legacy_tasks: bool = False
+    legacy_tasks: bool = True
 
 
 def _watched(name: str) -> property:

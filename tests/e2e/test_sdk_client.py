@@ -27,7 +27,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ClientMessageMetadata
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from .sdk_client import (
     CALL_DEADLINE_S,
@@ -111,18 +111,32 @@ async def test_client_class_legacy_mode(mcp_server: RunningServer) -> None:
             assert text_of(result) == "hello via Client"
 
 
-async def test_client_class_auto_mode_falls_back_to_initialize(
-    mcp_server: RunningServer, e2e_target: str
-) -> None:
-    """The ``Client`` default (``mode="auto"``) probes ``server/discover`` at 2026-07-28 first;
-    a legacy server behind the proxy must make it fall back to ``initialize``."""
-    if e2e_target == "sdk":
-        pytest.skip("the SDK's own server speaks 2026-07-28, so the probe succeeds there")
+async def test_client_class_auto_mode_works(mcp_server: RunningServer, e2e_target: str) -> None:
+    """The ``Client`` default (``mode="auto"``) probes ``server/discover`` at 2026-07-28 first.
+    The proxy answers it for the legacy server behind it (docs/modern.md), so the client
+    stays modern; with ``modern.enabled: false`` it falls back to ``initialize``
+    (tests/e2e/test_modern_sdk.py covers both)."""
     with anyio.fail_after(CALL_DEADLINE_S):
         async with Client(mcp_server.url) as client:
-            assert client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+            if e2e_target != "sdk":
+                assert client.protocol_version == "2026-07-28"
             result = await client.call_tool("echo", {"text": "after the probe"})
             assert text_of(result) == "after the probe"
+
+
+async def test_client_class_auto_mode_falls_back_when_modern_is_off(
+    server_factory: ServerFactory, e2e_target: str
+) -> None:
+    """With ``modern.enabled: false`` the probe gets ``-32022`` listing only legacy
+    versions, and the ``auto`` client falls back to ``initialize``."""
+    if e2e_target == "sdk":
+        pytest.skip("the SDK's own server speaks 2026-07-28")
+    async with server_factory.start({"modern": {"enabled": False}}) as server:
+        with anyio.fail_after(CALL_DEADLINE_S):
+            async with Client(server.url) as client:
+                assert client.protocol_version == LATEST_HANDSHAKE_VERSION
+                result = await client.call_tool("echo", {"text": "after the fallback"})
+                assert text_of(result) == "after the fallback"
 
 
 async def test_initialize_list_tools_and_echo(
