@@ -36,6 +36,7 @@ INPUT_METHODS = {
 }
 # Requests during which the server may ask the client (MRTR: basic/patterns/mrtr.mdx).
 ASKING = frozenset({"tools/call", "prompts/get", "resources/read"})
+_ANSWERABLE = ("elicitation", "sampling", "roots")
 _MAX_NOTES = 10_000  # notifications held for a client that is not reading (then dropped)
 # A legacy server may name an input request's key (MRTR keys are the server's to choose;
 # a legacy wire has no place for one): params._meta[KEY_HINT] on its request.
@@ -48,14 +49,16 @@ class Call:
     def __init__(
         self, method: str, params: dict[str, Any], client: ModernRequest, principal: str | None
     ) -> None:
-        self.id = secrets.token_urlsafe(12)
+        self._id: str | None = None  # drawn when first needed (a parked call's handle)
         self.method = method
         self.params = params
         self.client = client  # the latest request's metadata (the retry's, after MRTR)
         self.principal = principal
         self.session: PooledSession | None = None
         self.upstream_id: int | None = None
-        self.exclusive = method in ASKING
+        # A call that may make the server ask a client able to answer gets an upstream
+        # session of its own (proxy/modern/pool.py): then the question is surely its.
+        self.exclusive = method in ASKING and any(client.declares(c) for c in _ANSWERABLE)
         self.task_support: str | None = None  # the tool's execution.taskSupport, if known
         self.status = "working"
         self.outcome: dict[str, Any] | None = None  # the upstream's response, raw
@@ -75,15 +78,26 @@ class Call:
     def done(self) -> bool:
         return self.status in ("completed", "failed", "cancelled")
 
+    @property
+    def id(self) -> str:
+        """An unguessable handle on this call (in its MRTR ``requestState``)."""
+        if self._id is None:
+            self._id = secrets.token_urlsafe(12)
+        return self._id
+
     async def changed(self, timeout: float | None) -> None:
         """Wait until something changed since the last call (or ``timeout``)."""
-        if not self._changed.is_set():
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._changed.wait()
-            except TimeoutError:
-                return
-        self._changed.clear()
+        changed = self._changed
+        if not changed.is_set():
+            if timeout is None:
+                await changed.wait()
+            else:  # a plain timer: cheaper than a timeout scope on this hot path
+                timer = asyncio.get_running_loop().call_later(timeout, changed.set)
+                try:
+                    await changed.wait()
+                finally:
+                    timer.cancel()
+        changed.clear()
 
     def _signal(self) -> None:
         self._changed.set()

@@ -48,7 +48,12 @@ class Reply:
 
     async def finish(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
         if self.sse is None:
-            return web.json_response(message, status=status, dumps=dumps, headers=self.headers)
+            return web.Response(
+                body=jsonrpc.encode(message),
+                status=status,
+                content_type="application/json",
+                headers=self.headers,
+            )
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self.sse.write_eof(encode_event(jsonrpc.encode(message)))
         return self.sse
