@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.sse_wire import SseEvent, SseSplitter
 
 PROTOCOL_VERSION = "2025-11-25"
+MODERN_VERSION = "2026-07-28"
 ACCEPT = "application/json, text/event-stream"
 SESSION_HEADER = "Mcp-Session-Id"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -124,6 +125,52 @@ class McpSession:
             if on_notification is not None and "method" in msg:
                 on_notification(msg)
         raise RuntimeError(f"stream ended without the response to {rid}")
+
+
+class ModernSession(McpSession):
+    """A 2026-07-28 client: no ``initialize``, no session. Each request is its own POST
+    with the ``_meta`` envelope and the mirrored ``Mcp-Method`` / ``Mcp-Name`` headers
+    (2026-07-28 transports, Streamable HTTP); it declares no client capability, so no call
+    becomes a task. The load phases use it exactly as they use :class:`McpSession`."""
+
+    async def initialize(self) -> None:
+        return None  # stateless: nothing to set up
+
+    async def close(self) -> None:
+        return None
+
+    def headers(self, accept: str = ACCEPT) -> dict[str, str]:
+        return {"Accept": accept, "MCP-Protocol-Version": MODERN_VERSION}
+
+    def call_body(self, tool: str, args: dict[str, Any], token: int | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        if token is not None:
+            meta["progressToken"] = token
+        params = {"name": tool, "arguments": args, "_meta": meta}
+        return {"jsonrpc": "2.0", "id": next(self._ids), "method": "tools/call", "params": params}
+
+    async def call(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        token: int | None = None,
+        on_notification: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        body = self.call_body(tool, args, token)
+        headers = self.headers() | {"Mcp-Method": "tools/call", "Mcp-Name": tool}
+        async with self.http.post(self.url, json=body, headers=headers) as resp:
+            resp.raise_for_status()
+            msg = await self._response(resp, body["id"], on_notification)
+        if "error" in msg:
+            raise RuntimeError(f"JSON-RPC error: {msg['error']}")
+        return msg
+
+
+SESSION_KINDS: dict[str, type[McpSession]] = {"legacy": McpSession, "modern": ModernSession}
 
 
 # --- process probes ---------------------------------------------------------------------------

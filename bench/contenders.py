@@ -36,6 +36,23 @@ SERVE_HTTP = ROOT / "tests" / "fixtures" / "serve_http.py"
 FLOOD = ROOT / "tests" / "fixtures" / "flood_server.py"
 PYTHON = sys.executable
 PROXY = str(ROOT / ".venv" / "bin" / "mcp-resume-proxy")
+# A copy of proxy/ to run instead of the working tree (``run.py --proxy-at COMMIT`` sets it:
+# commits may land in the tree while a long run goes on).
+PROXY_SRC_ENV = "BENCH_PROXY_SRC"
+
+
+def proxy_command() -> list[str]:
+    """``mcp-resume-proxy``, or the same entry point on the copy in ``$BENCH_PROXY_SRC``."""
+    src = os.environ.get(PROXY_SRC_ENV)
+    if not src:
+        return [PROXY]
+    code = (
+        f"import sys; sys.path.insert(0, {src!r}); sys.argv[0] = 'mcp-resume-proxy'; "
+        "from proxy.cli import main; sys.exit(main())"
+    )
+    return [PYTHON, "-c", code]
+
+
 HOST = "127.0.0.1"
 
 # Peers, pinned (the issue's table measured these versions). Override with the environment.
@@ -46,6 +63,20 @@ NPM_PEERS = {
 PYPI_MCP_PROXY = os.environ.get("BENCH_PYPI_MCP_PROXY", "0.13.0")
 NPM_BIN = PEERS / "npm" / "node_modules" / ".bin"
 PY_PEER = PEERS / "pypi" / "bin" / "mcp-proxy"
+
+# The modern contenders' config (issue 11), spelled out though it is the default: the
+# shared pool of initialized upstream sessions, and tasks after 1 s (the load client
+# declares no Tasks extension, so no call becomes one).
+MODERN = """\
+modern:
+  enabled: true
+  pool:
+    isolation: shared
+    size: 4
+tasks:
+  mode: after_ms
+  after_ms: 1000
+"""
 
 SDK = [PYTHON, str(LEGACY)]  # the SDK-based fixture (tools echo, burst, ...)
 RAW = [PYTHON, str(FLOOD)]  # the stdlib emitter (tools echo, flood)
@@ -64,6 +95,8 @@ class Contender:
     peer: bool = False
     store: str = "memory"  # this proxy's store.kind (stores.KINDS)
     notes: tuple[str, ...] = field(default=())
+    client: str = "legacy"  # the load client's era (load.py --era): legacy or modern
+    config: str = ""  # YAML sections of this proxy's config file (before the run's own)
 
     def argv(self, port: int, extra: list[str] | None = None) -> list[str]:
         extra = extra or []
@@ -71,9 +104,10 @@ class Contender:
         if self.kind == "direct":
             return [*s, "--port", str(port)]
         if self.kind == "proxy":
-            return [PROXY, "--port", str(port), "--log-level", "warning", *extra, "--", *s]
+            cmd = [*proxy_command(), "--port", str(port), "--log-level", "warning", *extra]
+            return [*cmd, "--", *s]
         if self.kind == "proxy-http":
-            return [PROXY, "--port", str(port), "--log-level", "warning", *extra]
+            return [*proxy_command(), "--port", str(port), "--log-level", "warning", *extra]
         if self.kind == "npm-mcp-proxy":
             # Event store on (its default) and large enough for the replay and memory phases.
             return [
@@ -86,6 +120,7 @@ class Contender:
                 "stream",
                 "--eventStoreMaxEvents",
                 "1000000",
+                *(["--modern"] if self.client == "modern" else []),  # its default, said
                 "--",
                 *s,
             ]
@@ -123,6 +158,11 @@ def contenders(server: list[str], tool: str, *, peers: bool) -> dict[str, Conten
     for store in ("sqlite", "redis"):  # beside the memory store's contender
         name = f"proxy+{store}" if label == "raw" else f"proxy+{store}-{label}"
         found[name] = Contender(name, "proxy", server, tool, health=True, store=store)
+    # Stateless 2026-07-28 clients over the same upstream (load.py --era modern).
+    modern = "proxy+modern" if label == "raw" else f"proxy+modern-{label}"
+    found[modern] = Contender(
+        modern, "proxy", server, tool, replay=False, health=True, client="modern", config=MODERN
+    )
     if peers:
         for kind, name in [
             ("npm-mcp-proxy", "mcp-proxy(npm)"),
@@ -130,6 +170,12 @@ def contenders(server: list[str], tool: str, *, peers: bool) -> dict[str, Conten
             ("pypi-mcp-proxy", "mcp-proxy(pypi)"),
         ]:
             found[f"{name}+{label}"] = Contender(f"{name}+{label}", kind, server, tool, peer=True)
+        # npm mcp-proxy 6.7 serves 2026-07-28 on /mcp beside the 2025-era revisions
+        # (--modern, on by default), one upstream connection for every caller.
+        theirs = "mcp-proxy(npm)+modern" + ("" if label == "raw" else f"-{label}")
+        found[theirs] = Contender(
+            theirs, "npm-mcp-proxy", server, tool, replay=False, peer=True, client="modern"
+        )
     return found
 
 
@@ -205,7 +251,7 @@ def started(contender: Contender, sections: str = "", *, alone: bool = False) ->
     store in a generated config file. ``alone``: see :func:`stores.prepared`."""
     port = free_port()
     with stores.prepared(contender.store, alone=alone) as store:
-        text = sections + store.sections
+        text = contender.config + sections + store.sections
         config = config_file(text) if text and contender.kind.startswith("proxy") else None
         extra = ["--config", str(config)] if config is not None else []
         try:

@@ -25,6 +25,10 @@ each phase and its RSS (``/proc/PID/status`` VmRSS) after each phase. For every 
 the load client's own CPU share (process time / wall time): near 100 % means the client, not
 the endpoint, was the bottleneck.
 
+``--era modern``: the same phases with a stateless 2026-07-28 client (``client.ModernSession``:
+no ``initialize``, no session, the ``_meta`` envelope and ``Mcp-Method`` / ``Mcp-Name`` on
+every POST); a "session" is then just one of the concurrent callers.
+
 Only ever point it at 127.0.0.1.
 """
 
@@ -39,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from client import (
+    SESSION_KINDS,
     McpSession,
     PhaseFailed,
     PhaseResult,
@@ -199,16 +204,20 @@ class Options:
     burst_reps: int
     size: int
     replay: bool
+    era: str
+    warmup: int
 
 
 async def run(opts: Options) -> list[PhaseResult]:
+    session_kind = SESSION_KINDS[opts.era]
     async with http_client(total_s=120) as http:
-        primary = McpSession(http, opts.url)
+        primary = session_kind(http, opts.url)
         await primary.initialize()
-        await primary.call("echo", {"text": "warm-up"})
+        for _ in range(opts.warmup):  # untimed; a JIT (Node) needs thousands to settle
+            await primary.call("echo", {"text": "warm-up"})
         results = [await measured("latency", opts.pid, lambda: phase_latency(primary, opts.calls))]
 
-        pool = [McpSession(http, opts.url) for _ in range(opts.sessions)]
+        pool = [session_kind(http, opts.url) for _ in range(opts.sessions)]
         await asyncio.gather(*(s.initialize() for s in pool))
         await asyncio.gather(*(s.call("echo", {"text": "warm-up"}) for s in pool))
         results.append(
@@ -217,7 +226,7 @@ async def run(opts: Options) -> list[PhaseResult]:
         await asyncio.gather(*(s.close() for s in pool))
 
         if opts.long_calls > 0:
-            aging = McpSession(http, opts.url)
+            aging = session_kind(http, opts.url)
             await aging.initialize()
             results.append(
                 await measured("long", opts.pid, lambda: phase_long(aging, opts.long_calls))
@@ -261,6 +270,13 @@ def main() -> None:
     parser.add_argument("--burst-reps", type=int, default=3, help="bursts (median rate)")
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--replay", action="store_true", help="run the replay phase")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed calls before latency")
+    parser.add_argument(
+        "--era",
+        choices=sorted(SESSION_KINDS),
+        default="legacy",
+        help="legacy: 2025-11-25 sessions; modern: stateless 2026-07-28 requests",
+    )
     opts, as_json = parse_options(parser, Options)
     print_results(
         asyncio.run(run(opts)),

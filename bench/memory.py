@@ -18,7 +18,9 @@ RSS is the endpoint process's own ``VmRSS`` (``/proc/PID/status``): the children
    ≤ 50 KB.
 3. ``concurrent`` (``--concurrent`` > 0): that many sessions open at once, then each makes
    ``--concurrent-calls`` ``echo`` calls, all sessions together → every call answered?
-   calls/s. Target: works.
+   calls/s. Target: works. With ``--era modern`` the callers are stateless 2026-07-28
+   clients (``client.ModernSession``: nothing to open or end), all served by the endpoint's
+   pooled upstream sessions; only this phase means anything for them.
 
 Sessions are ended with ``DELETE`` after each phase. Only ever point it at 127.0.0.1.
 """
@@ -35,6 +37,7 @@ from typing import Any
 import aiohttp
 import stores
 from client import (
+    SESSION_KINDS,
     McpSession,
     PhaseFailed,
     PhaseResult,
@@ -69,10 +72,12 @@ def rss_of(pid: int) -> Callable[[], Awaitable[float]]:
     return probe
 
 
-async def open_sessions(http: aiohttp.ClientSession, url: str, n: int) -> list[McpSession]:
+async def open_sessions(
+    http: aiohttp.ClientSession, url: str, n: int, kind: type[McpSession] = McpSession
+) -> list[McpSession]:
     sessions: list[McpSession] = []
     for start in range(0, n, BATCH):
-        batch = [McpSession(http, url) for _ in range(min(BATCH, n - start))]
+        batch = [kind(http, url) for _ in range(min(BATCH, n - start))]
         await asyncio.gather(*(s.initialize() for s in batch))
         sessions += batch
     return sessions
@@ -171,7 +176,9 @@ async def phase_idle(http: aiohttp.ClientSession, opts: Options) -> dict[str, fl
 
 async def phase_concurrent(http: aiohttp.ClientSession, opts: Options) -> dict[str, float]:
     t0 = time.perf_counter()
-    sessions = await open_sessions(http, opts.url, opts.concurrent)
+    sessions = await open_sessions(http, opts.url, opts.concurrent, SESSION_KINDS[opts.era])
+    if opts.era == "modern":  # what opening is to sessions: the endpoint's pool fills up
+        await asyncio.gather(*(s.call("echo", {"text": "warm-up"}) for s in sessions))
     opened_s = time.perf_counter() - t0
     failures: list[str] = []
 
@@ -216,9 +223,14 @@ class Options:
     concurrent: int
     concurrent_calls: int
     probe: str
+    era: str
 
 
 async def run(opts: Options) -> list[PhaseResult]:
+    if opts.era != "legacy" and (opts.buffer_mb > 0 or opts.idle_sessions > 0):
+        raise SystemExit(
+            "--era modern: only the concurrent phase (--buffer-mb 0 --idle-sessions 0)"
+        )
     health = opts.url.rsplit("/", 1)[0] + "/healthz" if opts.health else None
     results: list[PhaseResult] = []
     async with http_client(total_s=300) as http:
@@ -248,6 +260,9 @@ def main() -> None:
     parser.add_argument("--concurrent", type=int, default=100, help="sessions; 0: skip")
     parser.add_argument("--concurrent-calls", type=int, default=20, help="calls per session")
     parser.add_argument("--probe", default="", help="the store: sqlite:PATH or redis://…#NS")
+    parser.add_argument(
+        "--era", choices=sorted(SESSION_KINDS), default="legacy", help="the concurrent callers"
+    )
     opts, as_json = parse_options(parser, Options)
     print_results(asyncio.run(run(opts)), as_json)
 

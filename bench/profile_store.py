@@ -4,7 +4,12 @@
 
 - ``latency``: ``bench/load.py`` with ``--calls`` echo calls one at a time (the other
   load phases cut to nothing);
+- ``throughput``: 8 callers calling ``echo`` for ``--seconds``;
 - ``burst``: ``--bursts`` bursts of 10,000 notifications (``flood``);
+- ``--era modern``: those two with the stateless 2026-07-28 client (``load.py --era
+  modern``), through the pool of upstream sessions (``--store memory``: no store);
+- ``BENCH_PROXY_SRC=DIR`` (what ``run.py --proxy-at`` sets): run the copy of ``proxy/`` in
+  ``DIR`` instead of the working tree (not with ``--trace``);
 - ``resume``: ``bench/resume.py`` with ``--resumes`` resumes; with ``--store redis`` two
   replicas on one namespace, and the profile is of B (the replica that serves the
   resume from the shared log); else one proxy.
@@ -49,11 +54,15 @@ def phase_command(phase: str, urls: list[str], probe: str, args: argparse.Namesp
             *(("--probe", probe) if probe else ()),
         ]
     common = ["--sessions", "1", "--seconds", "0.1", "--long-calls", "0", "--burst-tool", "flood"]
-    if phase == "latency":
+    if phase == "throughput":  # 8 callers for --seconds
+        common = ["--sessions", "8", "--seconds", str(args.seconds), *common[4:]]
+        more = ["--calls", "1", "--notifications", "10", "--burst-reps", "1"]
+    elif phase == "latency":
         more = ["--calls", str(args.calls), "--notifications", "10", "--burst-reps", "1"]
     else:
         more = ["--calls", "1", "--notifications", "10000", "--burst-reps", str(args.bursts)]
-    return [PYTHON, str(BENCH / "load.py"), "--url", urls[0], *common, *more]
+    era = ["--era", args.era]
+    return [PYTHON, str(BENCH / "load.py"), "--url", urls[0], *common, *more, *era]
 
 
 def short(frame: str) -> str:
@@ -97,7 +106,9 @@ def summarize(raw: Path, top: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--store", choices=stores.KINDS, required=True)
-    parser.add_argument("--phase", choices=("latency", "burst", "resume"), required=True)
+    parser.add_argument(
+        "--phase", choices=("latency", "throughput", "burst", "resume"), required=True
+    )
     parser.add_argument("--out", type=Path, default=Path("/tmp/proxy-profile"))
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--idle", action="store_true", help="also sample idle threads")
@@ -105,10 +116,19 @@ def main() -> None:
     parser.add_argument("--no-spy", action="store_true", help="no py-spy (with --trace)")
     parser.add_argument("--trace", action="store_true", help="time commits (storetrace.py)")
     parser.add_argument("--calls", type=int, default=3000, help="latency: echo calls")
+    parser.add_argument("--seconds", type=float, default=10.0, help="throughput: how long")
     parser.add_argument("--bursts", type=int, default=10, help="burst: how many")
     parser.add_argument("--resumes", type=int, default=10, help="resume: how many")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--era",
+        choices=("legacy", "modern"),
+        default="legacy",
+        help="latency, burst: the load client (modern: stateless 2026-07-28 calls, issue 11)",
+    )
     args = parser.parse_args()
+    if args.era == "modern" and args.phase == "resume":
+        sys.exit("--era modern: latency or burst (a modern call has nothing to resume)")
     if not PY_SPY.exists() and not args.no_spy:
         sys.exit(f"{PY_SPY} is missing: .venv/bin/pip install py-spy")
     replicas = 2 if args.phase == "resume" and args.store == "redis" else 1
@@ -166,7 +186,7 @@ def main() -> None:
     if args.trace and trace.exists():
         print(f"store trace ({trace}):\n{trace.read_text()}")
     if spy is not None:
-        print(f"profile of pid {pid} ({args.store}, {args.phase}): {raw}")
+        print(f"profile of pid {pid} ({args.store}, {args.phase}, {args.era}): {raw}")
         print(summarize(raw, args.top))
 
 

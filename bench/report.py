@@ -27,6 +27,7 @@ def _metric(by: dict[str, dict[str, Any]], phase: str, key: str) -> float | None
 KEYS = [
     "p50_ms",
     "p99_ms",
+    "seq_calls_per_s",
     "calls_per_s",
     "long_first_ms",
     "long_last_ms",
@@ -52,6 +53,9 @@ def load_row(phases: Phases) -> Row:
     return {
         "p50_ms": _metric(by, "latency", "p50_ms"),
         "p99_ms": _metric(by, "latency", "p99_ms"),
+        "seq_calls_per_s": (lambda mean: None if not mean else 1000 / mean)(
+            _metric(by, "latency", "mean_ms")
+        ),
         "calls_per_s": _metric(by, "throughput", "calls_per_s"),
         "long_first_ms": _metric(by, "long", "first_p50_ms"),
         "long_last_ms": _metric(by, "long", "last_p50_ms"),

@@ -16,6 +16,7 @@ See ``bench/README.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -24,6 +25,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ import replicas
 import report
 import stores
 from contenders import BENCH, PYTHON, RAW, ROOT, SDK, Contender
-from targets import store_targets_table, targets_table
+from targets import modern_targets_table, store_targets_table, targets_table
 
 
 def _phases(
@@ -69,7 +71,7 @@ def _phases(
 
 def run_load(contender: Contender, load_args: list[str]) -> list[dict[str, Any]]:
     replay = ["--replay"] if contender.replay else []
-    args = ["--burst-tool", contender.burst_tool, *load_args, *replay]
+    args = ["--burst-tool", contender.burst_tool, "--era", contender.client, *load_args, *replay]
     return _phases(contender, "load.py", args, timeout=900)
 
 
@@ -105,6 +107,10 @@ def memory_suite(
     big = "sessions:\n  max_sessions: 1100\n"
     plans: list[tuple[Contender, str, list[str], str]] = []
     for name, c in raw.items():
+        if c.client == "modern":  # stateless: no session to hold memory, only callers
+            more = ["--era", "modern"]
+            plans.append((c, "concurrent", only("concurrent", conc, *more), ""))
+            continue
         sections = big if c.kind == "proxy" else ""
         if c.kind in ("proxy", "npm-mcp-proxy"):  # the ones with an event store
             plans.append((c, "buffered", only("buffer-mb", mb), sections))
@@ -220,9 +226,52 @@ def machine_line(argv: list[str]) -> str:
         load = f.read().split()[0]
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (
-        f"{now} · nproc {os.cpu_count()} · {model} · load average at the end {load} · "
-        f"Python {platform.python_version()} · `{shlex.join(argv)}`"
+        f"{now} · {code_version()} · nproc {os.cpu_count()} · {model} · "
+        f"load average at the end {load} · Python {platform.python_version()} · "
+        f"`{shlex.join(argv)}`"
     )
+
+
+FROZEN_AT: list[str] = []  # the --proxy-at commit, once the copy is made
+
+
+def archive_proxy(commit: str, into: Path) -> None:
+    """``proxy/`` as of ``commit``, unpacked into ``into`` (``git archive``: read-only)."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit, "proxy"], cwd=ROOT, capture_output=True
+    )
+    resolved = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{commit}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if archive.returncode != 0:
+        sys.exit(f"git archive {commit}: {archive.stderr.decode(errors='replace').strip()}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    FROZEN_AT.append(resolved)  # HEAD may move during the run; this may not
+
+
+def code_version() -> str:
+    """The commit measured, the tree of ``proxy/`` in it, and whether ``proxy/`` had
+    uncommitted changes (read-only git queries). Commits may land during a long run: the
+    runner compares the ``proxy/`` tree at the start and at the end."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    frozen = os.environ.get(C.PROXY_SRC_ENV)
+    rev = FROZEN_AT[0] if frozen and FROZEN_AT else "HEAD"
+    try:
+        head = git("rev-parse", "--short", rev)
+        tree = git("rev-parse", "--short", f"{rev}:proxy")
+        dirty = "" if frozen else git("status", "--porcelain", "--", "proxy")
+    except OSError:
+        return "commit unknown"
+    more = " + uncommitted proxy/ changes" if dirty else ""
+    how = ", a copy: --proxy-at" if frozen else ""
+    return f"commit {head or 'unknown'} (proxy/ tree {tree or 'unknown'}{more}{how})"
 
 
 def main() -> None:
@@ -233,6 +282,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, help="repetitions (default 3, --quick 1)")
     parser.add_argument("--calls", type=int, help="latency calls (default 500, --quick 100)")
     parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed echo calls before the latency phase"
+    )
     parser.add_argument("--seconds", type=float, help="throughput seconds (5, --quick 1)")
     parser.add_argument("--long-calls", type=int, help="long-session calls (3000, --quick 1000)")
     parser.add_argument("--notifications", type=int, help="burst size (10000, --quick 2000)")
@@ -245,12 +297,23 @@ def main() -> None:
         "--http-sessions", type=int, default=1000, help="sessions over an HTTP upstream"
     )
     parser.add_argument("--json-out", type=Path, help="also write the raw phase results here")
+    parser.add_argument(
+        "--proxy-at",
+        metavar="COMMIT",
+        help="run this proxy as of COMMIT (git archive of proxy/ into a temporary directory)",
+    )
     parser.add_argument("--from-json", type=Path, help="only render a run saved by --json-out")
     args = parser.parse_args()
     if args.from_json:
         print(render(json.loads(args.from_json.read_text())))
         return
-    with stores.backends():  # the Redis server, if a contender needs it, stops at the end
+    with contextlib.ExitStack() as stack:
+        if args.proxy_at:
+            frozen = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-proxy-"))
+            archive_proxy(args.proxy_at, Path(frozen))
+            os.environ[C.PROXY_SRC_ENV] = frozen  # the contenders' children inherit it
+        # The Redis server, if a contender needs it, stops at the end.
+        stack.enter_context(stores.backends())
         data = run_all(args)
     if args.json_out:
         args.json_out.write_text(json.dumps(data, indent=1))
@@ -260,12 +323,10 @@ def main() -> None:
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
     q = args.quick
     notes: list[str] = []
-    if args.peers:
-        for problem in C.install_peers():
-            notes.append(f"peer not installed: {problem}")
+    # Every contender, the peers too: a peer named in --contenders runs without --peers.
     load_set = {
-        **C.contenders(SDK, "burst", peers=args.peers),
-        **C.contenders(RAW, "flood", peers=args.peers),
+        **C.contenders(SDK, "burst", peers=True),
+        **C.contenders(RAW, "flood", peers=True),
     }
     if args.contenders:
         names = [n.strip() for n in args.contenders.split(",") if n.strip()]
@@ -273,11 +334,19 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         if unknown:
             sys.exit(f"unknown contenders {unknown}; known: {', '.join(load_set)}")
         load_set = {n: load_set[n] for n in names}
+    elif not args.peers:
+        load_set = {n: c for n, c in load_set.items() if not c.peer}
+    if any(c.peer for c in load_set.values()):
+        for problem in C.install_peers():
+            notes.append(f"peer not installed: {problem}")
+    started_at = code_version()
+    print(f"measuring {started_at}", file=sys.stderr, flush=True)
     reps = args.reps or (1 if q else 3)
     n = args.notifications or (2000 if q else 10_000)
     load_args = [
         *("--calls", str(args.calls or (100 if q else 500))),
         *("--sessions", str(args.sessions)),
+        *("--warmup", str(args.warmup)),
         *("--seconds", str(args.seconds or (1.0 if q else 5.0))),
         *("--long-calls", str(args.long_calls or (1000 if q else 3000))),
         *("--notifications", str(n)),
@@ -305,12 +374,16 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     memory: dict[str, dict[str, Any]] = {}
     mem_notes: list[str] = []
     if not args.no_memory:
-        raw_set = C.contenders(RAW, "flood", peers=args.peers)
+        raw_set = C.contenders(RAW, "flood", peers=True)
         chosen = {k: c for k, c in raw_set.items() if k in load_set}
         # Without any raw contender chosen, the memory phases run on all of them (as before
-        # the stores) but the store contenders, which only run when asked for.
+        # the stores) but the store and modern contenders, which only run when asked for.
         if not chosen:
-            chosen = {k: c for k, c in raw_set.items() if c.store == "memory"}
+            chosen = {
+                k: c
+                for k, c in raw_set.items()
+                if c.store == "memory" and c.client == "legacy" and (args.peers or not c.peer)
+            }
         memory, mem_notes = memory_suite(q, chosen, http_sessions)
     resume: dict[str, list[dict[str, Any]]] = {}
     resume_n = n if q else 10_000  # the issue's burst: 10,000 notifications
@@ -328,6 +401,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "http_sessions": http_sessions,
         "peers": [name for name, c in load_set.items() if c.peer],
         "machine": machine_line([Path(PYTHON).name, *sys.argv]),
+        "started_at": started_at,
     }
 
 
@@ -352,7 +426,7 @@ def render(data: dict[str, Any]) -> str:
             for label in (EMIT_SDK, EMIT_RAW)
         )
     )
-    for ours in ("proxy+sdk", "proxy+raw"):
+    for ours in ("proxy+sdk", "proxy+raw", "proxy+modern", "proxy+modern-sdk"):
         theirs = [p for p in peers if p.endswith(ours.removeprefix("proxy"))]
         if theirs and ours in raw:
             out.append(report.ratio_table(ours, theirs, per_rep))
@@ -366,6 +440,8 @@ def render(data: dict[str, Any]) -> str:
     if resume:
         out.append(replicas.resume_table(resume, resume_n))
     out.append(targets_table(per_rep, medians, memory, peers, data["http_sessions"]))
+    if any(name.startswith("proxy+modern") for name in raw):
+        out.append(modern_targets_table(per_rep, medians))
     if any(name.startswith(("proxy+sqlite", "proxy+redis")) for name in raw) or resume:
         out.append(store_targets_table(per_rep, resume, resume_n))
     notes = list(data["notes"])
@@ -374,7 +450,12 @@ def render(data: dict[str, Any]) -> str:
     notes += replicas.resume_notes(resume)
     if notes:
         out.append("\n".join(f"- {note}" for note in notes))
-    out.append(data["machine"])
+    started = data.get("started_at", "")
+    ended = data["machine"]
+    tree = started.partition("(")[2]  # the proxy/ tree, and whether it was dirty
+    if started and tree not in ended:  # the proxy's code changed during the run
+        ended += f" · **the proxy's code changed during the run: it started at {started}**"
+    out.append(ended)
     return "\n\n".join(out)
 
 

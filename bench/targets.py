@@ -1,4 +1,4 @@
-"""The targets of issues 4 and 10, judged from one run's figures (pairs within a
+"""The targets of issues 4, 10 and 11, judged from one run's figures (pairs within a
 repetition)."""
 
 from __future__ import annotations
@@ -231,5 +231,85 @@ def store_targets_table(
                 )
             )
     lines = ["| target (issue 10) | this run | verdict |", "|---|---|---|"]
+    lines += [f"| {what} | {value} | {_verdict(ok)} |" for what, value, ok in rows]
+    return "\n".join(lines)
+
+
+# Issue 11: stateless 2026-07-28 calls through the pooled upstream.
+MODERN_P50_ADDED_MS = 0.2
+MODERN_VS_NPM = 2.0
+NPM_MODERN = "mcp-proxy(npm)+modern"
+
+
+def _at_most(limit: float) -> Callable[[float], bool]:
+    return lambda value: value <= limit
+
+
+def _at_least(limit: float) -> Callable[[float], bool]:
+    return lambda value: value >= limit
+
+
+def modern_targets_table(per_rep: list[dict[str, Row]], medians: dict[str, Row]) -> str:
+    """Issue 11: the modern leg against the legacy path of this proxy (same upstream, the
+    raw emitter; in front of the SDK server for information) and against npm
+    ``mcp-proxy`` serving the same modern client; all paired within a repetition."""
+    rows: list[Target] = []
+    for ours, legacy, judged in (
+        ("proxy+modern", "proxy+raw", True),
+        ("proxy+modern-sdk", "proxy+sdk", False),
+    ):
+        if not any(ours in r and legacy in r for r in per_rep):
+            continue
+        note = "" if judged else "(for information) "
+        rows.append(
+            _judged(
+                f"{note}modern p50 ≤ legacy p50 + {MODERN_P50_ADDED_MS} ms ({ours} - {legacy})",
+                _paired(per_rep, ours, legacy, "p50_ms", "-"),
+                "{:+.3f} ms (paired)",
+                _at_most(MODERN_P50_ADDED_MS) if judged else None,
+            )
+        )
+        rows.append(
+            _judged(
+                f"(for information) modern calls/s vs legacy ({ours} ÷ {legacy}, 8 callers)",
+                _paired(per_rep, ours, legacy, "calls_per_s", "/"),
+                "{:.2f} x (paired)",
+                None,
+            )
+        )
+    for ours, theirs, judged in (
+        ("proxy+modern", NPM_MODERN, True),
+        ("proxy+modern-sdk", f"{NPM_MODERN}-sdk", False),
+    ):
+        if not any(ours in r and theirs in r for r in per_rep):
+            continue
+        note = "" if judged else "(for information) "
+        rows.append(
+            _judged(
+                f"{note}modern calls/s ≥ {MODERN_VS_NPM:g} x npm mcp-proxy's modern calls/s "
+                f"(8 callers; {ours} ÷ {theirs})",
+                _paired(per_rep, ours, theirs, "calls_per_s", "/"),
+                "{:.2f} x (paired)",
+                _at_least(MODERN_VS_NPM) if judged else None,
+                missing=f"n/a ({theirs} failed)",
+            )
+        )
+        rows.append(
+            _judged(
+                f"(for information) sequential calls/s, one caller ({ours} ÷ {theirs})",
+                _paired(per_rep, ours, theirs, "seq_calls_per_s", "/"),
+                "{:.2f} x (paired)",
+                None,
+            )
+        )
+        rows.append(
+            _judged(
+                f"(for information) p50, peer ÷ ours ({theirs} ÷ {ours})",
+                _paired(per_rep, theirs, ours, "p50_ms", "/"),
+                "{:.2f} x (paired)",
+                None,
+            )
+        )
+    lines = ["| target (issue 11) | this run | verdict |", "|---|---|---|"]
     lines += [f"| {what} | {value} | {_verdict(ok)} |" for what, value, ok in rows]
     return "\n".join(lines)
