@@ -39,7 +39,7 @@ from proxy.config import Config
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError, UpstreamStartFailed
 from proxy.core.jsonrpc import Kind, Message
-from proxy.modern.call import INPUT_METHODS, Call
+from proxy.modern.call import ASKING, INPUT_METHODS, Call
 from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import Upstream, UpstreamHealth
 
@@ -211,7 +211,8 @@ class PooledSession:
             return None  # over Streamable HTTP, what is a call's came on its stream
         if len(self.calls) == 1:
             return next(iter(self.calls.values()))
-        return None
+        asking = [call for call in self.calls.values() if call.method in ASKING]
+        return asking[0] if len(asking) == 1 else None  # a list cannot have asked
 
     def _on_closed(self, reason: str) -> None:
         if self.closed is not None:
