@@ -402,7 +402,7 @@ def config_from_mapping(data: Any) -> Config:
             f"modern.pool.max_size: must be at least modern.pool.size ({pool.max_size} < "
             f"{pool.size})"
         )
-    if config.listen.path in ("/ws", "/healthz"):
+    if config.listen.path in ("/ws", "/healthz", "/metrics", "/readyz"):
         raise ConfigError(f"listen.path: {config.listen.path} is taken by the proxy itself")
     return config
 

@@ -15,9 +15,10 @@ from typing import Any, Protocol
 import structlog
 
 from proxy.config import Config, ConfigError
-from proxy.core.errors import Overloaded, ProxyError, SessionNotFound
+from proxy.core.errors import Overloaded, ProxyError, SessionNotFound, UpstreamStartFailed
 from proxy.core.events import ConnId
 from proxy.core.stream import ByteBudget
+from proxy.metrics import Metrics, counts
 from proxy.replicas import Replicas
 from proxy.runtime import SessionRunner
 from proxy.store.base import SessionRecord, StoreError, StoreLimits
@@ -102,6 +103,12 @@ class Registry:
         self._reaper: set[asyncio.Task[Any]] = set()
         self.accepting = True
         self.task_service: TaskService | None = None  # the modern façade's tasks, if on
+        self.metrics = Metrics()
+        metrics = self.metrics
+        metrics.watch(metrics.sessions, lambda: len(self._runners))
+        metrics.watch(metrics.buffered_bytes, lambda: self.budget.used)
+        metrics.watch(metrics.live_streams, lambda: counts(self._runners.values())[0])
+        metrics.watch(metrics.buffered_events, lambda: counts(self._runners.values())[1])
         self._closers: list[Callable[[], Awaitable[None]]] = []
 
     def on_shutdown(self, close: Callable[[], Awaitable[None]]) -> None:
@@ -173,11 +180,15 @@ class Registry:
             self._next_conn_id,
             self.health,
             self.persister,
+            self.metrics,
         )
         self._starting.add(runner)
         self._none_starting.clear()
         try:
             await runner.start()
+        except UpstreamStartFailed:
+            self.metrics.upstream_failures.labels("default").inc()
+            raise
         finally:
             self._starting.discard(runner)
             if not self._starting:
@@ -186,6 +197,7 @@ class Registry:
             await runner.end("proxy shutting down")
             raise SessionNotFound("the proxy is shutting down")
         self._runners[runner.session_id] = runner
+        self.metrics.upstream_starts.labels("default", "session").inc()
         if self.replicas is not None:  # other replicas find it (and forward to it) by this
             record = SessionRecord(runner.session_id, runner.session.epoch, self.owner)
             record.expires_at = time.time() + SESSION_RECORD_SECONDS

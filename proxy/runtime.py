@@ -50,6 +50,7 @@ from proxy.core.jsonrpc import Message
 from proxy.core.session import STANDALONE, Session, SessionSettings
 from proxy.core.sse import encode_event
 from proxy.core.stream import ByteBudget
+from proxy.metrics import Metrics
 from proxy.store.persist import Persister
 from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import UpstreamHealth
@@ -84,6 +85,7 @@ class ClientConn:
     closed: bool = False
     queued_bytes: int = 0  # in the queue, not yet handed to the socket
     replay_left: int = 0  # of those, a replay's (at the front of the queue)
+    replay_clock: float | None = None  # a resume's replay began then (monotonic), for metrics
     last_event_id: str | None = None  # of the last event queued (or priming event seen)
     first_event_id: str | None = None  # of the first event ever queued
     # A durable store: what is queued may be written once batch ``ticket`` is stored.
@@ -116,6 +118,7 @@ class SessionRunner:
         next_conn_id: Callable[[], ConnId],
         health: UpstreamHealth,
         persister: Persister | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
         self.session_id = session_id
@@ -123,6 +126,7 @@ class SessionRunner:
         self._loop = loop
         self.session = Session(session_id, epoch, settings, loop.time(), budget)
         self._persister = persister
+        self.metrics = metrics
         self._journal = self.session.keep_journal() if persister is not None else None
         self._on_forget = on_forget
         self._next_conn_id = next_conn_id
@@ -297,6 +301,8 @@ class SessionRunner:
             self._on_forget(self)
         elif isinstance(command, LogNote):
             self.log.info(command.event, **command.fields)
+            if command.event == "stream_resumed" and self.metrics is not None:
+                self.metrics.resumes.labels("resumed").inc()
         else:  # the Command union is closed: the type checker proves this unreachable
             assert_never(command)
 

@@ -348,6 +348,15 @@ class Session:
         if not stream.pending:
             self.complete(stream, out)
 
+    def stream_counts(self) -> tuple[int, int]:
+        """(live request streams, events held by all its stream logs), for metrics."""
+        live = events = 0
+        for number, stream in self._streams.items():
+            events += len(stream.log)
+            if number != STANDALONE and stream.state is StreamState.LIVE:
+                live += 1
+        return live, events
+
     def complete(self, stream: StreamSlot, out: list[Command]) -> None:
         """The stream's last message is logged: end it, answer the resumes waiting on it."""
         if stream.state is not StreamState.LIVE:

@@ -17,12 +17,15 @@ from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.http import StreamableHttp
 from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
 from proxy.downstream.wire import error_response
+from proxy.metrics import CONTENT_TYPE
+from proxy.readiness import Readiness
 from proxy.registry import Registry
 
 log = structlog.get_logger("proxy.http")
 
 REGISTRY_KEY = web.AppKey("registry", Registry)
 ENDPOINT_KEY = web.AppKey("endpoint", StreamableHttp)
+READINESS_KEY = web.AppKey("readiness", Readiness)
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -57,6 +60,35 @@ async def _health(request: web.Request) -> web.Response:
     )
 
 
+async def _metrics(request: web.Request) -> web.Response:
+    """The process in Prometheus text format (proxy/metrics.py). Host and Origin are
+    checked as on ``/healthz``."""
+    registry = request.app[REGISTRY_KEY]
+    listen = registry.config.listen
+    try:
+        httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
+        httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
+    except ProxyError as exc:
+        log.info("request_refused", path=request.path, status=exc.http_status, reason=exc.reason)
+        return error_response(exc)
+    return web.Response(body=registry.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _ready(request: web.Request) -> web.Response:
+    """200 when the proxy may be sent traffic, else 503 with the reasons
+    (proxy/readiness.py). Host and Origin are checked as on ``/healthz``."""
+    registry = request.app[REGISTRY_KEY]
+    listen = registry.config.listen
+    try:
+        httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
+        httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
+    except ProxyError as exc:
+        log.info("request_refused", path=request.path, status=exc.http_status, reason=exc.reason)
+        return error_response(exc)
+    ready, body = await request.app[READINESS_KEY].check()
+    return web.json_response(body, status=200 if ready else 503)
+
+
 def _cors_for(
     config: Config,
 ) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
@@ -83,9 +115,13 @@ def build_app(config: Config, registry: Registry) -> web.Application:
     app[REGISTRY_KEY] = registry
     endpoint = StreamableHttp(config, registry)
     app[ENDPOINT_KEY] = endpoint
+    pool = endpoint.modern.pool if endpoint.modern is not None else None
+    app[READINESS_KEY] = Readiness(registry, pool)
     app.router.add_route("*", config.listen.path, endpoint.handle)
     sockets = WebSocketEndpoint(config, registry)  # MCP over WebSocket (D2 over WebSocket)
     app.router.add_route("*", WS_PATH, sockets.handle)
     app.on_shutdown.append(sockets.close_all)  # open sockets get 1001 Going Away
     app.router.add_get("/healthz", _health)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/readyz", _ready)
     return app

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import structlog
 from aiohttp import web
@@ -29,6 +30,7 @@ from proxy.core.errors import (
     PayloadTooLarge,
     ProxyError,
     RequestTimeout,
+    ResumeError,
     SessionNotFound,
 )
 from proxy.core.events import ClientGet, ClientPost
@@ -39,6 +41,7 @@ from proxy.downstream.guard import BodyBudget, read_body
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
 from proxy.downstream.wire import error_response
+from proxy.metrics import method_label
 from proxy.modern.endpoint import ModernFacade
 from proxy.registry import Registry
 from proxy.runtime import ClientConn, CloseMarker, SessionRunner
@@ -55,6 +58,8 @@ _PREFLIGHT = {
     "Access-Control-Max-Age": "600",
 }
 
+_MODERN_KEY = "mcp_resume_proxy.modern"  # set on a request the modern side served
+
 # How often a writer checks that its client is still there while nothing is queued.
 _LIVENESS_SECONDS = 1.0
 
@@ -65,6 +70,7 @@ class StreamableHttp:
     def __init__(self, config: Config, registry: Registry) -> None:
         self.config = config
         self.registry = registry
+        self.metrics = registry.metrics
         self.bodies = BodyBudget(config.listen.max_inflight_body_bytes)
         self.stored = StoredStreams(
             registry.store, registry.settings.token_secret, config.sse.keepalive_seconds
@@ -98,6 +104,8 @@ class StreamableHttp:
                 return web.Response(status=204, headers=_PREFLIGHT)  # CORS preflight
             raise MethodNotAllowed(f"Method Not Allowed: {request.method}")
         except ProxyError as exc:
+            if isinstance(exc, ResumeError):
+                self.metrics.resumes.labels(exc.reason or "refused").inc()
             log.info(
                 "request_refused",
                 method=request.method,
@@ -159,8 +167,13 @@ class StreamableHttp:
             request, self.bodies, max_bytes=limit, timeout=self.config.listen.body_timeout_seconds
         )
         messages, batch = jsonrpc.parse_body(body)
+        started = time.monotonic()
+        method = method_label(None if batch else messages[0].method)
         try:
-            return await self._post_messages(request, messages, batch)
+            response = await self._post_messages(request, messages, batch)
+            era = "legacy" if request.get(_MODERN_KEY) is None else "modern"
+            self.metrics.requests.labels(method, era).observe(time.monotonic() - started)
+            return response
         except ProxyError as exc:
             # Answer a lone request's refusal with its id (JSON-RPC 2.0 §5).
             if exc.request_id is None and not batch and messages[0].kind is Kind.REQUEST:
@@ -182,6 +195,7 @@ class StreamableHttp:
                     f"Unsupported protocol version: {requested} (modern.enabled is false)",
                     data={"supported": list(LEGACY_VERSIONS), "requested": requested},
                 )
+            request[_MODERN_KEY] = True
             return await self.modern.post(request, messages[0])
         is_init = any(m.kind is Kind.REQUEST and m.method == "initialize" for m in messages)
         if is_init:
@@ -247,10 +261,13 @@ class StreamableHttp:
         httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
         conn = runner.open_conn()
         try:
-            runner.feed(ClientGet(conn.id, request.headers.get(LAST_EVENT_ID)))
+            runner.feed(ClientGet(conn.id, last_event_id))
         except ProxyError:
             runner.conn_gone(conn)
             raise
+        if last_event_id is not None:  # (counted as resumed where the core says so)
+            self.metrics.replay_events.observe(conn.queue.qsize())
+            conn.replay_clock = time.monotonic()
         return await self._stream(request, runner, conn)
 
     # ------------------------------------------------------------------ DELETE
@@ -311,6 +328,9 @@ class StreamableHttp:
                         break
                     item = conn.queue.get_nowait()
                 conn.written(sum(len(c) for c in chunks))
+                if conn.replay_clock is not None and not conn.replay_left:
+                    self.metrics.replay_seconds.observe(time.monotonic() - conn.replay_clock)
+                    conn.replay_clock = None
                 if close is not None and close.retry_ms is not None:
                     chunks.append(encode_retry(close.retry_ms))
                 data = b"".join(chunks)

@@ -82,7 +82,7 @@ class ModernFacade:
         self.config = config
         self.registry = registry
         self.secret = registry.settings.token_secret
-        self.pool = UpstreamPool(config, registry.health)
+        self.pool = UpstreamPool(config, registry.health, registry.metrics)
         self.hub = Hub(self.pool)
         self.tools = ToolIndex(self.pool)
         self.pool.on_broadcast = self._broadcast
@@ -97,6 +97,11 @@ class ModernFacade:
             publish=self.hub.publish_task,
         )
         registry.task_service = self.tasks
+        metrics = registry.metrics
+        metrics.watch(metrics.tasks_running, lambda: self.tasks.running)
+        metrics.watch(metrics.modern_calls, lambda: len(self.live))
+        metrics.watch(metrics.pool_sessions, lambda: len(self.pool.live_sessions()))
+        self.tasks.on_end = lambda status: metrics.tasks_ended.labels(status).inc()
         self.legacy = LegacyTasks(self)
         self.live: set[Call] = set()  # modern calls not yet ended (parked and tasks too)
         self.parked: dict[str, Call] = {}

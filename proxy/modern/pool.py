@@ -39,6 +39,7 @@ from proxy.config import Config
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError, UpstreamStartFailed
 from proxy.core.jsonrpc import Kind, Message
+from proxy.metrics import Metrics
 from proxy.modern.call import ASKING, INPUT_METHODS, Call
 from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import Upstream, UpstreamHealth
@@ -237,9 +238,12 @@ class PooledSession:
 class UpstreamPool:
     """The pooled sessions of one upstream (see the module docstring)."""
 
-    def __init__(self, config: Config, health: UpstreamHealth) -> None:
+    def __init__(
+        self, config: Config, health: UpstreamHealth, metrics: Metrics | None = None
+    ) -> None:
         self.config = config
         self.health = health
+        self.metrics = metrics
         self.settings = config.modern.pool
         # Streamable HTTP says which request a server message belongs to (the response
         # stream it came on); on stdio, HTTP+SSE and WebSocket only the timing can.
@@ -264,7 +268,14 @@ class UpstreamPool:
         if self._stopping:
             raise UpstreamStartFailed("the proxy is shutting down")
         session = PooledSession(self, next(self._numbers))
-        await session.start()
+        try:
+            await session.start()
+        except UpstreamStartFailed:
+            if self.metrics is not None:
+                self.metrics.upstream_failures.labels("default").inc()
+            raise
+        if self.metrics is not None:
+            self.metrics.upstream_starts.labels("default", "pool").inc()
         if self._stopping:
             await session.stop()
             raise UpstreamStartFailed("the proxy is shutting down")

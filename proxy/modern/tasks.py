@@ -70,6 +70,7 @@ class TaskKeeper:
         self._dirty: set[str] = set()
         self._writers: dict[str, asyncio.Task[None]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.on_end: Callable[[str], None] = lambda status: None  # metrics
 
     @property
     def ttl_ms(self) -> int:
@@ -145,6 +146,7 @@ class TaskKeeper:
         self._publish(detailed(record))
         if call.done:
             call.on_change.remove(self._changed)
+            self.on_end(record["status"])
 
     async def _write(self, task_id: str) -> None:
         final = False
