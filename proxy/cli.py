@@ -41,6 +41,7 @@ examples:
   mcp-resume-proxy --config config/local-stdio.yaml
   mcp-resume-proxy --upstream https://example.com/mcp --header "Authorization: Bearer ${TOKEN}"
   mcp-resume-proxy connect http://127.0.0.1:8808/mcp   # a stdio server for desktop hosts
+  mcp-resume-proxy check config/local-stdio.yaml       # validate a config, start nothing
 
 Settings come from defaults, then the config file, then the environment
 (MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _UPSTREAM_URL, _LOG_FORMAT, _LOG_LEVEL), then the
@@ -230,12 +231,50 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         log.info("proxy_stopped")
 
 
+def check(path: str) -> Config:
+    """Everything ``--config path`` would refuse at start, found without starting: the
+    file, its keys, types and bounds, the environment variables it names, an upstream,
+    and a token secret for a persistent store. ``ConfigError`` says the first problem."""
+    config = load_config(path)
+    if not config.upstream.command and not config.upstream.url:
+        raise ConfigError("upstream: no MCP server; set upstream.command or upstream.url")
+    config.upstream.resolved_headers()
+    token_secret(config)
+    return config
+
+
+def check_main(argv: Sequence[str]) -> int:
+    """``mcp-resume-proxy check FILE...``: validate config files, start nothing. Prints
+    ``FILE: ok`` or ``FILE: error: KEY.PATH: what was expected``; exits 2 on any error."""
+    parser = argparse.ArgumentParser(
+        prog="mcp-resume-proxy check",
+        description="Validate config files without starting anything.",
+    )
+    parser.add_argument("files", nargs="+", metavar="FILE")
+    args = parser.parse_args(argv)
+    status = 0
+    for path in args.files:
+        try:
+            check(path)
+        except ConfigError as exc:
+            message = str(exc)
+            if not message.startswith(path):  # key-path errors name their file here
+                message = f"{path}: {message}"
+            print(f"{message}", file=sys.stderr)
+            status = 2
+        else:
+            print(f"{path}: ok")
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["connect"]:
         from proxy.shim import main as connect_main  # the stdio shim (DESIGN D5)
 
         return connect_main(argv[1:])
+    if argv[:1] == ["check"]:
+        return check_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

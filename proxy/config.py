@@ -28,7 +28,43 @@ class ConfigError(Exception):
     """The configuration is invalid; the message starts with the key path."""
 
 
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# ${NAME}, ${NAME:-default}; $${ is a literal ${.
+_ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def interpolate(value: str, where: str) -> str:
+    """``value`` with ``${NAME}`` and ``${NAME:-default}`` replaced from the environment;
+    ``ConfigError`` (naming ``where``) for an unset variable without a default."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        name, default = match.group(1), match.group(2)
+        found = os.environ.get(name)
+        if found is not None and (found or default is None):
+            return found
+        if default is not None:
+            return default
+        raise ConfigError(f"{where}: environment variable {name} is not set (and no :-default)")
+
+    return _ENV_REF.sub(one, value)
+
+
+def _interpolated(data: Any, path: str) -> Any:
+    """Every string of a config mapping interpolated, except ``upstream.headers``: those
+    are resolved when the upstream starts, so that no secret sits in the config object."""
+    if isinstance(data, dict):
+        return {
+            k: v
+            if f"{path}.{k}".lstrip(".") == "upstream.headers"
+            else _interpolated(v, f"{path}.{k}")
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [_interpolated(v, f"{path}[{i}]") for i, v in enumerate(data)]
+    if isinstance(data, str):
+        return interpolate(data, path.lstrip("."))
+    return data
 
 
 @dataclass(frozen=True)
@@ -137,16 +173,12 @@ class UpstreamConfig:
         return "sse" if path.endswith("/sse") else "streamable-http"
 
     def resolved_headers(self) -> dict[str, str]:
-        """``headers`` with ``${NAME}`` replaced from the environment (ConfigError if unset)."""
-        out = {}
-        for name, value in self.headers.items():
-            try:
-                out[name] = _ENV_REF.sub(lambda m: os.environ[m.group(1)], value)
-            except KeyError as exc:
-                raise ConfigError(
-                    f"upstream.headers.{name}: environment variable {exc.args[0]} is not set"
-                ) from None
-        return out
+        """``headers`` with ``${NAME}`` (``${NAME:-default}``) replaced from the environment
+        (ConfigError if unset without a default)."""
+        return {
+            name: interpolate(value, f"upstream.headers.{name}")
+            for name, value in self.headers.items()
+        }
 
 
 @dataclass(frozen=True)
@@ -431,7 +463,7 @@ def load_config(path: str | Path) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return config_from_mapping(data)
+    return config_from_mapping(_interpolated(data, ""))
 
 
 def override(config: Config, section: str, **values: Any) -> Config:
