@@ -158,6 +158,14 @@ class UpstreamConfig:
     # A server that stops reading its stdin: past this many bytes waiting for it, new
     # POSTs of the session get 503 (upstream_busy) instead of piling up in memory.
     max_pending_bytes: Annotated[int, Positive] = 16 * 1024 * 1024
+    # stdio: a server process that exits on its own (after the session's initialize) is
+    # started again, after a jittered backoff, and re-initialized with the client's own
+    # initialize; its requests in flight get errors (data.reason upstream_restarted).
+    restart: bool = True
+    # ... unless it exits this many times within restart_window_seconds (a crash loop):
+    # then the session ends and /readyz says why for a window.
+    restart_max: Annotated[int, Positive] = 5
+    restart_window_seconds: Annotated[float, Positive] = 60.0
 
     @property
     def kind(self) -> str:

@@ -103,6 +103,12 @@ class Metrics:
             ["upstream", "for"],
             registry=r,
         )
+        self.upstream_restarts = Counter(
+            prefix + "upstream_restarts",
+            "Stdio servers started again for their session after exiting on their own.",
+            ["upstream"],
+            registry=r,
+        )
         self.upstream_failures = Counter(
             prefix + "upstream_start_failures",
             "Upstream sessions that could not be started or initialized.",

@@ -44,7 +44,10 @@ class Readiness:
         store_error = registry.store_health().get("last_error")
         if store_error:
             reasons.append(f"the store refuses writes: {store_error}")
-        upstream = await self._upstream()
+        loop = registry.health.crash_loop_now()
+        if loop is not None:
+            reasons.append(f"the upstream is crash-looping: {loop}")
+        upstream = await self._upstream() if loop is None else None
         if upstream is not None:
             reasons.append(f"the upstream cannot be started or reached: {upstream}")
         body = {"status": "ready" if not reasons else "not_ready", "reasons": reasons}

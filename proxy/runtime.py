@@ -11,6 +11,7 @@ The :class:`~proxy.registry.Registry` owns every runner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, assert_never
@@ -44,6 +45,7 @@ from proxy.core.events import (
     Tick,
     UpstreamClosed,
     UpstreamMessage,
+    UpstreamRestarted,
     WakeAt,
 )
 from proxy.core.jsonrpc import Message
@@ -143,6 +145,7 @@ class SessionRunner:
                 on_message=self._upstream_message,
                 on_closed=self._upstream_closed,
                 health=health,
+                on_restarted=self._upstream_restarted,
             )
         )
         self.log = log.bind(session=session_id[:8])
@@ -232,6 +235,12 @@ class SessionRunner:
     def _upstream_message(self, msg: Message, origin: int | None = None) -> None:
         if not self.session.forgotten:
             self.feed(UpstreamMessage(msg, origin))
+
+    def _upstream_restarted(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.upstream_restarts.labels("default").inc()
+        with contextlib.suppress(SessionNotFound):
+            self.feed(UpstreamRestarted(reason))
 
     def _upstream_closed(self, reason: str) -> None:
         if not self.session.forgotten:

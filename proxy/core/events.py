@@ -85,6 +85,14 @@ class UpstreamClosed:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamRestarted:
+    """The server process died and is being started again for this session: what was in
+    flight on it is lost (each request gets an error); the session goes on."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """A wake-up the session asked for with :class:`WakeAt` (or any time: it is idempotent)."""
 
@@ -98,6 +106,7 @@ Event = (
     | ProxyShutdown
     | UpstreamMessage
     | UpstreamClosed
+    | UpstreamRestarted
     | Tick
 )
 

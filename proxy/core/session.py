@@ -44,6 +44,7 @@ from proxy.core.events import (
     Tick,
     UpstreamClosed,
     UpstreamMessage,
+    UpstreamRestarted,
     WakeAt,
 )
 from proxy.core.idmap import IdMap, progress_token_of
@@ -143,6 +144,8 @@ class Session:
             self._on_upstream(event.msg, event.origin, out)
         elif isinstance(event, UpstreamClosed):
             self._on_upstream_closed(event.reason, out)
+        elif isinstance(event, UpstreamRestarted):
+            self._on_upstream_restarted(event.reason, out)
         elif isinstance(event, ClientDelete):
             self._end(event.reason, out)
         elif isinstance(event, ClientAck):
@@ -406,6 +409,14 @@ class Session:
         out.append(LogNote("upstream_closed", {"reason": reason}))
         self._fail_in_flight(SERVER_ERROR, f"MCP server gone: {reason}", None, out)
         self._close(reason, out)
+
+    def _on_upstream_restarted(self, reason: str, out: list[Command]) -> None:
+        if self.closed:
+            return
+        out.append(LogNote("upstream_restarting", {"reason": reason}))
+        data = {"reason": "upstream_restarted"}
+        self._fail_in_flight(SERVER_ERROR, f"MCP server restarted: {reason}", data, out)
+        self._ids.drop_server_requests()  # its questions died with it
 
     def _fail_in_flight(self, code: int, message: str, data: Any, out: list[Command]) -> None:
         """Answer every request in flight with an error, logged (and sent) on its stream."""

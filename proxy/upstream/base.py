@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from proxy.backoff import Backoff
 from proxy.config import UpstreamConfig
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
@@ -86,10 +87,37 @@ class UpstreamHealth:
         self.state = "ok"
         self.last_error: str | None = None
         self.failing_since: float | None = None
+        self.restarts = 0  # stdio servers started again after exiting on their own
+        self.crash_loop: str | None = None  # why, while crash_loop_until is ahead
+        self.crash_loop_until = 0.0
+        # A server that cannot be started is not tried again for every client at once.
+        self._start_backoff = Backoff(first=0.5, cap=30.0)
+        self.not_before = 0.0  # monotonic: no new start before this
 
     def ok(self) -> None:
         self.state = "ok"
         self.failing_since = None
+
+    def started(self) -> None:
+        """A server started and answered: starts are no longer held back."""
+        self.ok()
+        self._start_backoff.reset()
+        self.not_before = 0.0
+
+    def start_failed(self, error: str) -> None:
+        self.failing(error)
+        self.not_before = time.monotonic() + self._start_backoff.next_delay()
+
+    def crash_looping(self, why: str, window: float) -> None:
+        self.failing(why)
+        self.crash_loop = why
+        self.crash_loop_until = time.monotonic() + window
+
+    def crash_loop_now(self) -> str | None:
+        """Why the upstream counts as crash-looping right now (for ``/readyz``), or None."""
+        if self.crash_loop is not None and time.monotonic() < self.crash_loop_until:
+            return self.crash_loop
+        return None
 
     def failing(self, error: str) -> None:
         if self.state != "failing":
@@ -102,6 +130,8 @@ class UpstreamHealth:
             "state": self.state,
             "last_error": self.last_error,
             "failing_since": self.failing_since,
+            "restarts": self.restarts,
+            "crash_loop": self.crash_loop_now(),
         }
 
 
@@ -115,6 +145,9 @@ class UpstreamContext:
     on_message: OnMessage
     on_closed: OnClosed
     health: UpstreamHealth = field(default_factory=UpstreamHealth)
+    # Given: a stdio server that exits on its own is started again for this session
+    # (``upstream.restart``); called once per restart, before the new process starts.
+    on_restarted: Callable[[str], None] | None = None
 
     @property
     def label(self) -> str:

@@ -24,22 +24,27 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from typing import Any
 
 import structlog
 
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError, UpstreamStartFailed
+from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SERVER_ERROR
 from proxy.upstream.base import UpstreamContext, messages_of
 from proxy.upstream.deathsig import die_with_parent
 from proxy.upstream.overlong import OverlongLine, outline, read_line
+from proxy.upstream.respawn import Respawns
 
 _LINES_PER_TURN = 256
 """Lines read from a server's stdout before the reader lets the event loop turn."""
 log = structlog.get_logger("proxy.upstream.stdio")
 
 _DRAIN_SECONDS = 1.0
+_REINIT_ID = "mcp-resume-proxy/restart/"  # the session's own ids upstream are ints
+_REINIT_SECONDS = 30.0
 
 
 class _ExitWatchingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
@@ -72,7 +77,15 @@ class StdioUpstream:
         self._exited: asyncio.Future[None]
         self._watcher: asyncio.Task[None]
         self._reader: asyncio.Task[None]
+        self._writer: asyncio.Task[None] | None = None
         self._transport: asyncio.SubprocessTransport
+        # Respawn (upstream.restart): the client's initialize, once sent; whether the
+        # session got past it; exits counted for the crash-loop window.
+        self._initialize: dict[str, Any] | None = None
+        self._ready = False
+        self._respawns = Respawns(context.config)
+        self._respawner: asyncio.Task[None] | None = None
+        self._reinit: tuple[str, asyncio.Future[Message]] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -82,6 +95,18 @@ class StdioUpstream:
         return " ".join(self._context.config.command)
 
     async def start(self) -> None:
+        health = self._context.health
+        wait = health.not_before - time.monotonic()
+        if wait > 0:  # it failed to start just now: not again for every client at once
+            raise UpstreamStartFailed(
+                f"the MCP server failed to start ({health.last_error}); "
+                f"not tried again for {wait:.1f} s"
+            )
+        await self._spawn()
+        self._writer = asyncio.create_task(self._write_stdin(), name=f"stdin-{self._context.label}")
+        self._tasks.append(self._writer)
+
+    async def _spawn(self) -> None:
         cfg = self._context.config
         env = dict(os.environ) if cfg.inherit_env else {}
         env.update(cfg.env)
@@ -101,7 +126,8 @@ class StdioUpstream:
                 preexec_fn=die_with_parent(),  # dies with the proxy, even on SIGKILL
             )
         except OSError as exc:
-            self._context.health.failing(f"cannot start {cfg.command[0]!r}: {exc.strerror or exc}")
+            error = f"cannot start {cfg.command[0]!r}: {exc.strerror or exc}"
+            self._context.health.start_failed(error)
             raise UpstreamStartFailed(
                 f"cannot start MCP server {cfg.command[0]!r}: {exc.strerror or exc}"
             ) from None
@@ -111,10 +137,9 @@ class StdioUpstream:
         self._context.health.ok()
         name = self._context.label
         self._reader = asyncio.create_task(self._read_stdout(), name=f"stdout-{name}")
-        self._tasks = [
+        self._tasks = [t for t in self._tasks if not t.done()] + [
             self._reader,
             asyncio.create_task(self._read_stderr(), name=f"stderr-{name}"),
-            asyncio.create_task(self._write_stdin(), name=f"stdin-{name}"),
         ]
         self._watcher = asyncio.create_task(self._watch_exit(), name=f"exit-{name}")
 
@@ -127,9 +152,23 @@ class StdioUpstream:
 
     def send(self, payload: bytes) -> None:
         """Queue one message for the child's stdin (order is kept)."""
+        if not self._ready:
+            self._note_handshake(payload)
         if not self._stopping:
             self.pending_bytes += len(payload) + 1
             self._outbox.put_nowait(payload)
+
+    def _note_handshake(self, payload: bytes) -> None:
+        """Keep the client's initialize (a restarted server gets it again) and see the
+        session through it (a server that exits before is not restarted)."""
+        if b"initialize" not in payload:
+            return
+        with contextlib.suppress(ProxyError):
+            msg = jsonrpc.classify(jsonrpc.decode(payload))
+            if msg.method == "initialize" and msg.kind is Kind.REQUEST:
+                self._initialize = msg.raw
+            elif msg.method == "notifications/initialized" and self._initialize is not None:
+                self._ready = True
 
     async def _write_stdin(self) -> None:
         assert self._proc is not None and self._proc.stdin is not None
@@ -177,6 +216,11 @@ class StdioUpstream:
             if not line:
                 continue
             for msg in messages_of(line, self._skipped):
+                reinit = self._reinit
+                if reinit is not None and msg.kind is Kind.RESPONSE and msg.id == reinit[0]:
+                    if not reinit[1].done():
+                        reinit[1].set_result(msg)
+                    continue
                 self._context.on_message(msg, None)
 
     async def _watch_exit(self) -> None:
@@ -187,10 +231,93 @@ class StdioUpstream:
             # Lines written just before the exit are still in the pipe: read them first,
             # but do not wait on a pipe that a surviving grandchild keeps open.
             await asyncio.wait_for(asyncio.shield(self._reader), _DRAIN_SECONDS)
+        reason = f"exited with code {self._proc.returncode}"
         if not self._stopping:
             # A crashed server's children must not outlive it.
             self._signal_group(self._proc.pid, signal.SIGKILL)
-        self._report_closed(f"exited with code {self._proc.returncode}")
+            if not self._ready:  # it never got through initialize: a failed start
+                self._context.health.start_failed(f"MCP server {reason} before initialize")
+            elif self._respawner is not None and not self._respawner.done():
+                return  # a restarted server that died again: the respawn loop sees it
+            elif self._may_respawn():
+                self._respawner = asyncio.create_task(self._respawn(reason))
+                return
+        self._report_closed(reason)
+
+    def _may_respawn(self) -> bool:
+        return (
+            self._context.config.restart
+            and self._context.on_restarted is not None
+            and self._initialize is not None
+        )
+
+    async def _respawn(self, reason: str) -> None:
+        """Start the server again for this session, re-initialized with the client's own
+        ``initialize``; give up on a crash loop. What was in flight gets errors first."""
+        writer = self._writer
+        if writer is not None:  # it holds the dead stdin; queued messages wait for the new
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+        health = self._context.health
+        on_restarted = self._context.on_restarted
+        assert on_restarted is not None
+        while not self._stopping:
+            loop = self._respawns.exited(reason)
+            if loop is not None:
+                health.crash_looping(loop, self._context.config.restart_window_seconds)
+                log.error("upstream_crash_loop", session=self._context.label, reason=loop)
+                self._report_closed(loop)
+                return
+            health.restarts += 1
+            on_restarted(reason)
+            await asyncio.sleep(self._respawns.delay())
+            if self._stopping:
+                return
+            try:
+                await self._spawn()
+                await self._reinitialize()
+            except (ProxyError, OSError) as exc:
+                reason = str(exc)
+                log.warning("upstream_restart_failed", session=self._context.label, error=reason)
+                if self._proc is not None and self._proc.returncode is None:
+                    self._signal_group(self._proc.pid, signal.SIGKILL)
+                    await asyncio.shield(self._exited)
+                continue
+            log.info("upstream_restarted", session=self._context.label, pid=self.pid)
+            self._writer = asyncio.create_task(
+                self._write_stdin(), name=f"stdin-{self._context.label}"
+            )
+            self._tasks.append(self._writer)
+            self._context.health.started()
+            return
+
+    async def _reinitialize(self) -> None:
+        """The client's initialize (under the proxy's own id), its answer taken here, then
+        ``notifications/initialized``: written before anything queued for the server."""
+        assert self._proc is not None and self._proc.stdin is not None
+        assert self._initialize is not None
+        request_id = f"{_REINIT_ID}{self._respawns.count}"
+        answer: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._reinit = (request_id, answer)
+        stdin = self._proc.stdin
+        try:
+            stdin.write(jsonrpc.encode({**self._initialize, "id": request_id}) + b"\n")
+            await stdin.drain()
+            waiting: list[asyncio.Future[Any]] = [answer, self._exited]
+            done, _ = await asyncio.wait(
+                waiting, timeout=_REINIT_SECONDS, return_when="FIRST_COMPLETED"
+            )
+            if answer not in done:
+                raise UpstreamStartFailed("the restarted MCP server did not answer initialize")
+            if answer.result().is_error:
+                raise UpstreamStartFailed("the restarted MCP server refused initialize")
+            stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+            await stdin.drain()
+        except (ConnectionError, BrokenPipeError) as exc:
+            raise UpstreamStartFailed(f"the restarted MCP server went away: {exc}") from None
+        finally:
+            self._reinit = None
 
     def _overlong(self, line: OverlongLine) -> None:
         """Answer an over-long line's sender so that nobody waits forever.
@@ -259,6 +386,10 @@ class StdioUpstream:
     async def stop(self) -> None:
         """Stop the child's whole process group: TERM, then KILL after the grace."""
         self._stopping = True
+        if self._respawner is not None and not self._respawner.done():
+            self._respawner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._respawner
         proc = self._proc
         if proc is None:
             return

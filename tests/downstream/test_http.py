@@ -169,7 +169,9 @@ async def test_delete_ends_the_session_and_its_process(tmp_path: Path) -> None:
 
 
 async def test_upstream_crash_fails_the_call_then_404(tmp_path: Path) -> None:
-    async with proxy_session(tmp_path, command=FIXTURE) as (proxy, http, s):
+    """With ``upstream.restart: false`` (tests/upstream/test_respawn.py: the default)."""
+    no_restart = {"restart": False}
+    async with proxy_session(tmp_path, command=FIXTURE, upstream=no_restart) as (proxy, http, s):
         events = await s.request(1, "tools/call", {"name": "crash", "arguments": {}})
         (err,) = messages(events)
         assert err["id"] == 1 and err["error"]["code"] == -32000

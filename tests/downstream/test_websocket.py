@@ -329,7 +329,8 @@ async def test_upgrade_refusals(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------- session life
 async def test_reconnect_takes_over_and_a_crash_ends_the_socket(tmp_path: Path) -> None:
-    async with run_proxy(tmp_path, FIXTURE) as proxy, socket(proxy) as first:
+    no_restart = {"restart": False}  # (restarted servers: tests/upstream/test_respawn.py)
+    async with run_proxy(tmp_path, FIXTURE, upstream=no_restart) as proxy, socket(proxy) as first:
         session_id = await initialize(first)
         async with socket(proxy, session_id) as second:
             await wait_for_log(proxy, "ws_standalone_taken_over")

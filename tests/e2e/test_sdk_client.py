@@ -206,11 +206,31 @@ async def test_ask_is_answered_by_the_elicitation_callback(
     assert answer in text_of(result)
 
 
-async def test_crash_fails_the_call_and_ends_the_session(
-    mcp_server: RunningServer, protocol_version: str
+async def test_crash_fails_the_call_and_the_server_comes_back(
+    mcp_server: RunningServer, protocol_version: str, e2e_target: str
 ) -> None:
+    """The default ``upstream.restart``: the same session goes on with a new process."""
+    if e2e_target == "sdk":
+        pytest.skip("the SDK's own server does not restart itself")
     with anyio.fail_after(CALL_DEADLINE_S):
         async with connect(mcp_server.url, protocol_version=protocol_version) as conn:
+            with pytest.raises(MCPError) as crashed:
+                await conn.session.call_tool("crash", {})
+            result = await conn.session.call_tool("echo", {"text": "anyone there?"})
+    assert "restarted" in crashed.value.message
+    assert text_of(result) == "anyone there?"
+
+
+async def test_crash_fails_the_call_and_ends_the_session_without_restart(
+    server_factory: ServerFactory, protocol_version: str, e2e_target: str
+) -> None:
+    if e2e_target == "sdk":
+        pytest.skip("a proxy setting")
+    with anyio.fail_after(CALL_DEADLINE_S):
+        async with (
+            server_factory.start({"upstream": {"restart": False}}) as mcp_server,
+            connect(mcp_server.url, protocol_version=protocol_version) as conn,
+        ):
             with pytest.raises(MCPError) as crashed:
                 await conn.session.call_tool("crash", {})
             before_next = len(conn.http_log.exchanges)
