@@ -118,6 +118,9 @@ class HttpUpstream:
         task = asyncio.create_task(self._guarded(coro, what, msg), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        # A task cancelled before it ran (at stop) never started ``coro``: close it, so
+        # that it is not reported as never awaited (a no-op once it has run).
+        task.add_done_callback(lambda _: coro.close())
         return task
 
     def listen(self) -> None:
