@@ -270,9 +270,10 @@ class PoolConfig:
     # per_request: every modern request gets a fresh upstream session, stopped after it.
     isolation: Annotated[str, OneOf(("shared", "per_request"))] = "shared"
     size: Annotated[int, Bound(1, 1024)] = 4
-    # A call that may ask the client something (tools/call, prompts/get, resources/read)
-    # gets a session where no other such call runs, so that a stdio server's question is
-    # never ambiguous: the pool grows past `size` for them, up to this many sessions.
+    # A call that may ask the client something (tools/call, prompts/get, resources/read),
+    # from a client that declared elicitation, sampling or roots, gets a session where no
+    # other such call runs, so that a stdio server's question is never ambiguous: the
+    # pool grows past `size` for them, up to this many sessions.
     max_size: Annotated[int, Bound(1, 4096)] = 32
     # A pooled session with nothing in flight for this long is stopped (the pool keeps
     # at least one warm).

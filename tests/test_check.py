@@ -99,3 +99,13 @@ def test_interpolation_forms(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     # Headers stay as written in the config object (no secret in it) until resolved.
     assert config.upstream.headers == {"Authorization": "Bearer ${SET_VAR}"}
     assert config.upstream.resolved_headers() == {"Authorization": "Bearer value"}
+
+
+def test_the_config_reference_is_the_schemas() -> None:
+    """config/README.md is generated from proxy/config.py: regenerate it with
+    ``python -m proxy.config_doc > config/README.md`` when a key changes."""
+    from proxy.config_doc import render
+
+    assert (ROOT / "config" / "README.md").read_text() == render()
+    for key in ("listen.port", "modern.pool.max_size", "tasks.mode", "upstream.restart_max"):
+        assert f"| `{key}` |" in render()
