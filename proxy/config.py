@@ -316,6 +316,22 @@ class TasksConfig:
 
 
 @dataclass(frozen=True)
+class AuthToken:
+    # The bearer token ("${NAME}" reads it from the environment; never logged) ...
+    token: str = ""
+    # ... and who presents it: sessions, streams and tasks are bound to this name.
+    principal: str = ""
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """Inbound bearer tokens (docs/reference.md §Authentication). None listed: no auth."""
+
+    # Every route but /healthz then needs "Authorization: Bearer TOKEN" (else 401).
+    tokens: list[AuthToken] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class LogConfig:
     format: Annotated[str, OneOf(("console", "json"))] = "console"
     level: Annotated[str, OneOf(("debug", "info", "warning", "error"))] = "info"
@@ -331,6 +347,7 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     modern: ModernConfig = field(default_factory=ModernConfig)
     tasks: TasksConfig = field(default_factory=TasksConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
     def session_settings(self, token_secret: bytes = b"") -> SessionSettings:
@@ -437,6 +454,13 @@ def config_from_mapping(data: Any) -> Config:
     _check_upstream(config.upstream)
     if not config.listen.path.startswith("/"):
         raise ConfigError(f"listen.path: must start with '/', got {config.listen.path!r}")
+    for i, entry in enumerate(config.auth.tokens):
+        if len(entry.token) < 16:
+            raise ConfigError(f"auth.tokens[{i}].token: use at least 16 characters")
+        if not entry.principal:
+            raise ConfigError(f"auth.tokens[{i}].principal: name who presents this token")
+    if len({t.token for t in config.auth.tokens}) < len(config.auth.tokens):
+        raise ConfigError("auth.tokens: a token is listed twice")
     pool = config.modern.pool
     if pool.max_size < pool.size:
         raise ConfigError(

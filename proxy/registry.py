@@ -52,6 +52,8 @@ def new_epoch() -> str:
 
 TOKEN_SECRET_ENV = "MCP_RESUME_PROXY_TOKEN_SECRET"
 
+ANYONE = object()  # Registry.get without a principal check (forwarded requests)
+
 
 def token_secret(config: Config) -> bytes:
     """The resume-token HMAC key: config, else environment, else random for this run.
@@ -152,13 +154,17 @@ class Registry:
         self._conn_counter += 1
         return ConnId(self._conn_counter)
 
-    def get(self, session_id: str) -> SessionRunner:
+    def get(self, session_id: str, principal: str | object | None = ANYONE) -> SessionRunner:
+        """The live session ``session_id``; ``SessionNotFound`` also when it belongs to
+        another principal than the one given (authentication: never another's session)."""
         runner = self._runners.get(session_id)
         if runner is None or runner.session.forgotten:
             raise SessionNotFound("Session not found")
+        if principal is not ANYONE and runner.principal != principal:
+            raise SessionNotFound("Session not found")
         return runner
 
-    async def create(self) -> SessionRunner:
+    async def create(self, principal: str | None = None) -> SessionRunner:
         """Start a new session and its upstream; ``Overloaded`` past ``max_sessions``.
 
         The slot is taken before the first ``await``: sessions still starting count, so
@@ -182,6 +188,7 @@ class Registry:
             self.persister,
             self.metrics,
         )
+        runner.principal = principal
         self._starting.add(runner)
         self._none_starting.clear()
         try:

@@ -129,6 +129,7 @@ class SessionRunner:
         self.session = Session(session_id, epoch, settings, loop.time(), budget)
         self._persister = persister
         self.metrics = metrics
+        self.principal: str | None = None  # who created it (inbound auth), if anyone
         self._journal = self.session.keep_journal() if persister is not None else None
         self._on_forget = on_forget
         self._next_conn_id = next_conn_id

@@ -14,6 +14,7 @@ from proxy.config import Config
 from proxy.core import httprules
 from proxy.core.errors import ProxyError
 from proxy.core.protocol import SESSION_HEADER
+from proxy.downstream.auth import middleware
 from proxy.downstream.http import StreamableHttp
 from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
 from proxy.downstream.wire import error_response
@@ -110,7 +111,9 @@ def _cors_for(
 
 
 def build_app(config: Config, registry: Registry) -> web.Application:
-    app = web.Application(client_max_size=config.sessions.max_message_bytes)
+    app = web.Application(
+        client_max_size=config.sessions.max_message_bytes, middlewares=[middleware(config.auth)]
+    )
     app.on_response_prepare.append(_cors_for(config))
     app[REGISTRY_KEY] = registry
     endpoint = StreamableHttp(config, registry)

@@ -37,6 +37,7 @@ from proxy.core.events import ClientGet, ClientPost
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import LAST_EVENT_ID, SESSION_HEADER, VERSION_HEADER
 from proxy.core.sse import encode_comment, encode_retry
+from proxy.downstream.auth import principal_of
 from proxy.downstream.guard import BodyBudget, read_body
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
@@ -148,7 +149,7 @@ class StreamableHttp:
         return session_id
 
     def _session(self, request: web.Request) -> SessionRunner:
-        return self.registry.get(self._session_id(request))
+        return self.registry.get(self._session_id(request), principal_of(request))
 
     def _remote(self, request: web.Request) -> RemoteSessions | None:
         """Replicas: the way to a session this process does not hold (else None)."""
@@ -206,7 +207,7 @@ class StreamableHttp:
                 raise BadRequest("Bad Request: this session is already initialized")
             if not self.registry.accepting:
                 raise SessionNotFound("the proxy is shutting down")
-            runner = await self.registry.create()
+            runner = await self.registry.create(principal_of(request))
         else:
             remote = self._remote(request)
             if remote is not None:

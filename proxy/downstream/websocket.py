@@ -50,6 +50,7 @@ from proxy.config import Config
 from proxy.core import httprules
 from proxy.core.errors import BadRequest, MethodNotAllowed, ProxyError, SessionNotFound
 from proxy.core.protocol import SESSION_HEADER, VERSION_HEADER
+from proxy.downstream.auth import principal_of
 from proxy.downstream.wire import error_response
 from proxy.downstream.ws_socket import CLOSE_SESSION_NOT_FOUND, SESSION_META, ClientSocket
 from proxy.registry import Registry
@@ -110,7 +111,7 @@ class WebSocketEndpoint:
         runner: SessionRunner | None = None
         if session_id:
             try:
-                runner = self.registry.get(session_id)
+                runner = self.registry.get(session_id, principal_of(request))
                 ws.headers[SESSION_HEADER] = runner.session_id
             except SessionNotFound:
                 runner = None
@@ -125,6 +126,7 @@ class WebSocketEndpoint:
             config=self.config,
             registry=self.registry,
             standalone_holders=self.standalone_holders,
+            principal=principal_of(request),
         )
         self.sockets.add(socket)
         try:

@@ -81,8 +81,10 @@ class ClientSocket:
         config: Config,
         registry: Registry,
         standalone_holders: dict[str, ClientSocket],
+        principal: str | None = None,
     ) -> None:
         self.config = config
+        self.principal = principal  # sessions it opens are bound to it (inbound auth)
         self.registry = registry
         self.standalone_holders = standalone_holders  # the endpoint's: session id → socket
         self.ws = ws
@@ -143,7 +145,7 @@ class ClientSocket:
                 raise BadRequest("Bad Request: this session is already initialized")
             if not self.registry.accepting:
                 raise SessionNotFound("the proxy is shutting down")
-            runner = await self.registry.create()
+            runner = await self.registry.create(self.principal)
         else:
             if self.runner is None:
                 raise BadRequest(

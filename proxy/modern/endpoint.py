@@ -40,6 +40,7 @@ from proxy.core.era import (
 from proxy.core.errors import BadRequest, Overloaded, ProxyError
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.taskrecord import created, detailed
+from proxy.downstream.auth import principal_of
 from proxy.modern.call import Call
 from proxy.modern.legacy_tasks import LegacyTasks
 from proxy.modern.listen import Hub, listen
@@ -164,10 +165,8 @@ class ModernFacade:
         if method in _TASK_METHODS and self.tasks_enabled:
             if not client.tasks:
                 raise tasks_capability_missing()
-            return web.json_response(
-                jsonrpc.ok_response(msg.id, await self._task_request(method, msg.params)),
-                dumps=dumps,
-            )
+            result = await self._task_request(method, msg.params, principal_of(request))
+            return web.json_response(jsonrpc.ok_response(msg.id, result), dumps=dumps)
         if method == "subscriptions/listen":
             return await listen(self, request, msg, client)
         if method in _WITH_INPUT:
@@ -222,7 +221,7 @@ class ModernFacade:
         self, request: web.Request, msg: Message, client: ModernRequest
     ) -> web.StreamResponse:
         method = msg.method or ""
-        call = Call(method, msg.params, client, principal=None)
+        call = Call(method, msg.params, client, principal=principal_of(request))
         if method == "tools/call":
             tool = (await self.tools.get()).get(str(msg.params.get("name")))
             if tool is not None:
@@ -264,7 +263,8 @@ class ModernFacade:
     ) -> web.StreamResponse:
         method = msg.method or ""
         name = msg.params.get("uri" if method == "resources/read" else "name")
-        call_id = reqstate.verify(self.secret, state, method, name, None, time.time())
+        principal = principal_of(request)
+        call_id = reqstate.verify(self.secret, state, method, name, principal, time.time())
         call = self.parked.pop(call_id, None)
         if call is None:
             raise invalid_params(
@@ -392,15 +392,17 @@ class ModernFacade:
             call.cancel("the client did not send the input in time (modern.input_ttl_seconds)")
 
     # ------------------------------------------------------------------ tasks
-    async def _task_request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def _task_request(
+        self, method: str, params: dict[str, Any], principal: str | None
+    ) -> dict[str, Any]:
         task_id = params.get("taskId")
         if method == "tasks/get":
-            record = await self.tasks.record(task_id, None)
+            record = await self.tasks.record(task_id, principal)
             return {"resultType": "complete", **detailed(record)}
         if method == "tasks/update":
-            await self.tasks.update(task_id, params.get("inputResponses"), None)
+            await self.tasks.update(task_id, params.get("inputResponses"), principal)
         else:
-            await self.tasks.cancel(task_id, None)
+            await self.tasks.cancel(task_id, principal)
         return {"resultType": "complete"}
 
     # ------------------------------------------------------------------ listen

@@ -35,6 +35,7 @@ from proxy.core.era import (
 )
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Message
+from proxy.downstream.auth import principal_of
 from proxy.modern.pool import PooledSession, UpstreamPool
 from proxy.modern.reply import Reply
 
@@ -183,7 +184,7 @@ async def listen(
     known: list[str] = []
     for task_id in task_ids or []:
         with contextlib.suppress(ModernError):
-            await facade.tasks.record(task_id, None)
+            await facade.tasks.record(task_id, principal_of(request))
             known.append(task_id)
     if task_ids is not None:
         accepted["taskIds"] = known

@@ -1,0 +1,97 @@
+"""Inbound bearer tokens: refused without one on every route but /healthz, accepted with
+one, and a principal never reaches another principal's session, task or MRTR state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.modern.client import Modern
+from tests.modern.test_facade import SERVER
+from tests.support import initialize_request, run_proxy
+
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef00"
+AUTH = {"tokens": [{"token": ALICE, "principal": "alice"}, {"token": BOB, "principal": "bob"}]}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize("credentials", [None, "wrong-token-0123456789"])
+async def test_every_route_but_healthz_needs_a_valid_token(
+    tmp_path: Path, credentials: str | None
+) -> None:
+    headers = bearer(credentials) if credentials else {}
+    async with run_proxy(tmp_path, SERVER, auth=AUTH) as proxy, aiohttp.ClientSession() as http:
+        async with http.post(
+            proxy.url, json=initialize_request(), headers={**ACCEPT, **headers}
+        ) as resp:
+            assert resp.status == 401
+            assert resp.headers["WWW-Authenticate"].startswith('Bearer realm="mcp-resume-proxy"')
+            assert (await resp.json())["error"]["data"]["reason"] == "unauthorized"
+        for path in ("/mcp", "/ws", "/metrics", "/readyz"):
+            async with http.get(proxy.base + path, headers=headers) as resp:
+                assert resp.status == 401, path
+        async with http.get(proxy.base + "/healthz") as resp:
+            assert resp.status == 200
+        log = proxy.log_text()
+    assert ALICE not in log and BOB not in log
+
+
+async def test_a_session_belongs_to_its_principal(tmp_path: Path) -> None:
+    async with run_proxy(tmp_path, SERVER, auth=AUTH) as proxy, aiohttp.ClientSession() as http:
+        async with http.post(
+            proxy.url, json=initialize_request(), headers={**ACCEPT, **bearer(ALICE)}
+        ) as resp:
+            assert resp.status == 200
+            session = resp.headers["Mcp-Session-Id"]
+            await resp.read()
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        for who, status in ((BOB, 404), (ALICE, 200)):
+            headers = {**ACCEPT, **bearer(who), "Mcp-Session-Id": session}
+            headers["MCP-Protocol-Version"] = "2025-11-25"
+            async with http.post(proxy.url, json=call, headers=headers) as resp:
+                assert resp.status == status, await resp.text()
+                await resp.read()
+        # Over /ws too: bob cannot attach to alice's session.
+        async with http.ws_connect(
+            proxy.base.replace("http", "ws") + f"/ws?mcp-session-id={session}",
+            headers=bearer(BOB),
+            protocols=("mcp",),
+        ) as ws:
+            await ws.receive()
+            assert ws.close_code == 4404
+
+
+async def test_tasks_and_request_states_belong_to_their_principal(tmp_path: Path) -> None:
+    tasks = {"mode": "always"}
+    async with (
+        run_proxy(tmp_path, SERVER, auth=AUTH, tasks=tasks) as proxy,
+        aiohttp.ClientSession(headers=bearer(ALICE)) as as_alice,
+        aiohttp.ClientSession(headers=bearer(BOB)) as as_bob,
+    ):
+        alice, bob = Modern(as_alice, proxy.url), Modern(as_bob, proxy.url)
+        task_id = (await alice.call("wait", {"seconds": 0.2})).result["taskId"]
+        for method in ("tasks/get", "tasks/cancel"):
+            assert (await bob.task(method, task_id)).error["code"] == -32602
+        assert (await alice.task("tasks/get", task_id)).status == 200
+        asked = await alice.call("ask", {"question": "q"}, caps={"elicitation": {}})
+        state = asked.result["requestState"]
+        (key,) = asked.result["inputRequests"]
+        retry: dict[str, Any] = {
+            "name": "ask",
+            "arguments": {},
+            "requestState": state,
+            "inputResponses": {key: {"action": "accept", "content": {"answer": "x"}}},
+        }
+        stolen = await bob.send("tools/call", retry, caps={"elicitation": {}})
+        assert stolen.error["code"] == -32602
+        mine = await alice.send("tools/call", retry, caps={"elicitation": {}})
+        assert json.loads(mine.result["content"][0]["text"])["content"] == {"answer": "x"}
