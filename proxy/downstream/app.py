@@ -29,6 +29,27 @@ ENDPOINT_KEY = web.AppKey("endpoint", StreamableHttp)
 READINESS_KEY = web.AppKey("readiness", Readiness)
 
 
+Probe = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def _host_checked(probe: Probe) -> Probe:
+    """``probe`` behind the Host and Origin checks of ``/mcp`` (DNS rebinding)."""
+
+    async def checked(request: web.Request) -> web.Response:
+        listen = request.app[REGISTRY_KEY].config.listen
+        try:
+            httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
+            httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
+        except ProxyError as exc:
+            log.info(
+                "request_refused", path=request.path, status=exc.http_status, reason=exc.reason
+            )
+            return error_response(exc)
+        return await probe(request)
+
+    return checked
+
+
 async def _health(request: web.Request) -> web.Response:
     """The proxy process: 200 while it serves, 503 ("stopping") once it shuts down.
 
@@ -37,13 +58,6 @@ async def _health(request: web.Request) -> web.Response:
     orchestrator. Host and Origin are checked as on ``/mcp`` (DNS rebinding).
     """
     registry = request.app[REGISTRY_KEY]
-    listen = registry.config.listen
-    try:
-        httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
-        httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
-    except ProxyError as exc:
-        log.info("request_refused", path=request.path, status=exc.http_status, reason=exc.reason)
-        return error_response(exc)
     upstream = registry.health.as_dict()
     modern = request.app[ENDPOINT_KEY].modern
     ok = registry.accepting
@@ -65,27 +79,12 @@ async def _metrics(request: web.Request) -> web.Response:
     """The process in Prometheus text format (proxy/metrics.py). Host and Origin are
     checked as on ``/healthz``."""
     registry = request.app[REGISTRY_KEY]
-    listen = registry.config.listen
-    try:
-        httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
-        httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
-    except ProxyError as exc:
-        log.info("request_refused", path=request.path, status=exc.http_status, reason=exc.reason)
-        return error_response(exc)
     return web.Response(body=registry.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
 async def _ready(request: web.Request) -> web.Response:
     """200 when the proxy may be sent traffic, else 503 with the reasons
     (proxy/readiness.py). Host and Origin are checked as on ``/healthz``."""
-    registry = request.app[REGISTRY_KEY]
-    listen = registry.config.listen
-    try:
-        httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
-        httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
-    except ProxyError as exc:
-        log.info("request_refused", path=request.path, status=exc.http_status, reason=exc.reason)
-        return error_response(exc)
     ready, body = await request.app[READINESS_KEY].check()
     return web.json_response(body, status=200 if ready else 503)
 
@@ -124,7 +123,7 @@ def build_app(config: Config, registry: Registry) -> web.Application:
     sockets = WebSocketEndpoint(config, registry)  # MCP over WebSocket (D2 over WebSocket)
     app.router.add_route("*", WS_PATH, sockets.handle)
     app.on_shutdown.append(sockets.close_all)  # open sockets get 1001 Going Away
-    app.router.add_get("/healthz", _health)
-    app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/readyz", _ready)
+    app.router.add_get("/healthz", _host_checked(_health))
+    app.router.add_get("/metrics", _host_checked(_metrics))
+    app.router.add_get("/readyz", _host_checked(_ready))
     return app

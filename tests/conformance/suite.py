@@ -30,26 +30,31 @@ INSTALL_TIMEOUT_S: Final = 900.0
 RUN_TIMEOUT_S: Final = 240.0
 """Below the 300 s pytest-timeout of pyproject.toml, so a hung run still gets a readable report."""
 
-_ANSI: Final = re.compile(r"\x1b\[[0-9;]*m")
+ANSI: Final = re.compile(r"\x1b\[[0-9;]*m")
 _HEADER: Final = re.compile(r"^Running (\S+) suite \((\d+) scenarios\) against (\S+)$")
 _SCENARIO_START: Final = re.compile(r"^=== Running scenario: (\S+) ===$")
 _SCENARIO_SUMMARY: Final = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed$")
 _TOTAL: Final = re.compile(r"^Total: (\d+) passed, (\d+) failed$")
 # -o DIR gets one directory per scenario: server-<scenario>-<ISO timestamp with : and . as ->.
-_RESULT_DIR: Final = re.compile(r"^server-(.+)-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z$")
+RESULT_DIR: Final = re.compile(r"^server-(.+)-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z$")
 
 
 class ConformanceToolsError(RuntimeError):
     """The Node tools could not be installed or are unusable."""
 
 
-def _installed_version() -> str | None:
+def package_version(package: Path) -> str | None:
+    """The version an installed npm package's package.json names, if any."""
     try:
-        manifest = json.loads((CONFORMANCE_PACKAGE / "package.json").read_text())
+        manifest = json.loads((package / "package.json").read_text())
     except (OSError, ValueError):
         return None
     version = manifest.get("version")
     return version if isinstance(version, str) else None
+
+
+def _installed_version() -> str | None:
+    return package_version(CONFORMANCE_PACKAGE)
 
 
 def ensure_conformance_cli() -> Path:
@@ -187,7 +192,7 @@ def _read_checks(output_dir: Path) -> dict[str, tuple[Check, ...]]:
     if not output_dir.is_dir():
         return checks
     for path in sorted(output_dir.glob("*/checks.json")):
-        match = _RESULT_DIR.match(path.parent.name)
+        match = RESULT_DIR.match(path.parent.name)
         if match is None:
             continue
         try:
@@ -208,7 +213,7 @@ def parse_run(
     summaries: dict[str, tuple[int, int]] = {}
     total_line: str | None = None
     for raw_line in output.splitlines():
-        line = _ANSI.sub("", raw_line).strip()
+        line = ANSI.sub("", raw_line).strip()
         if match := _HEADER.match(line):
             announced_count = int(match.group(2))
         elif match := _SCENARIO_START.match(line):

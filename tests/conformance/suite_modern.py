@@ -39,9 +39,19 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from .suite import INSTALL_SCRIPT, INSTALL_TIMEOUT_S, REPO_ROOT, TOOLS_DIR, ConformanceToolsError
+from .suite import (
+    ANSI,
+    INSTALL_SCRIPT,
+    INSTALL_TIMEOUT_S,
+    REPO_ROOT,
+    RESULT_DIR,
+    TOOLS_DIR,
+    Check,
+    ConformanceToolsError,
+    package_version,
+)
 
 CLI: Final = TOOLS_DIR / "bin" / "conformance-next"
 PACKAGE: Final = TOOLS_DIR / "node_modules" / "conformance-next"
@@ -112,18 +122,11 @@ PENDING: Final[tuple[str, ...]] = (
 RUN_TIMEOUT_S: Final = 120.0
 """One scenario: the suite's own per-scenario limit is 30 s (``--timeout``), plus Node's start."""
 
-_ANSI: Final = re.compile(r"\x1b\[[0-9;]*m")
-_RESULT_DIR: Final = re.compile(r"^server-(.+)-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z$")
 _LIST_ITEM: Final = re.compile(r"^\s+- (\S+)(?: \[(server|client)\])?$")
 
 
 def _installed_version() -> str | None:
-    try:
-        manifest = json.loads((PACKAGE / "package.json").read_text())
-    except (OSError, ValueError):
-        return None
-    version = manifest.get("version")
-    return version if isinstance(version, str) else None
+    return package_version(PACKAGE)
 
 
 def _installed() -> bool:
@@ -211,25 +214,6 @@ def requirement_set(cli: Path, revision: str = REVISION) -> RequirementSet:
 
 
 @dataclass(frozen=True)
-class Check:
-    """One check of a scenario, as the suite writes it to ``checks.json``."""
-
-    id: str
-    status: str
-    description: str
-    error: str | None
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Check:
-        return cls(
-            id=str(raw.get("id", "?")),
-            status=str(raw.get("status", "?")),
-            description=str(raw.get("description", "")),
-            error=raw.get("errorMessage"),
-        )
-
-
-@dataclass(frozen=True)
 class ScenarioRun:
     """What one ``conformance-next server --scenario NAME`` run printed and wrote."""
 
@@ -274,7 +258,7 @@ class ScenarioRun:
 
 
 def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
+    return ANSI.sub("", text)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -301,7 +285,7 @@ def scenario_command(cli: Path, url: str, name: str, output_dir: Path) -> list[s
 
 def _read_checks(output_dir: Path, name: str) -> tuple[Check, ...]:
     for path in sorted(output_dir.glob("*/checks.json"), reverse=True):
-        match = _RESULT_DIR.match(path.parent.name)
+        match = RESULT_DIR.match(path.parent.name)
         if match is None or match.group(1) != name:
             continue
         try:

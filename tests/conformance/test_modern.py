@@ -130,34 +130,13 @@ def test_requirement_set_is_unchanged(conformance_next_cli: Path) -> None:
     assert {name for name, why in listed.not_scored.items() if why == "pending"} == set(PENDING)
 
 
-@pytest.mark.parametrize("scenario", SCORED)
-def test_scored_2026_07_28_scenario_passes(
+@pytest.mark.parametrize("scenario", [*SCORED, *TASKS, *PENDING])
+def test_scenario_passes(
     scenario: str,
     conformance_next_cli: Path,
     modern_proxy: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    _judge(scenario, conformance_next_cli, modern_proxy, tmp_path, capsys)
-
-
-@pytest.mark.parametrize("scenario", TASKS)
-def test_tasks_extension_scenario_passes(
-    scenario: str,
-    conformance_next_cli: Path,
-    modern_proxy: str,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    _judge(scenario, conformance_next_cli, modern_proxy, tmp_path, capsys)
-
-
-@pytest.mark.parametrize("scenario", PENDING)
-def test_pending_scenario(
-    scenario: str,
-    conformance_next_cli: Path,
-    modern_proxy: str,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+    """Every scored 2026-07-28 scenario, every tasks-* one, and the suite's pending ones."""
     _judge(scenario, conformance_next_cli, modern_proxy, tmp_path, capsys)

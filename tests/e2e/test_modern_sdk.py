@@ -41,6 +41,7 @@ import pytest
 
 from tests.support import ROOT, tail
 
+from .modern_py_client import STEPS  # the steps both client programs run, in order
 from .node_tools import group_gone, node_binary, stop_group
 from .servers import RunningServer, ServerFactory, proxy_launcher
 
@@ -51,22 +52,6 @@ TS_CLIENT2_MODULES: Final = ROOT / ".tools" / "ts-client2" / "node_modules"
 TS_CLIENT2_INSTALL: Final = "scripts/install-ts-client2.sh"
 
 SDKS: Final = ("python", "typescript")
-STEPS: Final = (
-    "connect",
-    "discover",
-    "auto_mode",
-    "tools",
-    "prompts",
-    "resources",
-    "elicitation",
-    "slow_call",
-    "listen_ack",
-    "listen_tools_changed",
-    "listen_resource_updated",
-    "listen_close",
-    "cancel",
-    "wire",
-)
 MODERN_ONLY_METHODS: Final = {
     "server/discover",
     "subscriptions/listen",
