@@ -256,11 +256,49 @@ class AuthToken:
 
 
 @dataclass(frozen=True)
+class JwtConfig:
+    """Bearer JWTs, verified with PyJWT against the keys of a JWKS (docs/auth.md)."""
+
+    # The signing keys: a JWKS file (read at start), or a URL (fetched at start, again
+    # every jwks_refresh_seconds, and on a token with an unknown key id at most every
+    # 30 s). Setting either turns JWT auth on.
+    jwks_file: str | None = None
+    jwks_url: str | None = None
+    jwks_refresh_seconds: Annotated[float, Positive] = 300.0
+    # When set, a token's iss and aud must match (exp is always required).
+    issuer: str | None = None
+    audience: str | None = None
+    algorithms: list[str] = field(default_factory=lambda: ["RS256", "ES256"])
+    # The claim that names the principal.
+    principal_claim: str = "sub"
+    # Clock skew allowed on exp and nbf.
+    leeway_seconds: Annotated[float, NonNegative] = 30.0
+
+
+@dataclass(frozen=True)
+class PrincipalLimits:
+    """Limits per principal (with auth on): one client cannot take every slot."""
+
+    # Live sessions (legacy /mcp and /ws, every upstream) one principal may hold; past
+    # it a new initialize gets 503 (too_many_sessions). null: only sessions.max_sessions.
+    max_sessions: Annotated[int | None, Positive] = None
+    # Resumes and polls (GET with Last-Event-ID, streams/resume, tasks/get) one
+    # principal may make per minute, with bursts up to this many; past it 429
+    # (rate_limited) with Retry-After. null: no limit.
+    resumes_per_minute: Annotated[int | None, Positive] = None
+
+
+@dataclass(frozen=True)
 class AuthConfig:
-    """Inbound bearer tokens (docs/reference.md §Authentication). None listed: no auth."""
+    """Inbound authentication (docs/auth.md). No tokens, no tokens_file and no JWKS: off."""
 
     # Every route but /healthz then needs "Authorization: Bearer TOKEN" (else 401).
     tokens: list[AuthToken] = field(default_factory=list)
+    # More tokens, from a YAML file of the same shape as tokens (a list of {token,
+    # principal}), read at start: keeps them out of the main config file.
+    tokens_file: str | None = None
+    jwt: JwtConfig = field(default_factory=JwtConfig)
+    per_principal: PrincipalLimits = field(default_factory=PrincipalLimits)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from proxy.config import Config
 from proxy.core import httprules
 from proxy.core.errors import ProxyError
 from proxy.core.protocol import SESSION_HEADER
-from proxy.downstream.auth import middleware
+from proxy.downstream.auth import Authenticator
 from proxy.downstream.http import StreamableHttp
 from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
 from proxy.downstream.wire import error_response
@@ -27,6 +27,7 @@ log = structlog.get_logger("proxy.http")
 REGISTRY_KEY = web.AppKey("registry", Registry)
 ENDPOINT_KEY = web.AppKey("endpoint", StreamableHttp)
 READINESS_KEY = web.AppKey("readiness", Readiness)
+AUTH_KEY = web.AppKey("auth", Authenticator)
 
 
 Probe = Callable[[web.Request], Awaitable[web.Response]]
@@ -110,9 +111,13 @@ def _cors_for(
 
 
 def build_app(config: Config, registry: Registry) -> web.Application:
+    auth = Authenticator(config.auth)
     app = web.Application(
-        client_max_size=config.sessions.max_message_bytes, middlewares=[middleware(config.auth)]
+        client_max_size=config.sessions.max_message_bytes, middlewares=[auth.middleware]
     )
+    app[AUTH_KEY] = auth
+    app.on_startup.append(auth.start)
+    app.on_cleanup.append(auth.close)
     app.on_response_prepare.append(_cors_for(config))
     app[REGISTRY_KEY] = registry
     endpoint = StreamableHttp(config, registry)

@@ -38,22 +38,45 @@ def principal_of(request: web.Request) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def middleware(settings: AuthConfig) -> Callable[..., Awaitable[web.StreamResponse]]:
-    tokens = [(t.token.encode(), t.principal) for t in settings.tokens]
+class Authenticator:
+    """Who a request comes from. Owned by the app: :meth:`start` on startup, :meth:`close`
+    on cleanup (whatever it fetched or holds ends there)."""
+
+    def __init__(self, settings: AuthConfig) -> None:
+        self.settings = settings
+        self._tokens = [(t.token.encode(), t.principal) for t in settings.tokens]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._tokens)
+
+    async def start(self, app: web.Application | None = None) -> None:
+        """Load what authentication needs before the first request."""
+
+    async def close(self, app: web.Application | None = None) -> None:
+        """Release what :meth:`start` took."""
+
+    def principal_for(self, presented: str) -> str | None:
+        """The principal a bearer credential names, or None."""
+        given = presented.encode()
+        principal = None
+        for token, name in self._tokens:  # every token is compared: no early exit
+            if hmac.compare_digest(token, given):
+                principal = name
+        return principal
 
     @web.middleware
-    async def authenticate(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    async def middleware(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
     ) -> web.StreamResponse:
-        if not tokens or request.path in _OPEN or request.method == "OPTIONS":
+        if not self.enabled or request.path in _OPEN or request.method == "OPTIONS":
             return await handler(request)
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
         principal = None
-        if scheme.lower() == "bearer" and presented:
-            given = presented.strip().encode()
-            for token, name in tokens:  # every token is compared: no early exit
-                if hmac.compare_digest(token, given):
-                    principal = name
+        if scheme.lower() == "bearer" and presented.strip():
+            principal = self.principal_for(presented.strip())
         if principal is None:
             error = Unauthorized("Unauthorized: a valid bearer token is required")
             log.info("request_refused", path=request.path, status=401, reason=error.reason)
@@ -63,5 +86,3 @@ def middleware(settings: AuthConfig) -> Callable[..., Awaitable[web.StreamRespon
             return error_response(error, {"WWW-Authenticate": challenge})
         request[PRINCIPAL] = principal
         return await handler(request)
-
-    return authenticate
