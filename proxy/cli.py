@@ -126,6 +126,11 @@ def resolve_config(args: argparse.Namespace) -> Config:
     url = args.upstream or (_env("UPSTREAM_URL") if not command else None)
     if command and args.upstream:
         raise ConfigError("give either a command after '--' or --upstream URL, not both")
+    if config.servers and (command or url or args.header or args.transport):
+        raise ConfigError(
+            "servers: the config file names its servers; a command after '--', --upstream, "
+            "--header and --transport are for one server without a file"
+        )
     if command:  # the command line wins over a config file's upstream
         upstream = dataclasses.replace(config.upstream, command=command, url=None)
         config = dataclasses.replace(config, upstream=upstream)
@@ -140,13 +145,20 @@ def resolve_config(args: argparse.Namespace) -> Config:
         headers[name.strip()] = value.strip()
     config = override(config, "upstream", transport=args.transport, headers=headers or None)
     config = config_from_mapping(_as_mapping(config))  # re-validate what flags changed
-    if not config.upstream.command and not config.upstream.url:
+    if not config.servers and not config.upstream.configured:
         raise ConfigError(
             "upstream: no MCP server; give a command after '--', --upstream URL, "
-            "or upstream.command / upstream.url in the config file"
+            "or upstream.command / upstream.url (or servers) in the config file"
         )
-    config.upstream.resolved_headers()  # an unset ${VAR} is a config error now, not later
+    _resolve_headers(config)  # an unset ${VAR} is a config error now, not later
     return config
+
+
+def _resolve_headers(config: Config) -> None:
+    if not config.servers:
+        config.upstream.resolved_headers()
+    for name, server in config.servers.items():
+        server.resolved_headers(f"servers.{name}")
 
 
 def _as_mapping(config: Config) -> dict[str, object]:
@@ -210,10 +222,17 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     host = config.listen.host
     shown = f"[{host}]" if ":" in host else host
     port = bound_port(listener, config.listen.port)
-    url = f"http://{shown}:{port}{config.listen.path}"
-    upstream = config.upstream.url or " ".join(config.upstream.command)
+    base = f"http://{shown}:{port}"
+    servers = registry.servers
+    only = registry.only_server
+    url = f"{base}{config.listen.path}" if only is not None else base
     log.info(
-        "proxy_listening", url=url, port=port, upstream=upstream, transport=config.upstream.kind
+        "proxy_listening",
+        url=url,
+        port=port,
+        upstream=only.upstream.describe() if only is not None else None,
+        transport=only.upstream.kind if only is not None else None,
+        servers={name: f"{base}{server.mcp_path}" for name, server in servers.items()},
     )
     if config.log.format == "console":
         print(f"mcp-resume-proxy {__version__} serving {url}", file=sys.stderr, flush=True)
@@ -236,9 +255,9 @@ def check(path: str) -> Config:
     file, its keys, types and bounds, the environment variables it names, an upstream,
     and a token secret for a persistent store. ``ConfigError`` says the first problem."""
     config = load_config(path)
-    if not config.upstream.command and not config.upstream.url:
+    if not config.servers and not config.upstream.configured:
         raise ConfigError("upstream: no MCP server; set upstream.command or upstream.url")
-    config.upstream.resolved_headers()
+    _resolve_headers(config)
     token_secret(config)
     return config
 

@@ -10,12 +10,14 @@ from :class:`~proxy.core.session.SessionSettings`, so the two cannot disagree.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
 
+from proxy.config_import import KEY, from_mcp_servers, is_mcp_servers
 from proxy.config_rules import (  # re-exported: the schema's users import them from here
     Bound,
     ConfigError,
@@ -98,6 +100,9 @@ class UpstreamConfig:
     # then the session ends and /readyz says why for a window.
     restart_max: Annotated[int, Positive] = 5
     restart_window_seconds: Annotated[float, Positive] = 60.0
+    # Client sessions of this upstream at once (legacy era); a new initialize beyond it
+    # gets 503 (too_many_sessions). null: only sessions.max_sessions, over all upstreams.
+    max_sessions: Annotated[int | None, Positive] = None
 
     @property
     def kind(self) -> str:
@@ -112,11 +117,19 @@ class UpstreamConfig:
         path = rest.partition("?")[0].rstrip("/")
         return "sse" if path.endswith("/sse") else "streamable-http"
 
-    def resolved_headers(self) -> dict[str, str]:
+    @property
+    def configured(self) -> bool:
+        return bool(self.command or self.url)
+
+    def describe(self) -> str:
+        """The command or URL, for logs and the status page (never a header value)."""
+        return self.url or " ".join(self.command)
+
+    def resolved_headers(self, where: str = "upstream") -> dict[str, str]:
         """``headers`` with ``${NAME}`` (``${NAME:-default}``) replaced from the environment
         (ConfigError if unset without a default)."""
         return {
-            name: interpolate(value, f"upstream.headers.{name}")
+            name: interpolate(value, f"{where}.headers.{name}")
             for name, value in self.headers.items()
         }
 
@@ -310,7 +323,12 @@ class LogConfig:
 @dataclass(frozen=True)
 class Config:
     listen: ListenConfig = field(default_factory=ListenConfig)
+    # The MCP server: alone, it is served at listen.path and /ws. With servers set, only
+    # defaults for the keys a server does not set (command and url belong to servers).
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
+    # Several named MCP servers, each at /servers/NAME/mcp and /servers/NAME/ws (and at
+    # listen.path and /ws too when there is exactly one). Each key is an upstream: section.
+    servers: dict[str, UpstreamConfig] = field(default_factory=dict)
     sse: SseConfig = field(default_factory=SseConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     streams: StreamsConfig = field(default_factory=StreamsConfig)
@@ -319,6 +337,14 @@ class Config:
     tasks: TasksConfig = field(default_factory=TasksConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     log: LogConfig = field(default_factory=LogConfig)
+
+    def upstreams(self) -> dict[str, UpstreamConfig]:
+        """Every MCP server by name: ``servers``, or ``upstream`` alone as "default"."""
+        return dict(self.servers) if self.servers else {DEFAULT_SERVER: self.upstream}
+
+    def for_server(self, upstream: UpstreamConfig) -> Config:
+        """This config as one server sees it: ``upstream`` is that server's."""
+        return dataclasses.replace(self, upstream=upstream)
 
     def session_settings(self, token_secret: bytes = b"") -> SessionSettings:
         s = self.sessions
@@ -345,8 +371,36 @@ class Config:
         )
 
 
+DEFAULT_SERVER = "default"
+SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_RESERVED_PATHS = ("/ws", "/healthz", "/metrics", "/readyz", "/status", "/status.json")
+
+
+def _with_defaults(data: Any) -> Any:
+    """Each server's section on top of ``upstream:``, which holds defaults for them."""
+    if not isinstance(data, dict) or not data.get("servers"):
+        return data
+    servers, defaults = data["servers"], data.get("upstream") or {}
+    if not isinstance(servers, dict):
+        return data  # build() names the problem
+    if isinstance(defaults, dict):
+        for key in ("command", "url"):
+            if defaults.get(key):
+                raise ConfigError(
+                    f"upstream.{key}: with servers set, upstream holds only defaults for "
+                    f"them; put the {key} under servers.NAME"
+                )
+    else:
+        defaults = {}
+    merged = {
+        name: {**defaults, **entry} if isinstance(entry, dict) else entry
+        for name, entry in servers.items()
+    }
+    return {**data, "servers": merged}
+
+
 def config_from_mapping(data: Any) -> Config:
-    config: Config = build("", Config, data)
+    config: Config = build("", Config, _with_defaults(data))
     interval = config.streams.resume_interval
     if interval.min > interval.max:
         raise ConfigError(
@@ -354,7 +408,18 @@ def config_from_mapping(data: Any) -> Config:
         )
     if config.streams.token_secret is not None and len(config.streams.token_secret) < 16:
         raise ConfigError("streams.token_secret: use at least 16 characters")
-    _check_upstream(config.upstream)
+    if config.servers:
+        for name, server in config.servers.items():
+            if not SERVER_NAME.fullmatch(name):
+                raise ConfigError(
+                    f"servers.{name}: a server name is 1-64 letters, digits, '_', '.' or "
+                    f"'-', starting with a letter or digit"
+                )
+            _check_upstream(server, f"servers.{name}")
+            if not server.configured:
+                raise ConfigError(f"servers.{name}: give a command (stdio) or a url")
+    else:
+        _check_upstream(config.upstream, "upstream")
     if not config.listen.path.startswith("/"):
         raise ConfigError(f"listen.path: must start with '/', got {config.listen.path!r}")
     for i, entry in enumerate(config.auth.tokens):
@@ -370,24 +435,25 @@ def config_from_mapping(data: Any) -> Config:
             f"modern.pool.max_size: must be at least modern.pool.size ({pool.max_size} < "
             f"{pool.size})"
         )
-    if config.listen.path in ("/ws", "/healthz", "/metrics", "/readyz"):
-        raise ConfigError(f"listen.path: {config.listen.path} is taken by the proxy itself")
+    path = config.listen.path
+    if path in _RESERVED_PATHS or path == "/servers" or path.startswith("/servers/"):
+        raise ConfigError(f"listen.path: {path} is taken by the proxy itself")
     return config
 
 
-def _check_upstream(up: UpstreamConfig) -> None:
+def _check_upstream(up: UpstreamConfig, where: str) -> None:
     if up.url and up.command:
-        raise ConfigError("upstream: give either command (stdio) or url, not both")
+        raise ConfigError(f"{where}: give either command (stdio) or url, not both")
     if up.url is not None:
         scheme = up.url.partition("://")[0].lower()
         if scheme not in ("http", "https", "ws", "wss") or "://" not in up.url:
             raise ConfigError(
-                f"upstream.url: expected an http(s):// or ws(s):// URL, got {up.url!r}"
+                f"{where}.url: expected an http(s):// or ws(s):// URL, got {up.url!r}"
             )
         if up.transport == "stdio":
-            raise ConfigError("upstream.transport: stdio needs upstream.command, not a url")
+            raise ConfigError(f"{where}.transport: stdio needs {where}.command, not a url")
     elif up.transport not in ("auto", "stdio"):
-        raise ConfigError(f"upstream.transport: {up.transport} needs upstream.url")
+        raise ConfigError(f"{where}.transport: {up.transport} needs {where}.url")
 
 
 def load_config(path: str | Path) -> Config:
@@ -396,9 +462,17 @@ def load_config(path: str | Path) -> Config:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.safe_load(text)  # JSON is YAML: an mcpServers file reads the same
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML or JSON: {exc}") from None
+    if is_mcp_servers(data):
+        try:
+            return config_from_mapping(interpolated(from_mcp_servers(data), ""))
+        except ConfigError as exc:  # name the keys as the file has them
+            message = str(exc)
+            if message.startswith("servers."):
+                message = f"{KEY}.{message.removeprefix('servers.')}"
+            raise ConfigError(message) from None
     return config_from_mapping(interpolated(data, ""))
 
 

@@ -40,13 +40,12 @@ def interpolate(value: str, where: str) -> str:
 
 
 def interpolated(data: Any, path: str) -> Any:
-    """Every string of a config mapping interpolated, except ``upstream.headers``: those
-    are resolved when the upstream starts, so that no secret sits in the config object."""
+    """Every string of a config mapping interpolated, except upstreams' ``headers``
+    (``upstream.headers``, ``servers.NAME.headers``): those are resolved when the upstream
+    starts, so that no secret sits in the config object."""
     if isinstance(data, dict):
         return {
-            k: v
-            if f"{path}.{k}".lstrip(".") == "upstream.headers"
-            else interpolated(v, f"{path}.{k}")
+            k: v if _kept_for_start(f"{path}.{k}".lstrip(".")) else interpolated(v, f"{path}.{k}")
             for k, v in data.items()
         }
     if isinstance(data, list):
@@ -54,6 +53,13 @@ def interpolated(data: Any, path: str) -> Any:
     if isinstance(data, str):
         return interpolate(data, path.lstrip("."))
     return data
+
+
+def _kept_for_start(path: str) -> bool:
+    parts = path.split(".")
+    return parts == ["upstream", "headers"] or (
+        len(parts) == 3 and parts[0] == "servers" and parts[2] == "headers"
+    )
 
 
 @dataclass(frozen=True)

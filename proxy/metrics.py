@@ -67,7 +67,12 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         prefix = "mcp_resume_proxy_"
-        self.sessions = Gauge(prefix + "sessions", "Live client sessions (legacy era).", registry=r)
+        self.sessions = Gauge(
+            prefix + "sessions",
+            "Live client sessions (legacy era), by upstream.",
+            ["upstream"],
+            registry=r,
+        )
         self.live_streams = Gauge(
             prefix + "live_streams", "Request streams still receiving events.", registry=r
         )
@@ -129,14 +134,20 @@ class Metrics:
             ["status"],
             registry=r,
         )
-        self.tasks_running = Gauge(prefix + "tasks_running", "Tasks running now.", registry=r)
+        self.tasks_running = Gauge(
+            prefix + "tasks_running", "Tasks running now, by upstream.", ["upstream"], registry=r
+        )
         self.modern_calls = Gauge(
             prefix + "modern_calls",
-            "2026-07-28 calls running or waiting for input (tasks included).",
+            "2026-07-28 calls running or waiting for input (tasks included), by upstream.",
+            ["upstream"],
             registry=r,
         )
         self.pool_sessions = Gauge(
-            prefix + "pool_sessions", "Pooled upstream sessions of the modern side.", registry=r
+            prefix + "pool_sessions",
+            "Pooled upstream sessions of the modern side, by upstream.",
+            ["upstream"],
+            registry=r,
         )
 
     def watch(self, gauge: Gauge, read: Callable[[], float]) -> None:

@@ -1,10 +1,11 @@
 """``/readyz``: may this proxy be sent traffic? (``/healthz`` only says it is alive.)
 
-Ready means: it is not shutting down, its store takes writes, and its upstream can be
-started or reached. The last is known without asking when sessions (client sessions, or
-the modern pool's) are up and the transports report no failure (``UpstreamHealth``);
-otherwise (no session, or a failure reported) a probe starts an upstream session,
-initializes it and stops it; a probe that succeeds clears a reported failure. A probe's
+Ready means: it is not shutting down, its store takes writes, and every configured
+upstream server can be started or reached (the body says which is not). The last is
+known without asking when sessions (client sessions, or the modern pool's) are up and
+the transports report no failure (``UpstreamHealth``); otherwise (no session, or a
+failure reported) a probe starts an upstream session, initializes it and stops it; a
+probe that succeeds clears a reported failure. A probe's
 answer is kept for :data:`PROBE_SECONDS`, and probes never overlap, so a readiness check
 every second costs at most one server start per interval.
 """
@@ -22,6 +23,7 @@ from proxy.core.errors import ProxyError
 if TYPE_CHECKING:
     from proxy.modern.pool import UpstreamPool
     from proxy.registry import Registry
+    from proxy.servers import Server
 
 log = structlog.get_logger("proxy.readiness")
 
@@ -29,12 +31,14 @@ PROBE_SECONDS = 10.0
 
 
 class Readiness:
-    def __init__(self, registry: Registry, pool: UpstreamPool | None) -> None:
+    """``/readyz`` over every configured server: ready when each one is."""
+
+    def __init__(self, registry: Registry, pools: dict[str, UpstreamPool | None]) -> None:
         self.registry = registry
-        self.pool = pool  # the modern side's, when on: its live sessions count as reached
-        self._probe: asyncio.Task[str | None] | None = None
-        self._probed_at = -1e9
-        self._probe_error: str | None = None
+        self.parts = [
+            ServerReadiness(registry, server, pools.get(name))
+            for name, server in registry.servers.items()
+        ]
 
     async def check(self) -> tuple[bool, dict[str, Any]]:
         registry = self.registry
@@ -44,18 +48,47 @@ class Readiness:
         store_error = registry.store_health().get("last_error")
         if store_error:
             reasons.append(f"the store refuses writes: {store_error}")
-        loop = registry.health.crash_loop_now()
-        if loop is not None:
-            reasons.append(f"the upstream is crash-looping: {loop}")
-        upstream = await self._upstream() if loop is None else None
-        if upstream is not None:
-            reasons.append(f"the upstream cannot be started or reached: {upstream}")
-        body = {"status": "ready" if not reasons else "not_ready", "reasons": reasons}
+        found = await asyncio.gather(*(part.check() for part in self.parts))
+        named = len(self.parts) > 1 or bool(registry.config.servers)
+        upstreams = {}
+        for part, problem in zip(self.parts, found, strict=True):
+            upstreams[part.server.name] = "ready" if problem is None else problem
+            if problem is not None:
+                reasons.append(f"{part.server.name}: {problem}" if named else problem)
+        body = {
+            "status": "ready" if not reasons else "not_ready",
+            "reasons": reasons,
+            "upstreams": upstreams,
+        }
         return not reasons, body
 
+
+class ServerReadiness:
+    """Can one server be started or reached? (A probe at most every PROBE_SECONDS.)"""
+
+    def __init__(self, registry: Registry, server: Server, pool: UpstreamPool | None) -> None:
+        self.registry = registry
+        self.server = server
+        self.pool = pool  # the modern side's, when on: its live sessions count as reached
+        self._probe: asyncio.Task[str | None] | None = None
+        self._probed_at = -1e9
+        self._probe_error: str | None = None
+
+    async def check(self) -> str | None:
+        """None when ready, else why not."""
+        loop = self.server.health.crash_loop_now()
+        if loop is not None:
+            return f"the upstream is crash-looping: {loop}"
+        upstream = await self._upstream()
+        if upstream is not None:
+            return f"the upstream cannot be started or reached: {upstream}"
+        return None
+
     async def _upstream(self) -> str | None:
-        live = len(self.registry) > 0 or (self.pool is not None and bool(self.pool.live_sessions()))
-        if live and self.registry.health.state != "failing":
+        live = self.server.sessions > 0 or (
+            self.pool is not None and bool(self.pool.live_sessions())
+        )
+        if live and self.server.health.state != "failing":
             return None
         if time.monotonic() - self._probed_at < PROBE_SECONDS:
             return self._probe_error
@@ -66,14 +99,14 @@ class Readiness:
     async def _run_probe(self) -> str | None:
         from proxy.modern.pool import UpstreamPool
 
-        pool = UpstreamPool(self.registry.config, self.registry.health)
+        pool = UpstreamPool(self.server.config, self.server.health, name=self.server.name)
         try:
             await pool.acquire()
             error = None
-            self.registry.health.ok()  # it can be had again, whatever failed before
+            self.server.health.ok()  # it can be had again, whatever failed before
         except ProxyError as exc:
             error = exc.message
-            log.warning("readiness_probe_failed", error=error)
+            log.warning("readiness_probe_failed", upstream=self.server.name, error=error)
         finally:
             await pool.stop()
         self._probed_at = time.monotonic()

@@ -21,10 +21,10 @@ from proxy.core.stream import ByteBudget
 from proxy.metrics import Metrics, counts
 from proxy.replicas import Replicas
 from proxy.runtime import SessionRunner
+from proxy.servers import Server, servers_of
 from proxy.store.base import SessionRecord, StoreError, StoreLimits
 from proxy.store.open import end_orphans, make_store
 from proxy.store.persist import Persister
-from proxy.upstream.base import UpstreamHealth
 
 log = structlog.get_logger("proxy.registry")
 
@@ -87,7 +87,7 @@ class Registry:
         self.config = config
         self.settings = config.session_settings(token_secret(config))
         self.budget = ByteBudget(config.sessions.max_buffered_bytes)
-        self.health = UpstreamHealth()
+        self.servers: dict[str, Server] = servers_of(config)
         self.owner = secrets.token_hex(4)  # this process, as a store sees it
         sessions = config.sessions
         # The sessions say what they drop (overflow: block keeps what is unacknowledged
@@ -104,14 +104,24 @@ class Registry:
         self._conn_counter = 0
         self._reaper: set[asyncio.Task[Any]] = set()
         self.accepting = True
-        self.task_service: TaskService | None = None  # the modern façade's tasks, if on
+        self.task_services: list[TaskService] = []  # each server's modern tasks, if on
         self.metrics = Metrics()
         metrics = self.metrics
-        metrics.watch(metrics.sessions, lambda: len(self._runners))
+        for server in self.servers.values():
+            metrics.watch(metrics.sessions.labels(server.name), self._counter(server))
         metrics.watch(metrics.buffered_bytes, lambda: self.budget.used)
         metrics.watch(metrics.live_streams, lambda: counts(self._runners.values())[0])
         metrics.watch(metrics.buffered_events, lambda: counts(self._runners.values())[1])
         self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    @staticmethod
+    def _counter(server: Server) -> Callable[[], float]:
+        return lambda: server.sessions
+
+    @property
+    def only_server(self) -> Server | None:
+        """The server when exactly one is configured (it is also at ``/mcp`` and ``/ws``)."""
+        return next(iter(self.servers.values())) if len(self.servers) == 1 else None
 
     def on_shutdown(self, close: Callable[[], Awaitable[None]]) -> None:
         """Run ``close`` at shutdown, after the sessions end and before the store closes."""
@@ -154,57 +164,96 @@ class Registry:
         self._conn_counter += 1
         return ConnId(self._conn_counter)
 
-    def get(self, session_id: str, principal: str | object | None = ANYONE) -> SessionRunner:
+    def get(
+        self,
+        session_id: str,
+        principal: str | object | None = ANYONE,
+        server: Server | None = None,
+    ) -> SessionRunner:
         """The live session ``session_id``; ``SessionNotFound`` also when it belongs to
-        another principal than the one given (authentication: never another's session)."""
+        another principal than the one given (authentication: never another's session),
+        or to another server than the one given (its id was sent to the wrong path)."""
         runner = self._runners.get(session_id)
         if runner is None or runner.session.forgotten:
             raise SessionNotFound("Session not found")
         if principal is not ANYONE and runner.principal != principal:
             raise SessionNotFound("Session not found")
+        if server is not None and runner.server is not server:
+            raise SessionNotFound("Session not found")
         return runner
 
-    async def create(self, principal: str | None = None) -> SessionRunner:
-        """Start a new session and its upstream; ``Overloaded`` past ``max_sessions``.
-
-        The slot is taken before the first ``await``: sessions still starting count, so
-        concurrent ``initialize`` requests cannot overshoot the limit together.
-        """
+    def _check_limits(self, server: Server, principal: str | None) -> None:
+        """``Overloaded`` when one more session would pass a limit: the proxy's, the
+        server's, or the principal's."""
         limit = self.config.sessions.max_sessions
         if len(self._runners) + len(self._starting) >= limit:
             raise Overloaded(
                 f"Too many sessions (sessions.max_sessions={limit}); try again later",
                 reason="too_many_sessions",
             )
+        own = server.upstream.max_sessions
+        if own is not None and server.sessions >= own:
+            where = f"servers.{server.name}" if self.config.servers else "upstream"
+            raise Overloaded(
+                f"Too many sessions of {server.name} ({where}.max_sessions={own}); try again later",
+                reason="too_many_sessions",
+            )
+        mine = self.config.auth.per_principal.max_sessions
+        if principal is not None and mine is not None:
+            held = sum(
+                1 for r in (*self._runners.values(), *self._starting) if r.principal == principal
+            )
+            if held >= mine:
+                raise Overloaded(
+                    f"Too many sessions for {principal} (auth.per_principal.max_sessions="
+                    f"{mine}); end one first",
+                    reason="too_many_sessions",
+                )
+
+    async def create(
+        self, principal: str | None = None, server: Server | None = None
+    ) -> SessionRunner:
+        """Start a new session of ``server`` (the only one, if not given) and its upstream;
+        ``Overloaded`` past a session limit.
+
+        The slot is taken before the first ``await``: sessions still starting count, so
+        concurrent ``initialize`` requests cannot overshoot the limits together.
+        """
+        if server is None:
+            server = self.only_server
+            assert server is not None, "several servers: say which"
+        self._check_limits(server, principal)
         runner = SessionRunner(
-            self.config,
+            server,
             self.settings,
             self.budget,
             new_session_id(),
             new_epoch(),
             self._forget,
             self._next_conn_id,
-            self.health,
             self.persister,
             self.metrics,
+            principal,
         )
-        runner.principal = principal
+        server.sessions += 1
         self._starting.add(runner)
         self._none_starting.clear()
         try:
             await runner.start()
-        except UpstreamStartFailed:
-            self.metrics.upstream_failures.labels("default").inc()
+        except BaseException as exc:
+            server.sessions -= 1
+            if isinstance(exc, UpstreamStartFailed):
+                self.metrics.upstream_failures.labels(server.name).inc()
             raise
         finally:
             self._starting.discard(runner)
             if not self._starting:
                 self._none_starting.set()
+        self._runners[runner.session_id] = runner
         if not self.accepting:  # shutdown began while it started: it must not outlive it
             await runner.end("proxy shutting down")
             raise SessionNotFound("the proxy is shutting down")
-        self._runners[runner.session_id] = runner
-        self.metrics.upstream_starts.labels("default", "session").inc()
+        self.metrics.upstream_starts.labels(server.name, "session").inc()
         if self.replicas is not None:  # other replicas find it (and forward to it) by this
             record = SessionRecord(runner.session_id, runner.session.epoch, self.owner)
             record.expires_at = time.time() + SESSION_RECORD_SECONDS
@@ -215,7 +264,8 @@ class Registry:
         return runner
 
     def _forget(self, runner: SessionRunner) -> None:
-        self._runners.pop(runner.session_id, None)
+        if self._runners.pop(runner.session_id, None) is not None:
+            runner.server.sessions -= 1
         # Make sure the process is reaped even if nobody awaits the runner.
         self._own(runner.wait_stopped())
         if self.replicas is not None:
@@ -239,10 +289,17 @@ class Registry:
         what it became once the stream is in the store."""
         try:
             if str(message.get("kind", "")).startswith("task_"):
-                if self.task_service is None:
-                    return {"outcome": "unknown_task"}
-                return await self.task_service.serve_forwarded(message)
-            runner = self.get(message["session"])
+                for service in self.task_services:
+                    answer = await service.serve_forwarded(message)
+                    if answer.get("outcome") != "unknown_task":
+                        return answer
+                return {"outcome": "unknown_task"}
+            # The asker names who asks and at which server's path: the owner checks both.
+            principal = message.get("principal", ANYONE)
+            server = self.servers.get(message["server"]) if "server" in message else None
+            if "server" in message and server is None:
+                raise SessionNotFound("Session not found")
+            runner = self.get(message["session"], principal, server)
             if message["kind"] == "delete":
                 await runner.end("deleted by client")
                 return {"outcome": "deleted"}

@@ -18,7 +18,6 @@ from typing import Any, assert_never
 
 import structlog
 
-from proxy.config import Config
 from proxy.core import jsonrpc
 from proxy.core.errors import SessionNotFound
 from proxy.core.eventid import parse_event_id
@@ -53,9 +52,9 @@ from proxy.core.session import STANDALONE, Session, SessionSettings
 from proxy.core.sse import encode_event
 from proxy.core.stream import ByteBudget
 from proxy.metrics import Metrics
+from proxy.servers import Server
 from proxy.store.persist import Persister
 from proxy.upstream import UpstreamContext, open_upstream
-from proxy.upstream.base import UpstreamHealth
 
 log = structlog.get_logger("proxy.runtime")
 
@@ -111,25 +110,28 @@ class SessionRunner:
 
     def __init__(
         self,
-        config: Config,
+        server: Server,
         settings: SessionSettings,
         budget: ByteBudget,
         session_id: str,
         epoch: str,
         on_forget: Callable[[SessionRunner], None],
         next_conn_id: Callable[[], ConnId],
-        health: UpstreamHealth,
         persister: Persister | None = None,
         metrics: Metrics | None = None,
+        principal: str | None = None,
     ) -> None:
-        self.config = config
+        self.server = server
+        self.config = config = server.config
+        health = server.health
         self.session_id = session_id
         loop = asyncio.get_running_loop()
         self._loop = loop
         self.session = Session(session_id, epoch, settings, loop.time(), budget)
         self._persister = persister
         self.metrics = metrics
-        self.principal: str | None = None  # who created it (inbound auth), if anyone
+        self.principal = principal  # who created it (inbound auth), if anyone
+        self.session.principal = principal
         self._journal = self.session.keep_journal() if persister is not None else None
         self._on_forget = on_forget
         self._next_conn_id = next_conn_id
@@ -149,10 +151,15 @@ class SessionRunner:
                 on_restarted=self._upstream_restarted,
             )
         )
-        self.log = log.bind(session=session_id[:8])
+        # Every line of this session says which server and whose (never a credential).
+        self.log = log.bind(session=session_id[:8], upstream=server.name, principal=principal)
 
     async def start(self) -> None:
-        await self.upstream.start()
+        # The upstream's tasks start here and keep this context: their lines say whose.
+        with structlog.contextvars.bound_contextvars(
+            session=self.session_id[:8], upstream=self.server.name, principal=self.principal
+        ):
+            await self.upstream.start()
 
     # ------------------------------------------------------------------ connections
     def open_conn(self, framing: str = "sse") -> ClientConn:
@@ -239,7 +246,7 @@ class SessionRunner:
 
     def _upstream_restarted(self, reason: str) -> None:
         if self.metrics is not None:
-            self.metrics.upstream_restarts.labels("default").inc()
+            self.metrics.upstream_restarts.labels(self.server.name).inc()
         with contextlib.suppress(SessionNotFound):
             self.feed(UpstreamRestarted(reason))
 

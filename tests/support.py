@@ -353,17 +353,22 @@ async def run_proxy(
 
 @contextlib.asynccontextmanager
 async def run_proxy_on(
-    tmp_path: Path, config: dict[str, Any], env: dict[str, str] | None = None
+    tmp_path: Path,
+    config: dict[str, Any],
+    env: dict[str, str] | None = None,
+    file: Path | None = None,
 ) -> AsyncIterator[RunningProxy]:
-    """Run ``mcp-resume-proxy --config`` on ``config`` as it is, with ``env`` added to the
-    environment; on the way out, stop it and check that it exited with status 0.
+    """Run ``mcp-resume-proxy --config`` on ``config`` as it is (or on ``file``, which
+    holds it, as written), with ``env`` added to the environment; on the way out, stop it
+    and check that it exited with status 0.
 
     With ``listen.port: 0`` the port comes from its ``proxy_listening`` log line, so no
     other process can take the port between choosing and binding it.
     """
     number = 1 + len(list(tmp_path.glob("proxy-*.yaml")))
-    config_path = tmp_path / f"proxy-{number}.yaml"
-    config_path.write_text(yaml.safe_dump(config))
+    config_path = file or tmp_path / f"proxy-{number}.yaml"
+    if file is None:
+        config_path.write_text(yaml.safe_dump(config))
     log_path = tmp_path / f"proxy-{number}.log"
     with log_path.open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(

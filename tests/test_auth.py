@@ -95,3 +95,30 @@ async def test_tasks_and_request_states_belong_to_their_principal(tmp_path: Path
         assert stolen.error["code"] == -32602
         mine = await alice.send("tools/call", retry, caps={"elicitation": {}})
         assert json.loads(mine.result["content"][0]["text"])["content"] == {"answer": "x"}
+
+
+async def test_a_principal_holds_at_most_its_share_of_sessions(tmp_path: Path) -> None:
+    auth = {**AUTH, "per_principal": {"max_sessions": 1}}
+    async with run_proxy(tmp_path, SERVER, auth=auth) as proxy, aiohttp.ClientSession() as http:
+
+        async def initialize(token: str) -> tuple[int, dict[str, Any], str | None]:
+            async with http.post(
+                proxy.url, json=initialize_request(), headers={**ACCEPT, **bearer(token)}
+            ) as resp:
+                text = await resp.text()
+                body = json.loads(text.split("data: ")[-1]) if resp.status == 200 else {}
+                if resp.status != 200:
+                    body = json.loads(text)
+                return resp.status, body, resp.headers.get("Mcp-Session-Id")
+
+        status, _, alices = await initialize(ALICE)
+        assert status == 200 and alices
+        status, refused, _ = await initialize(ALICE)
+        assert status == 503
+        assert refused["error"]["data"]["reason"] == "too_many_sessions"
+        assert "auth.per_principal.max_sessions=1" in refused["error"]["message"]
+        assert (await initialize(BOB))[0] == 200  # bob has his own share
+        headers = {**bearer(ALICE), "Mcp-Session-Id": alices}
+        async with http.delete(proxy.url, headers=headers) as resp:
+            assert resp.status in (200, 204)
+        assert (await initialize(ALICE))[0] == 200  # her slot is free again

@@ -43,7 +43,7 @@ async def test_metrics_after_a_scripted_scenario(tmp_path: Path) -> None:
     ):
         p = "mcp_resume_proxy_"
         before = await scrape(http, proxy.base)
-        assert value(before, p + "sessions") == 0
+        assert value(before, p + "sessions", upstream="default") == 0
         # A legacy session: one call, cut after its first event, resumed with GET.
         legacy = RawSession(http, proxy.url)
         await legacy.initialize()
@@ -84,7 +84,7 @@ async def test_metrics_after_a_scripted_scenario(tmp_path: Path) -> None:
                 break
             await asyncio.sleep(0.02)
         after = await scrape(http, proxy.base)
-    assert value(after, p + "sessions") == 1
+    assert value(after, p + "sessions", upstream="default") == 1
     assert value(after, p + "upstream_starts_total", upstream="default", **{"for": "session"}) == 1
     assert value(after, p + "upstream_starts_total", upstream="default", **{"for": "pool"}) >= 1
     assert value(after, p + "resumes_total", outcome="resumed") == 1
@@ -103,8 +103,8 @@ async def test_metrics_after_a_scripted_scenario(tmp_path: Path) -> None:
     )
     assert modern_calls == 3
     assert value(after, p + "tasks_ended_total", status="completed") == 1
-    assert value(after, p + "tasks_running") == 0
-    assert value(after, p + "modern_calls") == 0
+    assert value(after, p + "tasks_running", upstream="default") == 0
+    assert value(after, p + "modern_calls", upstream="default") == 0
     # Bounded labels only: no session id, stream or task id anywhere.
     labels = {str(v) for (_, pairs) in after for (_, v) in pairs}
     assert legacy.session_id not in labels and task["taskId"] not in labels
@@ -116,7 +116,11 @@ async def test_readyz_probes_the_upstream_and_says_why_not(tmp_path: Path) -> No
     async with aiohttp.ClientSession() as http:
         async with run_proxy(tmp_path, SERVER) as proxy, http.get(proxy.base + "/readyz") as resp:
             assert resp.status == 200, await resp.text()
-            assert (await resp.json()) == {"status": "ready", "reasons": []}
+            assert (await resp.json()) == {
+                "status": "ready",
+                "reasons": [],
+                "upstreams": {"default": "ready"},
+            }
         async with run_proxy(tmp_path, broken) as proxy:
             async with http.get(proxy.base + "/readyz") as resp:
                 assert resp.status == 503

@@ -3,8 +3,8 @@
 One record per task (a ``tools/call`` the proxy runs as durable work), kept in the store
 so that any replica answers ``tasks/get`` and a restarted proxy still knows it. The
 record holds the Tasks-extension fields (``io.modelcontextprotocol/tasks``) plus what the
-proxy needs: the replica that runs it (``owner``), the principal it belongs to, and the
-era of the client that created it. Shapes:
+proxy needs: the replica that runs it (``owner``), the principal it belongs to, the
+server it runs on, and the era of the client that created it. Shapes:
 
 - :func:`created` — the 2026-07-28 ``CreateTaskResult`` (flat, ``resultType: "task"``);
 - :func:`detailed` — the ``tasks/get`` result and ``notifications/tasks`` params
@@ -23,7 +23,7 @@ from typing import Any
 from proxy.core.protocol import SERVER_ERROR
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
-_PRIVATE = ("owner", "principal", "era", "expiresAt")
+_PRIVATE = ("owner", "principal", "era", "server", "expiresAt")
 
 
 def iso(now: float) -> str:
@@ -42,6 +42,7 @@ def new_record(
     owner: str,
     principal: str | None,
     era: str,
+    server: str = "default",
 ) -> dict[str, Any]:
     stamp = iso(now)
     return {
@@ -54,6 +55,7 @@ def new_record(
         "owner": owner,
         "principal": principal,
         "era": era,
+        "server": server,
         "expiresAt": now + ttl_ms / 1000,
     }
 

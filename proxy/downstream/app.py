@@ -1,10 +1,13 @@
-"""The aiohttp application clients reach: ``/mcp`` (Streamable HTTP), ``/ws`` (MCP over
-WebSocket) and ``/healthz``, sharing one session registry.
+"""The aiohttp application clients reach: for each configured server
+``/servers/NAME/mcp`` (Streamable HTTP) and ``/servers/NAME/ws`` (MCP over WebSocket),
+plus ``listen.path`` and ``/ws`` when there is exactly one; and the probes ``/healthz``,
+``/readyz``, ``/metrics``. Every endpoint shares one session registry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -15,6 +18,7 @@ from proxy.core import httprules
 from proxy.core.errors import ProxyError
 from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.auth import Authenticator
+from proxy.downstream.guard import BodyBudget
 from proxy.downstream.http import StreamableHttp
 from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
 from proxy.downstream.wire import error_response
@@ -25,7 +29,7 @@ from proxy.registry import Registry
 log = structlog.get_logger("proxy.http")
 
 REGISTRY_KEY = web.AppKey("registry", Registry)
-ENDPOINT_KEY = web.AppKey("endpoint", StreamableHttp)
+ENDPOINTS_KEY = web.AppKey("endpoints", dict[str, StreamableHttp])
 READINESS_KEY = web.AppKey("readiness", Readiness)
 AUTH_KEY = web.AppKey("auth", Authenticator)
 
@@ -59,21 +63,28 @@ async def _health(request: web.Request) -> web.Response:
     orchestrator. Host and Origin are checked as on ``/mcp`` (DNS rebinding).
     """
     registry = request.app[REGISTRY_KEY]
-    upstream = registry.health.as_dict()
-    modern = request.app[ENDPOINT_KEY].modern
-    ok = registry.accepting
-    return web.json_response(
-        {
-            "status": "ok" if ok else "stopping",
-            "version": __version__,
-            "sessions": len(registry),
-            "buffered_bytes": registry.budget.used,
-            "upstream": {"transport": registry.config.upstream.kind, **upstream},
-            "store": registry.store_health(),
+    endpoints = request.app[ENDPOINTS_KEY]
+    upstreams = {}
+    for name, server in registry.servers.items():
+        modern = endpoints[name].modern
+        upstreams[name] = {
+            **server.health_dict(),
             "modern": modern.health() if modern is not None else None,
-        },
-        status=200 if ok else 503,
-    )
+        }
+    ok = registry.accepting
+    body: dict[str, Any] = {
+        "status": "ok" if ok else "stopping",
+        "version": __version__,
+        "sessions": len(registry),
+        "buffered_bytes": registry.budget.used,
+        "store": registry.store_health(),
+        "upstreams": upstreams,
+    }
+    only = registry.only_server
+    if only is not None:  # one server: its block also where it has always been
+        body["upstream"] = {k: v for k, v in upstreams[only.name].items() if k != "modern"}
+        body["modern"] = upstreams[only.name]["modern"]
+    return web.json_response(body, status=200 if ok else 503)
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -91,13 +102,13 @@ async def _ready(request: web.Request) -> web.Response:
 
 
 def _cors_for(
-    config: Config,
+    config: Config, paths: set[str]
 ) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
     """Browser clients (e.g. an inspector on localhost) may read responses of allowed origins."""
 
     async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
         origin = request.headers.get("Origin")
-        if not origin or request.path != config.listen.path:
+        if not origin or request.path not in paths:
             return
         try:
             httprules.check_origin(origin, config.listen.allowed_origins)
@@ -118,16 +129,26 @@ def build_app(config: Config, registry: Registry) -> web.Application:
     app[AUTH_KEY] = auth
     app.on_startup.append(auth.start)
     app.on_cleanup.append(auth.close)
-    app.on_response_prepare.append(_cors_for(config))
     app[REGISTRY_KEY] = registry
-    endpoint = StreamableHttp(config, registry)
-    app[ENDPOINT_KEY] = endpoint
-    pool = endpoint.modern.pool if endpoint.modern is not None else None
-    app[READINESS_KEY] = Readiness(registry, pool)
-    app.router.add_route("*", config.listen.path, endpoint.handle)
-    sockets = WebSocketEndpoint(config, registry)  # MCP over WebSocket (D2 over WebSocket)
-    app.router.add_route("*", WS_PATH, sockets.handle)
-    app.on_shutdown.append(sockets.close_all)  # open sockets get 1001 Going Away
+    bodies = BodyBudget(config.listen.max_inflight_body_bytes)
+    endpoints: dict[str, StreamableHttp] = {}
+    mcp_paths: set[str] = set()
+    only = registry.only_server
+    for name, server in registry.servers.items():
+        endpoint = endpoints[name] = StreamableHttp(server, registry, bodies)
+        sockets = WebSocketEndpoint(server, registry)  # MCP over WebSocket
+        app.on_shutdown.append(sockets.close_all)  # open sockets get 1001 Going Away
+        mcp_paths.add(server.mcp_path)
+        app.router.add_route("*", server.mcp_path, endpoint.handle)
+        app.router.add_route("*", server.ws_path, sockets.handle)
+        if server is only:  # one server: also where clients have always found it
+            mcp_paths.add(config.listen.path)
+            app.router.add_route("*", config.listen.path, endpoint.handle)
+            app.router.add_route("*", WS_PATH, sockets.handle)
+    app[ENDPOINTS_KEY] = endpoints
+    app.on_response_prepare.append(_cors_for(config, mcp_paths))
+    pools = {n: e.modern.pool if e.modern is not None else None for n, e in endpoints.items()}
+    app[READINESS_KEY] = Readiness(registry, pools)
     app.router.add_get("/healthz", _host_checked(_health))
     app.router.add_get("/metrics", _host_checked(_metrics))
     app.router.add_get("/readyz", _host_checked(_ready))

@@ -15,7 +15,6 @@ import time
 import structlog
 from aiohttp import web
 
-from proxy.config import Config
 from proxy.core import httprules, jsonrpc
 from proxy.core.era import (
     LEGACY_VERSIONS,
@@ -46,6 +45,7 @@ from proxy.metrics import method_label
 from proxy.modern.endpoint import ModernFacade
 from proxy.registry import Registry
 from proxy.runtime import ClientConn, CloseMarker, SessionRunner
+from proxy.servers import Server
 
 log = structlog.get_logger("proxy.http")
 
@@ -68,11 +68,15 @@ _LIVENESS_SECONDS = 1.0
 class StreamableHttp:
     """The ``/mcp`` endpoint."""
 
-    def __init__(self, config: Config, registry: Registry) -> None:
-        self.config = config
+    def __init__(
+        self, server: Server, registry: Registry, bodies: BodyBudget | None = None
+    ) -> None:
+        self.server = server
+        self.config = config = server.config
         self.registry = registry
         self.metrics = registry.metrics
-        self.bodies = BodyBudget(config.listen.max_inflight_body_bytes)
+        # POST bodies being read: one budget for every server's endpoint (the app's).
+        self.bodies = bodies or BodyBudget(config.listen.max_inflight_body_bytes)
         self.stored = StoredStreams(
             registry.store, registry.settings.token_secret, config.sse.keepalive_seconds
         )
@@ -83,11 +87,18 @@ class StreamableHttp:
         )
         self.modern: ModernFacade | None = None
         if config.modern.enabled:
-            self.modern = ModernFacade(config, registry)
+            self.modern = ModernFacade(server, registry)
             registry.on_shutdown(self.modern.close)
 
     # ------------------------------------------------------------------ entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        # Every line logged while serving it names the server and the principal.
+        with structlog.contextvars.bound_contextvars(
+            upstream=self.server.name, principal=principal_of(request)
+        ):
+            return await self._handle(request)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         listen = self.config.listen
         try:
             httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
@@ -149,7 +160,7 @@ class StreamableHttp:
         return session_id
 
     def _session(self, request: web.Request) -> SessionRunner:
-        return self.registry.get(self._session_id(request), principal_of(request))
+        return self.registry.get(self._session_id(request), principal_of(request), self.server)
 
     def _remote(self, request: web.Request) -> RemoteSessions | None:
         """Replicas: the way to a session this process does not hold (else None)."""
@@ -207,7 +218,7 @@ class StreamableHttp:
                 raise BadRequest("Bad Request: this session is already initialized")
             if not self.registry.accepting:
                 raise SessionNotFound("the proxy is shutting down")
-            runner = await self.registry.create(principal_of(request))
+            runner = await self.registry.create(principal_of(request), self.server)
         else:
             remote = self._remote(request)
             if remote is not None:

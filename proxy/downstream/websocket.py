@@ -46,7 +46,6 @@ import asyncio
 import structlog
 from aiohttp import WSCloseCode, web
 
-from proxy.config import Config
 from proxy.core import httprules
 from proxy.core.errors import BadRequest, MethodNotAllowed, ProxyError, SessionNotFound
 from proxy.core.protocol import SESSION_HEADER, VERSION_HEADER
@@ -55,6 +54,7 @@ from proxy.downstream.wire import error_response
 from proxy.downstream.ws_socket import CLOSE_SESSION_NOT_FOUND, SESSION_META, ClientSocket
 from proxy.registry import Registry
 from proxy.runtime import SessionRunner
+from proxy.servers import Server
 
 __all__ = [
     "CLOSE_SESSION_NOT_FOUND",
@@ -75,13 +75,21 @@ SESSION_QUERY = "mcp-session-id"
 class WebSocketEndpoint:
     """The ``/ws`` endpoint: refuses or upgrades, then serves each socket."""
 
-    def __init__(self, config: Config, registry: Registry) -> None:
-        self.config = config
+    def __init__(self, server: Server, registry: Registry) -> None:
+        self.server = server
+        self.config = server.config
         self.registry = registry
         self.sockets: set[ClientSocket] = set()
         self.standalone_holders: dict[str, ClientSocket] = {}  # session id → socket
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        # Every line logged while serving it names the server and the principal.
+        with structlog.contextvars.bound_contextvars(
+            upstream=self.server.name, principal=principal_of(request)
+        ):
+            return await self._handle(request)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         listen = self.config.listen
         ws: web.WebSocketResponse = web.WebSocketResponse(
             protocols=(SUBPROTOCOL,),
@@ -111,7 +119,7 @@ class WebSocketEndpoint:
         runner: SessionRunner | None = None
         if session_id:
             try:
-                runner = self.registry.get(session_id, principal_of(request))
+                runner = self.registry.get(session_id, principal_of(request), self.server)
                 ws.headers[SESSION_HEADER] = runner.session_id
             except SessionNotFound:
                 runner = None
@@ -125,6 +133,7 @@ class WebSocketEndpoint:
             runner,
             config=self.config,
             registry=self.registry,
+            server=self.server,
             standalone_holders=self.standalone_holders,
             principal=principal_of(request),
         )

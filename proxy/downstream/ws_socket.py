@@ -30,6 +30,7 @@ from proxy.core.events import ClientGet, ClientPost
 from proxy.core.jsonrpc import Kind, Message
 from proxy.registry import Registry
 from proxy.runtime import ClientConn, CloseMarker, Frame, SessionRunner
+from proxy.servers import Server
 
 log = structlog.get_logger("proxy.ws")
 
@@ -80,16 +81,22 @@ class ClientSocket:
         *,
         config: Config,
         registry: Registry,
+        server: Server,
         standalone_holders: dict[str, ClientSocket],
         principal: str | None = None,
     ) -> None:
         self.config = config
+        self.server = server
         self.principal = principal  # sessions it opens are bound to it (inbound auth)
         self.registry = registry
         self.standalone_holders = standalone_holders  # the endpoint's: session id → socket
         self.ws = ws
         self.runner = runner
-        self.log = log.bind(session=runner.session_id[:8] if runner else None)
+        self.log = log.bind(
+            session=runner.session_id[:8] if runner else None,
+            upstream=server.name,
+            principal=principal,
+        )
         self._send_lock = asyncio.Lock()
         self._pumps: set[asyncio.Task[None]] = set()  # one per request's virtual connection
         self._standalone: tuple[_Virtual, asyncio.Task[None]] | None = None
@@ -145,7 +152,7 @@ class ClientSocket:
                 raise BadRequest("Bad Request: this session is already initialized")
             if not self.registry.accepting:
                 raise SessionNotFound("the proxy is shutting down")
-            runner = await self.registry.create(self.principal)
+            runner = await self.registry.create(self.principal, self.server)
         else:
             if self.runner is None:
                 raise BadRequest(

@@ -22,7 +22,6 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from proxy.config import Config
 from proxy.core import jsonrpc, reqstate
 from proxy.core.era import (
     META_SERVER_INFO,
@@ -49,6 +48,7 @@ from proxy.modern.reply import Reply, dumps
 from proxy.modern.tasks import TaskKeeper
 from proxy.modern.tools import ToolIndex, task_support
 from proxy.registry import Registry
+from proxy.servers import Server
 from proxy.store.base import StoreError
 
 log = structlog.get_logger("proxy.modern")
@@ -79,11 +79,12 @@ _ERROR_STATUS = {-32601: 404, -32020: 400, -32021: 400, -32022: 400}
 class ModernFacade:
     """Everything modern clients reach: the pool, the listeners, the tasks."""
 
-    def __init__(self, config: Config, registry: Registry) -> None:
-        self.config = config
+    def __init__(self, server: Server, registry: Registry) -> None:
+        self.server = server
+        self.config = config = server.config
         self.registry = registry
         self.secret = registry.settings.token_secret
-        self.pool = UpstreamPool(config, registry.health, registry.metrics)
+        self.pool = UpstreamPool(config, server.health, registry.metrics, server.name)
         self.hub = Hub(self.pool)
         self.tools = ToolIndex(self.pool)
         self.pool.on_broadcast = self._broadcast
@@ -96,12 +97,14 @@ class ModernFacade:
             alive=self._alive,
             forward=self._forward if registry.store.shared else None,
             publish=self.hub.publish_task,
+            server=server.name,
         )
-        registry.task_service = self.tasks
+        registry.task_services.append(self.tasks)
         metrics = registry.metrics
-        metrics.watch(metrics.tasks_running, lambda: self.tasks.running)
-        metrics.watch(metrics.modern_calls, lambda: len(self.live))
-        metrics.watch(metrics.pool_sessions, lambda: len(self.pool.live_sessions()))
+        name = server.name
+        metrics.watch(metrics.tasks_running.labels(name), lambda: self.tasks.running)
+        metrics.watch(metrics.modern_calls.labels(name), lambda: len(self.live))
+        metrics.watch(metrics.pool_sessions.labels(name), lambda: len(self.pool.live_sessions()))
         self.tasks.on_end = lambda status: metrics.tasks_ended.labels(status).inc()
         self.legacy = LegacyTasks(self)
         self.live: set[Call] = set()  # modern calls not yet ended (parked and tasks too)

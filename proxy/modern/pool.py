@@ -239,11 +239,16 @@ class UpstreamPool:
     """The pooled sessions of one upstream (see the module docstring)."""
 
     def __init__(
-        self, config: Config, health: UpstreamHealth, metrics: Metrics | None = None
+        self,
+        config: Config,
+        health: UpstreamHealth,
+        metrics: Metrics | None = None,
+        name: str = "default",
     ) -> None:
         self.config = config
         self.health = health
         self.metrics = metrics
+        self.name = name  # the server's, for metrics
         self.settings = config.modern.pool
         # Streamable HTTP says which request a server message belongs to (the response
         # stream it came on); on stdio, HTTP+SSE and WebSocket only the timing can.
@@ -272,10 +277,10 @@ class UpstreamPool:
             await session.start()
         except UpstreamStartFailed:
             if self.metrics is not None:
-                self.metrics.upstream_failures.labels("default").inc()
+                self.metrics.upstream_failures.labels(self.name).inc()
             raise
         if self.metrics is not None:
-            self.metrics.upstream_starts.labels("default", "pool").inc()
+            self.metrics.upstream_starts.labels(self.name, "pool").inc()
         if self._stopping:
             await session.stop()
             raise UpstreamStartFailed("the proxy is shutting down")

@@ -57,8 +57,10 @@ class TaskKeeper:
         alive: Alive,
         forward: Forward | None,
         publish: Callable[[dict[str, Any]], None],
+        server: str = "default",
     ) -> None:
         self.settings = settings
+        self.server = server  # the server its tasks run on: asked elsewhere, they are unknown
         self.store = store
         self.owner = owner
         self.shared = shared
@@ -91,6 +93,7 @@ class TaskKeeper:
             owner=self.owner,
             principal=call.principal,
             era=era,
+            server=self.server,
         )
         self._refresh(record, call, now)
         await self.store.put_task(task_id, record, record["expiresAt"])  # StoreError: no task
@@ -214,7 +217,11 @@ class TaskKeeper:
                 )
                 record = orphaned(record, reason, what, now)
                 await self._put_quietly(task_id, record)
-        if record is None or record.get("principal") != principal:
+        if (
+            record is None
+            or record.get("principal") != principal
+            or record.get("server", "default") != self.server
+        ):
             raise invalid_params("Invalid params: unknown or expired taskId")
         return record
 

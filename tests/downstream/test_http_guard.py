@@ -287,7 +287,7 @@ async def test_healthz_describes_the_proxy_not_the_upstream(
     """A failing upstream shows in the body only; 503 only when the proxy cannot serve."""
     registry = Registry(Config())
     client: TestClient[Any, Any] = await aiohttp_client(build_app(Config(), registry))
-    registry.health.failing("MCP server gone: exited with code 3")
+    registry.servers["default"].health.failing("MCP server gone: exited with code 3")
     async with client.get("/healthz") as resp:
         body = await resp.json()
         assert resp.status == 200 and body["status"] == "ok", body

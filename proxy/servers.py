@@ -1,0 +1,51 @@
+"""The named MCP servers one proxy fronts (``servers:``, or ``upstream:`` alone as
+"default"): each has its own config view, health, routes, session limit and modern
+pool; the registry, the store, the byte budget and the metrics are shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proxy.config import Config, UpstreamConfig
+from proxy.upstream.base import UpstreamHealth
+
+SERVERS_PREFIX = "/servers/"
+
+
+@dataclass(eq=False)
+class Server:
+    """One upstream MCP server, as every part of the proxy sees it."""
+
+    name: str
+    config: Config  # the proxy's config with ``upstream`` = this server's
+    health: UpstreamHealth = field(default_factory=UpstreamHealth)
+    sessions: int = 0  # its live client sessions, and those starting
+
+    @property
+    def upstream(self) -> UpstreamConfig:
+        return self.config.upstream
+
+    @property
+    def mcp_path(self) -> str:
+        return f"{SERVERS_PREFIX}{self.name}/mcp"
+
+    @property
+    def ws_path(self) -> str:
+        return f"{SERVERS_PREFIX}{self.name}/ws"
+
+    def health_dict(self) -> dict[str, object]:
+        """This server for ``/healthz`` and the status page."""
+        return {
+            "transport": self.upstream.kind,
+            "sessions": self.sessions,
+            **self.health.as_dict(),
+        }
+
+
+def servers_of(config: Config) -> dict[str, Server]:
+    """Every configured server by name, in the order of the config file."""
+    return {
+        name: Server(name, config.for_server(upstream))
+        for name, upstream in config.upstreams().items()
+    }
