@@ -39,6 +39,7 @@ examples:
   mcp-resume-proxy -- python my_server.py
   mcp-resume-proxy --port 9000 -- npx -y @modelcontextprotocol/server-everything
   mcp-resume-proxy --config config/local-stdio.yaml
+  mcp-resume-proxy --config servers.json   # an mcpServers file: /servers/NAME/mcp each
   mcp-resume-proxy --upstream https://example.com/mcp --header "Authorization: Bearer ${TOKEN}"
   mcp-resume-proxy connect http://127.0.0.1:8808/mcp   # a stdio server for desktop hosts
   mcp-resume-proxy check config/local-stdio.yaml       # validate a config, start nothing
