@@ -259,7 +259,7 @@ class Registry:
             record.expires_at = time.time() + SESSION_RECORD_SECONDS
             await self.store.put_session(record)
         runner.log.info(
-            "session_created", upstream=runner.upstream.describe(), upstream_pid=runner.upstream.pid
+            "session_created", target=runner.upstream.describe(), upstream_pid=runner.upstream.pid
         )
         return runner
 

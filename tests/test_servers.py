@@ -16,7 +16,14 @@ import pytest
 
 from proxy.config import ConfigError, load_config
 from tests.downstream.sse_client import RawSession, messages
-from tests.support import DEMO, FIXTURE, initialize_request, run_proxy_on, tool_call
+from tests.support import (
+    DEMO,
+    FIXTURE,
+    initialize_request,
+    log_events,
+    run_proxy_on,
+    tool_call,
+)
 
 ACCEPT = {"Accept": "application/json, text/event-stream"}
 
@@ -75,6 +82,11 @@ async def test_two_servers_side_by_side(tmp_path: Path) -> None:
         assert f'mcp_resume_proxy_upstream_starts_total{{for="session",upstream="{name}"}}' in (
             metrics
         )
+    # Every line about a session names its server: the runner's, the transport's (its
+    # tasks keep the context they started in) and the endpoint's.
+    for event in ("session_created", "upstream_started", "upstream_stopped"):
+        entries = log_events(proxy.log_text(), event)
+        assert {e.get("upstream") for e in entries} == {"a", "b"}, (event, entries)
     listening = json.loads(
         next(line for line in proxy.log_text().splitlines() if "proxy_listening" in line)
     )

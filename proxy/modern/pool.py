@@ -91,7 +91,12 @@ class PooledSession:
         return sum(1 for call in self.calls.values() if call.exclusive)
 
     async def start(self) -> None:
-        await self.upstream.start()
+        # Its tasks keep this context: a pooled session serves everyone, so its lines
+        # name the pool and the server, never the principal whose call started it.
+        with structlog.contextvars.bound_contextvars(
+            session=self.label, upstream=self.pool.name, principal=None
+        ):
+            await self.upstream.start()
         params = {
             "protocolVersion": UPSTREAM_VERSION,
             "capabilities": {
