@@ -36,7 +36,7 @@ async def test_every_route_but_healthz_needs_a_valid_token(
             assert resp.status == 401
             assert resp.headers["WWW-Authenticate"].startswith('Bearer realm="mcp-resume-proxy"')
             assert (await resp.json())["error"]["data"]["reason"] == "unauthorized"
-        for path in ("/mcp", "/ws", "/metrics", "/readyz"):
+        for path in ("/mcp", "/ws", "/metrics", "/readyz", "/status", "/status.json"):
             async with http.get(proxy.base + path, headers=headers) as resp:
                 assert resp.status == 401, path
         async with http.get(proxy.base + "/healthz") as resp:

@@ -84,6 +84,7 @@ class StreamSlot:
         "_state",
         "_touched",
         "attaches",
+        "created_at",
         "cursor",
         "log",
         "number",
@@ -138,6 +139,7 @@ class StreamSlot:
         state: StreamState = StreamState.LIVE,
         touched: float = 0.0,
         watch: set[int] | None = None,
+        created_at: float | None = None,
     ) -> None:
         self.number = number
         self.log = log
@@ -154,6 +156,7 @@ class StreamSlot:
         self.stream_id: str | None = None  # set once announced with notifications/stream/create
         self._create_at: float | None = None
         self._touched = touched
+        self.created_at = touched if created_at is None else created_at  # for the status page
         self.waiting: list[int] = []  # stream/resume requests to answer
         self.watch = watch
 

@@ -20,6 +20,8 @@ from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.auth import Authenticator
 from proxy.downstream.guard import BodyBudget
 from proxy.downstream.http import StreamableHttp
+from proxy.downstream.keys import AUTH_KEY, ENDPOINTS_KEY, READINESS_KEY, REGISTRY_KEY
+from proxy.downstream.status import status_json, status_page
 from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
 from proxy.downstream.wire import error_response
 from proxy.metrics import CONTENT_TYPE
@@ -27,11 +29,6 @@ from proxy.readiness import Readiness
 from proxy.registry import Registry
 
 log = structlog.get_logger("proxy.http")
-
-REGISTRY_KEY = web.AppKey("registry", Registry)
-ENDPOINTS_KEY = web.AppKey("endpoints", dict[str, StreamableHttp])
-READINESS_KEY = web.AppKey("readiness", Readiness)
-AUTH_KEY = web.AppKey("auth", Authenticator)
 
 
 Probe = Callable[[web.Request], Awaitable[web.Response]]
@@ -152,4 +149,6 @@ def build_app(config: Config, registry: Registry) -> web.Application:
     app.router.add_get("/healthz", _host_checked(_health))
     app.router.add_get("/metrics", _host_checked(_metrics))
     app.router.add_get("/readyz", _host_checked(_ready))
+    app.router.add_get("/status", _host_checked(status_page))
+    app.router.add_get("/status.json", _host_checked(status_json))
     return app

@@ -1,0 +1,16 @@
+"""The keys under which the aiohttp application holds its parts, for the handlers that
+need them (a module of its own: the app imports the handlers, the handlers these keys)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from proxy.downstream.auth import Authenticator
+from proxy.downstream.http import StreamableHttp
+from proxy.readiness import Readiness
+from proxy.registry import Registry
+
+REGISTRY_KEY = web.AppKey("registry", Registry)
+ENDPOINTS_KEY = web.AppKey("endpoints", dict[str, StreamableHttp])  # by server name
+READINESS_KEY = web.AppKey("readiness", Readiness)
+AUTH_KEY = web.AppKey("auth", Authenticator)
