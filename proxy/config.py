@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import yaml
 
+from proxy.config_auth import AuthConfig, check_auth
 from proxy.config_import import KEY, from_mcp_servers, is_mcp_servers
 from proxy.config_rules import (  # re-exported: the schema's users import them from here
     Bound,
@@ -261,60 +262,6 @@ class TasksConfig:
 
 
 @dataclass(frozen=True)
-class AuthToken:
-    # The bearer token ("${NAME}" reads it from the environment; never logged) ...
-    token: str = ""
-    # ... and who presents it: sessions, streams and tasks are bound to this name.
-    principal: str = ""
-
-
-@dataclass(frozen=True)
-class JwtConfig:
-    """Bearer JWTs, verified with PyJWT against the keys of a JWKS (docs/auth.md)."""
-
-    # The signing keys: a JWKS file (read at start), or a URL (fetched at start, again
-    # every jwks_refresh_seconds, and on a token with an unknown key id at most every
-    # 30 s). Setting either turns JWT auth on.
-    jwks_file: str | None = None
-    jwks_url: str | None = None
-    jwks_refresh_seconds: Annotated[float, Positive] = 300.0
-    # When set, a token's iss and aud must match (exp is always required).
-    issuer: str | None = None
-    audience: str | None = None
-    algorithms: list[str] = field(default_factory=lambda: ["RS256", "ES256"])
-    # The claim that names the principal.
-    principal_claim: str = "sub"
-    # Clock skew allowed on exp and nbf.
-    leeway_seconds: Annotated[float, NonNegative] = 30.0
-
-
-@dataclass(frozen=True)
-class PrincipalLimits:
-    """Limits per principal (with auth on): one client cannot take every slot."""
-
-    # Live sessions (legacy /mcp and /ws, every upstream) one principal may hold; past
-    # it a new initialize gets 503 (too_many_sessions). null: only sessions.max_sessions.
-    max_sessions: Annotated[int | None, Positive] = None
-    # Resumes and polls (GET with Last-Event-ID, streams/resume, tasks/get) one
-    # principal may make per minute, with bursts up to this many; past it 429
-    # (rate_limited) with Retry-After. null: no limit.
-    resumes_per_minute: Annotated[int | None, Positive] = None
-
-
-@dataclass(frozen=True)
-class AuthConfig:
-    """Inbound authentication (docs/auth.md). No tokens, no tokens_file and no JWKS: off."""
-
-    # Every route but /healthz then needs "Authorization: Bearer TOKEN" (else 401).
-    tokens: list[AuthToken] = field(default_factory=list)
-    # More tokens, from a YAML file of the same shape as tokens (a list of {token,
-    # principal}), read at start: keeps them out of the main config file.
-    tokens_file: str | None = None
-    jwt: JwtConfig = field(default_factory=JwtConfig)
-    per_principal: PrincipalLimits = field(default_factory=PrincipalLimits)
-
-
-@dataclass(frozen=True)
 class LogConfig:
     format: Annotated[str, OneOf(("console", "json"))] = "console"
     level: Annotated[str, OneOf(("debug", "info", "warning", "error"))] = "info"
@@ -422,13 +369,7 @@ def config_from_mapping(data: Any) -> Config:
         _check_upstream(config.upstream, "upstream")
     if not config.listen.path.startswith("/"):
         raise ConfigError(f"listen.path: must start with '/', got {config.listen.path!r}")
-    for i, entry in enumerate(config.auth.tokens):
-        if len(entry.token) < 16:
-            raise ConfigError(f"auth.tokens[{i}].token: use at least 16 characters")
-        if not entry.principal:
-            raise ConfigError(f"auth.tokens[{i}].principal: name who presents this token")
-    if len({t.token for t in config.auth.tokens}) < len(config.auth.tokens):
-        raise ConfigError("auth.tokens: a token is listed twice")
+    check_auth(config.auth)
     pool = config.modern.pool
     if pool.max_size < pool.size:
         raise ConfigError(

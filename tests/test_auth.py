@@ -122,3 +122,40 @@ async def test_a_principal_holds_at_most_its_share_of_sessions(tmp_path: Path) -
         async with http.delete(proxy.url, headers=headers) as resp:
             assert resp.status in (200, 204)
         assert (await initialize(ALICE))[0] == 200  # her slot is free again
+
+
+async def test_resumes_and_polls_are_rate_limited_per_principal(tmp_path: Path) -> None:
+    auth = {**AUTH, "per_principal": {"resumes_per_minute": 2}}
+    async with run_proxy(tmp_path, SERVER, auth=auth) as proxy, aiohttp.ClientSession() as http:
+        async with http.post(
+            proxy.url, json=initialize_request(), headers={**ACCEPT, **bearer(ALICE)}
+        ) as resp:
+            session = resp.headers["Mcp-Session-Id"]
+            await resp.read()
+        resume = {
+            **bearer(ALICE),
+            "Accept": "text/event-stream",
+            "Mcp-Session-Id": session,
+            "MCP-Protocol-Version": "2025-11-25",
+            "Last-Event-ID": "not-an-event-id",
+        }
+        for _ in range(2):  # counted, whatever their outcome
+            async with http.get(proxy.url, headers=resume) as resp:
+                assert resp.status == 400
+        poll = {"jsonrpc": "2.0", "id": 9, "method": "stream/poll", "params": {"streamId": "x"}}
+        headers = {**ACCEPT, **bearer(ALICE), "Mcp-Session-Id": session}
+        headers["MCP-Protocol-Version"] = "2025-11-25"
+        async with http.post(proxy.url, json=poll, headers=headers) as resp:
+            assert resp.status == 429
+            assert 1 <= int(resp.headers["Retry-After"]) <= 30
+            error = (await resp.json())["error"]
+        assert error["data"]["reason"] == "rate_limited" and error["code"] == -32000
+        async with http.get(proxy.url, headers=resume) as resp:
+            assert resp.status == 429
+        # Bob has his own budget; and alice's other requests are not limited.
+        async with http.get(proxy.url, headers={**resume, **bearer(BOB)}) as resp:
+            assert resp.status == 404  # not his session: refused, but not rate limited
+        call = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
+        async with http.post(proxy.url, json=call, headers=headers) as resp:
+            assert resp.status == 200
+            await resp.read()

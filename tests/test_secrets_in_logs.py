@@ -1,7 +1,9 @@
-"""No secret in the logs: a scenario through the proxy at ``log.level: debug`` with
+"""No secret in the logs: scenarios through the proxy at ``log.level: debug`` with
 ``--log-format json`` (the config's ``log.format: json``), then every line is searched for
-every secret the scenario handled: the upstream's ``Authorization`` header value, the
-token secret, a full session id, a resume token, an MRTR ``requestState``, a task id."""
+every secret the scenarios handled: the upstream's ``Authorization`` header value, the
+token secret, a full session id, a resume token, an MRTR ``requestState``, a task id, and
+the clients' credentials: static tokens (from the config and from ``auth.tokens_file``)
+and JWTs, whole and their signature, accepted or refused for each reason."""
 
 from __future__ import annotations
 
@@ -14,14 +16,27 @@ import aiohttp
 from tests.downstream.sse_client import RawSession, messages
 from tests.e2e.node_tools import run_server_everything
 from tests.modern.client import TASKS, Modern
-from tests.support import run_proxy_on, tool_call
+from tests.support import MCP_HEADERS, initialize_request, log_events, run_proxy_on, tool_call
+from tests.test_auth_jwt import AUDIENCE, ISSUER, an_issuer, bad_tokens
 
 HEADER_SECRET = "hdr-secret-4d1c8e0b9a7f"
 TOKEN_SECRET = "token-secret-with-some-length-7e2"
+STATIC_TOKEN = "static-token-9b3e51c07d2a"
+FILE_TOKEN = "file-token-from-env-58c1f0a2e6"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 async def test_no_secret_reaches_the_logs(tmp_path: Path) -> None:
     seen: dict[str, str] = {}
+    issuer = an_issuer()
+    good_jwt = issuer.token("r1", "carol")
+    refused = {f"JWT refused ({what})": token for what, (token, _) in bad_tokens(issuer).items()}
+    refused["a wrong static token"] = STATIC_TOKEN[:-1] + "x"
+    tokens_file = tmp_path / "tokens.yaml"
+    tokens_file.write_text('- {token: "${FILE_TOKEN}", principal: dave}\n')
     async with run_server_everything("streamableHttp", tmp_path) as everything:
         config: dict[str, Any] = {
             "listen": {"host": "127.0.0.1", "port": 0},
@@ -31,12 +46,36 @@ async def test_no_secret_reaches_the_logs(tmp_path: Path) -> None:
             },
             "streams": {"token_secret": TOKEN_SECRET},
             "tasks": {"mode": "always"},
+            "auth": {
+                "tokens": [{"token": STATIC_TOKEN, "principal": "alice"}],
+                "tokens_file": str(tokens_file),
+                "jwt": {
+                    "jwks_file": issuer.write_jwks(tmp_path / "jwks.json", "r1", "e1"),
+                    "issuer": ISSUER,
+                    "audience": AUDIENCE,
+                },
+            },
             "log": {"format": "json", "level": "debug"},
         }
-        env = {"UPSTREAM_TOKEN": HEADER_SECRET}
-        async with run_proxy_on(tmp_path, config, env) as proxy, aiohttp.ClientSession() as http:
-            # Legacy, with the seed's streams: a resume token, then a resume with it.
-            legacy = RawSession(http, proxy.url)
+        env = {"UPSTREAM_TOKEN": HEADER_SECRET, "FILE_TOKEN": FILE_TOKEN}
+        async with (
+            run_proxy_on(tmp_path, config, env) as proxy,
+            aiohttp.ClientSession(headers=bearer(STATIC_TOKEN)) as as_alice,
+            aiohttp.ClientSession(headers=bearer(FILE_TOKEN)) as as_dave,
+            aiohttp.ClientSession(headers=bearer(good_jwt)) as as_carol,
+            aiohttp.ClientSession() as anonymous,
+        ):
+            # Refused: no credential, a wrong one, a JWT bad in each way.
+            for token in [None, *refused.values()]:
+                headers = {**MCP_HEADERS, **(bearer(token) if token else {})}
+                async with anonymous.post(
+                    proxy.url, json=initialize_request(), headers=headers
+                ) as resp:
+                    assert resp.status == 401
+                    await resp.read()
+            # Legacy, with the seed's streams (a static token): a resume token, then a
+            # resume with it.
+            legacy = RawSession(as_alice, proxy.url)
             await legacy.initialize_with({"streams": {}})
             seen["session id"] = legacy.session_id
             call = tool_call(2, "trigger-long-running-operation", {"duration": 0.2, "steps": 2})
@@ -50,19 +89,37 @@ async def test_no_secret_reaches_the_logs(tmp_path: Path) -> None:
                     "stream/poll",
                     {"streamId": stream["streamId"], "resumeToken": stream["resumeToken"]},
                 )
-            # Modern: an MRTR requestState and a task id.
-            modern = Modern(http, proxy.url, caps={"sampling": {}})
+            # Modern (a token from the file): an MRTR requestState.
+            modern = Modern(as_dave, proxy.url, caps={"sampling": {}})
             first = await modern.call("trigger-sampling-request", {"prompt": "p", "maxTokens": 5})
             seen["requestState"] = first.result["requestState"]
-            # (The TypeScript SDK lists its tools taskSupport "forbidden" unless they were
-            # registered as task tools: this one is "required".)
-            task = await modern.call("simulate-research-query", {"topic": "t"}, caps=TASKS)
+            # A task (a JWT). (The TypeScript SDK lists its tools taskSupport "forbidden"
+            # unless they were registered as task tools: this one is "required".)
+            task = await Modern(as_carol, proxy.url).call(
+                "simulate-research-query", {"topic": "t"}, caps=TASKS
+            )
             seen["task id"] = task.result["taskId"]
-            await Modern(http, proxy.url, caps=TASKS).task("tasks/get", task.result["taskId"])
+            await Modern(as_carol, proxy.url, caps=TASKS).task("tasks/get", task.result["taskId"])
             log_text = proxy.log_text()
-    secrets = {"header": HEADER_SECRET, "token secret": TOKEN_SECRET, **seen}
+    secrets = {
+        "header": HEADER_SECRET,
+        "token secret": TOKEN_SECRET,
+        "static token": STATIC_TOKEN,
+        "token from the file": FILE_TOKEN,
+        "JWT": good_jwt,
+        "JWT signature": good_jwt.rsplit(".", 1)[1],
+        **seen,
+        **refused,
+        **{
+            f"{what}, signature": token.rsplit(".", 1)[1]
+            for what, token in refused.items()
+            if token.count(".") == 2 and token.rsplit(".", 1)[1]
+        },
+    }
     lines = log_text.splitlines()
     assert lines and all(json.loads(line) for line in lines if line.startswith("{"))
     leaks = {what: value for what, value in secrets.items() if value in log_text}
     assert not leaks, f"secrets in the log: {sorted(leaks)}"
     assert len(seen) >= 3, seen  # the scenario did handle them
+    whys = {entry.get("why") for entry in log_events(log_text, "request_refused")}
+    assert {why for _, why in bad_tokens(an_issuer()).values()} <= whys  # each was refused

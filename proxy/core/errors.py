@@ -142,6 +142,19 @@ class Overloaded(ProxyError):
     reason = "overloaded"
 
 
+class RateLimited(ProxyError):
+    """A principal resumes or polls faster than ``auth.per_principal.resumes_per_minute``:
+    ``429`` with ``Retry-After`` (RFC 9110 §10.2.3); nothing else of it is refused."""
+
+    jsonrpc_code = SERVER_ERROR
+    http_status = 429
+    reason = "rate_limited"
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class UpstreamStartFailed(ProxyError):
     """The upstream cannot be had for a new session: its command does not start, its URL
     cannot be reached, or its configured headers cannot be resolved."""

@@ -1,29 +1,51 @@
-"""Inbound authentication: static bearer tokens, each naming a principal.
+"""Inbound authentication: bearer credentials, each naming a principal (docs/auth.md).
 
-With ``auth.tokens`` set, every route but ``/healthz`` (and CORS preflights, which
-browsers send without credentials) needs ``Authorization: Bearer TOKEN``; otherwise
-``401`` with ``WWW-Authenticate: Bearer`` and a JSON-RPC error body. The principal the
-token names is put on the request (``request[PRINCIPAL]``): sessions, streams, tasks and
-MRTR states are bound to it, and another principal gets ``404`` / ``-32602`` for them,
-never their data. Tokens are compared in constant time and never logged.
+With authentication on (``auth.tokens``, ``auth.tokens_file`` or a JWKS in ``auth.jwt``),
+every route but ``/healthz`` (and CORS preflights, which browsers send without
+credentials) needs ``Authorization: Bearer CREDENTIAL``; otherwise ``401`` with
+``WWW-Authenticate: Bearer`` (RFC 6750 §3, ``error="invalid_token"`` when one was
+presented) and a JSON-RPC error body. A credential is a static token (compared in
+constant time, every one of them) or else a JWT, verified against the JWKS keys: the
+``kid`` header picks the key, the algorithm must be configured and fit the key, ``exp``
+is required, ``iss`` / ``aud`` are checked when configured, and the principal is the
+``auth.jwt.principal_claim`` claim.
+
+The principal is put on the request (``request[PRINCIPAL]``): sessions, streams, tasks
+and MRTR states are bound to it, and another principal gets ``404`` / ``-32602`` for them,
+never their data. Neither tokens nor JWTs nor their claims (but the principal) are logged.
 """
 
 from __future__ import annotations
 
 import hmac
+import math
+import time
 from collections.abc import Awaitable, Callable
 
+import jwt
 import structlog
 from aiohttp import web
 
-from proxy.config import AuthConfig
-from proxy.core.errors import ProxyError
+from proxy.config_auth import (
+    AuthConfig,
+    JwtConfig,
+    auth_enabled,
+    describe_sources,
+    load_jwks_file,
+    load_tokens,
+)
+from proxy.config_rules import ConfigError
+from proxy.core.errors import ProxyError, RateLimited
+from proxy.core.ratelimit import RateLimiter
+from proxy.downstream.jwks import JwksUrl, KeySet
 from proxy.downstream.wire import error_response
 
 log = structlog.get_logger("proxy.auth")
 
 PRINCIPAL = "mcp_resume_proxy.principal"
+_AUTHENTICATOR = "mcp_resume_proxy.authenticator"  # on a request it let through
 _OPEN = frozenset({"/healthz"})
+CHALLENGE = 'Bearer realm="mcp-resume-proxy"'
 
 
 class Unauthorized(ProxyError):
@@ -32,10 +54,118 @@ class Unauthorized(ProxyError):
     reason = "unauthorized"
 
 
+class InvalidToken(Exception):
+    """A bearer JWT refused. ``why`` is one word for the log (``expired``, ``issuer``,
+    ``signature``, …), never the token or what it claims."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
 def principal_of(request: web.Request) -> str | None:
     """Who the request comes from (None: authentication is off)."""
     found = request.get(PRINCIPAL)
     return found if isinstance(found, str) else None
+
+
+def limit_resumes(request: web.Request) -> None:
+    """Count one resume or poll (a ``GET`` with ``Last-Event-ID``, a WebSocket reattaching,
+    ``stream/poll``, ``stream/resume``, ``tasks/get``) against the request's principal:
+    ``RateLimited`` past ``auth.per_principal.resumes_per_minute``."""
+    auth = request.get(_AUTHENTICATOR)
+    if not isinstance(auth, Authenticator):
+        return
+    principal = principal_of(request)
+    wait = auth.resume_allowed(principal, time.monotonic())
+    if wait is not None:
+        limit = auth.settings.per_principal.resumes_per_minute
+        raise RateLimited(
+            f"Too many resumes and polls for {principal} (auth.per_principal."
+            f"resumes_per_minute={limit}); retry in {max(1, math.ceil(wait))} s",
+            wait,
+        )
+
+
+# PyJWT's refusals, by the word the log says for them (the first match wins: subclasses
+# before their bases).
+_REFUSALS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
+    (jwt.ExpiredSignatureError, "expired"),
+    (jwt.ImmatureSignatureError, "not_yet_valid"),
+    (jwt.InvalidIssuerError, "issuer"),
+    (jwt.InvalidAudienceError, "audience"),
+    (jwt.MissingRequiredClaimError, "missing_claim"),
+    (jwt.InvalidSignatureError, "signature"),
+    (jwt.InvalidAlgorithmError, "algorithm"),
+    (jwt.DecodeError, "malformed"),
+)
+
+
+class JwtVerifier:
+    """Bearer JWTs against the keys of a JWKS file or URL (proxy/downstream/jwks.py)."""
+
+    def __init__(self, settings: JwtConfig) -> None:
+        self.settings = settings
+        self._file_keys = KeySet()
+        self.source: JwksUrl | None = None
+        if settings.jwks_url:
+            self.source = JwksUrl(
+                settings.jwks_url, settings.algorithms, settings.jwks_refresh_seconds
+            )
+
+    async def start(self) -> None:
+        if self.settings.jwks_file:
+            self._file_keys = load_jwks_file(self.settings)
+        if self.source is not None:
+            await self.source.start()
+
+    async def close(self) -> None:
+        if self.source is not None:
+            await self.source.close()
+
+    @property
+    def keys(self) -> KeySet:
+        return self.source.keys if self.source is not None else self._file_keys
+
+    async def principal_for(self, token: str) -> str:
+        """The principal a valid JWT names; :class:`InvalidToken` otherwise."""
+        s = self.settings
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise InvalidToken("malformed") from None
+        alg, kid = header.get("alg"), header.get("kid")
+        if not isinstance(alg, str) or alg not in s.algorithms:
+            raise InvalidToken("algorithm")  # "none" and HS* among them: never configured
+        if kid is not None and not isinstance(kid, str):
+            raise InvalidToken("malformed")
+        key = self.keys.find(kid)
+        if key is None and self.source is not None:
+            key = await self.source.key_for_unknown(kid)
+        if key is None:
+            raise InvalidToken("unknown_kid")
+        if alg not in key.algorithms:
+            raise InvalidToken("algorithm")  # e.g. RS256 named for an EC key
+        required = ["exp"]
+        required += ["iss"] if s.issuer is not None else []
+        required += ["aud"] if s.audience is not None else []
+        try:
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=[alg],
+                issuer=s.issuer,
+                audience=s.audience,
+                leeway=s.leeway_seconds,
+                options={"require": required, "verify_aud": s.audience is not None},
+            )
+        except jwt.PyJWTError as exc:
+            why = next((w for kind, w in _REFUSALS if isinstance(exc, kind)), "invalid")
+            raise InvalidToken(why) from None
+        principal = claims.get(s.principal_claim)
+        if not isinstance(principal, str) or not principal:
+            raise InvalidToken("no_principal")
+        return principal
 
 
 class Authenticator:
@@ -44,26 +174,64 @@ class Authenticator:
 
     def __init__(self, settings: AuthConfig) -> None:
         self.settings = settings
+        # Those of auth.tokens now; start() adds auth.tokens_file's.
         self._tokens = [(t.token.encode(), t.principal) for t in settings.tokens]
+        self.jwt: JwtVerifier | None = None
+        if settings.jwt.jwks_file or settings.jwt.jwks_url:
+            self.jwt = JwtVerifier(settings.jwt)
+        per_minute = settings.per_principal.resumes_per_minute
+        self._resumes = RateLimiter(per_minute) if per_minute else None
 
     @property
     def enabled(self) -> bool:
-        return bool(self._tokens)
+        """On when anything is configured, even a tokens file that turns out empty or a
+        JWKS URL not fetched yet: then every request is refused, never let through."""
+        return auth_enabled(self.settings)
 
     async def start(self, app: web.Application | None = None) -> None:
-        """Load what authentication needs before the first request."""
+        """Load what authentication needs before the first request: the tokens file, the
+        JWKS file or a first fetch of the JWKS URL (which may fail: see jwks.py)."""
+        if not self.enabled:
+            return
+        try:
+            self._tokens = [(token.encode(), name) for token, name in load_tokens(self.settings)]
+            if self.jwt is not None:
+                await self.jwt.start()
+        except ConfigError as exc:
+            log.error("auth_config_error", error=str(exc))
+            raise
+        log.info("auth_enabled", static_tokens=len(self._tokens), **describe_sources(self.settings))
 
     async def close(self, app: web.Application | None = None) -> None:
-        """Release what :meth:`start` took."""
+        """Release what :meth:`start` took (the JWKS refresh task and its HTTP client)."""
+        if self.jwt is not None:
+            await self.jwt.close()
 
     def principal_for(self, presented: str) -> str | None:
-        """The principal a bearer credential names, or None."""
+        """The principal a static bearer token names, or None."""
         given = presented.encode()
         principal = None
         for token, name in self._tokens:  # every token is compared: no early exit
             if hmac.compare_digest(token, given):
                 principal = name
         return principal
+
+    async def authenticate(self, presented: str) -> str:
+        """The principal of a bearer credential: a static token, else a JWT;
+        :class:`InvalidToken` when it is neither."""
+        principal = self.principal_for(presented)
+        if principal is not None:
+            return principal
+        if self.jwt is None:
+            raise InvalidToken("unknown_token")
+        return await self.jwt.principal_for(presented)
+
+    def resume_allowed(self, principal: str | None, now: float) -> float | None:
+        """None when ``principal`` may resume or poll now (``auth.per_principal.
+        resumes_per_minute``), else the seconds until it may (``Retry-After``)."""
+        if principal is None or self._resumes is None:
+            return None
+        return self._resumes.take(principal, now)
 
     @web.middleware
     async def middleware(
@@ -74,15 +242,17 @@ class Authenticator:
         if not self.enabled or request.path in _OPEN or request.method == "OPTIONS":
             return await handler(request)
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        principal = None
-        if scheme.lower() == "bearer" and presented.strip():
-            principal = self.principal_for(presented.strip())
-        if principal is None:
-            error = Unauthorized("Unauthorized: a valid bearer token is required")
-            log.info("request_refused", path=request.path, status=401, reason=error.reason)
-            challenge = 'Bearer realm="mcp-resume-proxy"'
-            if presented:
-                challenge += ', error="invalid_token"'
-            return error_response(error, {"WWW-Authenticate": challenge})
-        request[PRINCIPAL] = principal
-        return await handler(request)
+        presented = presented.strip()
+        why = "missing"
+        if scheme.lower() == "bearer" and presented:
+            try:
+                request[PRINCIPAL] = await self.authenticate(presented)
+            except InvalidToken as exc:
+                why = exc.why
+            else:
+                request[_AUTHENTICATOR] = self
+                return await handler(request)
+        error = Unauthorized("Unauthorized: a valid bearer token is required")
+        log.info("request_refused", path=request.path, status=401, reason=error.reason, why=why)
+        challenge = CHALLENGE + (', error="invalid_token"' if presented else "")
+        return error_response(error, {"WWW-Authenticate": challenge})

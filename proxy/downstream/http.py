@@ -15,7 +15,7 @@ import time
 import structlog
 from aiohttp import web
 
-from proxy.core import httprules, jsonrpc
+from proxy.core import httprules, jsonrpc, seed
 from proxy.core.era import (
     LEGACY_VERSIONS,
     UNSUPPORTED_VERSION,
@@ -36,7 +36,7 @@ from proxy.core.events import ClientGet, ClientPost
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import LAST_EVENT_ID, SESSION_HEADER, VERSION_HEADER
 from proxy.core.sse import encode_comment, encode_retry
-from proxy.downstream.auth import principal_of
+from proxy.downstream.auth import limit_resumes, principal_of
 from proxy.downstream.guard import BodyBudget, read_body
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
@@ -58,6 +58,10 @@ _PREFLIGHT = {
     ),
     "Access-Control-Max-Age": "600",
 }
+
+# What counts as a resume or poll (auth.per_principal.resumes_per_minute), in both eras;
+# a GET with Last-Event-ID is counted by _get, a WebSocket reattaching by /ws.
+_POLLS = frozenset({seed.POLL, seed.RESUME, "tasks/get", "tasks/result"})
 
 _MODERN_KEY = "mcp_resume_proxy.modern"  # set on a request the modern side served
 
@@ -179,6 +183,9 @@ class StreamableHttp:
             request, self.bodies, max_bytes=limit, timeout=self.config.listen.body_timeout_seconds
         )
         messages, batch = jsonrpc.parse_body(body)
+        for msg in messages:
+            if msg.method in _POLLS:
+                limit_resumes(request)
         started = time.monotonic()
         method = method_label(None if batch else messages[0].method)
         try:
@@ -260,6 +267,8 @@ class StreamableHttp:
         httprules.check_get_accept(request.headers.get("Accept"))
         session_id = request.headers.get(SESSION_HEADER)
         last_event_id = request.headers.get(LAST_EVENT_ID)
+        if last_event_id is not None:
+            limit_resumes(request)
         if self.stored.enabled and session_id and last_event_id and session_id not in self.registry:
             httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
             if self.remote is not None:

@@ -49,7 +49,7 @@ from aiohttp import WSCloseCode, web
 from proxy.core import httprules
 from proxy.core.errors import BadRequest, MethodNotAllowed, ProxyError, SessionNotFound
 from proxy.core.protocol import SESSION_HEADER, VERSION_HEADER
-from proxy.downstream.auth import principal_of
+from proxy.downstream.auth import limit_resumes, principal_of
 from proxy.downstream.wire import error_response
 from proxy.downstream.ws_socket import CLOSE_SESSION_NOT_FOUND, SESSION_META, ClientSocket
 from proxy.registry import Registry
@@ -109,6 +109,8 @@ class WebSocketEndpoint:
                     reason="upgrade_required",
                     http_status=426,
                 )
+            if request.headers.get(SESSION_HEADER) or request.query.get(SESSION_QUERY):
+                limit_resumes(request)  # a socket reattaching to its session
         except ProxyError as exc:
             log.info("ws_refused", status=exc.http_status, reason=exc.reason, error=exc.message)
             headers = {"Allow": "GET"} if isinstance(exc, MethodNotAllowed) else None
