@@ -4,7 +4,8 @@ and ``stream/resume`` (D2), with announcement, acknowledgement and abandonment.
 :class:`Resumer` owns what only resuming needs (the streams given up as abandoned) and
 works through explicit parts of its session: the stream table, the :class:`Delivery`
 that attaches connections, the id map, and a :class:`StreamHost` of four operations
-that stay with the session (making, completing, stamping and dropping streams).
+that stay with the session (making, completing, stamping and dropping streams) and whom
+the session belongs to: resume tokens are bound to that principal (:mod:`proxy.core.tokens`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from proxy.core.tokens import resume_token_for, token_matches
 
 class StreamHost(Protocol):
     """What resuming needs its session to do (:class:`~proxy.core.session.Session`)."""
+
+    # Who the session belongs to (inbound auth; None: nobody). Read at each use: the
+    # runtime sets it after the session is made, before any client message reaches it.
+    principal: str | None
 
     def new_stream(self) -> StreamSlot:
         """A new request stream (room made by eviction), or ``Overloaded``."""
@@ -96,7 +101,9 @@ class Resumer:
         stream.stream_id = seed.stream_id_for(self._epoch, stream.number)
         if self._streams.journal is not None:
             self._streams.journal.announced.append(stream.number)
-        token = resume_token_for(s.token_secret, self._session_id, stream.stream_id)
+        token = resume_token_for(
+            s.token_secret, self._session_id, stream.stream_id, principal=self._host.principal
+        )
         create = seed.create_notification(
             shape=s.notification_shape,
             stream_id=stream.stream_id,
@@ -172,7 +179,11 @@ class Resumer:
         if number is None:
             raise ResumeError("no such stream in this session", reason="unknown_stream")
         if not token_matches(
-            self._settings.token_secret, self._session_id, ref.stream_id, ref.token
+            self._settings.token_secret,
+            self._session_id,
+            ref.stream_id,
+            ref.token,
+            principal=self._host.principal,
         ):
             raise ResumeError("the resume token does not match the stream", reason="invalid_token")
         if number in self.abandoned:

@@ -8,7 +8,7 @@ An event costs O(streams it touched * log streams), not O(streams).
 
 The :class:`Schedule` owns that heap, the idle clock and the armed wake-up; it decides
 *when*. What happens to a due stream (SEP-1699 close, announcement, abandonment,
-retention) is the session's business (:meth:`proxy.core.session.Session.handle` on a
+retention) is :class:`proxy.core.deadlines.Deadlines`' business (on a
 :class:`~proxy.core.events.Tick`).
 """
 

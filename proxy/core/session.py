@@ -11,9 +11,11 @@ flight if exactly one is (or, over HTTP, to the stream of the request whose resp
 carried it), else to the standalone stream (0). Ids are rewritten at the
 boundary (:mod:`proxy.core.idmap`).
 
-The session holds three helpers, each owning its own state: a :class:`Schedule` (what is
-due when), a :class:`Delivery` (which connection reads which stream) and a
-:class:`Resumer` (``GET`` + ``Last-Event-ID``, ``stream/poll``, ``stream/resume``).
+The session holds its helpers, each owning its own state: a :class:`Schedule` (what is
+due when), a :class:`Delivery` (which connection reads which stream), a :class:`Resumer`
+(``GET`` + ``Last-Event-ID``, ``stream/poll``, ``stream/resume``), a :class:`Lifetime`
+(how the session ends: server gone or restarted, proxy shutdown, ``DELETE``, idle) and
+:class:`Deadlines` (what is done when a deadline passes).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from typing import Any, assert_never
 
 from proxy.core import jsonrpc, legacy_tasks, seed
+from proxy.core.deadlines import Deadlines
 from proxy.core.delivery import Delivery
 from proxy.core.errors import BadRequest, Conflict, SessionNotFound
 from proxy.core.eventid import format_event_id
@@ -31,16 +34,13 @@ from proxy.core.events import (
     ClientDetached,
     ClientGet,
     ClientPost,
-    CloseClient,
     Command,
     ConnId,
     Event,
-    ForgetSession,
     LogNote,
     ProxyShutdown,
     SendUpstream,
     StartSse,
-    StopUpstream,
     Tick,
     UpstreamClosed,
     UpstreamMessage,
@@ -50,13 +50,13 @@ from proxy.core.events import (
 from proxy.core.idmap import IdMap, progress_token_of
 from proxy.core.journal import Journal
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.protocol import SERVER_ERROR
+from proxy.core.lifetime import Lifetime
 from proxy.core.resume import Resumer
 from proxy.core.schedule import Schedule
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
+from proxy.core.stream import ByteBudget, Mark, StreamEvent, StreamLog, StreamState, transition
 
 __all__ = ["STANDALONE", "Session", "SessionSettings"]
-from proxy.core.stream import ByteBudget, Mark, StreamEvent, StreamLog, StreamState, transition
 
 # Revisions that allow JSON-RPC batches in a POST body (removed in 2025-06-18).
 _BATCH_REVISIONS = frozenset({"2024-11-05", "2025-03-26"})
@@ -78,9 +78,11 @@ class Session:
         self.session_id = session_id
         self.epoch = epoch
         self.settings = settings
+        # Who the session belongs to (inbound auth; None: nobody), set by the runtime right
+        # after it is made: the resume tokens it mints and checks are bound to it, and the
+        # records of its streams in a durable store name it.
+        self.principal: str | None = None
         self._protocol_version: str | None = None
-        self.closed = False  # upstream gone: no new requests, retained streams resumable
-        self.forgotten = False
         self._initialize_seen = False
         self._streams = StreamTable()  # watched: see proxy.core.schedule
         self.budget = budget if budget is not None else ByteBudget(2**63)
@@ -90,14 +92,20 @@ class Session:
         self.offers_tasks = False
         self.client_capabilities: dict[str, Any] = {}
         self._now = now
+        self.created_at = now  # for the status page
         self.schedule = Schedule(settings, self._streams, now)
         self.delivery = Delivery(epoch, settings, self._streams, self.schedule)
         self.resumer = Resumer(
             session_id, epoch, settings, self._streams, self.delivery, self._ids, self
         )
+        self.lifetime = Lifetime(self._streams, self._ids, self.delivery, self)
+        self.deadlines = Deadlines(
+            settings, self._streams, self.delivery, self.resumer, self.lifetime
+        )
         self._streams[STANDALONE] = StreamSlot(
             STANDALONE,
             StreamLog(settings.standalone_max_events, settings.stream_max_bytes, self.budget),
+            created_at=now,
         )
 
     def keep_journal(self) -> Journal:
@@ -117,6 +125,16 @@ class Session:
         self._protocol_version = version
         # 2025-11-25 §Resumability: prime the client with an id before anything else.
         self.delivery.priming = (version or "") >= _POLLING_REVISION
+
+    @property
+    def closed(self) -> bool:
+        """The upstream is gone: no new requests; retained streams stay resumable."""
+        return self.lifetime.closed
+
+    @property
+    def forgotten(self) -> bool:
+        """The session is over: the runtime forgets it."""
+        return self.lifetime.forgotten
 
     @property
     def upstream_paused(self) -> bool:
@@ -143,18 +161,18 @@ class Session:
         elif isinstance(event, UpstreamMessage):
             self._on_upstream(event.msg, event.origin, out)
         elif isinstance(event, UpstreamClosed):
-            self._on_upstream_closed(event.reason, out)
+            self.lifetime.upstream_closed(event.reason, now, out)
         elif isinstance(event, UpstreamRestarted):
-            self._on_upstream_restarted(event.reason, out)
+            self.lifetime.upstream_restarted(event.reason, out)
         elif isinstance(event, ClientDelete):
-            self._end(event.reason, out)
+            self.lifetime.end(event.reason, now, out)
         elif isinstance(event, ClientAck):
             self._on_ack(event)
         elif isinstance(event, ProxyShutdown):
-            self._shut_down(out)
+            self.lifetime.shut_down(now, out)
         elif isinstance(event, Tick):
             self.schedule.wake = None  # the runtime's timer fired: always re-arm
-            self._on_tick(out)
+            self.deadlines.tick(self.schedule, now, out)
         else:  # the Event union is closed: the type checker proves this unreachable
             assert_never(event)
         self._after(out)
@@ -285,7 +303,7 @@ class Session:
                 SendUpstream(jsonrpc.encode(jsonrpc.with_param(msg, "requestId", upstream_id)))
             )
             # The client stops waiting; a late upstream answer is dropped as unmatched.
-            self._finish_request(upstream_id, out)
+            self.finish_request(upstream_id, out)
             return
         out.append(SendUpstream(msg.encoded()))
 
@@ -302,7 +320,7 @@ class Session:
             self._upstream_response(msg, out)
         elif msg.kind is Kind.REQUEST:
             downstream_id = self._ids.add_server_request(msg.id)
-            self._append(self._route_unrelated(origin), jsonrpc.with_id(msg, downstream_id), out)
+            self.append(self._route_unrelated(origin), jsonrpc.with_id(msg, downstream_id), out)
         elif msg.method == "notifications/progress":
             number = self._ids.stream_of_progress(msg.params.get("progressToken"))
             if number is None:
@@ -316,7 +334,7 @@ class Session:
                 out.append(LogNote("upstream_cancel_unmatched", {"request_id": server_id}))
                 return
             rewritten = jsonrpc.with_param(msg, "requestId", downstream)
-            self._append(self._route_unrelated(origin), rewritten, out)
+            self.append(self._route_unrelated(origin), rewritten, out)
         else:
             payload, mark = msg.encoded(), seed.poll_mark(msg.raw)
             self._append_bytes(self._route_unrelated(origin), payload, mark, out)
@@ -336,13 +354,13 @@ class Session:
                 msg, self.offers_tasks = legacy_tasks.offer_tasks(msg)
         elif self.offers_tasks and pending.method == "tools/list" and not msg.is_error:
             msg = legacy_tasks.tools_may_be_tasks(msg)
-        self._append(pending.stream, jsonrpc.with_id(msg, pending.client_id), out)
-        self._finish_request(rid, out)
+        self.append(pending.stream, jsonrpc.with_id(msg, pending.client_id), out)
+        self.finish_request(rid, out)
         if pending.method == "initialize" and msg.is_error:
             # No session was established: do not keep a server process for it.
-            self._close("initialize failed", out)
+            self.lifetime.close("initialize failed", self._now, out)
 
-    def _finish_request(self, upstream_id: int, out: list[Command]) -> None:
+    def finish_request(self, upstream_id: int, out: list[Command]) -> None:
         pending = self._ids.finish(upstream_id)
         stream = self._streams.get(pending.stream)
         if stream is None:
@@ -387,7 +405,7 @@ class Session:
         number = self._ids.only_stream_in_flight()
         return STANDALONE if number is None else number
 
-    def _append(self, number: int, obj: dict[str, Any], out: list[Command]) -> None:
+    def append(self, number: int, obj: dict[str, Any], out: list[Command]) -> None:
         self._append_bytes(number, jsonrpc.encode(obj), seed.poll_mark(obj), out)
 
     def _append_bytes(self, number: int, payload: bytes, mark: Mark, out: list[Command]) -> None:
@@ -403,63 +421,7 @@ class Session:
         next_id = format_event_id(self.epoch, stream.number, stream.log.last_seq + 1)
         return seed.with_event_id(payload, next_id)
 
-    def _on_upstream_closed(self, reason: str, out: list[Command]) -> None:
-        if self.closed:
-            return
-        out.append(LogNote("upstream_closed", {"reason": reason}))
-        self._fail_in_flight(SERVER_ERROR, f"MCP server gone: {reason}", None, out)
-        self._close(reason, out)
-
-    def _on_upstream_restarted(self, reason: str, out: list[Command]) -> None:
-        if self.closed:
-            return
-        out.append(LogNote("upstream_restarting", {"reason": reason}))
-        data = {"reason": "upstream_restarted"}
-        self._fail_in_flight(SERVER_ERROR, f"MCP server restarted: {reason}", data, out)
-        self._ids.drop_server_requests()  # its questions died with it
-
-    def _fail_in_flight(self, code: int, message: str, data: Any, out: list[Command]) -> None:
-        """Answer every request in flight with an error, logged (and sent) on its stream."""
-        for upstream_id in self._ids.in_flight():
-            pending = self._ids.pending(upstream_id)
-            assert pending is not None
-            error = jsonrpc.error_response(pending.client_id, code, message, data)
-            self._append(pending.stream, error, out)
-            self._finish_request(upstream_id, out)
-
     # ------------------------------------------------------------------ time
-    def _on_tick(self, out: list[Command]) -> None:
-        now = self._now
-        for number in self.schedule.due(now):
-            stream = self._streams.get(number)
-            if stream is not None:
-                self._tick_stream(stream, now, out)
-        if self.closed:
-            if self._streams.keys() <= {STANDALONE} and not self.delivery.by_conn:
-                self._end("ended and nothing left to resume", out)
-        elif self.schedule.idle_expired(now):
-            self._end("idle timeout", out)
-
-    def _tick_stream(self, stream: StreamSlot, now: float, out: list[Command]) -> None:
-        """Carry out what is due on one stream at ``now``."""
-        if stream.create_at is not None and stream.create_at <= now:
-            if stream.state is StreamState.LIVE:
-                self.resumer.announce(stream, now, out)
-            stream.create_at = None
-        abandon_at = self.schedule.abandon_at(stream)
-        if abandon_at is not None and abandon_at <= now:
-            self.resumer.abandon(stream, now, out)
-            return
-        if stream.conn is not None and stream.close_at is not None and stream.close_at <= now:
-            # SEP-1699: end the response; the client polls back with Last-Event-ID.
-            conn = stream.conn
-            self.delivery.detach(conn, now)
-            out.append(CloseClient(conn, self.settings.retry_ms))
-            out.append(LogNote("stream_polling_close", {"stream": stream.number}))
-        expire_at = self.schedule.expire_at(stream)
-        if expire_at is not None and expire_at <= now:
-            self.drop_stream(stream)
-
     def _after(self, out: list[Command]) -> None:
         """After every event: hold the server back or let it go; re-arm the wake-up."""
         if self.forgotten:
@@ -481,48 +443,3 @@ class Session:
     def drop_stream(self, stream: StreamSlot) -> None:
         """Forget a stream and free its log (it can no longer be resumed)."""
         self._streams.drop(stream)
-
-    def _close(self, reason: str, out: list[Command]) -> None:
-        """No more requests; the upstream stops; completed streams stay resumable."""
-        self.closed = True
-        self._ids.drop_server_requests()
-        standalone = self._streams[STANDALONE]
-        if standalone.conn is not None:
-            out.append(CloseClient(standalone.conn))
-            self.delivery.detach(standalone.conn, self._now)
-        standalone.state = transition(standalone.state, StreamEvent.COMPLETE)
-        standalone.done_at = self._now
-        if self._streams.journal is not None:
-            self._streams.journal.completed.append(STANDALONE)
-        out.append(StopUpstream(reason))
-
-    def _shut_down(self, out: list[Command]) -> None:
-        """The proxy stops: no request is left without an answer (DESIGN.md §3).
-
-        Each answer is in its stream's log before the stream's connection is closed, so
-        an attached client reads it before its stream ends.
-        """
-        if not self.closed:
-            data = {"reason": "proxy_shutdown"}
-            self._fail_in_flight(SERVER_ERROR, "the proxy is shutting down", data, out)
-        self._end("proxy shutting down", out, keep=True)
-
-    def _end(self, reason: str, out: list[Command], *, keep: bool = False) -> None:
-        """Forget the session. ``keep``: its streams stay in a durable store until their
-        retention ends (a restarted proxy serves them); else they are dropped there too."""
-        if not self.closed:
-            for upstream_id in self._ids.in_flight():
-                self._finish_request(upstream_id, out)
-            self._close(reason, out)
-        self.delivery.close_all(self._now, out)
-        journal = self._streams.journal
-        if journal is not None:
-            journal.ended = reason
-            if not keep:
-                journal.dropped.extend(self._streams)
-        for stream in self._streams.values():
-            stream.state = StreamState.EXPIRED
-            stream.log.clear()
-        self._streams.clear()
-        self.forgotten = True
-        out.append(ForgetSession(reason))

@@ -85,7 +85,7 @@ class StreamableHttp:
             registry.store, registry.settings.token_secret, config.sse.keepalive_seconds
         )
         self.remote = (
-            RemoteSessions(registry.replicas, self.stored)
+            RemoteSessions(registry.replicas, self.stored, server.name)
             if registry.replicas is not None
             else None
         )
@@ -272,7 +272,7 @@ class StreamableHttp:
         if self.stored.enabled and session_id and last_event_id and session_id not in self.registry:
             httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
             if self.remote is not None:
-                await self.remote.acknowledge(session_id, last_event_id)
+                await self.remote.acknowledge(session_id, last_event_id, principal_of(request))
             return await self.stored.get(request, session_id, last_event_id)
         remote = self._remote(request)
         if remote is not None:

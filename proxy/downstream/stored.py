@@ -7,7 +7,13 @@ store until its retention ends. This serves it:
   with their original ids, then (if the stream is still live somewhere) its live tail;
 - ``stream/poll`` and ``stream/resume`` (the seed's protocol) naming a stream of another
   session, from a session of this process (a client that re-initialized): checked
-  against the resume token, which is bound to the stream's own session.
+  against the resume token, which is bound to the stream's own session and principal.
+
+Inbound authentication: a stream is served only to the principal its session belongs to
+(the record's ``principal``; None when authentication was off), read from the request
+(:func:`~proxy.downstream.auth.principal_of`). A stream of another principal is refused
+exactly as a stream that does not exist (404, ``unknown_stream``), before anything else
+is looked at: nothing tells "exists, but not yours" from "no such stream".
 
 The errors are the core's: 404 for a session id the stream does not belong to,
 ``unknown_stream`` / ``history_truncated`` / ``unknown_position`` otherwise. Nothing here
@@ -32,6 +38,7 @@ from proxy.core.protocol import SESSION_HEADER
 from proxy.core.session_state import STANDALONE
 from proxy.core.sse import encode_comment, encode_event
 from proxy.core.tokens import token_matches
+from proxy.downstream.auth import principal_of
 from proxy.store.base import COMPLETED, Entry, Store, StreamRecord
 
 log = structlog.get_logger("proxy.stored")
@@ -60,7 +67,11 @@ class StoredStreams:
         key = f"{pos.epoch}.{pos.stream}"
         now = time.time()
         record = await self.store.get_stream(key, now)
-        if record is None or record.session_id != session_id:
+        if (
+            record is None
+            or record.session_id != session_id
+            or record.principal != principal_of(request)
+        ):
             raise SessionNotFound("Session not found")
         entries = await self.store.read(key, pos.seq, now, REPLAY_CHUNK)
         if record.state == COMPLETED and not entries:
@@ -80,7 +91,7 @@ class StoredStreams:
         runs: the events reach this replica through the store)."""
         now = time.time()
         record = await self.store.get_stream(key, now)
-        if record is None:
+        if record is None or record.principal != principal_of(request):
             raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
         entries = await self.store.read(key, after, now, REPLAY_CHUNK)
         return await self._serve(request, session_id, record, after, entries, None)
@@ -100,7 +111,7 @@ class StoredStreams:
         self, request: web.Request, session_id: str, msg: Message, header_id: str | None
     ) -> web.StreamResponse:
         try:
-            record, after = await self._target(msg, header_id)
+            record, after = await self._target(msg, header_id, principal_of(request))
             now = time.time()
             if msg.method == seed.POLL:
                 rest = await self.store.summary(record.key, after, now)
@@ -114,12 +125,18 @@ class StoredStreams:
         reply = jsonrpc.ok_response(msg.id, {})
         return await self._serve(request, session_id, record, after, entries, reply)
 
-    async def _target(self, msg: Message, header_id: str | None) -> tuple[StreamRecord, int]:
+    async def _target(
+        self, msg: Message, header_id: str | None, principal: str | None
+    ) -> tuple[StreamRecord, int]:
         ref = seed.read_ref(msg.params)
         record = await self.store.get_stream(ref.stream_id, time.time())
-        if record is None:
+        if record is None or record.principal != principal:
+            # Another principal's stream is refused as one that does not exist: even its
+            # real token (the token is bound to the principal too) tells nothing more.
             raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
-        if not token_matches(self._secret, record.session_id, ref.stream_id, ref.token):
+        if not token_matches(
+            self._secret, record.session_id, ref.stream_id, ref.token, principal=principal
+        ):
             raise ResumeError("the resume token does not match the stream", reason="invalid_token")
         after = 0
         for given in (header_id, ref.last_event_id):

@@ -1,8 +1,9 @@
 """The store seam: everything that must outlive a connection, one async contract.
 
 A store keeps, per stream, an append-only **log** of events (numbered by the session's
-core: the store never picks a number) and a **record** (which session made it, whether it
-is still live, its retained range, when it expires); per session a **record** and an
+core: the store never picks a number) and a **record** (which session made it and whose
+that session is, whether it is still live, its retained range, when it expires); per
+session a **record** and an
 ownership **lease**; and **task** records (for the Tasks work to come). Three
 implementations share this contract and one test suite (``tests/store/``):
 
@@ -71,6 +72,9 @@ class StreamRecord:
     request_ids: list[Any] = field(default_factory=list)  # the client's ids it answers
     announced: bool = False  # the seed's notifications/stream/create was sent for it
     expires_at: float | None = None  # unix seconds; None: no limit set yet
+    # Who its session belongs to (inbound auth; None: nobody). Only that principal is
+    # served the stream; "" is a name like any other, not None.
+    principal: str | None = None
 
     @property
     def number(self) -> int:
@@ -95,12 +99,13 @@ class Batch:
     """Everything one loop turn of one or more sessions changed, committed at once.
 
     Applied in this order: ``streams`` (a new key: the record as given; a key that has a
-    record: only its ``session_id``, ``owner``, ``request_ids`` and ``announced`` change,
-    its positions, state, expiry and log stay), ``appends`` (per key, in seq order; the
-    record's ``last_seq`` follows), ``trimmed`` (per key, the first seq the session still
-    keeps: the entries before it go and ``first_seq`` moves up to it, never past
-    ``last_seq + 1``; the session decides what is dropped, the store follows), ``completed``
-    (state COMPLETED and the new ``expires_at``), ``dropped`` (record and log gone).
+    record: only its ``session_id``, ``principal``, ``owner``, ``request_ids`` and
+    ``announced`` change, its positions, state, expiry and log stay), ``appends`` (per
+    key, in seq order; the record's ``last_seq`` follows), ``trimmed`` (per key, the first
+    seq the session still keeps: the entries before it go and ``first_seq`` moves up to
+    it, never past ``last_seq + 1``; the session decides what is dropped, the store
+    follows), ``completed`` (state COMPLETED and the new ``expires_at``), ``dropped``
+    (record and log gone).
     """
 
     streams: list[StreamRecord] = field(default_factory=list)

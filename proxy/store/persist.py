@@ -72,7 +72,9 @@ class Persister:
         batch = self._batch
         for number, announced in [(n, False) for n in j.opened] + [(n, True) for n in j.announced]:
             ids = session.client_ids(number)
-            record = StreamRecord(f"{epoch}.{number}", sid, self.owner, request_ids=ids)
+            record = StreamRecord(
+                f"{epoch}.{number}", sid, self.owner, request_ids=ids, principal=session.principal
+            )
             record.announced = announced
             batch.streams.append(record)
         appends = batch.appends

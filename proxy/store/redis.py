@@ -1,30 +1,7 @@
 """The Redis store: Redis ≥ 7 or Valkey, shared by every replica of a deployment.
 
-Every key of a deployment starts with ``<ns>`` = ``mrp:{<namespace>}``: the braces are a
-hash tag, so all of them live in one cluster slot and one script may touch any of them.
-Every key has a TTL, so nothing grows without bound:
-
-=======================  ======  ====================================================
-key                      type    what, and its TTL
-=======================  ======  ====================================================
-``<ns>:epoch``           string  the epoch (see :mod:`proxy.store.base`); 30 days,
-                                 refreshed by ``open``, ``commit``, ``current_epoch``
-``<ns>:live``            zset    keys of LIVE streams scored by their expiry (unix
-                                 ms), for :meth:`RedisStore.live_streams`; until the
-                                 latest score
-``<ns>:rec:<key>``       hash    a stream's record: ``session owner state first last
-                                 rids`` (JSON) ``ann`` (0/1) ``exp`` (unix ms); until
-                                 ``exp``: now + ``live_ttl`` on every append while
-                                 LIVE, the given ``expires_at`` once COMPLETED
-``<ns>:log:<key>``       stream  its entries, id ``<seq>-1``, fields ``p`` (payload)
-                                 and ``m`` (mark, absent when 0); the record's TTL
-``<ns>:wake:<key>``      stream  one entry per put, completion or drop of the stream:
-                                 wakes blocked tails (below); 60 s
-``<ns>:session:<id>``    string  a session record, JSON; its ``expires_at`` (30 days
-                                 when it has none)
-``<ns>:lease:<name>``    string  the owner; ``ttl`` on the Redis server's clock
-``<ns>:task:<id>``       string  a task record, JSON; its ``expires_at``
-=======================  ======  ====================================================
+Its keys, what each holds and for how long, and how records and batches are encoded in
+them are in :mod:`proxy.store.redis_layout`; the Lua scripts in :mod:`proxy.store.redis_lua`.
 
 A :class:`~proxy.store.base.Batch` is applied by one Lua script (``EVALSHA``, loaded again
 on ``NOSCRIPT``), so replicas and readers see all of it or none of it. ``commit`` returns
@@ -50,7 +27,6 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -74,24 +50,22 @@ from proxy.store.base import (
     check_read,
     count_marks,
 )
+from proxy.store.redis_layout import (
+    DEFAULT_TTL_S,
+    EPOCH_TTL_S,
+    INBOX_TTL_MS,
+    Layout,
+    StreamKeys,
+    commit_call,
+    entry_of,
+    ms,
+    record_of,
+    text,
+)
 from proxy.store.redis_lua import ACQUIRE_LUA, COMMIT_LUA, EPOCH_LUA, RELEASE_LUA
 
-EPOCH_TTL_S = 30 * 24 * 3600.0  # the epoch outlives any record; refreshed by every commit
-DEFAULT_TTL_S = EPOCH_TTL_S  # a session record with no expires_at still expires
-WAKE_TTL_MS = 60_000  # a wake entry only matters to tails blocked at that moment
-INBOX_TTL_MS = 60_000  # a message nobody takes within a minute is dropped
-TAIL_BATCH = 1000  # entries per batch a tail yields
 MIN_MAJOR = 7  # XADD <seq>-1, PEXPIRETIME, SET PXAT, script shebangs
-
-
-def _ms(seconds: float) -> int:
-    """Unix seconds as the unix milliseconds Redis takes (at least 1: 0 is refused)."""
-    return max(1, round(seconds * 1000))
-
-
-def _text(value: bytes | str) -> str:
-    """A reply as text (the clients run with ``decode_responses=False``: bytes)."""
-    return value.decode() if isinstance(value, bytes) else value
+TAIL_BATCH = 1000  # entries per batch a tail yields
 
 
 def _where(url: str) -> str:
@@ -102,40 +76,8 @@ def _where(url: str) -> str:
     return f"{parts.hostname}:{parts.port or 6379}"
 
 
-@dataclass(frozen=True, slots=True)
-class _StreamKeys:
-    record: str
-    log: str
-    wake: str
-
-
-def _entry(item: tuple[bytes, dict[bytes, bytes]]) -> Entry:
-    entry_id, fields = item
-    return Entry(int(entry_id.partition(b"-")[0]), fields[b"p"], int(fields.get(b"m", 0)))
-
-
-def _record(key: str, fields: dict[bytes, bytes], now: float) -> StreamRecord | None:
-    """The record a ``<ns>:rec:<key>`` hash holds, or None (none, or expired by ``now``)."""
-    if not fields:
-        return None
-    expires_at = int(fields[b"exp"]) / 1000
-    if expires_at <= now:
-        return None
-    return StreamRecord(
-        key,
-        fields[b"session"].decode(),
-        fields[b"owner"].decode(),
-        fields[b"state"].decode(),
-        int(fields[b"first"]),
-        int(fields[b"last"]),
-        json.loads(fields[b"rids"]),
-        fields[b"ann"] == b"1",
-        expires_at,
-    )
-
-
 class RedisStore(Store):
-    """The store contract on Redis ≥ 7 / Valkey (see the module doc for the key layout)."""
+    """The store contract on Redis ≥ 7 / Valkey (keys: :mod:`proxy.store.redis_layout`)."""
 
     kind = "redis"
     durable = True
@@ -151,14 +93,12 @@ class RedisStore(Store):
         block: float = 2.0,
     ) -> None:
         super().__init__(limits or StoreLimits())
-        if not namespace or "{" in namespace or "}" in namespace:
-            raise ValueError(f"a Redis namespace must be non-empty, without braces: {namespace!r}")
+        self._layout = Layout(namespace)
         self.url = url
         self.namespace = namespace
         self.timeout = timeout
         self.block = block
         self._where = _where(url)
-        self._prefix = f"mrp:{{{namespace}}}:"
         self._client: aioredis.Redis | None = None
         self._blocking: aioredis.Redis | None = None  # tails' XREAD BLOCK, longer timeout
         self._closed = False
@@ -209,9 +149,9 @@ class RedisStore(Store):
         one seen at :meth:`open`, so a caller compares the two."""
         with self._failing("read the epoch"):
             epoch = await self._epoch_script(
-                [self._key("epoch")], [secrets.token_hex(6), _ms(EPOCH_TTL_S)]
+                [self._key("epoch")], [secrets.token_hex(6), ms(EPOCH_TTL_S)]
             )
-        return _text(epoch)
+        return text(epoch)
 
     @contextlib.contextmanager
     def _failing(self, doing: str) -> Iterator[None]:
@@ -231,55 +171,23 @@ class RedisStore(Store):
         return self._client
 
     def _key(self, *parts: str) -> str:
-        return self._prefix + ":".join(parts)
+        return self._layout.key(*parts)
 
-    def _stream_keys(self, key: str) -> _StreamKeys:
-        return _StreamKeys(self._key("rec", key), self._key("log", key), self._key("wake", key))
+    def _stream_keys(self, key: str) -> StreamKeys:
+        return self._layout.stream(key)
 
     # ------------------------------------------------------------------ logs
     async def commit(self, batch: Batch, now: float) -> None:
         if not batch:
             return
-        keys, args = self._commit_call(batch, now)
+        keys, args = commit_call(self._layout, batch, now, self.limits)
         with self._failing("commit"):
             await self._commit_script(keys, args)
-
-    def _commit_call(self, batch: Batch, now: float) -> tuple[list[str], list[Any]]:
-        """The KEYS and ARGV of COMMIT_LUA for ``batch`` (its header comment has the layout)."""
-        slots: dict[str, int] = {}
-
-        def slot(key: str) -> int:
-            return slots.setdefault(key, len(slots) + 1)
-
-        puts: list[Any] = []
-        for r in batch.streams:
-            expires = "" if r.expires_at is None else _ms(r.expires_at)
-            puts += (slot(r.key), r.session_id, r.owner, r.state, r.first_seq, r.last_seq)
-            puts += (json.dumps(r.request_ids), int(r.announced), expires)
-        appends: list[Any] = []
-        appended = [(key, entries) for key, entries in batch.appends.items() if entries]
-        for key, entries in appended:
-            appends += (slot(key), len(entries))
-            for e in entries:  # b"%d": an IntFlag mark would go as its repr
-                appends += (b"%d" % e.seq, e.payload, b"%d" % e.mark)
-        trimmed = [x for key, first in batch.trimmed.items() for x in (slot(key), first)]
-        completed = [x for key, at in batch.completed.items() for x in (slot(key), _ms(at))]
-        dropped = [slot(key) for key in batch.dropped]
-        keys = [self._key("epoch"), self._key("live")]
-        for key in slots:
-            names = self._stream_keys(key)
-            keys += (names.record, names.log, names.wake)
-        header: list[Any] = [_ms(now), _ms(now + self.limits.live_ttl), self.limits.max_events]
-        header += (_ms(EPOCH_TTL_S), WAKE_TTL_MS, len(slots), *slots)
-        args = [*header, len(batch.streams), *puts, len(appended), *appends]
-        args += (len(batch.trimmed), *trimmed, len(batch.completed), *completed)
-        args += (len(dropped), *dropped)
-        return keys, args
 
     async def get_stream(self, key: str, now: float) -> StreamRecord | None:
         with self._failing("read a stream record"):
             fields = await self._redis.hgetall(self._stream_keys(key).record)
-        return _record(key, cast(dict[bytes, bytes], fields), now)
+        return record_of(key, cast(dict[bytes, bytes], fields), now)
 
     async def _snapshot(
         self, key: str, after: int, now: float, limit: int | None, wake: bool = False
@@ -294,9 +202,9 @@ class RedisStore(Store):
             if wake:
                 pipe.xrevrange(names.wake, count=1)
             results = await pipe.execute()
-        record = check_read(_record(key, results[0], now), after)
+        record = check_read(record_of(key, results[0], now), after)
         newest = results[2][0][0].decode() if wake and results[2] else "0-0"
-        return record, [_entry(item) for item in results[1]], newest
+        return record, [entry_of(item) for item in results[1]], newest
 
     async def read(self, key: str, after: int, now: float, limit: int | None = None) -> list[Entry]:
         _, entries, _ = await self._snapshot(key, after, now, limit)
@@ -324,7 +232,7 @@ class RedisStore(Store):
         names = self._stream_keys(key)
         streams: dict[Any, Any] = {names.log: f"{after}-1", names.wake: woken_at}
         await self._blocking_call(
-            "tail a stream", lambda r: r.xread(streams, count=1, block=_ms(self.block))
+            "tail a stream", lambda r: r.xread(streams, count=1, block=ms(self.block))
         )
 
     async def _blocking_call(
@@ -369,14 +277,14 @@ class RedisStore(Store):
         (one pipelined HGETALL each): the cost is the number of live streams."""
         with self._failing("list live streams"):
             members = await self._redis.zrange(
-                self._key("live"), f"({_ms(now)}", "+inf", byscore=True
+                self._key("live"), f"({ms(now)}", "+inf", byscore=True
             )
-            keys = [_text(member) for member in cast(list[bytes], members)]
+            keys = [text(member) for member in cast(list[bytes], members)]
             pipe = self._redis.pipeline(transaction=False)
             for key in keys:
                 pipe.hgetall(self._stream_keys(key).record)
             rows: Sequence[dict[bytes, bytes]] = await pipe.execute() if keys else []
-        records = [_record(key, row, now) for key, row in zip(keys, rows, strict=True)]
+        records = [record_of(key, row, now) for key, row in zip(keys, rows, strict=True)]
         return [
             r
             for r in records
@@ -396,7 +304,7 @@ class RedisStore(Store):
             expires_at = time.time() + DEFAULT_TTL_S
         with self._failing("write a session"):
             await self._redis.set(
-                self._key("session", record.session_id), json.dumps(value), pxat=_ms(expires_at)
+                self._key("session", record.session_id), json.dumps(value), pxat=ms(expires_at)
             )
 
     async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
@@ -432,13 +340,13 @@ class RedisStore(Store):
     async def lease_owner(self, name: str, now: float) -> str | None:
         with self._failing("read a lease"):
             held = await self._redis.get(self._key("lease", name))
-        return _text(held) if held is not None else None
+        return text(held) if held is not None else None
 
     # ------------------------------------------------------------------ tasks
     async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> None:
         value = json.dumps({"record": record, "expires_at": expires_at})
         with self._failing("write a task"):
-            await self._redis.set(self._key("task", task_id), value, pxat=_ms(expires_at))
+            await self._redis.set(self._key("task", task_id), value, pxat=ms(expires_at))
 
     async def get_task(self, task_id: str, now: float) -> dict[str, Any] | None:
         with self._failing("read a task"):

@@ -5,7 +5,7 @@ Schema (``PRAGMA user_version`` = 1)::
 
     meta(name PRIMARY KEY, value)                   -- 'epoch': minted with the file
     streams(key PRIMARY KEY, session_id, owner, state, first_seq, last_seq,
-            request_ids JSON, announced, expires_at)
+            request_ids JSON, announced, expires_at, principal)
     events(key, seq, mark, payload BLOB, PRIMARY KEY(key, seq))
     sessions(session_id PRIMARY KEY, epoch, owner, protocol_version, expires_at)
     leases(name PRIMARY KEY, owner, expires_at)
@@ -15,6 +15,10 @@ Pages are 16 KB and ``events`` is a rowid table, so events of a few KB stay on t
 (see ``_SCHEMA``). ``expires_at`` is unix seconds (NULL: no limit). A row past it is
 treated as absent by every read and deleted by :meth:`SqliteStore.sweep` (a stream with
 its events).
+
+Columns added after version 1 was first written (``streams.principal``: NULL, nobody's)
+are nullable and added when a file without them is opened (:data:`_ADDED_COLUMNS`); every
+statement names its columns, so a file stays readable by the versions on either side.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import secrets
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -55,7 +59,7 @@ _SCHEMA = (
     "CREATE TABLE streams (key TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
     " owner TEXT NOT NULL, state TEXT NOT NULL, first_seq INTEGER NOT NULL,"
     " last_seq INTEGER NOT NULL, request_ids TEXT NOT NULL, announced INTEGER NOT NULL,"
-    " expires_at REAL) WITHOUT ROWID",
+    " expires_at REAL, principal TEXT) WITHOUT ROWID",
     # A rowid table (and its (key, seq) index), not WITHOUT ROWID: there a row over about
     # a quarter of a page spills into an overflow page of its own, which made 1 KB
     # events four times slower; small events commit about as fast either way.
@@ -68,16 +72,20 @@ _SCHEMA = (
     "CREATE TABLE tasks (task_id TEXT PRIMARY KEY, record TEXT NOT NULL, expires_at REAL NOT NULL)",
 )
 
+# (table, column, its declaration): added on open to a file made before they existed.
+_ADDED_COLUMNS = (("streams", "principal", "TEXT"),)
+
 _ALIVE = "(expires_at IS NULL OR expires_at > :now)"
 _STREAM_COLUMNS = (
-    "key, session_id, owner, state, first_seq, last_seq, request_ids, announced, expires_at"
+    "key, session_id, owner, state, first_seq, last_seq, request_ids, announced, expires_at,"
+    " principal"
 )
-_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
 _MAKE_STREAM = (
-    f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+    f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id,"
-    " owner = excluded.owner, request_ids = excluded.request_ids,"
-    " announced = excluded.announced"
+    " principal = excluded.principal, owner = excluded.owner,"
+    " request_ids = excluded.request_ids, announced = excluded.announced"
 )
 _LOAD_FOR_APPEND = (
     f"SELECT {_STREAM_COLUMNS}, (SELECT min(seq) FROM events WHERE events.key = streams.key)"
@@ -105,13 +113,16 @@ def _stream_row(record: StreamRecord) -> tuple[Any, ...]:
         json.dumps(record.request_ids),
         int(record.announced),
         record.expires_at,
+        record.principal,
     )
 
 
 def _stream_record(row: Sequence[Any]) -> StreamRecord:
-    key, session_id, owner, state, first, last, request_ids, announced, expires = row
+    key, session_id, owner, state, first, last, request_ids, announced, expires, principal = row
     ids = json.loads(request_ids)
-    return StreamRecord(key, session_id, owner, state, first, last, ids, bool(announced), expires)
+    return StreamRecord(
+        key, session_id, owner, state, first, last, ids, bool(announced), expires, principal
+    )
 
 
 @dataclass(slots=True)
@@ -234,6 +245,10 @@ class Database:
                     f"the sqlite store {self.path} has schema version {version}; "
                     f"this proxy reads version {SCHEMA_VERSION}"
                 )
+            for table, column, declared in _ADDED_COLUMNS:
+                known = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+                if column not in known:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declared}")
             row = conn.execute("SELECT value FROM meta WHERE name = 'epoch'").fetchone()
         if row is None:
             raise StoreError(f"the sqlite store {self.path} has no epoch: is it damaged?")
@@ -282,8 +297,10 @@ class Database:
             "DELETE FROM streams WHERE key = :key AND expires_at <= :now", expired
         )
         live_until = now + self.limits.live_ttl
-        rows = [_stream_row(r) for r in records]
-        rows = [row if row[-1] is not None else (*row[:-1], live_until) for row in rows]
+        rows = [
+            _stream_row(r if r.expires_at is not None else replace(r, expires_at=live_until))
+            for r in records
+        ]
         self.conn.executemany(_MAKE_STREAM, rows)
 
     def _append(self, appends: dict[str, list[Entry]], now: float) -> None:
