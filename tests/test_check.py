@@ -13,7 +13,7 @@ import pytest
 from proxy.config import ConfigError, interpolate, load_config
 from tests.support import ROOT
 
-SHIPPED = sorted((ROOT / "config").glob("*.yaml"))
+SHIPPED = sorted([*(ROOT / "config").glob("*.yaml"), *(ROOT / "config").glob("*.json")])
 
 
 def run_check(*files: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
