@@ -236,7 +236,12 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         servers={name: f"{base}{server.mcp_path}" for name, server in servers.items()},
     )
     if config.log.format == "console":
-        print(f"mcp-resume-proxy {__version__} serving {url}", file=sys.stderr, flush=True)
+        where = (
+            url
+            if only is not None
+            else ", ".join(f"{name} at {base}{server.mcp_path}" for name, server in servers.items())
+        )
+        print(f"mcp-resume-proxy {__version__} serving {where}", file=sys.stderr, flush=True)
     if ready is not None:
         ready.set()
     try:
