@@ -14,12 +14,18 @@ path.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
 
-from proxy.config_rules import ConfigError, NonNegative, Positive, convert, interpolated
+from proxy.config_rules import (
+    ConfigError,
+    NonNegative,
+    Positive,
+    convert,
+    interpolated,
+    read_text,
+)
 from proxy.downstream.jwks import (
     ASYMMETRIC_ALGORITHMS,
     JwksError,
@@ -139,10 +145,9 @@ def load_tokens(auth: AuthConfig) -> list[tuple[str, str]]:
 
 def _read_tokens_file(path: str) -> list[_FileToken]:
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise ConfigError(f"auth.tokens_file: cannot read {path}: {why}") from None
+        text = read_text(path)
+    except ValueError as exc:
+        raise ConfigError(f"auth.tokens_file: cannot read {path}: {exc}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -10,6 +10,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 
@@ -60,6 +61,17 @@ def _kept_for_start(path: str) -> bool:
     return parts == ["upstream", "headers"] or (
         len(parts) == 3 and parts[0] == "servers" and parts[2] == "headers"
     )
+
+
+def read_text(path: str) -> str:
+    """The text of the file ``path``; ``ValueError`` saying why not, in a few words and
+    never quoting the file (it may hold secrets)."""
+    try:
+        return Path(path).read_text()
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(exc.strerror or type(exc).__name__) from None
 
 
 @dataclass(frozen=True)

@@ -390,3 +390,8 @@ async def run_proxy_on(
     finally:
         code = await stop_proxy(proc)
         assert code == 0, f"proxy exited {code}:\n{tail(log_path)}"
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The ``Authorization`` header presenting ``token`` (inbound auth)."""
+    return {"Authorization": f"Bearer {token}"}

@@ -12,16 +12,12 @@ import pytest
 
 from tests.modern.client import Modern
 from tests.modern.test_facade import SERVER
-from tests.support import initialize_request, run_proxy
+from tests.support import bearer, initialize_request, run_proxy
 
 ALICE = "alice-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef00"
 AUTH = {"tokens": [{"token": ALICE, "principal": "alice"}, {"token": BOB, "principal": "bob"}]}
 ACCEPT = {"Accept": "application/json, text/event-stream"}
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.mark.parametrize("credentials", [None, "wrong-token-0123456789"])

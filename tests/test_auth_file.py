@@ -19,17 +19,13 @@ from proxy.config_auth import AuthConfig, check_auth, load_tokens
 from proxy.config_rules import ConfigError, build, interpolated
 from proxy.downstream.auth import Authenticator
 from tests.downstream.sse_client import RawSession
-from tests.support import DEMO, ROOT, run_proxy_on
+from tests.support import DEMO, ROOT, bearer, run_proxy_on
 from tests.test_auth_jwt import Issuer
 
 ALICE = "alice-token-0123456789abcdef"
 DAVE = "dave-token-from-the-environment-0001"
 ERIN = "erin-token-written-in-the-file-0002"
 SECRET_IN_FILE = "this-token-must-never-be-quoted-0003"
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 async def test_tokens_from_a_file_with_interpolation(tmp_path: Path) -> None:

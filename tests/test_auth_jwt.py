@@ -33,6 +33,7 @@ from tests.downstream.sse_client import RawSession, messages
 from tests.support import (
     MCP_HEADERS,
     RunningProxy,
+    bearer,
     eventually,
     initialize_request,
     log_events,
@@ -126,10 +127,6 @@ def forged(alg: str, secret: bytes | None, kid: str, claims: dict[str, Any]) -> 
 
 def jwt_auth(**jwt_settings: Any) -> dict[str, Any]:
     return {"jwt": {"issuer": ISSUER, "audience": AUDIENCE, **jwt_settings}}
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 async def status_of(proxy: RunningProxy, token: str) -> int:

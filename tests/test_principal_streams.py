@@ -20,17 +20,13 @@ from typing import Any
 import aiohttp
 
 from tests.downstream.sse_client import RawSession, messages, read_events
-from tests.support import tool_call
+from tests.support import bearer, tool_call
 from tests.test_replicas import shared
 from tests.test_restart import Lives, Proxy, lives, progress_of, read_some
 
 ALICE = "alice-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef00"
 AUTH = {"tokens": [{"token": ALICE, "principal": "alice"}, {"token": BOB, "principal": "bob"}]}
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 @asynccontextmanager

@@ -16,17 +16,20 @@ import aiohttp
 from tests.downstream.sse_client import RawSession, messages
 from tests.e2e.node_tools import run_server_everything
 from tests.modern.client import TASKS, Modern
-from tests.support import MCP_HEADERS, initialize_request, log_events, run_proxy_on, tool_call
+from tests.support import (
+    MCP_HEADERS,
+    bearer,
+    initialize_request,
+    log_events,
+    run_proxy_on,
+    tool_call,
+)
 from tests.test_auth_jwt import AUDIENCE, ISSUER, an_issuer, bad_tokens
 
 HEADER_SECRET = "hdr-secret-4d1c8e0b9a7f"
 TOKEN_SECRET = "token-secret-with-some-length-7e2"
 STATIC_TOKEN = "static-token-9b3e51c07d2a"
 FILE_TOKEN = "file-token-from-env-58c1f0a2e6"
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 async def test_no_secret_reaches_the_logs(tmp_path: Path) -> None:

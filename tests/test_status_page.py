@@ -26,7 +26,7 @@ from proxy.downstream.status import render, safe_target
 from tests.downstream.sse_client import RawSession
 from tests.modern.client import TASKS, Modern
 from tests.modern.test_facade import SERVER
-from tests.support import DEADLINE_S, ROOT, RunningProxy, eventually, run_proxy, tool_call
+from tests.support import DEADLINE_S, ROOT, RunningProxy, bearer, eventually, run_proxy, tool_call
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_S = 90.0  # one page load and a screenshot; generous for a busy machine
@@ -231,10 +231,6 @@ async def test_status_needs_the_bearer_token_and_shows_principals_only(tmp_path:
         body = await get_json(s)
         assert {entry["principal"] for entry in body["sessions"]} == {"alice"}
         assert [task["principal"] for task in body["tasks"]] == ["alice"]
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 # --------------------------------------------------------------------------- Chromium

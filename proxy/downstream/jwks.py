@@ -23,7 +23,6 @@ import contextlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -33,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from yarl import URL
 
 from proxy.backoff import Backoff
+from proxy.config_rules import read_text
 
 log = structlog.get_logger("proxy.auth")
 
@@ -168,10 +168,9 @@ def read_jwks_file(path: str, algorithms: Iterable[str]) -> KeySet:
     """Every key of the JWKS file at ``path``; JwksError for a file that is unreadable,
     not a JWK Set, has a key that cannot serve, or no key at all."""
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise JwksError(f"cannot read {path}: {why}") from None
+        text = read_text(path)
+    except ValueError as exc:
+        raise JwksError(f"cannot read {path}: {exc}") from None
     try:
         document = json.loads(text)
     except ValueError:

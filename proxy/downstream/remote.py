@@ -88,25 +88,23 @@ class RemoteSessions:
             pass
 
     async def get(self, request: web.Request, session_id: str) -> web.StreamResponse:
-        owner = await self.replicas.owner_of(session_id)
-        get = {
-            "kind": "get",
-            "session": session_id,
-            "server": self.server,
-            "principal": principal_of(request),
-        }
-        reply = await self.replicas.forward(owner, get)
-        return await self._answer(request, session_id, reply)
+        return await self._forward_bare("get", request, session_id)
 
     async def delete(self, request: web.Request, session_id: str) -> web.StreamResponse:
+        return await self._forward_bare("delete", request, session_id)
+
+    async def _forward_bare(
+        self, kind: str, request: web.Request, session_id: str
+    ) -> web.StreamResponse:
+        """A request with no body (``get``, ``delete``) to the session's holder."""
         owner = await self.replicas.owner_of(session_id)
-        delete = {
-            "kind": "delete",
+        message = {
+            "kind": kind,
             "session": session_id,
             "server": self.server,
             "principal": principal_of(request),
         }
-        reply = await self.replicas.forward(owner, delete)
+        reply = await self.replicas.forward(owner, message)
         return await self._answer(request, session_id, reply)
 
     async def _answer(
