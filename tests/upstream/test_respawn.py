@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from tests.downstream.sse_client import RawSession, messages
-from tests.support import FIXTURE, log_events, run_proxy, tool_call
+from tests.support import FIXTURE, eventually, log_events, run_proxy, tool_call
 
 
 async def call(client: RawSession, rid: int, tool: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -93,3 +93,31 @@ async def test_a_command_that_fails_at_start_is_held_back(tmp_path: Path) -> Non
     assert (
         answers[1][0] == 502 and "not tried again" in json.loads(answers[1][1])["error"]["message"]
     )
+
+
+async def test_readyz_goes_red_on_a_crash_loop_and_green_once_it_recovers(tmp_path: Path) -> None:
+    upstream = {"restart_max": 1, "restart_window_seconds": 2}
+    async with (
+        run_proxy(tmp_path, FIXTURE, upstream=upstream) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.get(proxy.base + "/readyz") as resp:
+            assert resp.status == 200
+        client = RawSession(http, proxy.url)
+        await client.initialize()
+        await call(client, 2, "crash", {})
+        await call(client, 3, "crash", {})  # the second exit within the window: a loop
+        async with http.get(proxy.base + "/readyz") as resp:
+            assert resp.status == 503
+            assert "crash-looping" in (await resp.json())["reasons"][0]
+
+        async def ready() -> bool:
+            async with http.get(proxy.base + "/readyz") as resp:
+                return resp.status == 200
+
+        # Past the window the server is tried again (a probe starts it) and it works.
+        await eventually(ready, what="/readyz green again after the crash-loop window")
+        fresh = RawSession(http, proxy.url)
+        await fresh.initialize()
+        echoed = await call(fresh, 2, "echo", {"text": "back"})
+        assert echoed["result"]["content"][0]["text"] == "back"
