@@ -59,9 +59,16 @@ async def test_two_servers_side_by_side(tmp_path: Path) -> None:
         body = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
         async with http.post(b.url, json=body, headers=wrong) as resp:
             assert resp.status == 404
-        # With two servers there is no /mcp nor /ws: which would it be?
-        async with http.post(proxy.url, json=initialize_request(), headers=ACCEPT) as resp:
-            assert resp.status == 404
+        # With two servers there is no /mcp nor /ws (which would it be?), and a path that
+        # names no server says which there are.
+        for path in ("/mcp", "/ws", "/servers/c/mcp", "/servers/a/sse", "/servers/a"):
+            async with http.post(
+                proxy.base + path, json=initialize_request(), headers=ACCEPT
+            ) as resp:
+                assert resp.status == 404, path
+                error = (await resp.json())["error"]
+            assert error["data"]["reason"] == "unknown_server"
+            assert "/servers/a/mcp, /servers/b/mcp" in error["message"]
         # Over WebSocket too, at /servers/NAME/ws.
         ws_url = proxy.base.replace("http", "ws") + "/servers/b/ws"
         async with http.ws_connect(ws_url, protocols=("mcp",)) as ws:

@@ -122,6 +122,13 @@ class MethodNotAllowed(ProtocolError):
     reason = "method_not_allowed"
 
 
+class UnknownServer(ProtocolError):
+    """A path that names no configured server (or ``/mcp`` with several configured)."""
+
+    http_status = 404
+    reason = "unknown_server"
+
+
 class SessionNotFound(ProxyError):
     jsonrpc_code = SESSION_NOT_FOUND
     http_status = 404

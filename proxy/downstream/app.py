@@ -15,7 +15,7 @@ from aiohttp import web
 from proxy import __version__
 from proxy.config import Config
 from proxy.core import httprules
-from proxy.core.errors import ProxyError
+from proxy.core.errors import ProxyError, UnknownServer
 from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.auth import Authenticator
 from proxy.downstream.guard import BodyBudget
@@ -27,6 +27,7 @@ from proxy.downstream.wire import error_response
 from proxy.metrics import CONTENT_TYPE
 from proxy.readiness import Readiness
 from proxy.registry import Registry
+from proxy.servers import SERVERS_PREFIX
 
 log = structlog.get_logger("proxy.http")
 
@@ -98,6 +99,17 @@ async def _ready(request: web.Request) -> web.Response:
     return web.json_response(body, status=200 if ready else 503)
 
 
+def _unknown_server(registry: Registry) -> Probe:
+    known = ", ".join(server.mcp_path for server in registry.servers.values())
+
+    async def refuse(request: web.Request) -> web.Response:
+        error = UnknownServer(f"Not Found: {request.path} names no server; try {known}")
+        log.info("request_refused", path=request.path, status=404, reason=error.reason)
+        return error_response(error)
+
+    return refuse
+
+
 def _cors_for(
     config: Config, paths: set[str]
 ) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
@@ -143,6 +155,13 @@ def build_app(config: Config, registry: Registry) -> web.Application:
             app.router.add_route("*", config.listen.path, endpoint.handle)
             app.router.add_route("*", WS_PATH, sockets.handle)
     app[ENDPOINTS_KEY] = endpoints
+    # Paths that name no server get a JSON-RPC 404 saying which ones there are.
+    unknown = _unknown_server(registry)
+    if only is None:
+        app.router.add_route("*", config.listen.path, unknown)
+        app.router.add_route("*", WS_PATH, unknown)
+    app.router.add_route("*", SERVERS_PREFIX + "{name}", unknown)
+    app.router.add_route("*", SERVERS_PREFIX + "{name}/{rest:.*}", unknown)
     app.on_response_prepare.append(_cors_for(config, mcp_paths))
     pools = {n: e.modern.pool if e.modern is not None else None for n, e in endpoints.items()}
     app[READINESS_KEY] = Readiness(registry, pools)
