@@ -177,15 +177,22 @@ def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_check_names_the_file_and_the_key_of_each_auth_error(tmp_path: Path) -> None:
-    """Through ``mcp-resume-proxy check`` (proxy/config.py calls check_auth)."""
-    for i, (auth, start) in enumerate(_cases(tmp_path)):
+    """Through ``mcp-resume-proxy check`` (proxy/config.py calls check_auth): one run
+    over every case's file, one error line each."""
+    cases = list(_cases(tmp_path))
+    paths = []
+    for i, (auth, _) in enumerate(cases):
         path = tmp_path / f"bad-{i}.yaml"
         path.write_text(yaml.safe_dump({"upstream": {"command": ["x"]}, "auth": auth}))
-        done = run_cli("check", str(path))
-        assert done.returncode == 2, (auth, done.stdout, done.stderr)
-        assert done.stderr.startswith(f"{path}: {start}"), (auth, done.stderr)
-        assert all(part in done.stderr for part in _expected(auth, start)), done.stderr
-        assert SECRET_IN_FILE not in done.stderr
+        paths.append(path)
+    done = run_cli("check", *(str(path) for path in paths))
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.splitlines()
+    assert len(lines) == len(cases), done.stderr
+    for path, line, (auth, start) in zip(paths, lines, cases, strict=True):
+        assert line.startswith(f"{path}: {start}"), (auth, line)
+        assert all(part in line for part in _expected(auth, start)), line
+    assert SECRET_IN_FILE not in done.stderr
 
 
 def test_the_proxy_refuses_to_start_on_a_bad_jwks_file(tmp_path: Path) -> None:
