@@ -129,8 +129,9 @@ def resolve_config(args: argparse.Namespace) -> Config:
         raise ConfigError("give either a command after '--' or --upstream URL, not both")
     if config.servers and (command or url or args.header or args.transport):
         raise ConfigError(
-            "servers: the config file names its servers; a command after '--', --upstream, "
-            "--header and --transport are for one server without a file"
+            "servers: the config file names its servers; a command after '--', --upstream "
+            "(or MCP_RESUME_PROXY_UPSTREAM_URL), --header and --transport are for one "
+            "server without a file"
         )
     if command:  # the command line wins over a config file's upstream
         upstream = dataclasses.replace(config.upstream, command=command, url=None)
