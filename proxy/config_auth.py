@@ -89,6 +89,9 @@ class AuthConfig:
     tokens_file: str | None = None
     jwt: JwtConfig = field(default_factory=JwtConfig)
     per_principal: PrincipalLimits = field(default_factory=PrincipalLimits)
+    # The principals who may read what spans everyone (/status, /status.json, /metrics);
+    # others get 403. Empty: every authenticated principal may.
+    operators: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,14 @@ def check_auth(auth: AuthConfig) -> None:
             "auth.per_principal: limits per principal need authentication on "
             "(auth.tokens, auth.tokens_file or auth.jwt.jwks_file / jwks_url)"
         )
+    if auth.operators and not auth_enabled(auth):
+        raise ConfigError(
+            "auth.operators: operators are principals: they need authentication on "
+            "(auth.tokens, auth.tokens_file or auth.jwt.jwks_file / jwks_url)"
+        )
+    for i, name in enumerate(auth.operators):
+        if not name:
+            raise ConfigError(f"auth.operators[{i}]: name a principal")
 
 
 def auth_enabled(auth: AuthConfig) -> bool:

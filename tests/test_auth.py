@@ -155,3 +155,22 @@ async def test_resumes_and_polls_are_rate_limited_per_principal(tmp_path: Path) 
         async with http.post(proxy.url, json=call, headers=headers) as resp:
             assert resp.status == 200
             await resp.read()
+
+
+async def test_only_operators_read_what_spans_every_principal(tmp_path: Path) -> None:
+    auth = {**AUTH, "operators": ["bob"]}
+    async with run_proxy(tmp_path, SERVER, auth=auth) as proxy, aiohttp.ClientSession() as http:
+        for path in ("/status", "/status.json", "/metrics"):
+            async with http.get(proxy.base + path, headers=bearer(ALICE)) as resp:
+                assert resp.status == 403, path
+                assert (await resp.json())["error"]["data"]["reason"] == "forbidden"
+            async with http.get(proxy.base + path, headers=bearer(BOB)) as resp:
+                assert resp.status == 200, path
+        # Her own work is not an operator's page: alice still uses /mcp and /readyz.
+        async with http.get(proxy.base + "/readyz", headers=bearer(ALICE)) as resp:
+            assert resp.status == 200
+        async with http.post(
+            proxy.url, json=initialize_request(), headers={**ACCEPT, **bearer(ALICE)}
+        ) as resp:
+            assert resp.status == 200
+            await resp.read()

@@ -105,6 +105,13 @@ class ForbiddenOrigin(ProtocolError):
     reason = "forbidden_origin"
 
 
+class Forbidden(ProtocolError):
+    """An authenticated principal asks for what only ``auth.operators`` may read."""
+
+    http_status = 403
+    reason = "forbidden"
+
+
 class MisdirectedHost(ProtocolError):
     http_status = 421
     reason = "misdirected_host"

@@ -15,9 +15,9 @@ from aiohttp import web
 from proxy import __version__
 from proxy.config import Config
 from proxy.core import httprules
-from proxy.core.errors import ProxyError, UnknownServer
+from proxy.core.errors import Forbidden, ProxyError, UnknownServer
 from proxy.core.protocol import SESSION_HEADER
-from proxy.downstream.auth import Authenticator
+from proxy.downstream.auth import Authenticator, principal_of
 from proxy.downstream.guard import BodyBudget
 from proxy.downstream.http import StreamableHttp
 from proxy.downstream.keys import AUTH_KEY, ENDPOINTS_KEY, READINESS_KEY, REGISTRY_KEY
@@ -35,14 +35,19 @@ log = structlog.get_logger("proxy.http")
 Probe = Callable[[web.Request], Awaitable[web.Response]]
 
 
-def _host_checked(probe: Probe) -> Probe:
-    """``probe`` behind the Host and Origin checks of ``/mcp`` (DNS rebinding)."""
+def _host_checked(probe: Probe, operators_only: bool = False) -> Probe:
+    """``probe`` behind the Host and Origin checks of ``/mcp`` (DNS rebinding); for what
+    spans every principal (``operators_only``), also behind ``auth.operators``."""
 
     async def checked(request: web.Request) -> web.Response:
-        listen = request.app[REGISTRY_KEY].config.listen
+        config = request.app[REGISTRY_KEY].config
+        listen = config.listen
         try:
             httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
             httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
+            operators = config.auth.operators
+            if operators_only and operators and principal_of(request) not in operators:
+                raise Forbidden(f"Forbidden: {request.path} is for auth.operators")
         except ProxyError as exc:
             log.info(
                 "request_refused", path=request.path, status=exc.http_status, reason=exc.reason
@@ -166,8 +171,8 @@ def build_app(config: Config, registry: Registry) -> web.Application:
     pools = {n: e.modern.pool if e.modern is not None else None for n, e in endpoints.items()}
     app[READINESS_KEY] = Readiness(registry, pools)
     app.router.add_get("/healthz", _host_checked(_health))
-    app.router.add_get("/metrics", _host_checked(_metrics))
+    app.router.add_get("/metrics", _host_checked(_metrics, operators_only=True))
     app.router.add_get("/readyz", _host_checked(_ready))
-    app.router.add_get("/status", _host_checked(status_page))
-    app.router.add_get("/status.json", _host_checked(status_json))
+    app.router.add_get("/status", _host_checked(status_page, operators_only=True))
+    app.router.add_get("/status.json", _host_checked(status_json, operators_only=True))
     return app
