@@ -10,6 +10,8 @@ once, then all again) so that ratios can be taken pair by pair within a repetiti
 Then the memory and many-sessions phases (``bench/memory.py``), each on a fresh start,
 and, when a store contender runs, the resume phase (``bench/replicas.py``). The Redis
 server of the ``proxy+redis`` contenders is started once and stopped at the end.
+The upstream-alone figures come from ``bench/emission.py``, the commit and machine lines
+under the tables (and the ``--proxy-at`` copy) from ``bench/provenance.py``.
 See ``bench/README.md``.
 """
 
@@ -17,16 +19,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
-import platform
-import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +32,9 @@ import contenders as C
 import replicas
 import report
 import stores
-from contenders import BENCH, PYTHON, RAW, ROOT, SDK, Contender
+from contenders import BENCH, PYTHON, RAW, SDK, Contender
+from emission import EMIT_RAW, EMIT_SDK, stdio_emission
+from provenance import archive_proxy, code_version, machine_line
 from targets import modern_targets_table, store_targets_table, targets_table
 
 
@@ -83,8 +83,6 @@ def run_memory(
     return _phases(contender, "memory.py", args, 1800, sections, alone=alone)
 
 
-EMIT_SDK = "legacy_server.py"
-EMIT_RAW = "flood_server.py"
 NO_PHASES = ["--buffer-mb", "0", "--idle-sessions", "0", "--concurrent", "0"]
 
 
@@ -160,118 +158,6 @@ def http_upstream_sessions(n: int, quick: bool) -> dict[str, dict[str, Any]]:
             for p in run_memory(proxy, args, sections):
                 results.setdefault(proxy.name, {})[p["name"]] = p
     return results
-
-
-def stdio_emission(server: list[str], tool: str, n: int, size: int = 200) -> float:
-    """Notifications/s the upstream alone writes to a pipe (no HTTP, no proxy): its ceiling.
-
-    The reader spins on a non-blocking pipe and never sleeps. A reader that blocks lets
-    the CPUs go idle between lines, and the SDK server, which hands every line to a worker
-    thread and back (``anyio.wrap_file``: ``write``, then ``flush``), then pays a wake-up
-    from idle per hand-off: on this machine it writes ~3,200/s to a blocking reader and
-    ~8,900/s while anything else keeps a CPU busy (as a proxy relaying it does).
-    """
-    proc = subprocess.Popen(
-        server, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-
-        def send(msg: dict[str, Any]) -> None:
-            assert proc.stdin is not None
-            proc.stdin.write(json.dumps(msg).encode() + b"\n")
-            proc.stdin.flush()
-
-        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "b"}}
-        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
-        proc.stdout.readline()
-        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        fd = proc.stdout.fileno()
-        os.set_blocking(fd, False)
-        call = {"name": tool, "arguments": {"n": n, "size": size}, "_meta": {"progressToken": 1}}
-        t0 = time.perf_counter()
-        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
-        seen, tail, done = 0, b"", False
-        deadline = time.monotonic() + 120
-        while not done and time.monotonic() < deadline:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                break
-            *lines, tail = (tail + chunk).split(b"\n")
-            for line in lines:
-                if b"notifications/progress" in line:
-                    seen += 1
-                elif b'"id":2' in line.replace(b" ", b""):
-                    done = True
-        wall = time.perf_counter() - t0
-        if seen != n or not done:
-            raise RuntimeError(f"stdio emission of {server[-1]}: {seen} of {n} notifications")
-        return seen / wall
-    finally:
-        proc.stdin.close()
-        C.stop(proc)
-
-
-def machine_line(argv: list[str]) -> str:
-    model = "unknown CPU"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[0]
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return (
-        f"{now} · {code_version()} · nproc {os.cpu_count()} · {model} · "
-        f"load average at the end {load} · Python {platform.python_version()} · "
-        f"`{shlex.join(argv)}`"
-    )
-
-
-FROZEN_AT: list[str] = []  # the --proxy-at commit, once the copy is made
-
-
-def archive_proxy(commit: str, into: Path) -> None:
-    """``proxy/`` as of ``commit``, unpacked into ``into`` (``git archive``: read-only)."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", commit, "proxy"], cwd=ROOT, capture_output=True
-    )
-    resolved = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{commit}^{{commit}}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    if archive.returncode != 0:
-        sys.exit(f"git archive {commit}: {archive.stderr.decode(errors='replace').strip()}")
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    FROZEN_AT.append(resolved)  # HEAD may move during the run; this may not
-
-
-def code_version() -> str:
-    """The commit measured, the tree of ``proxy/`` in it, and whether ``proxy/`` had
-    uncommitted changes (read-only git queries). Commits may land during a long run: the
-    runner compares the ``proxy/`` tree at the start and at the end."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-        return done.stdout.strip()
-
-    frozen = os.environ.get(C.PROXY_SRC_ENV)
-    rev = FROZEN_AT[0] if frozen and FROZEN_AT else "HEAD"
-    try:
-        head = git("rev-parse", "--short", rev)
-        tree = git("rev-parse", "--short", f"{rev}:proxy")
-        dirty = "" if frozen else git("status", "--porcelain", "--", "proxy")
-    except OSError:
-        return "commit unknown"
-    more = " + uncommitted proxy/ changes" if dirty else ""
-    how = ", a copy: --proxy-at" if frozen else ""
-    return f"commit {head or 'unknown'} (proxy/ tree {tree or 'unknown'}{more}{how})"
 
 
 def main() -> None:
