@@ -8,11 +8,12 @@
         "remote": {"url": "https://example.com/mcp", "headers": {...}, "type": "http"}}}
 
 Each entry becomes ``servers.NAME``: ``command`` + ``args`` the stdio command, ``env`` and
-``cwd`` as they are; ``url`` and ``headers`` with ``type`` / ``transport`` (``stdio``,
-``sse``, ``http`` / ``streamable-http`` / ``streamableHttp``, ``ws`` / ``websocket``; none:
-by the URL). An entry with ``"disabled": true`` is left out; keys that only concern a
-host (``autoApprove``, ``description``, ``timeout`` ...) are ignored. Any other top-level
-key of the file is this proxy's own (``listen``, ``auth``, ...), so one file can hold both.
+``cwd`` as they are; ``url`` (or ``serverUrl``; ``httpUrl`` is Streamable HTTP) and
+``headers`` with ``type`` / ``transport`` (``stdio``, ``sse``, ``http`` /
+``streamable-http`` / ``streamableHttp``, ``ws`` / ``websocket``; none: by the URL).
+An entry with ``"disabled": true`` is left out; keys that only concern a host
+(``autoApprove``, ``description``, ``timeout`` ...) are ignored. Any other top-level key
+of the file is this proxy's own (``listen``, ``auth``, ...), so one file can hold both.
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ _HOST_ONLY = frozenset(
         "excludeTools",
     }
 )
-_OWN = frozenset({"command", "args", "env", "cwd", "url", "headers", "type", "transport"})
+_OWN = frozenset(
+    {"command", "args", "env", "cwd", "url", "headers", "type", "transport"}
+    | {"serverUrl", "httpUrl"}  # other hosts' names for url
+)
 
 
 def is_mcp_servers(data: Any) -> bool:
@@ -103,7 +107,14 @@ def _server(where: str, entry: dict[str, Any]) -> dict[str, Any]:
         server["command"] = [command, *args]
     elif "args" in entry:
         raise ConfigError(f"{where}.args: args without a command")
-    for key in ("url", "headers", "env", "cwd"):
+    urls = [key for key in ("url", "serverUrl", "httpUrl") if key in entry]
+    if len(urls) > 1:
+        raise ConfigError(f"{where}.{urls[1]}: give one of url, serverUrl, httpUrl")
+    if urls:
+        server["url"] = entry[urls[0]]
+        if urls[0] == "httpUrl" and kind is None:
+            server["transport"] = "streamable-http"
+    for key in ("headers", "env", "cwd"):
         if key in entry:
             server[key] = entry[key]
     return server

@@ -188,6 +188,20 @@ async def test_mcp_servers_file_as_desktop_hosts_write_it(
         )
     )
     monkeypatch.setenv("NOTE", "from the environment")
+    other_hosts = tmp_path / "other.json"
+    other_hosts.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "a": {"serverUrl": "https://a.example/mcp"},
+                    "b": {"httpUrl": "https://b.example/stream"},
+                    "c": {"url": "https://c.example/sse"},
+                }
+            }
+        )
+    )
+    kinds = {name: s.kind for name, s in load_config(other_hosts).servers.items()}
+    assert kinds == {"a": "streamable-http", "b": "streamable-http", "c": "sse"}
     config = load_config(file)
     assert list(config.servers) == ["fixture", "demo"]
     assert config.servers["fixture"].command == FIXTURE
