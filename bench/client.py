@@ -101,9 +101,12 @@ class McpSession:
         on_notification: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         body = self.call_body(tool, args, token)
-        async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
+        async with self.http.post(self.url, json=body, headers=self.call_headers(tool)) as resp:
             resp.raise_for_status()
             return await self._response(resp, body["id"], on_notification)
+
+    def call_headers(self, tool: str) -> dict[str, str]:
+        return self.headers()
 
     async def _response(
         self,
@@ -152,6 +155,9 @@ class ModernSession(McpSession):
         params = {"name": tool, "arguments": args, "_meta": meta}
         return {"jsonrpc": "2.0", "id": next(self._ids), "method": "tools/call", "params": params}
 
+    def call_headers(self, tool: str) -> dict[str, str]:
+        return self.headers() | {"Mcp-Method": "tools/call", "Mcp-Name": tool}
+
     async def call(
         self,
         tool: str,
@@ -160,12 +166,8 @@ class ModernSession(McpSession):
         token: int | None = None,
         on_notification: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
-        body = self.call_body(tool, args, token)
-        headers = self.headers() | {"Mcp-Method": "tools/call", "Mcp-Name": tool}
-        async with self.http.post(self.url, json=body, headers=headers) as resp:
-            resp.raise_for_status()
-            msg = await self._response(resp, body["id"], on_notification)
-        if "error" in msg:
+        msg = await super().call(tool, args, token=token, on_notification=on_notification)
+        if "error" in msg:  # a JSON answer (the SSE path raises by itself)
             raise RuntimeError(f"JSON-RPC error: {msg['error']}")
         return msg
 

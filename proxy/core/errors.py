@@ -105,6 +105,13 @@ class ForbiddenOrigin(ProtocolError):
     reason = "forbidden_origin"
 
 
+class Unauthorized(ProtocolError):
+    """No valid bearer credential (inbound auth): ``401`` with ``WWW-Authenticate``."""
+
+    http_status = 401
+    reason = "unauthorized"
+
+
 class Forbidden(ProtocolError):
     """An authenticated principal asks for what only ``auth.operators`` may read."""
 

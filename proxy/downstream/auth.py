@@ -31,11 +31,12 @@ from proxy.config_auth import (
     JwtConfig,
     auth_enabled,
     describe_sources,
+    jwt_enabled,
     load_jwks_file,
     load_tokens,
 )
 from proxy.config_rules import ConfigError
-from proxy.core.errors import ProxyError, RateLimited
+from proxy.core.errors import RateLimited, Unauthorized
 from proxy.core.ratelimit import RateLimiter
 from proxy.downstream.jwks import JwksUrl, KeySet
 from proxy.downstream.wire import error_response
@@ -46,12 +47,6 @@ PRINCIPAL = "mcp_resume_proxy.principal"
 _AUTHENTICATOR = "mcp_resume_proxy.authenticator"  # on a request it let through
 _OPEN = frozenset({"/healthz"})
 CHALLENGE = 'Bearer realm="mcp-resume-proxy"'
-
-
-class Unauthorized(ProxyError):
-    jsonrpc_code = -32600
-    http_status = 401
-    reason = "unauthorized"
 
 
 class InvalidToken(Exception):
@@ -176,17 +171,12 @@ class Authenticator:
         self.settings = settings
         # Those of auth.tokens now; start() adds auth.tokens_file's.
         self._tokens = [(t.token.encode(), t.principal) for t in settings.tokens]
-        self.jwt: JwtVerifier | None = None
-        if settings.jwt.jwks_file or settings.jwt.jwks_url:
-            self.jwt = JwtVerifier(settings.jwt)
+        self.jwt = JwtVerifier(settings.jwt) if jwt_enabled(settings.jwt) else None
+        # On when anything is configured, even a tokens file that turns out empty or a
+        # JWKS URL not fetched yet: then every request is refused, never let through.
+        self.enabled = auth_enabled(settings)
         per_minute = settings.per_principal.resumes_per_minute
         self._resumes = RateLimiter(per_minute) if per_minute else None
-
-    @property
-    def enabled(self) -> bool:
-        """On when anything is configured, even a tokens file that turns out empty or a
-        JWKS URL not fetched yet: then every request is refused, never let through."""
-        return auth_enabled(self.settings)
 
     async def start(self, app: web.Application | None = None) -> None:
         """Load what authentication needs before the first request: the tokens file, the

@@ -25,12 +25,14 @@ from urllib.parse import urlsplit, urlunsplit
 from aiohttp import web
 
 from proxy import __version__
+from proxy.core.session_state import STANDALONE
 from proxy.downstream.keys import ENDPOINTS_KEY, REGISTRY_KEY
 from proxy.registry import Registry
 
 if TYPE_CHECKING:
     from proxy.core.session import Session
     from proxy.core.session_state import StreamSlot
+    from proxy.downstream.http import StreamableHttp
     from proxy.modern.endpoint import ModernFacade
     from proxy.runtime import SessionRunner
     from proxy.servers import Server
@@ -39,12 +41,13 @@ REFRESH_SECONDS = 5
 ID_PREFIX = 8  # as in the logs: enough to tell sessions apart, too little to take one over
 SESSIONS_SHOWN = 500
 STREAMS_SHOWN = 20  # per session: the standalone and live ones first, then the newest
-STANDALONE = 0  # the session's GET stream (proxy.core.session_state.STANDALONE)
 
 
 # What this page reads of objects it does not own: every such read is here, so that a
 # change of those objects is met in one place.
-def _registry_and_endpoints(app: web.Application) -> tuple[Registry, dict[str, Any]]:
+def _registry_and_endpoints(
+    app: web.Application,
+) -> tuple[Registry, dict[str, StreamableHttp]]:
     """The app's registry and its endpoints by server name."""
     return app[REGISTRY_KEY], app[ENDPOINTS_KEY]
 
@@ -57,8 +60,9 @@ def _server_health(server: Server) -> dict[str, Any]:  # state, last_error, rest
     return dict(server.health_dict())
 
 
-def _modern_of(endpoints: dict[str, Any], name: str) -> ModernFacade | None:
-    return getattr(endpoints.get(name), "modern", None)  # a StreamableHttp's
+def _modern_of(endpoints: dict[str, StreamableHttp], name: str) -> ModernFacade | None:
+    endpoint = endpoints.get(name)
+    return endpoint.modern if endpoint is not None else None
 
 
 def _target(server: Server) -> str:
@@ -76,12 +80,6 @@ def _server_name(runner: SessionRunner) -> str:
 def _streams(session: Session) -> list[StreamSlot]:
     """The session's streams, oldest first (the table is in creation order)."""
     return list(session._streams.values())
-
-
-def _created_at(thing: Session | StreamSlot) -> float | None:
-    """When it was created, on the loop's clock, if it says (else its age is unknown)."""
-    created = getattr(thing, "created_at", None)
-    return float(created) if isinstance(created, int | float) else None
 
 
 def _running_tasks(modern: ModernFacade) -> Iterable[tuple[str, dict[str, Any]]]:
@@ -133,18 +131,17 @@ def _upstream_entry(server: Server, modern: ModernFacade | None) -> dict[str, An
 def _session_entry(runner: SessionRunner, now: float) -> dict[str, Any]:
     session = runner.session
     streams = _streams(session)
-    born = _created_at(session)
     return {
         "id": runner.session_id[:ID_PREFIX],
         "upstream": _server_name(runner),
         "principal": runner.principal,
-        "age_seconds": _age(now, born),
+        "age_seconds": _age(now, session.created_at),
         "connections": runner.open_connections,
         "closed": session.closed,  # the upstream is gone; finished streams stay resumable
         "paused": session.upstream_paused,  # overflow: block holds the server back
         "buffered_bytes": sum(s.log.bytes for s in streams),
         "streams_total": len(streams),
-        "streams": [_stream_entry(s, now, born) for s in _shown(streams)],
+        "streams": [_stream_entry(s, now) for s in _shown(streams)],
     }
 
 
@@ -160,17 +157,14 @@ def _shown(streams: list[StreamSlot]) -> list[StreamSlot]:
     return sorted(kept, key=lambda s: s.number)
 
 
-def _stream_entry(stream: StreamSlot, now: float, session_born: float | None) -> dict[str, Any]:
-    born = _created_at(stream)
-    if born is None and stream.number == STANDALONE:  # it is as old as its session
-        born = session_born
+def _stream_entry(stream: StreamSlot, now: float) -> dict[str, Any]:
     return {
         "id": stream.number,
         "state": stream.state.value,
         "attached": stream.conn is not None,
         "buffered_bytes": stream.log.bytes,
         "events": len(stream.log),
-        "age_seconds": _age(now, born),
+        "age_seconds": _age(now, stream.created_at),
     }
 
 

@@ -13,7 +13,7 @@ import re
 import shlex
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -57,34 +57,45 @@ def _installed_version() -> str | None:
     return package_version(CONFORMANCE_PACKAGE)
 
 
-def ensure_conformance_cli() -> Path:
-    """Return the conformance CLI wrapper, running the install script first if needed.
+def install_once(installed: Callable[[], bool]) -> None:
+    """Run the install script unless ``installed()`` already holds.
 
-    Safe to call from parallel test processes: installs are serialised by a file lock.
+    Safe to call from parallel test processes: installs are serialised by a file lock
+    (the same lock for every suite version the script installs).
     """
-    if CONFORMANCE_CLI.is_file() and _installed_version() == CONFORMANCE_VERSION:
-        return CONFORMANCE_CLI
+    if installed():
+        return
     TOOLS_DIR.mkdir(exist_ok=True)
     with (TOOLS_DIR / ".install.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (CONFORMANCE_CLI.is_file() and _installed_version() == CONFORMANCE_VERSION):
-            try:
-                done = subprocess.run(
-                    ["bash", str(INSTALL_SCRIPT)],
-                    cwd=REPO_ROOT,
-                    capture_output=True,
-                    text=True,
-                    timeout=INSTALL_TIMEOUT_S,
-                    check=False,
-                )
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise ConformanceToolsError(f"{INSTALL_SCRIPT} could not run: {exc}") from exc
-            if done.returncode != 0:
-                raise ConformanceToolsError(
-                    f"{INSTALL_SCRIPT} exited {done.returncode}\n"
-                    f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-                )
-    if _installed_version() != CONFORMANCE_VERSION or not CONFORMANCE_CLI.is_file():
+        if installed():
+            return
+        try:
+            done = subprocess.run(
+                ["bash", str(INSTALL_SCRIPT)],
+                cwd=REPO_ROOT,
+                capture_output=True,
+                text=True,
+                timeout=INSTALL_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ConformanceToolsError(f"{INSTALL_SCRIPT} could not run: {exc}") from exc
+        if done.returncode != 0:
+            raise ConformanceToolsError(
+                f"{INSTALL_SCRIPT} exited {done.returncode}\n"
+                f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+            )
+
+
+def _installed() -> bool:
+    return CONFORMANCE_CLI.is_file() and _installed_version() == CONFORMANCE_VERSION
+
+
+def ensure_conformance_cli() -> Path:
+    """Return the conformance CLI wrapper, running the install script first if needed."""
+    install_once(_installed)
+    if not _installed():
         raise ConformanceToolsError(
             f"expected @modelcontextprotocol/conformance {CONFORMANCE_VERSION} in {TOOLS_DIR}, "
             f"found {_installed_version()}"

@@ -30,7 +30,6 @@ is not validated as the method's core result type).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -43,13 +42,12 @@ from typing import Final
 
 from .suite import (
     ANSI,
-    INSTALL_SCRIPT,
-    INSTALL_TIMEOUT_S,
     REPO_ROOT,
     RESULT_DIR,
     TOOLS_DIR,
     Check,
     ConformanceToolsError,
+    install_once,
     package_version,
 )
 
@@ -134,33 +132,9 @@ def _installed() -> bool:
 
 
 def ensure_cli() -> Path:
-    """Return ``.tools/bin/conformance-next``, running the install script first if needed.
-
-    Safe from parallel test processes: installs are serialised by the same file lock as
-    ``suite.ensure_conformance_cli``.
-    """
-    if _installed():
-        return CLI
-    TOOLS_DIR.mkdir(exist_ok=True)
-    with (TOOLS_DIR / ".install.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _installed():
-            try:
-                done = subprocess.run(
-                    ["bash", str(INSTALL_SCRIPT)],
-                    cwd=REPO_ROOT,
-                    capture_output=True,
-                    text=True,
-                    timeout=INSTALL_TIMEOUT_S,
-                    check=False,
-                )
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise ConformanceToolsError(f"{INSTALL_SCRIPT} could not run: {exc}") from exc
-            if done.returncode != 0:
-                raise ConformanceToolsError(
-                    f"{INSTALL_SCRIPT} exited {done.returncode}\n"
-                    f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-                )
+    """Return ``.tools/bin/conformance-next``, running the install script first if needed
+    (``suite.install_once``: the same lock as ``suite.ensure_conformance_cli``)."""
+    install_once(_installed)
     if not _installed():
         raise ConformanceToolsError(
             f"expected @modelcontextprotocol/conformance {VERSION} (conformance-next) in "

@@ -38,12 +38,14 @@ class TargetStartError(RuntimeError):
     """The server under test did not come up."""
 
 
-def proxy_command() -> list[str]:
-    """``mcp-resume-proxy`` from this interpreter's environment, else ``python -m proxy``."""
+def proxy_command(*options: str) -> list[str]:
+    """``mcp-resume-proxy OPTIONS`` from this interpreter's environment (else ``python -m
+    proxy``) on a port the system picks, in front of the stdio fixture server."""
     script = Path(sys.executable).parent / "mcp-resume-proxy"
     launcher = [str(script)] if script.is_file() else [sys.executable, "-m", "proxy"]
     return [
         *launcher,
+        *options,
         "--host",
         HOST,
         "--port",

@@ -31,7 +31,6 @@ one parametrized here.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -49,7 +48,7 @@ from .suite_modern import (
     run_scenario,
     strip_ansi,
 )
-from .targets import FIXTURE_SERVER, HOST, TargetStartError, http_server_process
+from .targets import TargetStartError, http_server_process, proxy_command
 
 MODERN_CONFIG: Final[dict[str, Any]] = {
     "modern": {"enabled": True},
@@ -67,24 +66,6 @@ def proxy_config() -> dict[str, Any]:
     return config
 
 
-def modern_proxy_command(config_path: Path) -> list[str]:
-    """``mcp-resume-proxy --config FILE`` on a port the system picks, in front of the fixture."""
-    script = Path(sys.executable).parent / "mcp-resume-proxy"
-    launcher = [str(script)] if script.is_file() else [sys.executable, "-m", "proxy"]
-    return [
-        *launcher,
-        "--config",
-        str(config_path),
-        "--host",
-        HOST,
-        "--port",
-        "0",
-        "--",
-        sys.executable,
-        str(FIXTURE_SERVER),
-    ]
-
-
 @pytest.fixture(scope="session")
 def conformance_next_cli() -> Path:
     try:
@@ -100,7 +81,9 @@ def modern_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     config_path = workdir / "proxy.yaml"
     config_path.write_text(yaml.safe_dump(proxy_config(), sort_keys=False))
     try:
-        with http_server_process(modern_proxy_command(config_path), workdir, "proxy") as url:
+        with http_server_process(
+            proxy_command("--config", str(config_path)), workdir, "proxy"
+        ) as url:
             yield url
     except TargetStartError as exc:
         pytest.fail(f"{exc}\n(log: {workdir / 'proxy.log'})", pytrace=False)
