@@ -20,9 +20,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from proxy.core.call import INTERNAL_ERROR, Call
+from proxy.core.call import TERMINAL as _CALL_TERMINAL
 from proxy.core.protocol import SERVER_ERROR
 
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
+TERMINAL = frozenset(status.value for status in _CALL_TERMINAL)
 _PRIVATE = ("owner", "principal", "era", "server", "expiresAt")
 
 
@@ -124,3 +126,37 @@ def orphaned(record: dict[str, Any], reason: str, message: str, now: float) -> d
         error={"code": SERVER_ERROR, "message": message, "data": {"reason": reason}},
     )
     return out
+
+
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+
+
+def refresh(record: dict[str, Any], call: Call, now: float) -> bool:
+    """Bring the record of ``call``'s task up to date with the call; True when a client of
+    the task would see the change (status, or how many questions), not progress alone."""
+    before = (record["status"], len(record.get("inputRequests") or {}))
+    status = call.status.value
+    record["status"] = status
+    record["lastUpdatedAt"] = iso(now)
+    for key in ("inputRequests", "result", "error"):
+        record.pop(key, None)
+    if call.status_message:
+        record["statusMessage"] = call.status_message
+    outcome = call.outcome or {}
+    if status == "input_required":
+        record["inputRequests"] = call.input_requests()
+    elif status == "completed":
+        result = dict(outcome.get("result") or {})
+        if record["era"] == "modern":
+            result.setdefault("resultType", "complete")
+            meta = result.get("_meta")
+            if isinstance(meta, dict) and RELATED_TASK in meta:  # a legacy server's own
+                rest = {k: v for k, v in meta.items() if k != RELATED_TASK}
+                if rest:
+                    result["_meta"] = rest
+                else:
+                    del result["_meta"]
+        record["result"] = result
+    elif status == "failed":
+        record["error"] = outcome.get("error") or {"code": INTERNAL_ERROR, "message": "failed"}
+    return (record["status"], len(record.get("inputRequests") or {})) != before or call.done

@@ -12,13 +12,10 @@ for a remote server) and runs every modern request on one of them:
   state of one request (a stdio server's globals, its working directory's files) is seen
   by another, at the cost of a start per request.
 
-A request stays on its session until it is answered. What the server sends is routed to
-the call it belongs to (DESIGN.md §5): a response by id; progress by the progress token
-(rewritten to the upstream id); over Streamable HTTP, what came on a request's response
-stream to that request, and what came on the session's GET stream to none; over stdio,
-HTTP+SSE and WebSocket, a server→client request or log message to the only call in
-flight. A request nobody can be told the owner of is refused (the server gets an
-error). List-changed and resource-updated
+A request stays on its session until it is answered. Which call what the server sends
+belongs to, and how ids and progress tokens are rewritten, is the session's
+:class:`~proxy.core.calltable.CallTable`'s to decide (DESIGN.md §5); a
+:class:`PooledSession` carries out its commands. List-changed and resource-updated
 notifications go to the listeners (:mod:`proxy.modern.listen`).
 """
 
@@ -30,17 +27,33 @@ import itertools
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 import structlog
 
 from proxy import __version__
 from proxy.config import Config
-from proxy.core import jsonrpc
+from proxy.core.calltable import (
+    AskServer,
+    AwaitAnswer,
+    BeginCall,
+    Broadcast,
+    CallChanged,
+    CallReleased,
+    CallTable,
+    FailCall,
+    Idle,
+    OwnAnswer,
+    ServerMessage,
+    SessionLost,
+    TableCommand,
+    TableEvent,
+)
 from proxy.core.errors import ProxyError, UpstreamStartFailed
-from proxy.core.jsonrpc import Kind, Message
+from proxy.core.events import SendUpstream
+from proxy.core.jsonrpc import Message
 from proxy.metrics import Metrics
-from proxy.modern.call import ASKING, INPUT_METHODS, Call
+from proxy.modern.call import CallRun
 from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import Upstream, UpstreamHealth
 
@@ -49,14 +62,6 @@ log = structlog.get_logger("proxy.modern")
 INIT_TIMEOUT_SECONDS = 30.0
 SETTLE_SECONDS = 0.05
 UPSTREAM_VERSION = "2025-11-25"  # what the proxy asks a legacy server for
-BROADCAST = frozenset(
-    {
-        "notifications/tools/list_changed",
-        "notifications/prompts/list_changed",
-        "notifications/resources/list_changed",
-        "notifications/resources/updated",
-    }
-)
 
 
 class PooledSession:
@@ -74,8 +79,8 @@ class PooledSession:
             health=pool.health,
         )
         self.upstream: Upstream = open_upstream(context)
-        self._ids = itertools.count(1)
-        self.calls: dict[int, Call] = {}
+        self.table = CallTable(tied_by_stream=pool.ties_by_stream)
+        self.runs: dict[Any, CallRun] = {}  # by their Call
         self._waiting: dict[int, asyncio.Future[Message]] = {}  # the proxy's own requests
         self.init_result: dict[str, Any] = {}
         self.closed: str | None = None
@@ -83,12 +88,12 @@ class PooledSession:
 
     @property
     def busy(self) -> int:
-        return len(self.calls)
+        return len(self.table)
 
     @property
     def asking(self) -> int:
         """Calls in flight that may make the server ask the client something."""
-        return sum(1 for call in self.calls.values() if call.exclusive)
+        return self.table.asking
 
     async def start(self) -> None:
         # Its tasks keep this context: a pooled session serves everyone, so its lines
@@ -117,7 +122,7 @@ class PooledSession:
                 f"the MCP server refused initialize: {answer.raw.get('error')}"
             )
         self.init_result = answer.raw["result"]
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        self.upstream.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
         # Servers often ask something as soon as they are initialized (roots/list, say).
         # On stdio nothing would tell that from a question of the first call, so the
         # session is handed out only once such questions are in (and refused): after a
@@ -128,10 +133,10 @@ class PooledSession:
 
     async def ask(self, method: str, params: dict[str, Any], timeout: float) -> Message:
         """A request of the proxy's own (initialize, resources/subscribe): its answer."""
-        request_id = next(self._ids)
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._waiting[request_id] = future
-        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        commands = self.table.handle(AskServer(method, params))
+        request_id = next(c.request_id for c in commands if isinstance(c, AwaitAnswer))
+        self._execute(commands)
+        future = self._waiting[request_id]
         try:
             async with asyncio.timeout(timeout):
                 return await future
@@ -142,100 +147,69 @@ class PooledSession:
         finally:
             self._waiting.pop(request_id, None)
 
-    def begin(self, call: Call, params: dict[str, Any]) -> None:
-        """Send ``call``'s request; it is pinned here until it is answered."""
-        if self.closed is not None:
-            call.upstream_lost(f"the MCP server session ended: {self.closed}")
-            return
-        request_id = next(self._ids)
-        call.session = self
-        call.upstream_id = request_id
-        self.calls[request_id] = call
-        if call.client.progress_token is not None:
-            meta = dict(params.get("_meta") or {})
-            meta["progressToken"] = request_id  # unique on this session; mapped back
-            params = {**params, "_meta": meta}
-        self.send({"jsonrpc": "2.0", "id": request_id, "method": call.method, "params": params})
+    def begin(self, run: CallRun, params: dict[str, Any]) -> None:
+        """Send ``run``'s request; it is pinned here until it is answered."""
+        self.runs[run.call] = run
+        run.carrier = self
+        self._execute(self.table.handle(BeginCall(run.call, params)))
 
-    def forget(self, request_id: int) -> None:
-        self.calls.pop(request_id, None)
-        if not self.calls:
-            self.idle_since = time.monotonic()
-            self.pool.idle(self)
+    def deliver(self, event: TableEvent) -> None:
+        """A client's move on a call running here (answer, refusal, cancel, fail)."""
+        self._execute(self.table.handle(event))
 
-    def send(self, message: dict[str, Any]) -> None:
-        if self.closed is None:
-            self.upstream.send(jsonrpc.encode(message))
-
-    def respond_error(self, request_id: Any, code: int, message: str) -> None:
-        self.send(jsonrpc.error_response(request_id, code, message))
+    def _execute(self, commands: list[TableCommand]) -> None:
+        for command in commands:
+            match command:
+                case SendUpstream(payload):
+                    if self.closed is None:
+                        self.upstream.send(payload)
+                case CallChanged(call):
+                    run = self.runs.get(call)
+                    if run is not None:
+                        run.signal()
+                case CallReleased(call):
+                    self.runs.pop(call, None)
+                case Idle():
+                    self.idle_since = time.monotonic()
+                    self.pool.idle(self)
+                case AwaitAnswer(request_id):
+                    future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+                    self._waiting[request_id] = future
+                case OwnAnswer(request_id, msg):
+                    waiting = self._waiting.get(request_id)
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(msg)
+                case Broadcast(msg):
+                    self.pool.broadcast(msg)
+                case _:
+                    assert_never(command)
 
     # ------------------------------------------------------------------ from the server
     def _on_message(self, msg: Message, origin: int | None) -> None:
-        if msg.kind is Kind.RESPONSE:
-            waiting = self._waiting.get(msg.id) if isinstance(msg.id, int) else None
-            if waiting is not None:
-                if not waiting.done():
-                    waiting.set_result(msg)
-                return
-            call = self.calls.get(msg.id) if isinstance(msg.id, int) else None
-            if call is not None:
-                call.upstream_response(msg)
-            return
-        method = msg.method or ""
-        if msg.kind is Kind.REQUEST:
-            if method == "ping":
-                self.send(jsonrpc.ok_response(msg.id, {}))
-                return
-            call = self._owner(origin)
-            if method not in INPUT_METHODS:
-                self.respond_error(msg.id, -32601, f"Method not found: {method}")
-            elif call is None:
-                self.respond_error(
-                    msg.id,
-                    -32603,
-                    "mcp-resume-proxy: no single request in flight that this belongs to",
-                )
-            else:
-                call.upstream_request(msg)
-            return
-        if method in BROADCAST:
-            self.pool.broadcast(msg)
-            return
-        if method == "notifications/progress":
-            token = msg.params.get("progressToken")
-            call = self.calls.get(token) if isinstance(token, int) else None
-        else:
-            call = self._owner(origin)
-        if call is not None:
-            call.upstream_notification(msg)
-
-    def _owner(self, origin: int | None) -> Call | None:
-        if origin is not None:
-            return self.calls.get(origin)
-        if self.pool.ties_by_stream:
-            return None  # over Streamable HTTP, what is a call's came on its stream
-        if len(self.calls) == 1:
-            return next(iter(self.calls.values()))
-        asking = [call for call in self.calls.values() if call.method in ASKING]
-        return asking[0] if len(asking) == 1 else None  # a list cannot have asked
+        self._execute(self.table.handle(ServerMessage(msg, origin)))
 
     def _on_closed(self, reason: str) -> None:
         if self.closed is not None:
             return
-        self.closed = reason
         log.warning("pool_session_closed", session=self.label, reason=reason)
+        self._close(reason)
+        self.pool.lost(self)
+
+    def _close(self, reason: str) -> None:
+        """No more traffic here: the proxy's own requests and every call on it fail."""
+        self.closed = reason
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(UpstreamStartFailed(f"the MCP server went away: {reason}"))
-        for call in list(self.calls.values()):
-            call.upstream_lost(f"the MCP server session ended: {reason}")
-        self.calls.clear()
-        self.pool.lost(self)
+        self._execute(self.table.handle(SessionLost(reason)))
+
+    def fail_calls(self, error: dict[str, Any]) -> None:
+        for call in self.table.calls():
+            self.deliver(FailCall(call, error))
 
     async def stop(self) -> None:
         if self.closed is None:
-            self.closed = "stopped by the proxy"
+            self._close("stopped by the proxy")
         with contextlib.suppress(Exception):
             await self.upstream.stop()
 
@@ -414,14 +388,13 @@ class UpstreamPool:
             pass
         sessions, self.sessions = self.sessions, []
         for session in sessions:
-            for call in list(session.calls.values()):
-                call.fail(
-                    {
-                        "code": -32000,
-                        "message": "the proxy is shutting down",
-                        "data": {"reason": "proxy_shutdown"},
-                    }
-                )
+            session.fail_calls(
+                {
+                    "code": -32000,
+                    "message": "the proxy is shutting down",
+                    "data": {"reason": "proxy_shutdown"},
+                }
+            )
         await asyncio.gather(*(s.stop() for s in sessions), return_exceptions=True)
         if self._owned:
             await asyncio.gather(*self._owned, return_exceptions=True)
