@@ -160,3 +160,16 @@ def refresh(record: dict[str, Any], call: Call, now: float) -> bool:
     elif status == "failed":
         record["error"] = outcome.get("error") or {"code": INTERNAL_ERROR, "message": "failed"}
     return (record["status"], len(record.get("inputRequests") or {})) != before or call.done
+
+
+def may_be_orphaned(record: dict[str, Any], owner: str) -> bool:
+    """A running task another replica (or an earlier process) owns: is its owner alive?"""
+    return record["status"] not in TERMINAL and record.get("owner") != owner
+
+
+def orphaned_by(record: dict[str, Any], *, shared: bool, now: float) -> dict[str, Any]:
+    """The record of a task whose owner is gone: with a shared store, a dead replica
+    (``owner_lost``); with a file, a restart of the proxy (``proxy_restarted``)."""
+    if shared:
+        return orphaned(record, "owner_lost", "the proxy replica running this task is gone", now)
+    return orphaned(record, "proxy_restarted", "the proxy restarted while this task ran", now)

@@ -4,8 +4,8 @@ A listener is one open ``subscriptions/listen`` response stream with its filter
 (``basic/patterns/subscriptions.mdx``). The upstream's ``list_changed`` and
 ``resources/updated`` notifications, from any pooled session, reach the listeners whose
 filter asks for them, tagged with ``_meta["io.modelcontextprotocol/subscriptionId"]``
-(the listen request's id). The same change reported by several pooled sessions (one
-server process each) within :data:`DEDUP_SECONDS` is delivered once.
+(the listen request's id). Which listener wants what, and the dedup of one change
+reported by several pooled sessions, are :mod:`proxy.core.subscriptions`' rules.
 
 Resource subscriptions are made upstream on the listeners' behalf: ``resources/subscribe``
 on every pooled session (and each new one) for the union of the URIs listeners name,
@@ -22,57 +22,26 @@ from typing import Any
 
 import structlog
 
-from proxy.core.era import META_SUBSCRIPTION
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Message
+from proxy.core.subscriptions import Dedup, Filter, tagged
 from proxy.modern.pool import PooledSession, UpstreamPool
 
 log = structlog.get_logger("proxy.modern")
 
-DEDUP_SECONDS = 0.25
 _MAX_QUEUED = 10_000
-_FLAGS = {
-    "notifications/tools/list_changed": "toolsListChanged",
-    "notifications/prompts/list_changed": "promptsListChanged",
-    "notifications/resources/list_changed": "resourcesListChanged",
-}
 _SUBSCRIBE_TIMEOUT = 10.0
 
 
 @dataclass(eq=False)
-class Listener:
-    subscription_id: Any
-    flags: set[str]
-    uris: set[str]
-    task_ids: set[str]
+class Listener(Filter):
+    """One open listen stream: its filter, and the queue its response is written from."""
+
     queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
 
     def push(self, method: str, params: dict[str, Any]) -> None:
-        if self.queue.qsize() >= _MAX_QUEUED:
-            return
-        meta = dict(params.get("_meta") or {})
-        meta[META_SUBSCRIPTION] = self.subscription_id
-        self.queue.put_nowait(
-            {"jsonrpc": "2.0", "method": method, "params": {**params, "_meta": meta}}
-        )
-
-
-def honoured(filter_: dict[str, Any], capabilities: dict[str, Any]) -> dict[str, Any]:
-    """The part of a filter the upstream can serve (what the acknowledgement lists)."""
-    out: dict[str, Any] = {}
-    for area, flag in (
-        ("tools", "toolsListChanged"),
-        ("prompts", "promptsListChanged"),
-        ("resources", "resourcesListChanged"),
-    ):
-        declared = capabilities.get(area)
-        if filter_.get(flag) is True and isinstance(declared, dict) and declared.get("listChanged"):
-            out[flag] = True
-    uris = filter_.get("resourceSubscriptions")
-    resources = capabilities.get("resources")
-    if isinstance(uris, list) and isinstance(resources, dict) and resources.get("subscribe"):
-        out["resourceSubscriptions"] = [u for u in uris if isinstance(u, str)]
-    return out
+        if self.queue.qsize() < _MAX_QUEUED:
+            self.queue.put_nowait(tagged(method, params, self.subscription_id))
 
 
 class Hub:
@@ -82,7 +51,7 @@ class Hub:
         self.pool = pool
         self.listeners: set[Listener] = set()
         self._uris: Counter[str] = Counter()
-        self._recent: dict[str, float] = {}
+        self._dedup = Dedup()
         pool.on_session = self._session_started
 
     def add(self, listener: Listener) -> None:
@@ -103,26 +72,17 @@ class Hub:
                 self._everywhere("resources/unsubscribe", uri)
 
     def publish(self, msg: Message) -> None:
-        key = msg.encoded()
-        now = time.monotonic()
-        key_text = key.decode(errors="replace")
-        if now - self._recent.get(key_text, -1e9) < DEDUP_SECONDS:
+        if not self._dedup.first(msg.encoded().decode(errors="replace"), time.monotonic()):
             return
-        self._recent[key_text] = now
-        if len(self._recent) > 1024:
-            self._recent = {k: t for k, t in self._recent.items() if now - t < DEDUP_SECONDS}
         method = msg.method or ""
         params = {k: v for k, v in msg.params.items() if k != "_meta"}
         for listener in list(self.listeners):
-            if method == "notifications/resources/updated":
-                if params.get("uri") in listener.uris:
-                    listener.push(method, params)
-            elif _FLAGS.get(method) in listener.flags:
+            if listener.wants(method, params):
                 listener.push(method, params)
 
     def publish_task(self, task: dict[str, Any]) -> None:
         for listener in list(self.listeners):
-            if task.get("taskId") in listener.task_ids:
+            if listener.wants("notifications/tasks", task):
                 listener.push("notifications/tasks", task)
 
     def close_all(self) -> None:

@@ -1,7 +1,7 @@
 """``subscriptions/listen``: change notifications for modern clients.
 
 One listen request: acknowledge the part of its filter the upstream can serve
-(:func:`proxy.modern.hub.honoured`), then stream what the filter asks for, from every
+(:func:`proxy.core.subscriptions.honoured`), then stream what the filter asks for, from every
 pooled session (:class:`proxy.modern.hub.Hub`), until the client leaves or the proxy shuts
 down (``basic/patterns/subscriptions.mdx``). With the Tasks extension, ``taskIds`` opt in
 to ``notifications/tasks`` for those tasks.
@@ -24,8 +24,9 @@ from proxy.core.era import (
     tasks_capability_missing,
 )
 from proxy.core.jsonrpc import Message
+from proxy.core.subscriptions import honoured
 from proxy.modern.context import ModernContext
-from proxy.modern.hub import Listener, honoured
+from proxy.modern.hub import Listener
 from proxy.modern.reply import Reply
 
 log = structlog.get_logger("proxy.modern")

@@ -33,6 +33,7 @@ import structlog
 
 from proxy import __version__
 from proxy.config import Config
+from proxy.core import pooling
 from proxy.core.calltable import (
     AskServer,
     AwaitAnswer,
@@ -286,25 +287,25 @@ class UpstreamPool:
             found = self._pick(exclusive)
             if found is not None:
                 return found
-            live = self.live_sessions()
-            limit = self.settings.max_size if exclusive else self.settings.size
-            if len(live) < limit:
+            live = len(self.live_sessions())
+            settings = self.settings
+            if pooling.may_grow(live, exclusive, size=settings.size, max_size=settings.max_size):
                 return await self._new()
-        live = self.live_sessions()
-        if not live:
+        live_sessions = self.live_sessions()
+        if not live_sessions:
             return await self._new()
-        return min(live, key=lambda s: (s.asking, s.busy))
+        return live_sessions[pooling.least_loaded(self._loads(live_sessions))]
 
     def _pick(self, exclusive: bool) -> PooledSession | None:
-        best: PooledSession | None = None
-        for session in self.sessions:
-            if session.closed is not None:
-                continue
-            if session.busy == 0:
-                return session
-            if exclusive and session.asking == 0 and (best is None or session.busy < best.busy):
-                best = session
-        return best
+        live = self.live_sessions()
+        index = pooling.pick(self._loads(live), exclusive)
+        return None if index is None else live[index]
+
+    def _loads(self, sessions: list[PooledSession]) -> list[pooling.Load]:
+        return [
+            pooling.Load(s.busy, s.asking, s.idle_since, held=s is self._listening)
+            for s in sessions
+        ]
 
     async def info(self) -> dict[str, Any]:
         """The upstream's InitializeResult (a session is started if none has been)."""
@@ -325,18 +326,14 @@ class UpstreamPool:
 
     def _reap_idle(self) -> None:
         self._reaper = None
-        now = time.monotonic()
-        live = [s for s in self.sessions if s.closed is None]
-        waiting = False
-        for session in live[1:]:  # one stays warm
-            if session.busy or session is self._listening:
-                continue
-            if now - session.idle_since >= self.settings.idle_seconds:
-                self.sessions.remove(session)
-                self._own(session.stop())
-            else:
-                waiting = True
-        if waiting:
+        live = self.live_sessions()
+        stop, later = pooling.to_reap(
+            self._loads(live), time.monotonic(), self.settings.idle_seconds
+        )
+        for index in stop:
+            self.sessions.remove(live[index])
+            self._own(live[index].stop())
+        if later:
             self.idle(live[0])
 
     async def hold_listening(self) -> None:

@@ -27,7 +27,14 @@ import structlog
 
 from proxy.config import TasksConfig
 from proxy.core.era import invalid_params
-from proxy.core.taskrecord import TERMINAL, detailed, new_record, orphaned, refresh
+from proxy.core.taskrecord import (
+    TERMINAL,
+    detailed,
+    may_be_orphaned,
+    new_record,
+    orphaned_by,
+    refresh,
+)
 from proxy.modern.call import CallRun
 from proxy.store.base import Store, StoreError
 
@@ -174,17 +181,10 @@ class TaskKeeper:
                 record = None
             if (
                 record is not None
-                and record["status"] not in TERMINAL
-                and record.get("owner") != self.owner
+                and may_be_orphaned(record, self.owner)
                 and not await self._owner_alive(record)
             ):
-                reason = "owner_lost" if self.shared else "proxy_restarted"
-                what = (
-                    "the proxy replica running this task is gone"
-                    if self.shared
-                    else "the proxy restarted while this task ran"
-                )
-                record = orphaned(record, reason, what, now)
+                record = orphaned_by(record, shared=self.shared, now=now)
                 await self._put_quietly(task_id, record)
         if (
             record is None
