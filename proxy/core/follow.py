@@ -136,3 +136,9 @@ class Follower:
             self._gathering = None
             return AskClient()
         return Wait(due - now)
+
+
+def needs_tasks(task_support: str | None, *, tasks_enabled: bool, client_tasks: bool) -> bool:
+    """A tool whose ``execution.taskSupport`` is ``required`` runs only as a task: a client
+    without the Tasks extension (or a proxy with tasks off) is refused it (-32021)."""
+    return task_support == "required" and not (tasks_enabled and client_tasks)

@@ -24,7 +24,6 @@ import structlog
 from aiohttp import web
 
 from proxy.core import follow, jsonrpc, reqstate
-from proxy.core.call import ASKING
 from proxy.core.era import (
     ModernRequest,
     check_param_headers,
@@ -37,6 +36,7 @@ from proxy.core.era import (
 from proxy.core.errors import BadRequest, Overloaded, ProxyError
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.modern_results import discover_result, final_answer, input_required_result, shaped
+from proxy.core.modern_routes import Route, route
 from proxy.core.taskrecord import created, detailed
 from proxy.modern.call import CallRun
 from proxy.modern.context import ModernContext
@@ -52,17 +52,6 @@ from proxy.servers import Server
 from proxy.store.base import StoreError
 
 log = structlog.get_logger("proxy.modern")
-
-_FORWARDED = frozenset(
-    {
-        "tools/list",
-        "prompts/list",
-        "resources/list",
-        "resources/templates/list",
-        "completion/complete",
-    }
-)
-_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 
 
 class ModernFacade:
@@ -167,23 +156,23 @@ class ModernFacade:
         reply: Reply,
     ) -> web.StreamResponse:
         method = msg.method or ""
-        if method == "server/discover":
-            return await reply.finish(jsonrpc.ok_response(msg.id, await self.discover()))
-        if method in _TASK_METHODS and self.tasks_enabled:
-            if not client.tasks:
-                raise tasks_capability_missing()
-            result = await self._task_request(method, msg.params, principal)
-            return await reply.finish(jsonrpc.ok_response(msg.id, result))
-        if method == "subscriptions/listen":
-            return await listen(self.context, reply, msg, client, principal)
-        if method in ASKING:
-            state = msg.params.get("requestState")
-            if state is not None:
+        match route(method, msg.params, tasks_enabled=self.tasks_enabled):
+            case Route.DISCOVER:
+                return await reply.finish(jsonrpc.ok_response(msg.id, await self.discover()))
+            case Route.TASK:
+                if not client.tasks:
+                    raise tasks_capability_missing()
+                result = await self._task_request(method, msg.params, principal)
+                return await reply.finish(jsonrpc.ok_response(msg.id, result))
+            case Route.LISTEN:
+                return await listen(self.context, reply, msg, client, principal)
+            case Route.RETRY:
+                state = msg.params["requestState"]
                 return await self._retry(msg, client, principal, state, reply)
-            return await self._start(msg, client, principal, headers, reply)
-        if method in _FORWARDED:
-            return await self._start(msg, client, principal, headers, reply)
-        raise method_not_found(method)
+            case Route.START:
+                return await self._start(msg, client, principal, headers, reply)
+            case Route.NOT_FOUND:
+                raise method_not_found(method)
 
     # ------------------------------------------------------------------ discovery
     async def discover(self) -> dict[str, Any]:
@@ -211,7 +200,10 @@ class ModernFacade:
                 if annotated:
                     check_param_headers(annotated, msg.params.get("arguments"), headers)
             run.call.task_support = task_support(tool)
-            if run.call.task_support == "required" and not (self.tasks_enabled and client.tasks):
+            tasks_enabled = self.tasks_enabled
+            if follow.needs_tasks(
+                run.call.task_support, tasks_enabled=tasks_enabled, client_tasks=client.tasks
+            ):
                 raise tasks_capability_missing()
         self.track(run)
         try:

@@ -203,3 +203,25 @@ def test_discover_and_input_required() -> None:
         },
         "requestState": "STATE",
     }
+
+
+def test_needs_tasks_only_for_required_tools_without_the_extension() -> None:
+    from proxy.core.follow import needs_tasks
+
+    assert needs_tasks("required", tasks_enabled=True, client_tasks=False)
+    assert needs_tasks("required", tasks_enabled=False, client_tasks=True)
+    assert not needs_tasks("required", tasks_enabled=True, client_tasks=True)
+    assert not needs_tasks("optional", tasks_enabled=False, client_tasks=False)
+
+
+def test_routes_by_method() -> None:
+    from proxy.core.modern_routes import Route, route
+
+    assert route("server/discover", {}, tasks_enabled=True) is Route.DISCOVER
+    assert route("tasks/get", {}, tasks_enabled=True) is Route.TASK
+    assert route("tasks/get", {}, tasks_enabled=False) is Route.NOT_FOUND
+    assert route("subscriptions/listen", {}, tasks_enabled=True) is Route.LISTEN
+    assert route("tools/call", {}, tasks_enabled=True) is Route.START
+    assert route("prompts/get", {"requestState": "s"}, tasks_enabled=True) is Route.RETRY
+    assert route("tools/list", {"requestState": "s"}, tasks_enabled=True) is Route.START
+    assert route("initialize", {}, tasks_enabled=True) is Route.NOT_FOUND
