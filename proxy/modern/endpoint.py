@@ -83,24 +83,25 @@ class ModernFacade:
         self.server = server
         self.config = config = server.config
         self.registry = registry
-        self.secret = registry.settings.token_secret
-        self.pool = UpstreamPool(config, server.health, registry.metrics, server.name)
+        context = registry.context  # the lead gives the facade a modern context of its own
+        self.secret = context.settings.token_secret
+        self.pool = UpstreamPool(config, server.health, context.metrics, server.name)
         self.hub = Hub(self.pool)
         self.tools = ToolIndex(self.pool)
         self.pool.on_broadcast = self._broadcast
         self.tasks_enabled = config.tasks.enabled
         self.tasks = TaskKeeper(
             config.tasks,
-            registry.store,
-            registry.owner,
-            shared=registry.store.shared,
+            context.store,
+            context.owner,
+            shared=context.store.shared,
             alive=self._alive,
-            forward=self._forward if registry.store.shared else None,
+            forward=self._forward if context.store.shared else None,
             publish=self.hub.publish_task,
             server=server.name,
         )
-        registry.task_services.append(self.tasks)
-        metrics = registry.metrics
+        context.task_services.append(self.tasks)
+        metrics = context.metrics
         name = server.name
         metrics.watch(metrics.tasks_running.labels(name), lambda: self.tasks.running)
         metrics.watch(metrics.modern_calls.labels(name), lambda: len(self.live))
@@ -126,11 +127,11 @@ class ModernFacade:
         self.hub.publish(msg)
 
     async def _alive(self, owner: str) -> bool:
-        replicas = self.registry.replicas
+        replicas = self.registry.context.replicas
         return replicas is not None and await replicas.owner_alive(owner)
 
     async def _forward(self, owner: str, message: dict[str, Any]) -> dict[str, Any]:
-        replicas = self.registry.replicas
+        replicas = self.registry.context.replicas
         if replicas is None:
             return {}
         return await replicas.forward(owner, message)
