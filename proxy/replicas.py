@@ -28,6 +28,16 @@ from typing import Any
 import structlog
 
 from proxy.core.errors import ProxyError, SessionNotFound
+from proxy.forwarding import (
+    Forwarded,
+    MalformedForward,
+    Refused,
+    Reply,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
+)
 from proxy.store.base import Store, StoreError
 from proxy.store.open import end_orphans
 
@@ -35,7 +45,8 @@ log = structlog.get_logger("proxy.replicas")
 
 FORWARD_TIMEOUT_SECONDS = 30.0
 
-Serve = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+# What the registry does with a request forwarded here (Registry.serve_forwarded).
+Serve = Callable[[Forwarded], Awaitable[Reply]]
 
 
 class OwnerUnreachable(ProxyError):
@@ -117,25 +128,34 @@ class Replicas:
         return record.owner
 
     # ------------------------------------------------------------------ forwarding
-    async def forward(self, owner: str, request: dict[str, Any]) -> dict[str, Any]:
+    async def forward(self, owner: str, request: Forwarded) -> Reply:
         """Send ``request`` to ``owner`` and wait for its reply."""
         number = next(self._ids)
         waiting: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._replies[number] = waiting
         try:
-            await self.store.send(owner, {**request, "id": number, "from": self.owner})
+            await self.store.send(
+                owner, {**encode_request(request), "id": number, "from": self.owner}
+            )
             async with asyncio.timeout(FORWARD_TIMEOUT_SECONDS):
-                return await waiting
+                wire = await waiting
         except TimeoutError:
             raise OwnerUnreachable(
                 "the proxy replica holding this session did not answer; try again"
             ) from None
         finally:
             self._replies.pop(number, None)
+        try:
+            return decode_reply(wire)
+        except MalformedForward as exc:  # another version, or a bug: as good as no answer
+            log.error("replica_reply_malformed", owner=owner, error=str(exc))
+            raise OwnerUnreachable(
+                "the proxy replica holding this session answered what this one cannot read"
+            ) from None
 
-    async def tell(self, owner: str, request: dict[str, Any]) -> None:
+    async def tell(self, owner: str, request: Forwarded) -> None:
         """Send ``request`` to ``owner`` without waiting for its reply (which is dropped)."""
-        await self.store.send(owner, {**request, "id": 0, "from": self.owner})
+        await self.store.send(owner, {**encode_request(request), "id": 0, "from": self.owner})
 
     async def _listen(self) -> None:
         while True:
@@ -157,11 +177,21 @@ class Replicas:
         task.add_done_callback(self._serving.discard)
 
     async def _answer(self, message: dict[str, Any]) -> None:
-        reply = await self._serve(message)
+        asker, number = message.get("from"), message.get("id")
+        if not isinstance(asker, str) or not isinstance(number, int):
+            log.error("replica_message_unaddressed", keys=sorted(message))
+            return
         try:
-            await self.store.send(message["from"], {**reply, "reply_to": message["id"]})
+            reply = await self._serve(decode_request(message))
+        except MalformedForward as exc:
+            # Answered all the same: the asker's client hears at once, not in 30 s.
+            log.error("replica_message_malformed", sender=asker, error=str(exc))
+            refusal = ProxyError(f"this proxy replica cannot read the request: {exc}")
+            reply = Refused(refusal.http_status, refusal.to_jsonrpc())
+        try:
+            await self.store.send(asker, {**encode_reply(reply), "reply_to": number})
         except StoreError as exc:
-            log.warning("replica_reply_failed", to=message["from"], error=str(exc))
+            log.warning("replica_reply_failed", to=asker, error=str(exc))
 
     # ------------------------------------------------------------------ dead replicas
     async def _reap(self) -> None:
