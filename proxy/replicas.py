@@ -47,6 +47,7 @@ FORWARD_TIMEOUT_SECONDS = 30.0
 
 # What the registry does with a request forwarded here (Registry.serve_forwarded).
 Serve = Callable[[Forwarded], Awaitable[Reply]]
+Stop = Callable[[], Awaitable[None]]
 
 
 class OwnerUnreachable(ProxyError):
@@ -73,6 +74,7 @@ class Replicas:
         self._serving: set[asyncio.Task[None]] = set()
         self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
+        self._on_stop: list[Stop] = []  # what uses the replicas, stopped before they are
         self.history_lost_at: float | None = None  # the store's epoch changed (a flush)
 
     # ------------------------------------------------------------------ lifetime
@@ -84,7 +86,13 @@ class Replicas:
             self._tasks.append(asyncio.create_task(loop(), name=f"replicas-{name}"))
         log.info("replica_started", owner=self.owner, lease_seconds=self.lease_seconds)
 
+    def on_stop(self, stop: Stop) -> None:
+        """Await ``stop`` first when the replicas stop (work of its own that needs them)."""
+        self._on_stop.append(stop)
+
     async def stop(self) -> None:
+        for stop in self._on_stop:
+            await stop()
         for task in [*self._tasks, *self._serving]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._serving, return_exceptions=True)

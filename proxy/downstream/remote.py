@@ -13,8 +13,10 @@ server's, so a replica never asks on behalf of someone else, nor at the wrong se
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import structlog
 from aiohttp import web
 
 from proxy.core import seed
@@ -37,12 +39,17 @@ from proxy.forwarding import (
 from proxy.replicas import Replicas
 from proxy.store.base import StoreError
 
+log = structlog.get_logger("proxy.remote")
+
 
 class RemoteSessions:
     def __init__(self, replicas: Replicas, stored: StoredStreams, server: str) -> None:
         self.replicas = replicas
         self.stored = stored
         self.server = server  # the name of the server whose endpoint this serves
+        # Acknowledgements on their way (see acknowledge): ended before the replicas stop.
+        self._acks: set[asyncio.Task[None]] = set()
+        replicas.on_stop(self.close)
 
     async def post(
         self,
@@ -79,15 +86,33 @@ class RemoteSessions:
     ) -> None:
         """Tell the holder the client (``principal``: whose request named it) has
         everything up to ``last_event_id`` (under ``overflow: block`` the holder may then
-        drop it and let its server go on). Best effort: a holder gone, a store down, or a
-        session of another principal loses nothing but the hint."""
+        drop it and let its server go on).
+
+        Returns at once: finding the holder and telling it (three store round trips on
+        Redis) runs in a task of its own, so a resume is not held back by a hint. Best
+        effort: a holder gone, a store down, or a session of another principal loses
+        nothing but the hint. (Still ``async`` so that callers' ``await`` stays valid.)"""
+        ack = ForwardedAck(session_id, self.server, principal, last_event_id)
+        task = asyncio.create_task(self._tell_holder(ack), name="remote-ack")
+        self._acks.add(task)
+        task.add_done_callback(self._acks.discard)
+
+    async def _tell_holder(self, ack: ForwardedAck) -> None:
         try:
-            owner = await self.replicas.owner_of(session_id)
+            owner = await self.replicas.owner_of(ack.session)
             if owner != self.replicas.owner:
-                ack = ForwardedAck(session_id, self.server, principal, last_event_id)
                 await self.replicas.tell(owner, ack)
-        except (ProxyError, StoreError):
-            pass
+        except (ProxyError, StoreError) as exc:  # the hint is lost, nothing else
+            log.info("remote_ack_not_delivered", error=str(exc))
+        except Exception:  # a bug: said loudly, yet it never reaches the resume it came from
+            log.exception("remote_ack_failed")
+
+    async def close(self) -> None:
+        """Cancel the acknowledgements still on their way, and wait until they are gone."""
+        acks = list(self._acks)
+        for task in acks:
+            task.cancel()
+        await asyncio.gather(*acks, return_exceptions=True)
 
     async def get(self, request: web.Request, session_id: str) -> web.StreamResponse:
         owner = await self.replicas.owner_of(session_id)
