@@ -8,7 +8,9 @@ and ending what a dead replica left running (DESIGN.md §9).
   inbox (:meth:`Replicas.forward`); the holder feeds it to the session and replies with
   what the request became (202, an error, or "the events of stream K after N"), which the
   asking replica then serves from the shared log. The holder commits the stream before it
-  replies, so the log the asker reads has it.
+  replies, so the log the asker reads has it. The requests and replies are the typed
+  messages of :mod:`proxy.forwarding`; this module adds only their envelope (``id``,
+  ``from``, ``reply_to``).
 - **A replica that died.** Its lease lapses. Requests for its sessions get 404 (the
   client initializes again); every replica looks, every half lease, for live streams whose
   owner's lease is gone, and one of them (the one that takes ``reaper:<owner>``) ends
@@ -51,7 +53,8 @@ Stop = Callable[[], Awaitable[None]]
 
 
 class OwnerUnreachable(ProxyError):
-    """The replica holding the session did not answer a forwarded request in time."""
+    """The replica holding the session did not answer a forwarded request in time (or
+    answered what this replica cannot read)."""
 
     jsonrpc_code = -32000
     http_status = 503
