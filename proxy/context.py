@@ -22,6 +22,7 @@ import structlog
 from proxy.config import Config, ConfigError
 from proxy.core.session import SessionSettings
 from proxy.core.stream import ByteBudget
+from proxy.forwarding import TaskAction, TaskReply
 from proxy.metrics import Metrics
 from proxy.replicas import Replicas, Serve
 from proxy.servers import Server, servers_of
@@ -64,7 +65,7 @@ def token_secret(config: Config) -> bytes:
 class TaskService(Protocol):
     """What serves the task requests other replicas forward here (proxy/modern/tasks.py)."""
 
-    async def serve_forwarded(self, message: dict[str, Any]) -> dict[str, Any]: ...
+    async def serve_forwarded(self, message: TaskAction) -> TaskReply: ...
 
 
 class ProxyContext:

@@ -12,7 +12,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Coroutine, Iterator
-from typing import Any
+from typing import Any, assert_never
 
 import structlog
 
@@ -27,6 +27,21 @@ from proxy.core.session_table import (
     ServerLimit,
     SessionLimits,
     SessionTable,
+)
+from proxy.forwarding import (
+    Acked,
+    Deleted,
+    Forwarded,
+    ForwardedAck,
+    ForwardedDelete,
+    ForwardedGet,
+    ForwardedPost,
+    Refused,
+    Reply,
+    SessionRequest,
+    TaskCancel,
+    TaskUpdate,
+    UnknownTask,
 )
 from proxy.metrics import counts
 from proxy.runtime import SessionRunner
@@ -202,32 +217,39 @@ class Registry:
             log.warning("session_record_not_dropped", error=str(exc))
 
     # ------------------------------------------------------------------ forwarded requests
-    async def serve_forwarded(self, message: dict[str, Any]) -> dict[str, Any]:
-        """A request another replica received for one of this replica's sessions: feed it
-        to the session, detach (the asker serves the stream from the shared log), and say
-        what it became once the stream is in the store."""
+    async def serve_forwarded(self, message: Forwarded) -> Reply:
+        """A request another replica received for one of this replica's sessions (or
+        tasks): feed it to the session, detach (the asker serves the stream from the
+        shared log), and say what it became once the stream is in the store."""
         try:
-            if str(message.get("kind", "")).startswith("task_"):
-                for service in self.task_services:
-                    answer = await service.serve_forwarded(message)
-                    if answer.get("outcome") != "unknown_task":
-                        return answer
-                return {"outcome": "unknown_task"}
-            # The asker names who asks and at which server's path: the owner checks both.
-            principal = message.get("principal", ANYONE)
-            server = self.servers.get(message["server"]) if "server" in message else None
-            if "server" in message and server is None:
-                raise SessionNotFound("Session not found")
-            runner = self.get(message["session"], principal, server)
-            if message["kind"] == "delete":
-                await runner.end("deleted by client")
-                return {"outcome": "deleted"}
-            if message["kind"] == "ack":
-                runner.acknowledge(message["last_event_id"])
-                return {"outcome": "acked"}
-            return await runner.serve_remote(message)
+            match message:
+                case TaskUpdate() | TaskCancel():
+                    for service in self.task_services:
+                        answer = await service.serve_forwarded(message)
+                        if not isinstance(answer, UnknownTask):
+                            return answer
+                    return UnknownTask()
+                case ForwardedDelete():
+                    await self._forwarded_to(message).end("deleted by client")
+                    return Deleted()
+                case ForwardedAck():
+                    self._forwarded_to(message).acknowledge(message.last_event_id)
+                    return Acked()
+                case ForwardedPost() | ForwardedGet():
+                    return await self._forwarded_to(message).serve_remote(message)
+                case _:
+                    assert_never(message)
         except ProxyError as exc:
-            return {"status": exc.http_status, "error": exc.to_jsonrpc(message.get("request_id"))}
+            request_id = message.request_id if isinstance(message, ForwardedPost) else None
+            return Refused(exc.http_status, exc.to_jsonrpc(request_id))
+
+    def _forwarded_to(self, message: SessionRequest) -> SessionRunner:
+        """The session a forwarded request names, if it is the asking principal's and
+        at the server whose path the request came to; else SessionNotFound."""
+        server = self.servers.get(message.server)
+        if server is None:
+            raise SessionNotFound("Session not found")
+        return self.get(message.session, message.principal, server)
 
     async def shutdown(self) -> None:
         """End every session and wait for every child process to be gone (the context,

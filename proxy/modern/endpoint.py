@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from proxy import forwarding
 from proxy.core import jsonrpc, reqstate
 from proxy.core.era import (
     META_SERVER_INFO,
@@ -130,10 +131,10 @@ class ModernFacade:
         replicas = self.registry.context.replicas
         return replicas is not None and await replicas.owner_alive(owner)
 
-    async def _forward(self, owner: str, message: dict[str, Any]) -> dict[str, Any]:
+    async def _forward(self, owner: str, message: forwarding.TaskAction) -> forwarding.Reply:
         replicas = self.registry.context.replicas
         if replicas is None:
-            return {}
+            return forwarding.UnknownTask()
         return await replicas.forward(owner, message)
 
     async def close(self) -> None:
