@@ -16,10 +16,11 @@ from aiohttp import web
 
 from proxy import __version__
 from proxy.config import Config, ConfigError, config_from_mapping, load_config, override
+from proxy.context import ProxyContext, token_secret
 from proxy.downstream.app import build_app
 from proxy.downstream.guard import ConnectionGuard
 from proxy.logs import configure_logging
-from proxy.registry import Registry, token_secret
+from proxy.registry import Registry
 from proxy.store.base import StoreError
 
 log = structlog.get_logger("proxy.cli")
@@ -206,9 +207,11 @@ async def listen_guarded(runner: web.AppRunner, config: Config) -> asyncio.Serve
 async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then end every session and stop every process."""
     _watch_children_with_pidfds()
-    registry = Registry(config)
-    await registry.open()
-    app = build_app(config, registry)
+    # The root: what the whole process shares is built here, once, and handed down.
+    context = ProxyContext(config)
+    registry = Registry(context)
+    await context.open(registry.serve_forwarded)
+    app = build_app(context, registry)
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -225,8 +228,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     shown = f"[{host}]" if ":" in host else host
     port = bound_port(listener, config.listen.port)
     base = f"http://{shown}:{port}"
-    servers = registry.servers
-    only = registry.only_server
+    servers = context.servers
+    only = context.only_server
     url = f"{base}{config.listen.path}" if only is not None else base
     log.info(
         "proxy_listening",
@@ -251,6 +254,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         log.info("proxy_stopping", sessions=len(registry))
         listener.close()  # stop accepting
         await registry.shutdown()  # end sessions, stop every child process
+        await context.close()  # the modern sides, the replicas, the store
         await runner.cleanup()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

@@ -26,7 +26,7 @@ from proxy.config_rules import (
     interpolated,
     read_text,
 )
-from proxy.downstream.jwks import (
+from proxy.jwks_keys import (
     ASYMMETRIC_ALGORITHMS,
     JwksError,
     KeySet,

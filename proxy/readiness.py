@@ -21,8 +21,8 @@ import structlog
 from proxy.core.errors import ProxyError
 
 if TYPE_CHECKING:
+    from proxy.context import ProxyContext
     from proxy.modern.pool import UpstreamPool
-    from proxy.registry import Registry
     from proxy.servers import Server
 
 log = structlog.get_logger("proxy.readiness")
@@ -33,23 +33,22 @@ PROBE_SECONDS = 10.0
 class Readiness:
     """``/readyz`` over every configured server: ready when each one is."""
 
-    def __init__(self, registry: Registry, pools: dict[str, UpstreamPool | None]) -> None:
-        self.registry = registry
+    def __init__(self, context: ProxyContext, pools: dict[str, UpstreamPool | None]) -> None:
+        self.context = context
         self.parts = [
-            ServerReadiness(registry, server, pools.get(name))
-            for name, server in registry.servers.items()
+            ServerReadiness(server, pools.get(name)) for name, server in context.servers.items()
         ]
 
     async def check(self) -> tuple[bool, dict[str, Any]]:
-        registry = self.registry
+        context = self.context
         reasons: list[str] = []
-        if not registry.accepting:
+        if not context.accepting:
             reasons.append("the proxy is shutting down")
-        store_error = registry.store_health().get("last_error")
+        store_error = context.store_health().get("last_error")
         if store_error:
             reasons.append(f"the store refuses writes: {store_error}")
         found = await asyncio.gather(*(part.check() for part in self.parts))
-        named = len(self.parts) > 1 or bool(registry.config.servers)
+        named = len(self.parts) > 1 or bool(context.config.servers)
         upstreams = {}
         for part, problem in zip(self.parts, found, strict=True):
             upstreams[part.server.name] = "ready" if problem is None else problem
@@ -66,8 +65,7 @@ class Readiness:
 class ServerReadiness:
     """Can one server be started or reached? (A probe at most every PROBE_SECONDS.)"""
 
-    def __init__(self, registry: Registry, server: Server, pool: UpstreamPool | None) -> None:
-        self.registry = registry
+    def __init__(self, server: Server, pool: UpstreamPool | None) -> None:
         self.server = server
         self.pool = pool  # the modern side's, when on: its live sessions count as reached
         self._probe: asyncio.Task[str | None] | None = None

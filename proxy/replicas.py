@@ -8,7 +8,9 @@ and ending what a dead replica left running (DESIGN.md §9).
   inbox (:meth:`Replicas.forward`); the holder feeds it to the session and replies with
   what the request became (202, an error, or "the events of stream K after N"), which the
   asking replica then serves from the shared log. The holder commits the stream before it
-  replies, so the log the asker reads has it.
+  replies, so the log the asker reads has it. The requests and replies are the typed
+  messages of :mod:`proxy.forwarding`; this module adds only their envelope (``id``,
+  ``from``, ``reply_to``).
 - **A replica that died.** Its lease lapses. Requests for its sessions get 404 (the
   client initializes again); every replica looks, every half lease, for live streams whose
   owner's lease is gone, and one of them (the one that takes ``reaper:<owner>``) ends
@@ -28,6 +30,16 @@ from typing import Any
 import structlog
 
 from proxy.core.errors import ProxyError, SessionNotFound
+from proxy.forwarding import (
+    Forwarded,
+    MalformedForward,
+    Refused,
+    Reply,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
+)
 from proxy.store.base import Store, StoreError
 from proxy.store.open import end_orphans
 
@@ -35,11 +47,14 @@ log = structlog.get_logger("proxy.replicas")
 
 FORWARD_TIMEOUT_SECONDS = 30.0
 
-Serve = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+# What the registry does with a request forwarded here (Registry.serve_forwarded).
+Serve = Callable[[Forwarded], Awaitable[Reply]]
+Stop = Callable[[], Awaitable[None]]
 
 
 class OwnerUnreachable(ProxyError):
-    """The replica holding the session did not answer a forwarded request in time."""
+    """The replica holding the session did not answer a forwarded request in time (or
+    answered what this replica cannot read)."""
 
     jsonrpc_code = -32000
     http_status = 503
@@ -62,6 +77,7 @@ class Replicas:
         self._serving: set[asyncio.Task[None]] = set()
         self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
+        self._on_stop: list[Stop] = []  # what uses the replicas, stopped before they are
         self.history_lost_at: float | None = None  # the store's epoch changed (a flush)
 
     # ------------------------------------------------------------------ lifetime
@@ -73,7 +89,13 @@ class Replicas:
             self._tasks.append(asyncio.create_task(loop(), name=f"replicas-{name}"))
         log.info("replica_started", owner=self.owner, lease_seconds=self.lease_seconds)
 
+    def on_stop(self, stop: Stop) -> None:
+        """Await ``stop`` first when the replicas stop (work of its own that needs them)."""
+        self._on_stop.append(stop)
+
     async def stop(self) -> None:
+        for stop in self._on_stop:
+            await stop()
         for task in [*self._tasks, *self._serving]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._serving, return_exceptions=True)
@@ -117,25 +139,34 @@ class Replicas:
         return record.owner
 
     # ------------------------------------------------------------------ forwarding
-    async def forward(self, owner: str, request: dict[str, Any]) -> dict[str, Any]:
+    async def forward(self, owner: str, request: Forwarded) -> Reply:
         """Send ``request`` to ``owner`` and wait for its reply."""
         number = next(self._ids)
         waiting: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._replies[number] = waiting
         try:
-            await self.store.send(owner, {**request, "id": number, "from": self.owner})
+            await self.store.send(
+                owner, {**encode_request(request), "id": number, "from": self.owner}
+            )
             async with asyncio.timeout(FORWARD_TIMEOUT_SECONDS):
-                return await waiting
+                wire = await waiting
         except TimeoutError:
             raise OwnerUnreachable(
                 "the proxy replica holding this session did not answer; try again"
             ) from None
         finally:
             self._replies.pop(number, None)
+        try:
+            return decode_reply(wire)
+        except MalformedForward as exc:  # another version, or a bug: as good as no answer
+            log.error("replica_reply_malformed", owner=owner, error=str(exc))
+            raise OwnerUnreachable(
+                "the proxy replica holding this session answered what this one cannot read"
+            ) from None
 
-    async def tell(self, owner: str, request: dict[str, Any]) -> None:
+    async def tell(self, owner: str, request: Forwarded) -> None:
         """Send ``request`` to ``owner`` without waiting for its reply (which is dropped)."""
-        await self.store.send(owner, {**request, "id": 0, "from": self.owner})
+        await self.store.send(owner, {**encode_request(request), "id": 0, "from": self.owner})
 
     async def _listen(self) -> None:
         while True:
@@ -157,11 +188,21 @@ class Replicas:
         task.add_done_callback(self._serving.discard)
 
     async def _answer(self, message: dict[str, Any]) -> None:
-        reply = await self._serve(message)
+        asker, number = message.get("from"), message.get("id")
+        if not isinstance(asker, str) or not isinstance(number, int):
+            log.error("replica_message_unaddressed", keys=sorted(message))
+            return
         try:
-            await self.store.send(message["from"], {**reply, "reply_to": message["id"]})
+            reply = await self._serve(decode_request(message))
+        except MalformedForward as exc:
+            # Answered all the same: the asker's client hears at once, not in 30 s.
+            log.error("replica_message_malformed", sender=asker, error=str(exc))
+            refusal = ProxyError(f"this proxy replica cannot read the request: {exc}")
+            reply = Refused(refusal.http_status, refusal.to_jsonrpc())
+        try:
+            await self.store.send(asker, {**encode_reply(reply), "reply_to": number})
         except StoreError as exc:
-            log.warning("replica_reply_failed", to=message["from"], error=str(exc))
+            log.warning("replica_reply_failed", to=asker, error=str(exc))
 
     # ------------------------------------------------------------------ dead replicas
     async def _reap(self) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import assert_never
 
 import structlog
 
@@ -51,6 +51,7 @@ from proxy.core.jsonrpc import Message
 from proxy.core.session import STANDALONE, Session, SessionSettings
 from proxy.core.sse import encode_event
 from proxy.core.stream import ByteBudget
+from proxy.forwarding import ForwardedGet, ForwardedPost, NoStream, StreamOpened
 from proxy.metrics import Metrics
 from proxy.servers import Server
 from proxy.store.persist import Persister
@@ -219,26 +220,29 @@ class SessionRunner:
         if pos.epoch == self.session.epoch:
             self.feed(ClientAck(pos.stream, pos.seq))
 
-    async def serve_remote(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def serve_remote(self, message: ForwardedPost | ForwardedGet) -> StreamOpened | NoStream:
         """Feed a forwarded POST or GET on a connection that leaves at once; the stream
         it opened (and where its client starts) once the store has it."""
         conn = self.open_conn()
         after = 0
         try:
-            if message["kind"] == "post":
-                messages, batch = jsonrpc.parse_body(message["body"])
-                self.feed(ClientPost(conn.id, messages, batch, message.get("last_event_id")))
-            else:
-                after = self.session.sent_upto(STANDALONE)
-                self.feed(ClientGet(conn.id))
+            match message:
+                case ForwardedPost():
+                    messages, batch = jsonrpc.parse_body(message.body)
+                    self.feed(ClientPost(conn.id, messages, batch, message.last_event_id))
+                case ForwardedGet():
+                    after = self.session.sent_upto(STANDALONE)
+                    self.feed(ClientGet(conn.id))
+                case _:
+                    assert_never(message)
             number = self.session.stream_of(conn.id)
         finally:
             self.conn_gone(conn)
         if self._persister is not None:
             await self._persister.wait(self._persister.ticket, hurry=True)
         if conn.outcome != "sse" or number is None:
-            return {"outcome": "accepted"}
-        return {"outcome": "sse", "stream": f"{self.session.epoch}.{number}", "after": after}
+            return NoStream()
+        return StreamOpened(f"{self.session.epoch}.{number}", after)
 
     def _upstream_message(self, msg: Message, origin: int | None = None) -> None:
         if not self.session.forgotten:

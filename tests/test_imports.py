@@ -1,14 +1,23 @@
-"""The modules of ``proxy/`` import each other without cycles.
+"""The modules of ``proxy/`` form a DAG that points down the layers.
 
 A cycle works only while its imports stay in the right order (or hide inside functions),
 and it means two modules are one idea split in two. The graph is built from the source
-with :mod:`ast`: every ``proxy.*`` import, including those inside functions, but not
-those under ``if TYPE_CHECKING:`` (never run).
+with :mod:`ast`: every ``proxy.*`` import, including those inside functions; the runtime
+graph leaves out those under ``if TYPE_CHECKING:`` (never run), the typed graph keeps them
+(a circle of types is still two modules that know each other).
+
+Three rules: no cycle at run time; no cycle even counting ``TYPE_CHECKING`` imports; no
+import up the layers of :data:`LAYERS`. And ``import proxy.config`` (what ``check`` and
+every test load first) pulls in no HTTP server or JWT library.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,10 +37,11 @@ def _is_type_checking(test: ast.expr) -> bool:
     return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
 
 
-def _imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement under ``node``, skipping ``if TYPE_CHECKING:`` bodies."""
+def _imports(node: ast.AST, typed: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement under ``node``, skipping ``if TYPE_CHECKING:`` bodies unless
+    ``typed``."""
     for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and _is_type_checking(child.test):
+        if not typed and isinstance(child, ast.If) and _is_type_checking(child.test):
             for other in child.orelse:  # the else branch does run
                 if isinstance(other, ast.Import | ast.ImportFrom):
                     yield other
@@ -39,7 +49,7 @@ def _imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
             continue
         if isinstance(child, ast.Import | ast.ImportFrom):
             yield child
-        yield from _imports(child)
+        yield from _imports(child, typed)
 
 
 def _targets(
@@ -63,21 +73,25 @@ def _targets(
         yield submodule if submodule in modules else base
 
 
-def _imported(source: str, module: str, is_package: bool, modules: set[str]) -> set[str]:
-    """The modules of ``modules`` that ``module`` (whose text is ``source``) imports."""
+def _imported(
+    source: str, module: str, is_package: bool, modules: set[str], typed: bool = False
+) -> set[str]:
+    """The modules of ``modules`` that ``module`` (whose text is ``source``) imports
+    (``typed``: also under ``if TYPE_CHECKING:``)."""
     return {
         target
-        for stmt in _imports(ast.parse(source))
+        for stmt in _imports(ast.parse(source), typed)
         for target in _targets(stmt, module, is_package, modules)
         if target in modules and target != module
     }
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(typed: bool = False) -> dict[str, set[str]]:
+    """Module → the modules it imports: at run time, or (``typed``) also for types."""
     files = {_module_name(p): p for p in sorted((ROOT / PACKAGE).rglob("*.py"))}
     modules = set(files)
     return {
-        module: _imported(path.read_text(), module, path.name == "__init__.py", modules)
+        module: _imported(path.read_text(), module, path.name == "__init__.py", modules, typed)
         for module, path in files.items()
     }
 
@@ -153,6 +167,7 @@ def later():
     modules = {f"proxy.{m}" for m in "abcdefghz"} | {"proxy"}
     expected = {f"proxy.{m}" for m in "abcdegh"}  # not f: only under TYPE_CHECKING
     assert _imported(source, "proxy.z", False, modules) == expected
+    assert _imported(source, "proxy.z", False, modules, typed=True) == expected | {"proxy.f"}
     assert "proxy.config" in import_graph()["proxy.cli"]
 
 
@@ -160,3 +175,91 @@ def test_no_import_cycles() -> None:
     graph = import_graph()
     cycles = [" -> ".join(_a_cycle(graph, c)) for c in _strongly_connected(graph)]
     assert not cycles, "import cycles:\n  " + "\n  ".join(cycles)
+
+
+# The layers, top first: a module may import its own layer's modules and those of the
+# layers below it, never one above. A name is a module or a package (with everything in
+# it). Every module of proxy/ must be in one layer, so a new one is placed on purpose.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cli", ("proxy.__main__", "proxy.cli", "proxy.demo")),  # programs: nothing imports them
+    ("downstream", ("proxy.downstream",)),  # what clients reach (aiohttp)
+    ("readiness", ("proxy.readiness",)),
+    ("modern", ("proxy.modern",)),  # the 2026-07-28 side
+    ("registry", ("proxy.registry",)),  # the session table's asyncio adapter
+    ("context", ("proxy.context",)),  # what the whole process shares
+    ("runtime", ("proxy.runtime",)),  # one session's executor
+    ("servers/replicas", ("proxy.servers", "proxy.replicas", "proxy.forwarding")),
+    ("upstream/store", ("proxy.upstream", "proxy.store")),
+    ("shim", ("proxy.shim",)),  # the stdio shim (connect): a client, on the core alone
+    (
+        "config",
+        (
+            "proxy.config",
+            "proxy.config_auth",
+            "proxy.config_doc",
+            "proxy.config_import",
+            "proxy.config_rules",
+            "proxy.jwks_keys",
+        ),
+    ),
+    ("core", ("proxy.core",)),  # sans-I/O (tests/core/test_sans_io.py)
+    ("leaves", ("proxy", "proxy.backoff", "proxy.logs", "proxy.metrics")),  # import none
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` (0 is the top) of the layer ``module`` is in."""
+    found = [
+        i
+        for i, (_, members) in enumerate(LAYERS)
+        for member in members
+        if module == member or (member != PACKAGE and module.startswith(member + "."))
+    ]
+    assert len(found) == 1, f"{module} is in {len(found)} layers of LAYERS, not one"
+    return found[0]
+
+
+def test_no_import_cycles_counting_type_checking_imports() -> None:
+    graph = import_graph(typed=True)
+    cycles = [" -> ".join(_a_cycle(graph, c)) for c in _strongly_connected(graph)]
+    assert not cycles, "import cycles (TYPE_CHECKING included):\n  " + "\n  ".join(cycles)
+
+
+def test_every_module_is_in_one_layer() -> None:
+    for module in import_graph():
+        layer_of(module)
+
+
+def test_no_import_points_up_the_layers() -> None:
+    graph = import_graph(typed=True)
+    up = sorted(
+        f"{a} ({LAYERS[layer_of(a)][0]}) -> {b} ({LAYERS[layer_of(b)][0]})"
+        for a, bs in graph.items()
+        for b in bs
+        if layer_of(b) < layer_of(a)
+    )
+    assert not up, "imports up the layers:\n  " + "\n  ".join(up)
+
+
+def test_the_layer_rule_sees_an_import_up() -> None:
+    assert layer_of("proxy.config_auth") > layer_of("proxy.downstream.jwks")
+    assert layer_of("proxy") == layer_of("proxy.logs") == len(LAYERS) - 1
+    assert layer_of("proxy.core.session") == layer_of("proxy.core")
+
+
+HEAVY_FOR_CONFIG = ("aiohttp", "jwt", "cryptography")
+
+
+def test_importing_the_config_loads_no_http_server_nor_jwt() -> None:
+    """``import proxy.config`` in a fresh interpreter: the config check (and every test)
+    must not pay for aiohttp, PyJWT or cryptography (they load when a JWKS is read)."""
+    code = "import json, sys; import proxy.config; print(json.dumps(sorted(sys.modules)))"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
+    ).stdout
+    loaded = sorted(m for m in json.loads(out) if m.split(".")[0] in HEAVY_FOR_CONFIG)
+    assert loaded == [], f"import proxy.config loaded {loaded}"

@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from proxy import registry as registry_module
 from proxy.config import Config, config_from_mapping
+from proxy.context import ProxyContext
 from proxy.core import jsonrpc
 from proxy.core.events import ClientPost
 from proxy.core.sse import SSEDecoder, SSEEvent
@@ -143,7 +144,7 @@ def _answers(items: list[bytes | Frame | CloseMarker]) -> list[dict[str, Any]]:
 
 
 async def test_shutdown_waits_until_the_answers_are_written_out() -> None:
-    registry = Registry(_config())
+    registry = Registry(ProxyContext(_config()))
     try:
         runner, conn = await _running_call(registry)
         written: list[bytes | Frame | CloseMarker] = []
@@ -171,7 +172,7 @@ async def test_shutdown_does_not_wait_forever_for_a_stalled_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(registry_module, "SHUTDOWN_DRAIN_SECONDS", 0.2)
-    registry = Registry(_config())
+    registry = Registry(ProxyContext(_config()))
     try:
         runner, conn = await _running_call(registry)  # nobody ever writes ``conn`` out
         await asyncio.wait_for(registry.shutdown(), 30)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from proxy.core import jsonrpc, seed
 from proxy.core.delivery import Delivery
-from proxy.core.errors import ResumeError, SessionNotFound
+from proxy.core.errors import ResumeError
 from proxy.core.eventid import parse_event_id
 from proxy.core.events import (
     ClientGet,
@@ -27,6 +27,7 @@ from proxy.core.events import (
 )
 from proxy.core.idmap import IdMap
 from proxy.core.jsonrpc import Message
+from proxy.core.resume_rules import HeldIn, check_position, check_unfinished
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
 from proxy.core.stream import StreamEvent, StreamState, transition
 from proxy.core.tokens import resume_token_for, token_matches
@@ -244,17 +245,19 @@ class Resumer:
                 "the stream Last-Event-ID names has expired or never existed",
                 reason="unknown_stream",
             )
-        found.log.after(pos.seq)  # raises before any effect if the replay cannot be whole
-        found.log.acknowledge(pos.seq)
-        if found.state is StreamState.COMPLETED and pos.seq == found.log.last_seq:
-            # The client has it all and nothing more will come. A 200 that only primes and
-            # closes would invite it to poll again until retention ends; say it is over.
-            if found.number == STANDALONE:
-                raise SessionNotFound("Session not found: it has ended")
-            raise ResumeError(
-                "the stream is complete and the client already has all of it",
-                reason="stream_completed",
-            )
+        log = found.log
+        # Before any effect: the replay must be whole.
+        check_position(
+            pos.seq, first_kept=log.first_kept_seq, last=log.last_seq, held_in=HeldIn.BUFFER
+        )
+        # A position the stream reached is acknowledged even when nothing is left to give.
+        log.acknowledge(pos.seq)
+        check_unfinished(
+            pos.seq,
+            last=log.last_seq,
+            completed=found.state is StreamState.COMPLETED,
+            standalone=found.number == STANDALONE,
+        )
         self._delivery.take_over(found, now, out)
         out.append(StartSse(ev.conn))
         out.append(

@@ -54,6 +54,7 @@ from proxy.core.lifetime import Lifetime
 from proxy.core.resume import Resumer
 from proxy.core.schedule import Schedule
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
+from proxy.core.snapshot import SessionSnapshot
 from proxy.core.stream import ByteBudget, Mark, StreamEvent, StreamLog, StreamState, transition
 
 __all__ = ["STANDALONE", "Session", "SessionSettings"]
@@ -140,6 +141,11 @@ class Session:
     def upstream_paused(self) -> bool:
         """overflow: block is holding the server back."""
         return self.delivery.upstream_paused
+
+    def snapshot(self) -> SessionSnapshot:
+        """This session and its streams right now, as values (the status page)."""
+        streams = self._streams.values()
+        return SessionSnapshot.of(self.created_at, self.closed, self.upstream_paused, streams)
 
     # ------------------------------------------------------------------ entry point
     def handle(self, event: Event, now: float) -> list[Command]:

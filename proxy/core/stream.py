@@ -25,6 +25,7 @@ from enum import Enum, IntFlag
 
 from proxy.core.errors import ProxyError, ResumeError
 from proxy.core.journal import Journal
+from proxy.core.resume_rules import HeldIn, check_position
 
 
 class StreamState(Enum):
@@ -250,16 +251,9 @@ class StreamLog:
 
     def after(self, seq: int) -> list[LogEntry]:
         """Every event after ``seq``, whole, or a :class:`ResumeError`."""
-        if seq > self._last_seq or seq < 0:
-            raise ResumeError(
-                "Last-Event-ID names a position this stream never reached",
-                reason="unknown_position",
-            )
-        if seq + 1 < self.first_kept_seq:
-            raise ResumeError(
-                "the events after Last-Event-ID were dropped from the buffer",
-                reason="history_truncated",
-            )
+        check_position(
+            seq, first_kept=self.first_kept_seq, last=self._last_seq, held_in=HeldIn.BUFFER
+        )
         if seq == self._last_seq:
             return []
         skip = seq + 1 - self._first_seq

@@ -1,7 +1,9 @@
 """The aiohttp application clients reach: for each configured server
 ``/servers/NAME/mcp`` (Streamable HTTP) and ``/servers/NAME/ws`` (MCP over WebSocket),
 plus ``listen.path`` and ``/ws`` when there is exactly one; and the probes ``/healthz``,
-``/readyz``, ``/metrics``. Every endpoint shares one session registry.
+``/readyz``, ``/metrics``. Every endpoint shares the process's
+:class:`~proxy.context.ProxyContext` and its session registry; each server's modern
+(2026-07-28) side is built here, beside its endpoints.
 """
 
 from __future__ import annotations
@@ -14,20 +16,28 @@ from aiohttp import web
 
 from proxy import __version__
 from proxy.config import Config
+from proxy.context import ProxyContext
 from proxy.core import httprules
 from proxy.core.errors import Forbidden, ProxyError, UnknownServer
 from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.auth import Authenticator, principal_of
 from proxy.downstream.guard import BodyBudget
 from proxy.downstream.http import StreamableHttp
-from proxy.downstream.keys import AUTH_KEY, ENDPOINTS_KEY, READINESS_KEY, REGISTRY_KEY
+from proxy.downstream.keys import (
+    AUTH_KEY,
+    CONTEXT_KEY,
+    ENDPOINTS_KEY,
+    READINESS_KEY,
+    REGISTRY_KEY,
+)
 from proxy.downstream.status import status_json, status_page
 from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
 from proxy.downstream.wire import error_response
 from proxy.metrics import CONTENT_TYPE
+from proxy.modern.endpoint import ModernFacade
 from proxy.readiness import Readiness
 from proxy.registry import Registry
-from proxy.servers import SERVERS_PREFIX
+from proxy.servers import SERVERS_PREFIX, Server
 
 log = structlog.get_logger("proxy.http")
 
@@ -40,7 +50,7 @@ def _host_checked(probe: Probe, operators_only: bool = False) -> Probe:
     spans every principal (``operators_only``), also behind ``auth.operators``."""
 
     async def checked(request: web.Request) -> web.Response:
-        config = request.app[REGISTRY_KEY].config
+        config = request.app[CONTEXT_KEY].config
         listen = config.listen
         try:
             httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
@@ -65,25 +75,25 @@ async def _health(request: web.Request) -> web.Response:
     crashed server process must not get a proxy whose other sessions work killed by its
     orchestrator. Host and Origin are checked as on ``/mcp`` (DNS rebinding).
     """
-    registry = request.app[REGISTRY_KEY]
+    context = request.app[CONTEXT_KEY]
     endpoints = request.app[ENDPOINTS_KEY]
     upstreams = {}
-    for name, server in registry.servers.items():
+    for name, server in context.servers.items():
         modern = endpoints[name].modern
         upstreams[name] = {
             **server.health_dict(),
             "modern": modern.health() if modern is not None else None,
         }
-    ok = registry.accepting
+    ok = context.accepting
     body: dict[str, Any] = {
         "status": "ok" if ok else "stopping",
         "version": __version__,
-        "sessions": len(registry),
-        "buffered_bytes": registry.budget.used,
-        "store": registry.store_health(),
+        "sessions": len(request.app[REGISTRY_KEY]),
+        "buffered_bytes": context.budget.used,
+        "store": context.store_health(),
         "upstreams": upstreams,
     }
-    only = registry.only_server
+    only = context.only_server
     if only is not None:  # one server: its block also where it has always been
         body["upstream"] = {k: v for k, v in upstreams[only.name].items() if k != "modern"}
         body["modern"] = upstreams[only.name]["modern"]
@@ -93,8 +103,8 @@ async def _health(request: web.Request) -> web.Response:
 async def _metrics(request: web.Request) -> web.Response:
     """The process in Prometheus text format (proxy/metrics.py). Host and Origin are
     checked as on ``/healthz``."""
-    registry = request.app[REGISTRY_KEY]
-    return web.Response(body=registry.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+    metrics = request.app[CONTEXT_KEY].metrics
+    return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
 async def _ready(request: web.Request) -> web.Response:
@@ -104,8 +114,8 @@ async def _ready(request: web.Request) -> web.Response:
     return web.json_response(body, status=200 if ready else 503)
 
 
-def _unknown_server(registry: Registry) -> Probe:
-    known = ", ".join(server.mcp_path for server in registry.servers.values())
+def _unknown_server(context: ProxyContext) -> Probe:
+    known = ", ".join(server.mcp_path for server in context.servers.values())
 
     async def refuse(request: web.Request) -> web.Response:
         error = UnknownServer(f"Not Found: {request.path} names no server; try {known}")
@@ -135,7 +145,19 @@ def _cors_for(
     return add_cors_headers
 
 
-def build_app(config: Config, registry: Registry) -> web.Application:
+def modern_facade(server: Server, context: ProxyContext) -> ModernFacade | None:
+    """``server``'s 2026-07-28 side when ``modern.enabled``, closed with the context."""
+    if not server.config.modern.enabled:
+        return None
+    modern = ModernFacade(server, context)
+    context.on_shutdown(modern.close)
+    return modern
+
+
+def build_app(context: ProxyContext, registry: Registry) -> web.Application:
+    """The application of one process: what it serves is built here, from the root's
+    context (:func:`proxy.cli.serve`) and session registry."""
+    config = context.config
     auth = Authenticator(config.auth)
     app = web.Application(
         client_max_size=config.sessions.max_message_bytes, middlewares=[auth.middleware]
@@ -143,13 +165,15 @@ def build_app(config: Config, registry: Registry) -> web.Application:
     app[AUTH_KEY] = auth
     app.on_startup.append(auth.start)
     app.on_cleanup.append(auth.close)
+    app[CONTEXT_KEY] = context
     app[REGISTRY_KEY] = registry
     bodies = BodyBudget(config.listen.max_inflight_body_bytes)
     endpoints: dict[str, StreamableHttp] = {}
     mcp_paths: set[str] = set()
-    only = registry.only_server
-    for name, server in registry.servers.items():
-        endpoint = endpoints[name] = StreamableHttp(server, registry, bodies)
+    only = context.only_server
+    for name, server in context.servers.items():
+        modern = modern_facade(server, context)
+        endpoint = endpoints[name] = StreamableHttp(server, context, registry, modern, bodies)
         sockets = WebSocketEndpoint(server, registry)  # MCP over WebSocket
         app.on_shutdown.append(sockets.close_all)  # open sockets get 1001 Going Away
         mcp_paths.add(server.mcp_path)
@@ -161,7 +185,7 @@ def build_app(config: Config, registry: Registry) -> web.Application:
             app.router.add_route("*", WS_PATH, sockets.handle)
     app[ENDPOINTS_KEY] = endpoints
     # Paths that name no server get a JSON-RPC 404 saying which ones there are.
-    unknown = _unknown_server(registry)
+    unknown = _unknown_server(context)
     if only is None:
         app.router.add_route("*", config.listen.path, unknown)
         app.router.add_route("*", WS_PATH, unknown)
@@ -169,7 +193,7 @@ def build_app(config: Config, registry: Registry) -> web.Application:
     app.router.add_route("*", SERVERS_PREFIX + "{name}/{rest:.*}", unknown)
     app.on_response_prepare.append(_cors_for(config, mcp_paths))
     pools = {n: e.modern.pool if e.modern is not None else None for n, e in endpoints.items()}
-    app[READINESS_KEY] = Readiness(registry, pools)
+    app[READINESS_KEY] = Readiness(context, pools)
     app.router.add_get("/healthz", _host_checked(_health))
     app.router.add_get("/metrics", _host_checked(_metrics, operators_only=True))
     app.router.add_get("/readyz", _host_checked(_ready))

@@ -38,8 +38,9 @@ from proxy.config_auth import (
 from proxy.config_rules import ConfigError
 from proxy.core.errors import RateLimited, Unauthorized
 from proxy.core.ratelimit import RateLimiter
-from proxy.downstream.jwks import JwksUrl, KeySet
+from proxy.downstream.jwks import JwksUrl
 from proxy.downstream.wire import error_response
+from proxy.jwks_keys import KeySet
 
 log = structlog.get_logger("proxy.auth")
 

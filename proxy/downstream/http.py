@@ -15,6 +15,7 @@ import time
 import structlog
 from aiohttp import web
 
+from proxy.context import ProxyContext
 from proxy.core import httprules, jsonrpc, seed
 from proxy.core.era import (
     LEGACY_VERSIONS,
@@ -74,26 +75,31 @@ class StreamableHttp:
     """The ``/mcp`` endpoint."""
 
     def __init__(
-        self, server: Server, registry: Registry, bodies: BodyBudget | None = None
+        self,
+        server: Server,
+        context: ProxyContext,
+        registry: Registry,
+        modern: ModernFacade | None = None,
+        bodies: BodyBudget | None = None,
     ) -> None:
+        """``modern`` is the server's 2026-07-28 side, built by the app's root when
+        ``modern.enabled``; without one, modern requests are answered as legacy ones."""
         self.server = server
         self.config = config = server.config
+        self.context = context
         self.registry = registry
-        self.metrics = registry.metrics
+        self.metrics = context.metrics
         # POST bodies being read: one budget for every server's endpoint (the app's).
         self.bodies = bodies or BodyBudget(config.listen.max_inflight_body_bytes)
         self.stored = StoredStreams(
-            registry.store, registry.settings.token_secret, config.sse.keepalive_seconds
+            context.store, context.settings.token_secret, config.sse.keepalive_seconds
         )
         self.remote = (
-            RemoteSessions(registry.replicas, self.stored, server.name)
-            if registry.replicas is not None
+            RemoteSessions(context.replicas, self.stored, server.name)
+            if context.replicas is not None
             else None
         )
-        self.modern: ModernFacade | None = None
-        if config.modern.enabled:
-            self.modern = ModernFacade(server, registry)
-            registry.on_shutdown(self.modern.close)
+        self.modern = modern
 
     # ------------------------------------------------------------------ entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -227,7 +233,7 @@ class StreamableHttp:
             existing = request.headers.get(SESSION_HEADER)
             if existing and existing in self.registry:
                 raise BadRequest("Bad Request: this session is already initialized")
-            if not self.registry.accepting:
+            if not self.context.accepting:
                 raise SessionNotFound("the proxy is shutting down")
             runner = await self.registry.create(principal_of(request), self.server)
         else:

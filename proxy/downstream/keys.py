@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from proxy.context import ProxyContext
 from proxy.downstream.auth import Authenticator
 from proxy.downstream.http import StreamableHttp
 from proxy.readiness import Readiness
 from proxy.registry import Registry
 
+CONTEXT_KEY = web.AppKey("context", ProxyContext)
 REGISTRY_KEY = web.AppKey("registry", Registry)
 ENDPOINTS_KEY = web.AppKey("endpoints", dict[str, StreamableHttp])  # by server name
 READINESS_KEY = web.AppKey("readiness", Readiness)

@@ -13,8 +13,10 @@ server's, so a replica never asks on behalf of someone else, nor at the wrong se
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import structlog
 from aiohttp import web
 
 from proxy.core import seed
@@ -23,8 +25,21 @@ from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.auth import principal_of
 from proxy.downstream.stored import StoredStreams
+from proxy.forwarding import (
+    Deleted,
+    ForwardedAck,
+    ForwardedDelete,
+    ForwardedGet,
+    ForwardedPost,
+    NoStream,
+    Refused,
+    Reply,
+    StreamOpened,
+)
 from proxy.replicas import Replicas
 from proxy.store.base import StoreError
+
+log = structlog.get_logger("proxy.remote")
 
 
 class RemoteSessions:
@@ -32,6 +47,9 @@ class RemoteSessions:
         self.replicas = replicas
         self.stored = stored
         self.server = server  # the name of the server whose endpoint this serves
+        # Acknowledgements on their way (see acknowledge): ended before the replicas stop.
+        self._acks: set[asyncio.Task[None]] = set()
+        replicas.on_stop(self.close)
 
     async def post(
         self,
@@ -52,18 +70,15 @@ class RemoteSessions:
         raw = [m.raw for m in messages]
         body = json.dumps(raw if batch else raw[0], separators=(",", ":"))
         lone_id = lone.id if lone is not None and lone.kind is Kind.REQUEST else None
-        reply = await self.replicas.forward(
-            owner,
-            {
-                "kind": "post",
-                "session": session_id,
-                "server": self.server,
-                "principal": principal,
-                "body": body,
-                "last_event_id": last_event_id,
-                "request_id": lone_id,
-            },
+        forwarded = ForwardedPost(
+            session_id,
+            self.server,
+            principal,
+            body,
+            last_event_id=last_event_id,
+            request_id=lone_id if isinstance(lone_id, str | int) else None,
         )
+        reply = await self.replicas.forward(owner, forwarded)
         return await self._answer(request, session_id, reply)
 
     async def acknowledge(
@@ -71,55 +86,64 @@ class RemoteSessions:
     ) -> None:
         """Tell the holder the client (``principal``: whose request named it) has
         everything up to ``last_event_id`` (under ``overflow: block`` the holder may then
-        drop it and let its server go on). Best effort: a holder gone, a store down, or a
-        session of another principal loses nothing but the hint."""
+        drop it and let its server go on).
+
+        Returns at once: finding the holder and telling it (three store round trips on
+        Redis) runs in a task of its own, so a resume is not held back by a hint. Best
+        effort: a holder gone, a store down, or a session of another principal loses
+        nothing but the hint. (Still ``async`` so that callers' ``await`` stays valid.)"""
+        ack = ForwardedAck(session_id, self.server, principal, last_event_id)
+        task = asyncio.create_task(self._tell_holder(ack), name="remote-ack")
+        self._acks.add(task)
+        task.add_done_callback(self._acks.discard)
+
+    async def _tell_holder(self, ack: ForwardedAck) -> None:
         try:
-            owner = await self.replicas.owner_of(session_id)
+            owner = await self.replicas.owner_of(ack.session)
             if owner != self.replicas.owner:
-                ack = {
-                    "kind": "ack",
-                    "session": session_id,
-                    "server": self.server,
-                    "principal": principal,
-                    "last_event_id": last_event_id,
-                }
                 await self.replicas.tell(owner, ack)
-        except (ProxyError, StoreError):
-            pass
+        except (ProxyError, StoreError) as exc:  # the hint is lost, nothing else
+            log.info("remote_ack_not_delivered", error=str(exc))
+        except Exception:  # a bug: said loudly, yet it never reaches the resume it came from
+            log.exception("remote_ack_failed")
+
+    async def close(self) -> None:
+        """Cancel the acknowledgements still on their way, and wait until they are gone."""
+        acks = list(self._acks)
+        for task in acks:
+            task.cancel()
+        await asyncio.gather(*acks, return_exceptions=True)
 
     async def get(self, request: web.Request, session_id: str) -> web.StreamResponse:
-        return await self._forward_bare("get", request, session_id)
+        owner = await self.replicas.owner_of(session_id)
+        forwarded = ForwardedGet(session_id, self.server, principal_of(request))
+        return await self._answer(
+            request, session_id, await self.replicas.forward(owner, forwarded)
+        )
 
     async def delete(self, request: web.Request, session_id: str) -> web.StreamResponse:
-        return await self._forward_bare("delete", request, session_id)
-
-    async def _forward_bare(
-        self, kind: str, request: web.Request, session_id: str
-    ) -> web.StreamResponse:
-        """A request with no body (``get``, ``delete``) to the session's holder."""
         owner = await self.replicas.owner_of(session_id)
-        message = {
-            "kind": kind,
-            "session": session_id,
-            "server": self.server,
-            "principal": principal_of(request),
-        }
-        reply = await self.replicas.forward(owner, message)
-        return await self._answer(request, session_id, reply)
+        forwarded = ForwardedDelete(session_id, self.server, principal_of(request))
+        return await self._answer(
+            request, session_id, await self.replicas.forward(owner, forwarded)
+        )
 
     async def _answer(
-        self, request: web.Request, session_id: str, reply: dict[str, object]
+        self, request: web.Request, session_id: str, reply: Reply
     ) -> web.StreamResponse:
-        outcome = reply.get("outcome")
-        if outcome == "sse":
-            key, after = reply["stream"], reply["after"]
-            assert isinstance(key, str) and isinstance(after, int)
-            return await self.stored.follow(request, session_id, key, after)
-        if outcome == "accepted":
-            return web.Response(status=202, headers={SESSION_HEADER: session_id})
-        if outcome == "deleted":
-            return web.Response(status=200)
-        status = reply.get("status")
-        return web.json_response(
-            reply.get("error"), status=status if isinstance(status, int) else 500
-        )
+        match reply:
+            case StreamOpened(stream, after):
+                return await self.stored.follow(request, session_id, stream, after)
+            case NoStream():
+                return web.Response(status=202, headers={SESSION_HEADER: session_id})
+            case Deleted():
+                return web.Response(status=200)
+            case Refused(status, error):
+                return web.json_response(error, status=status)
+            case _:  # a reply to another kind of request: the holder is confused
+                return web.json_response(
+                    ProxyError(
+                        "the replica holding this session answered out of turn"
+                    ).to_jsonrpc(),
+                    status=500,
+                )

@@ -26,14 +26,14 @@ from aiohttp import web
 
 from proxy import __version__
 from proxy.core.session_state import STANDALONE
-from proxy.downstream.keys import ENDPOINTS_KEY, REGISTRY_KEY
-from proxy.registry import Registry
+from proxy.core.snapshot import StreamSnapshot
+from proxy.downstream.keys import CONTEXT_KEY, ENDPOINTS_KEY, REGISTRY_KEY
 
 if TYPE_CHECKING:
-    from proxy.core.session import Session
-    from proxy.core.session_state import StreamSlot
+    from proxy.context import ProxyContext
     from proxy.downstream.http import StreamableHttp
     from proxy.modern.endpoint import ModernFacade
+    from proxy.registry import Registry
     from proxy.runtime import SessionRunner
     from proxy.servers import Server
 
@@ -45,15 +45,15 @@ STREAMS_SHOWN = 20  # per session: the standalone and live ones first, then the 
 
 # What this page reads of objects it does not own: every such read is here, so that a
 # change of those objects is met in one place.
-def _registry_and_endpoints(
+def _parts(
     app: web.Application,
-) -> tuple[Registry, dict[str, StreamableHttp]]:
-    """The app's registry and its endpoints by server name."""
-    return app[REGISTRY_KEY], app[ENDPOINTS_KEY]
+) -> tuple[ProxyContext, Registry, dict[str, StreamableHttp]]:
+    """The app's context, its session registry and its endpoints by server name."""
+    return app[CONTEXT_KEY], app[REGISTRY_KEY], app[ENDPOINTS_KEY]
 
 
-def _servers(registry: Registry) -> list[Server]:
-    return list(registry.servers.values())
+def _servers(context: ProxyContext) -> list[Server]:
+    return list(context.servers.values())
 
 
 def _server_health(server: Server) -> dict[str, Any]:  # state, last_error, restarts, ...
@@ -70,16 +70,11 @@ def _target(server: Server) -> str:
 
 
 def _runners(registry: Registry) -> list[SessionRunner]:
-    return list(registry._runners.values())
+    return list(registry.sessions())
 
 
 def _server_name(runner: SessionRunner) -> str:
     return runner.server.name
-
-
-def _streams(session: Session) -> list[StreamSlot]:
-    """The session's streams, oldest first (the table is in creation order)."""
-    return list(session._streams.values())
 
 
 def _running_tasks(modern: ModernFacade) -> Iterable[tuple[str, dict[str, Any]]]:
@@ -95,25 +90,25 @@ def _running_tasks(modern: ModernFacade) -> Iterable[tuple[str, dict[str, Any]]]
 def collect(app: web.Application) -> dict[str, Any]:
     """The process right now, as JSON values (see docs/status.md for the shape). Taken
     without an ``await``, so it is one consistent moment."""
-    registry, endpoints = _registry_and_endpoints(app)
+    context, registry, endpoints = _parts(app)
     now = asyncio.get_running_loop().time()
     wall = time.time()
-    upstreams = [_upstream_entry(s, _modern_of(endpoints, s.name)) for s in _servers(registry)]
+    upstreams = [_upstream_entry(s, _modern_of(endpoints, s.name)) for s in _servers(context)]
     moderns = [u["modern"] for u in upstreams if u["modern"] is not None]
     runners = _runners(registry)
     tasks = [
         _task_entry(task_id, record, server.name, wall)
-        for server in _servers(registry)
+        for server in _servers(context)
         if (modern := _modern_of(endpoints, server.name)) is not None
         for task_id, record in _running_tasks(modern)
     ]
     return {
         "version": __version__,
-        "status": "ok" if registry.accepting else "stopping",
+        "status": "ok" if context.accepting else "stopping",
         "generated_at": datetime.fromtimestamp(wall, UTC).isoformat(timespec="seconds"),
         "refresh_seconds": REFRESH_SECONDS,
-        "store": registry.store_health(),
-        "buffered_bytes": registry.budget.used,
+        "store": context.store_health(),
+        "buffered_bytes": context.budget.used,
         "upstreams": upstreams,
         "sessions_total": len(runners),
         "sessions": [_session_entry(r, now) for r in runners[:SESSIONS_SHOWN]],
@@ -129,41 +124,41 @@ def _upstream_entry(server: Server, modern: ModernFacade | None) -> dict[str, An
 
 
 def _session_entry(runner: SessionRunner, now: float) -> dict[str, Any]:
-    session = runner.session
-    streams = _streams(session)
+    snapshot = runner.session.snapshot()
+    streams = list(snapshot.streams)
     return {
         "id": runner.session_id[:ID_PREFIX],
         "upstream": _server_name(runner),
         "principal": runner.principal,
-        "age_seconds": _age(now, session.created_at),
+        "age_seconds": _age(now, snapshot.created_at),
         "connections": runner.open_connections,
-        "closed": session.closed,  # the upstream is gone; finished streams stay resumable
-        "paused": session.upstream_paused,  # overflow: block holds the server back
-        "buffered_bytes": sum(s.log.bytes for s in streams),
+        "closed": snapshot.closed,  # the upstream is gone; finished streams stay resumable
+        "paused": snapshot.paused,  # overflow: block holds the server back
+        "buffered_bytes": snapshot.buffered_bytes,
         "streams_total": len(streams),
         "streams": [_stream_entry(s, now) for s in _shown(streams)],
     }
 
 
-def _shown(streams: list[StreamSlot]) -> list[StreamSlot]:
+def _shown(streams: list[StreamSnapshot]) -> list[StreamSnapshot]:
     """At most :data:`STREAMS_SHOWN`: the standalone and the live ones first, then the
     newest finished ones; in stream order."""
     if len(streams) <= STREAMS_SHOWN:
         return streams
-    first = [s for s in streams if s.number == STANDALONE or s.state.value == "live"]
+    first = [s for s in streams if s.standalone or s.live]
     firsts = {s.number for s in first}
     rest = [s for s in streams if s.number not in firsts]
     kept = (first + rest[::-1])[:STREAMS_SHOWN]
     return sorted(kept, key=lambda s: s.number)
 
 
-def _stream_entry(stream: StreamSlot, now: float) -> dict[str, Any]:
+def _stream_entry(stream: StreamSnapshot, now: float) -> dict[str, Any]:
     return {
         "id": stream.number,
-        "state": stream.state.value,
-        "attached": stream.conn is not None,
-        "buffered_bytes": stream.log.bytes,
-        "events": len(stream.log),
+        "state": stream.state,
+        "attached": stream.attached,
+        "buffered_bytes": stream.buffered_bytes,
+        "events": stream.events,
         "age_seconds": _age(now, stream.created_at),
     }
 

@@ -35,6 +35,7 @@ from proxy.core.errors import ResumeError, SessionNotFound
 from proxy.core.eventid import format_event_id, parse_event_id
 from proxy.core.jsonrpc import Message
 from proxy.core.protocol import SESSION_HEADER
+from proxy.core.resume_rules import HeldIn, check_resume
 from proxy.core.session_state import STANDALONE
 from proxy.core.sse import encode_comment, encode_event
 from proxy.core.tokens import token_matches
@@ -73,14 +74,15 @@ class StoredStreams:
             or record.principal != principal_of(request)
         ):
             raise SessionNotFound("Session not found")
+        check_resume(
+            pos.seq,
+            first_kept=record.first_seq,
+            last=record.last_seq,
+            held_in=HeldIn.STORE,
+            completed=record.state == COMPLETED,
+            standalone=pos.stream == STANDALONE,
+        )
         entries = await self.store.read(key, pos.seq, now, REPLAY_CHUNK)
-        if record.state == COMPLETED and not entries:
-            if pos.stream == STANDALONE:
-                raise SessionNotFound("Session not found: it has ended")
-            raise ResumeError(
-                "the stream is complete and the client already has all of it",
-                reason="stream_completed",
-            )
         log.info("stored_stream_resumed", stream=key, after=pos.seq, state=record.state)
         return await self._serve(request, session_id, record, pos.seq, entries, None)
 

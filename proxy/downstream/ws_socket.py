@@ -150,7 +150,7 @@ class ClientSocket:
                 raise BadRequest("Bad Request: initialize must not be part of a batch")
             if self.runner is not None:
                 raise BadRequest("Bad Request: this session is already initialized")
-            if not self.registry.accepting:
+            if not self.registry.context.accepting:
                 raise SessionNotFound("the proxy is shutting down")
             runner = await self.registry.create(self.principal, self.server)
         else:
@@ -327,7 +327,7 @@ class ClientSocket:
     async def _close_when_drained(self) -> None:
         while self._pumps:
             await asyncio.wait(set(self._pumps))
-        if self.registry.accepting:
+        if self.registry.context.accepting:
             code, message = CLOSE_SESSION_NOT_FOUND, b"Session not found: it has ended"
         else:
             code, message = WSCloseCode.GOING_AWAY, b"proxy shutting down"

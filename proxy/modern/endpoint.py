@@ -23,6 +23,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from proxy import forwarding
+from proxy.context import ProxyContext
 from proxy.core import follow, jsonrpc, reqstate
 from proxy.core.era import (
     ModernRequest,
@@ -47,7 +49,6 @@ from proxy.modern.pool import UpstreamPool
 from proxy.modern.reply import Reply
 from proxy.modern.tasks import TaskKeeper
 from proxy.modern.tools import ToolIndex, task_support
-from proxy.registry import Registry
 from proxy.servers import Server
 from proxy.store.base import StoreError
 
@@ -57,28 +58,28 @@ log = structlog.get_logger("proxy.modern")
 class ModernFacade:
     """Everything modern clients reach: the pool, the listeners, the tasks."""
 
-    def __init__(self, server: Server, registry: Registry) -> None:
+    def __init__(self, server: Server, context: ProxyContext) -> None:
         self.server = server
         self.config = config = server.config
-        self.registry = registry
-        self.secret = registry.settings.token_secret
-        self.pool = UpstreamPool(config, server.health, registry.metrics, server.name)
+        self.shared = context  # the replicas exist once the store is open
+        self.secret = context.settings.token_secret
+        self.pool = UpstreamPool(config, server.health, context.metrics, server.name)
         self.hub = Hub(self.pool)
         self.tools = ToolIndex(self.pool)
         self.pool.on_broadcast = self._broadcast  # the one subscriber: tools, then listeners
         self.tasks_enabled = config.tasks.enabled
         self.tasks = TaskKeeper(
             config.tasks,
-            registry.store,
-            registry.owner,
-            shared=registry.store.shared,
+            context.store,
+            context.owner,
+            shared=context.store.shared,
             alive=self._alive,
-            forward=self._forward if registry.store.shared else None,
+            forward=self._forward if context.store.shared else None,
             publish=self.hub.publish_task,
             server=server.name,
         )
-        registry.task_services.append(self.tasks)
-        metrics = registry.metrics
+        context.task_services.append(self.tasks)
+        metrics = context.metrics
         name = server.name
         metrics.watch(metrics.tasks_running.labels(name), lambda: self.tasks.running)
         metrics.watch(metrics.modern_calls.labels(name), lambda: len(self.live))
@@ -112,13 +113,13 @@ class ModernFacade:
         self.hub.publish(msg)
 
     async def _alive(self, owner: str) -> bool:
-        replicas = self.registry.replicas
+        replicas = self.shared.replicas
         return replicas is not None and await replicas.owner_alive(owner)
 
-    async def _forward(self, owner: str, message: dict[str, Any]) -> dict[str, Any]:
-        replicas = self.registry.replicas
+    async def _forward(self, owner: str, message: forwarding.TaskAction) -> forwarding.Reply:
+        replicas = self.shared.replicas
         if replicas is None:
-            return {}
+            return forwarding.UnknownTask()
         return await replicas.forward(owner, message)
 
     async def close(self) -> None:

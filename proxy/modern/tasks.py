@@ -21,7 +21,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, assert_never
 
 import structlog
 
@@ -35,12 +35,22 @@ from proxy.core.taskrecord import (
     orphaned_by,
     refresh,
 )
+from proxy.forwarding import (
+    Reply,
+    TaskActed,
+    TaskAction,
+    TaskCancel,
+    TaskReply,
+    TaskUpdate,
+    UnknownTask,
+)
 from proxy.modern.call import CallRun
 from proxy.store.base import Store, StoreError
 
 log = structlog.get_logger("proxy.modern")
 
-Forward = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+# Sends a task action to the replica that runs the task, and waits for its reply.
+Forward = Callable[[str, TaskAction], Awaitable[Reply]]
 Alive = Callable[[str], Awaitable[bool]]
 
 
@@ -210,35 +220,37 @@ class TaskKeeper:
         record = await self.record(task_id, principal)
         if not isinstance(responses, dict):
             raise invalid_params("Invalid params: inputResponses must be an object")
-        await self._act(record, {"kind": "task_update", "responses": responses})
+        await self._act(record, TaskUpdate(record["taskId"], responses))
 
     async def cancel(self, task_id: Any, principal: str | None) -> None:
         record = await self.record(task_id, principal)
-        await self._act(record, {"kind": "task_cancel"})
+        await self._act(record, TaskCancel(record["taskId"]))
 
-    async def _act(self, record: dict[str, Any], action: dict[str, Any]) -> None:
-        task_id = record["taskId"]
-        if task_id in self.calls:
-            self.serve(task_id, action)
+    async def _act(self, record: dict[str, Any], action: TaskAction) -> None:
+        if action.task in self.calls:
+            self.serve(action)
             return
         owner = record.get("owner")
         if record["status"] in TERMINAL or self._forward is None or not isinstance(owner, str):
             return  # nothing runs it any more: the ack is all there is to give
-        await self._forward(owner, {**action, "task": task_id})
+        await self._forward(owner, action)
 
-    def serve(self, task_id: str, action: dict[str, Any]) -> dict[str, Any]:
+    def serve(self, action: TaskAction) -> TaskReply:
         """An update or cancel for a task this replica runs (local or forwarded)."""
-        call = self.calls.get(task_id)
+        call = self.calls.get(action.task)
         if call is None:
-            return {"outcome": "unknown_task"}
-        if action["kind"] == "task_update":
-            call.answer(action.get("responses"))
-        elif action["kind"] == "task_cancel":
-            call.cancel("cancelled by the client (tasks/cancel)")
-        return {"outcome": "done"}
+            return UnknownTask()
+        match action:
+            case TaskUpdate():
+                call.answer(action.responses)
+            case TaskCancel():
+                call.cancel("cancelled by the client (tasks/cancel)")
+            case _:
+                assert_never(action)
+        return TaskActed()
 
-    async def serve_forwarded(self, message: dict[str, Any]) -> dict[str, Any]:
-        return self.serve(str(message.get("task")), message)
+    async def serve_forwarded(self, message: TaskAction) -> TaskReply:
+        return self.serve(message)
 
     async def close(self) -> None:
         for timer in self._timers.values():

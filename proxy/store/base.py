@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.errors import ResumeError
+from proxy.core.resume_rules import HeldIn, check_position
 from proxy.core.stream import Mark, Unacknowledged
 
 LIVE = "live"
@@ -253,18 +254,11 @@ class Store(abc.ABC):
 
 
 def check_read(record: StreamRecord | None, after: int) -> StreamRecord:
-    """The errors :meth:`Store.read` raises, from the record alone (shared by the stores)."""
+    """The errors :meth:`Store.read` raises, from the record alone (shared by the stores):
+    no such stream, else the position rules of :mod:`proxy.core.resume_rules`."""
     if record is None:
         raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
-    if after < 0 or after > record.last_seq:
-        raise ResumeError(
-            "Last-Event-ID names a position this stream never reached", reason="unknown_position"
-        )
-    if after + 1 < record.first_seq:
-        raise ResumeError(
-            "the events after Last-Event-ID are no longer in the store",
-            reason="history_truncated",
-        )
+    check_position(after, first_kept=record.first_seq, last=record.last_seq, held_in=HeldIn.STORE)
     return record
 
 

@@ -18,6 +18,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from proxy.config import Config
+from proxy.context import ProxyContext
 from proxy.downstream.app import build_app
 from proxy.registry import Registry
 from tests.downstream.sse_client import RawSession, messages
@@ -285,15 +286,15 @@ async def test_healthz_describes_the_proxy_not_the_upstream(
     aiohttp_client: Any,
 ) -> None:
     """A failing upstream shows in the body only; 503 only when the proxy cannot serve."""
-    registry = Registry(Config())
-    client: TestClient[Any, Any] = await aiohttp_client(build_app(Config(), registry))
-    registry.servers["default"].health.failing("MCP server gone: exited with code 3")
+    context = ProxyContext(Config())
+    client: TestClient[Any, Any] = await aiohttp_client(build_app(context, Registry(context)))
+    context.servers["default"].health.failing("MCP server gone: exited with code 3")
     async with client.get("/healthz") as resp:
         body = await resp.json()
         assert resp.status == 200 and body["status"] == "ok", body
         assert body["upstream"]["state"] == "failing"
         assert "exited with code 3" in body["upstream"]["last_error"]
-    registry.accepting = False  # shutting down
+    context.accepting = False  # shutting down
     async with client.get("/healthz") as resp:
         body = await resp.json()
         assert resp.status == 503 and body["status"] == "stopping", body

@@ -1,0 +1,158 @@
+"""What every part of the running proxy shares: the :class:`ProxyContext`.
+
+It is built once, by the root (:func:`proxy.cli.serve`), and handed down to whatever needs
+one of its parts, so that the composition of the process is visible in one function and
+nothing has to reach for a part through another (the session table,
+:class:`proxy.registry.Registry`, holds the sessions and nothing else).
+
+Its life: built (the store chosen, not yet opened), :meth:`ProxyContext.open` (the store
+opened; a durable store's persister, a shared store's replicas), then, once the sessions
+have ended, :meth:`ProxyContext.close`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import structlog
+
+from proxy.config import Config, ConfigError
+from proxy.core.session import SessionSettings
+from proxy.core.stream import ByteBudget
+from proxy.forwarding import TaskAction, TaskReply
+from proxy.metrics import Metrics
+from proxy.replicas import Replicas, Serve
+from proxy.servers import Server, servers_of
+from proxy.store.base import Store, StoreLimits
+from proxy.store.open import end_orphans, make_store
+from proxy.store.persist import Persister
+
+log = structlog.get_logger("proxy.context")
+
+STORE_BACKSTOP_FACTOR = 4
+"""A store keeps at most this many times ``sessions.stream_max_events`` per stream, of
+its own accord (the sessions' own trims are mirrored first)."""
+
+STORE_DRAIN_SECONDS = 2.0
+"""How long closing waits for the persister to commit what it gathered (each session's
+last answers) before the store closes."""
+
+TOKEN_SECRET_ENV = "MCP_RESUME_PROXY_TOKEN_SECRET"
+
+
+def token_secret(config: Config) -> bytes:
+    """The resume-token HMAC key: config, else environment, else random for this run.
+
+    A random key is right for the in-memory store: tokens need not outlive the streams
+    they name, and those die with the process. A persistent store's streams outlive it,
+    so their tokens must too: without a configured key, ``ConfigError``.
+    """
+    configured = config.streams.token_secret or os.environ.get(TOKEN_SECRET_ENV)
+    if configured:
+        return configured.encode()
+    if config.store.kind != "memory":
+        raise ConfigError(
+            f"store.kind: {config.store.kind} keeps streams across restarts and replicas, so "
+            f"resume tokens must be signed with a key that outlives this process: set "
+            f"streams.token_secret (16+ characters) or {TOKEN_SECRET_ENV}"
+        )
+    return secrets.token_bytes(32)
+
+
+class TaskService(Protocol):
+    """What serves the task requests other replicas forward here (proxy/modern/tasks.py)."""
+
+    async def serve_forwarded(self, message: TaskAction) -> TaskReply: ...
+
+
+class ProxyContext:
+    """The parts of one proxy process that every endpoint and session shares.
+
+    Not a frozen value: the persister and the replicas exist only once the store is open,
+    and ``accepting`` turns false when shutdown begins (every endpoint refuses new
+    sessions from then on).
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.settings: SessionSettings = config.session_settings(token_secret(config))
+        self.budget = ByteBudget(config.sessions.max_buffered_bytes)
+        self.servers: dict[str, Server] = servers_of(config)
+        self.owner = secrets.token_hex(4)  # this process, as a store sees it
+        sessions = config.sessions
+        # The sessions say what they drop (overflow: block keeps what is unacknowledged
+        # past the bound); the store's own bound is a backstop well beyond theirs.
+        backstop = STORE_BACKSTOP_FACTOR * sessions.stream_max_events
+        self.store: Store = make_store(
+            config.store, StoreLimits(backstop, sessions.idle_timeout_seconds)
+        )
+        self.persister: Persister | None = None  # a durable store: set by open()
+        self.replicas: Replicas | None = None  # a shared store: the other replicas
+        self.accepting = True
+        self.task_services: list[TaskService] = []  # each server's modern tasks, if on
+        self.metrics = Metrics()
+        metrics = self.metrics
+        for server in self.servers.values():
+            metrics.watch(metrics.sessions.labels(server.name), self._counter(server))
+        metrics.watch(metrics.buffered_bytes, lambda: self.budget.used)
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    @staticmethod
+    def _counter(server: Server) -> Callable[[], float]:
+        return lambda: server.sessions
+
+    @property
+    def only_server(self) -> Server | None:
+        """The server when exactly one is configured (it is also at ``/mcp`` and ``/ws``)."""
+        return next(iter(self.servers.values())) if len(self.servers) == 1 else None
+
+    def on_shutdown(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Run ``close`` at :meth:`close`, after the sessions end and before the store
+        closes."""
+        self._closers.append(close)
+
+    def store_health(self) -> dict[str, Any]:
+        """The store for ``/healthz``: its kind, epoch, the error that holds commits back
+        right now (clients wait meanwhile; nothing is skipped), and when a shared store
+        was found to have lost its history (its epoch changed: a flush)."""
+        persister = self.persister
+        replicas = self.replicas
+        return {
+            "kind": self.store.kind,
+            "epoch": self.store.epoch,
+            "last_error": persister.last_error if persister is not None else None,
+            "history_lost_at": replicas.history_lost_at if replicas is not None else None,
+        }
+
+    async def open(self, serve_forwarded: Serve) -> None:
+        """Open the store; a durable one first ends what a dead proxy left live in it, a
+        shared one joins the other replicas (``serve_forwarded`` answers what they
+        forward to this replica's sessions)."""
+        store = self.store
+        await store.open()
+        retention = self.config.sessions.completed_retention_seconds
+        if store.durable:
+            self.persister = Persister(store, self.owner, retention)
+            if not store.shared:  # one proxy per file: every live stream is orphaned
+                await end_orphans(store, None, retention, "proxy_restarted")
+        if store.shared:
+            lease = self.config.store.lease_seconds
+            self.replicas = Replicas(store, self.owner, lease, retention, serve_forwarded)
+            await self.replicas.start()
+        log.info("store_opened", store=store.kind, epoch=store.epoch, owner=self.owner)
+
+    async def close(self) -> None:
+        """Once the sessions have ended: run the closers (each server's modern side),
+        leave the other replicas, commit what is gathered, close the store."""
+        for close in self._closers:
+            await close()
+        if self.replicas is not None:
+            await self.replicas.stop()
+        if self.persister is not None:
+            if not await self.persister.drain(STORE_DRAIN_SECONDS):
+                log.warning("store_not_drained", error=self.persister.last_error)
+            await self.persister.close()
+        await self.store.close()

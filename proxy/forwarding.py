@@ -1,0 +1,302 @@
+"""What one replica asks of another, and what it is told back (:mod:`proxy.replicas`).
+
+A client request for a session (or a task) held by another replica is sent to that
+replica's inbox as one of six requests, and comes back as one of seven replies:
+
+- :class:`ForwardedPost` (``post``): the holder feeds the body to the session, and
+  replies :class:`StreamOpened` (``sse``) or :class:`NoStream` (``accepted``);
+- :class:`ForwardedGet` (``get``): it opens the standalone stream, :class:`StreamOpened`;
+- :class:`ForwardedDelete` (``delete``): it ends the session, :class:`Deleted` (``deleted``);
+- :class:`ForwardedAck` (``ack``): the client has every event up to an id,
+  :class:`Acked` (``acked``), a reply nobody waits for;
+- :class:`TaskUpdate` (``task_update``) answers a task's input requests and
+  :class:`TaskCancel` (``task_cancel``) cancels it: :class:`TaskActed` (``done``), or
+  :class:`UnknownTask` (``unknown_task``) when no task of that id runs there.
+
+Any request may instead be :class:`Refused` (``refused``: the HTTP status and the
+JSON-RPC error response the asker writes to its client): no such session for that
+principal at that server, a body the session refuses, or a request the holder cannot
+read.
+
+The session requests name the principal the request comes from (None when inbound
+authentication is off) and the server whose path it came to: the holder serves them only
+for that principal's session at that server (proxy/downstream/remote.py).
+
+Wire form: a flat JSON object, the request's fields beside ``kind`` (a reply's beside
+``outcome``). :mod:`proxy.replicas` adds its envelope (``id``, ``from``, ``reply_to``);
+decoding ignores keys it does not know, so the envelope may ride along. Decoding anything
+else (not an object, an unknown kind or outcome, a field missing or of the wrong type)
+raises :class:`MalformedForward`, and nothing else does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeGuard, assert_never
+
+# A JSON-RPC request id (JSON-RPC 2.0 §4: a string, a number or null; never a boolean).
+RequestId = str | int | None
+
+
+class MalformedForward(ValueError):
+    """What :func:`decode_request` and :func:`decode_reply` raise for anything that is
+    not a message of this module, whatever is wrong with it."""
+
+
+# ---------------------------------------------------------------------- requests
+@dataclass(frozen=True, slots=True)
+class ForwardedPost:
+    """A POST body for the holder's session; ``request_id`` is the id of a lone request
+    (what a refusal answers), else None."""
+
+    session: str
+    server: str
+    principal: str | None
+    body: str
+    last_event_id: str | None = None
+    request_id: RequestId = None
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedGet:
+    """A GET without ``Last-Event-ID``: the session's standalone stream."""
+
+    session: str
+    server: str
+    principal: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedDelete:
+    """A DELETE: end the session."""
+
+    session: str
+    server: str
+    principal: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedAck:
+    """The client resumed elsewhere from ``last_event_id``: it has everything up to it."""
+
+    session: str
+    server: str
+    principal: str | None
+    last_event_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskUpdate:
+    """``tasks/update`` for a task the holder runs: the client's input responses."""
+
+    task: str
+    responses: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCancel:
+    """``tasks/cancel`` for a task the holder runs."""
+
+    task: str
+
+
+SessionRequest = ForwardedPost | ForwardedGet | ForwardedDelete | ForwardedAck
+TaskAction = TaskUpdate | TaskCancel
+Forwarded = SessionRequest | TaskAction
+
+
+# ---------------------------------------------------------------------- replies
+@dataclass(frozen=True, slots=True)
+class StreamOpened:
+    """The request opened stream ``stream`` ("<epoch>.<number>"); the asker serves its
+    events after ``after`` from the shared log."""
+
+    stream: str
+    after: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoStream:
+    """Nothing to stream (notifications and responses only): 202."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """The session ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    """The acknowledgement reached the session."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownTask:
+    """No task of that id runs on the holder."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskActed:
+    """The update or cancel reached the task's call."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The holder refused: ``status`` and ``error`` (a whole JSON-RPC error response)
+    are what the asker answers its client."""
+
+    status: int
+    error: dict[str, Any]
+
+
+Reply = StreamOpened | NoStream | Deleted | Acked | UnknownTask | TaskActed | Refused
+TaskReply = TaskActed | UnknownTask
+
+
+# ---------------------------------------------------------------------- encoding
+def encode_request(request: Forwarded) -> dict[str, Any]:
+    """``request`` as the JSON object a replica's inbox carries."""
+    match request:
+        case ForwardedPost():
+            return {
+                "kind": "post",
+                **_addressed(request),
+                "body": request.body,
+                "last_event_id": request.last_event_id,
+                "request_id": request.request_id,
+            }
+        case ForwardedGet():
+            return {"kind": "get", **_addressed(request)}
+        case ForwardedDelete():
+            return {"kind": "delete", **_addressed(request)}
+        case ForwardedAck():
+            return {"kind": "ack", **_addressed(request), "last_event_id": request.last_event_id}
+        case TaskUpdate():
+            return {"kind": "task_update", "task": request.task, "responses": request.responses}
+        case TaskCancel():
+            return {"kind": "task_cancel", "task": request.task}
+        case _:
+            assert_never(request)
+
+
+def _addressed(request: SessionRequest) -> dict[str, Any]:
+    return {"session": request.session, "server": request.server, "principal": request.principal}
+
+
+def encode_reply(reply: Reply) -> dict[str, Any]:
+    """``reply`` as the JSON object a replica's inbox carries."""
+    match reply:
+        case StreamOpened():
+            return {"outcome": "sse", "stream": reply.stream, "after": reply.after}
+        case NoStream():
+            return {"outcome": "accepted"}
+        case Deleted():
+            return {"outcome": "deleted"}
+        case Acked():
+            return {"outcome": "acked"}
+        case UnknownTask():
+            return {"outcome": "unknown_task"}
+        case TaskActed():
+            return {"outcome": "done"}
+        case Refused():
+            return {"outcome": "refused", "status": reply.status, "error": reply.error}
+        case _:
+            assert_never(reply)
+
+
+# ---------------------------------------------------------------------- decoding
+def decode_request(wire: object) -> Forwarded:
+    """The request ``wire`` encodes; :class:`MalformedForward` if it encodes none."""
+    fields = _object(wire)
+    kind = fields.get("kind")
+    if kind == "post":
+        return ForwardedPost(
+            *_address(fields),
+            body=_text(fields, "body"),
+            last_event_id=_text_or_none(fields, "last_event_id"),
+            request_id=_request_id(fields),
+        )
+    if kind == "get":
+        return ForwardedGet(*_address(fields))
+    if kind == "delete":
+        return ForwardedDelete(*_address(fields))
+    if kind == "ack":
+        return ForwardedAck(*_address(fields), last_event_id=_text(fields, "last_event_id"))
+    if kind == "task_update":
+        responses = fields.get("responses")
+        if not isinstance(responses, dict):
+            raise MalformedForward("task_update: responses must be an object")
+        return TaskUpdate(_text(fields, "task"), responses)
+    if kind == "task_cancel":
+        return TaskCancel(_text(fields, "task"))
+    raise MalformedForward(f"unknown kind of forwarded request: {kind!r}")
+
+
+def decode_reply(wire: object) -> Reply:
+    """The reply ``wire`` encodes; :class:`MalformedForward` if it encodes none."""
+    fields = _object(wire)
+    outcome = fields.get("outcome")
+    if outcome == "sse":
+        after = fields.get("after")
+        if not _is_int(after) or after < 0:
+            raise MalformedForward("sse: after must be an integer, at least 0")
+        return StreamOpened(_text(fields, "stream"), after)
+    simple: dict[object, Reply] = {
+        "accepted": NoStream(),
+        "deleted": Deleted(),
+        "acked": Acked(),
+        "unknown_task": UnknownTask(),
+        "done": TaskActed(),
+    }
+    if isinstance(outcome, str) and outcome in simple:
+        return simple[outcome]
+    if outcome == "refused":
+        status, error = fields.get("status"), fields.get("error")
+        if not _is_int(status) or not 400 <= status <= 599:
+            raise MalformedForward("refused: status must be an HTTP error status")
+        if not isinstance(error, dict):
+            raise MalformedForward("refused: error must be an object")
+        return Refused(status, error)
+    raise MalformedForward(f"unknown outcome of a forwarded request: {outcome!r}")
+
+
+def _object(wire: object) -> Mapping[str, Any]:
+    if not isinstance(wire, dict):
+        raise MalformedForward(f"a forwarded message is an object, not {type(wire).__name__}")
+    return wire
+
+
+def _address(fields: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    return _text(fields, "session"), _text(fields, "server"), _text_or_none(fields, "principal")
+
+
+def _text(fields: Mapping[str, Any], key: str) -> str:
+    value = fields.get(key)
+    if not isinstance(value, str):
+        raise MalformedForward(f"{key} must be a string")
+    return value
+
+
+def _text_or_none(fields: Mapping[str, Any], key: str) -> str | None:
+    # Present, if null: a field left out is as likely a bug as a choice.
+    if key not in fields:
+        raise MalformedForward(f"{key} is missing (null when there is none)")
+    value = fields[key]
+    if value is not None and not isinstance(value, str):
+        raise MalformedForward(f"{key} must be a string or null")
+    return value
+
+
+def _request_id(fields: Mapping[str, Any]) -> RequestId:
+    if "request_id" not in fields:
+        raise MalformedForward("request_id is missing (null when there is none)")
+    value = fields["request_id"]
+    if value is None or isinstance(value, str) or _is_int(value):
+        return value
+    raise MalformedForward("request_id must be a JSON-RPC id (a string, an integer or null)")
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    # bool is an int to Python, never to JSON.
+    return isinstance(value, int) and not isinstance(value, bool)

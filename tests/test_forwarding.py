@@ -1,0 +1,182 @@
+"""The messages replicas send each other (proxy/forwarding.py): every kind survives the
+trip through JSON, and anything else is refused with the one documented error."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.forwarding import (
+    Acked,
+    Deleted,
+    Forwarded,
+    ForwardedAck,
+    ForwardedDelete,
+    ForwardedGet,
+    ForwardedPost,
+    MalformedForward,
+    NoStream,
+    Refused,
+    Reply,
+    StreamOpened,
+    TaskActed,
+    TaskCancel,
+    TaskUpdate,
+    UnknownTask,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
+)
+
+REQUESTS: list[Forwarded] = [
+    ForwardedPost("s1", "default", "alice", '{"jsonrpc":"2.0","id":1,"method":"ping"}', "e.0.3", 1),
+    ForwardedPost("s1", "default", None, "[]"),
+    ForwardedPost("s1", "other", "", "{}", None, "req-7"),
+    ForwardedGet("s1", "default", "alice"),
+    ForwardedDelete("s1", "default", None),
+    ForwardedAck("s1", "default", "bob", "e.1.9"),
+    TaskUpdate("t" * 32, {"q1": {"action": "accept"}}),
+    TaskCancel("t" * 32),
+]
+
+REPLIES: list[Reply] = [
+    StreamOpened("e.1", 0),
+    StreamOpened("e.4", 17),
+    NoStream(),
+    Deleted(),
+    Acked(),
+    UnknownTask(),
+    TaskActed(),
+    Refused(404, {"jsonrpc": "2.0", "id": 3, "error": {"code": -32001, "message": "gone"}}),
+]
+
+
+def _through_json(obj: dict[str, Any]) -> object:
+    """What the other replica reads: the store carries JSON."""
+    return json.loads(json.dumps(obj))
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: type(r).__name__)
+def test_every_request_survives_the_trip(request_: Forwarded) -> None:
+    assert decode_request(_through_json(encode_request(request_))) == request_
+
+
+@pytest.mark.parametrize("reply", REPLIES, ids=lambda r: type(r).__name__)
+def test_every_reply_survives_the_trip(reply: Reply) -> None:
+    assert decode_reply(_through_json(encode_reply(reply))) == reply
+
+
+def test_the_wire_keeps_the_kinds_and_outcomes_it_had() -> None:
+    """The shape on the wire: one ``kind`` per request, one ``outcome`` per reply."""
+    assert [encode_request(r)["kind"] for r in REQUESTS] == [
+        "post", "post", "post", "get", "delete", "ack", "task_update", "task_cancel",
+    ]  # fmt: skip
+    assert [encode_reply(r)["outcome"] for r in REPLIES] == [
+        "sse", "sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused",
+    ]  # fmt: skip
+    assert encode_request(REQUESTS[0]) == {
+        "kind": "post",
+        "session": "s1",
+        "server": "default",
+        "principal": "alice",
+        "body": '{"jsonrpc":"2.0","id":1,"method":"ping"}',
+        "last_event_id": "e.0.3",
+        "request_id": 1,
+    }
+
+
+def test_the_envelope_rides_along() -> None:
+    """proxy.replicas adds ``id`` and ``from`` (``reply_to`` on replies); decoding ignores them."""
+    wire = {**encode_request(REQUESTS[3]), "id": 12, "from": "replica-b"}
+    assert decode_request(wire) == REQUESTS[3]
+    assert decode_reply({**encode_reply(Acked()), "reply_to": 12}) == Acked()
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        None,
+        [],
+        "post",
+        {},
+        {"kind": "shout"},
+        {"kind": "get", "session": "s", "server": "default"},  # principal may be null, not absent
+        {"kind": "get", "session": 1, "server": "default", "principal": None},
+        {"kind": "post", "session": "s", "server": "d", "principal": None},  # no body
+        {"kind": "post", "session": "s", "server": "d", "principal": None, "body": "{}",
+         "request_id": True},  # a boolean is no JSON-RPC id
+        {"kind": "ack", "session": "s", "server": "d", "principal": None},  # no event id
+        {"kind": "task_update", "task": "t", "responses": []},
+        {"kind": "task_cancel"},
+    ],
+)  # fmt: skip
+def test_malformed_requests_are_refused(wire: object) -> None:
+    with pytest.raises(MalformedForward):
+        decode_request(wire)
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        None,
+        {},
+        {"outcome": "maybe"},
+        {"outcome": "sse", "stream": "e.1"},
+        {"outcome": "sse", "stream": "e.1", "after": -1},
+        {"outcome": "sse", "stream": "e.1", "after": True},
+        {"outcome": "refused", "status": 200, "error": {}},
+        {"outcome": "refused", "status": 404, "error": "gone"},
+        {"status": 404, "error": {}},  # a refusal says so
+    ],
+)
+def test_malformed_replies_are_refused(wire: object) -> None:
+    with pytest.raises(MalformedForward):
+        decode_reply(wire)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+FIELDS = [
+    "session", "server", "principal", "body", "last_event_id", "request_id", "task",
+    "responses", "stream", "after", "status", "error",
+]  # fmt: skip
+KINDS = ["post", "get", "delete", "ack", "task_update", "task_cancel"]
+OUTCOMES = ["sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused"]
+
+
+def _near_misses(key: str, names: list[str]) -> st.SearchStrategy[dict[str, Any]]:
+    """Objects with a real kind (or outcome) and any of the real field names, of any
+    JSON value: garbage that gets past the first check."""
+    return st.builds(
+        lambda name, fields: {**fields, key: name},
+        st.sampled_from(names),
+        st.dictionaries(st.sampled_from(FIELDS), JSON),
+    )
+
+
+@settings(deadline=None)  # a loaded machine is no failure
+@given(JSON | _near_misses("kind", KINDS))
+def test_any_garbage_decodes_as_a_request_or_raises_malformed(wire: object) -> None:
+    try:
+        request = decode_request(wire)
+    except MalformedForward:
+        return
+    assert decode_request(_through_json(encode_request(request))) == request
+
+
+@settings(deadline=None)
+@given(JSON | _near_misses("outcome", OUTCOMES))
+def test_any_garbage_decodes_as_a_reply_or_raises_malformed(wire: object) -> None:
+    try:
+        reply = decode_reply(wire)
+    except MalformedForward:
+        return
+    assert decode_reply(_through_json(encode_reply(reply))) == reply

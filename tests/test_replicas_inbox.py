@@ -1,0 +1,101 @@
+"""Replicas' inbox (proxy/replicas.py), in-process on the memory store: a request goes out
+typed and comes back typed, and what cannot be read is answered at once, not after the
+forwarding timeout. (tests/test_replicas.py runs real replicas on Redis.)"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from proxy.forwarding import Acked, Forwarded, ForwardedAck, ForwardedGet, Refused, Reply
+from proxy.replicas import OwnerUnreachable, Replicas
+from proxy.store.memory import MemoryStore
+
+GET = ForwardedGet("s1", "default", "alice")
+
+
+class Holder:
+    """A holder's Registry.serve_forwarded: records what it is asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[Forwarded] = []
+
+    async def serve(self, request: Forwarded) -> Reply:
+        self.asked.append(request)
+        return Acked()
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[MemoryStore]:
+    store = MemoryStore()
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def started(store: MemoryStore, owner: str, holder: Holder) -> Replicas:
+    replicas = Replicas(store, owner, 30.0, 60.0, holder.serve)
+    await replicas.start()
+    return replicas
+
+
+async def test_a_request_and_its_reply_cross_typed(store: MemoryStore) -> None:
+    holder = Holder()
+    a, b = await started(store, "a", Holder()), await started(store, "b", holder)
+    try:
+        async with asyncio.timeout(5):
+            assert await a.forward("b", GET) == Acked()
+            ack = ForwardedAck("s1", "default", None, "e.1.2")
+            await a.tell("b", ack)
+            while len(holder.asked) < 2:
+                await asyncio.sleep(0.01)
+        assert holder.asked == [GET, ack]
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_a_request_the_holder_cannot_read_is_refused_at_once(store: MemoryStore) -> None:
+    holder = Holder()
+    b = await started(store, "b", holder)
+    try:
+        await store.send("b", {"kind": "shout", "id": 7, "from": "probe"})
+        async with asyncio.timeout(5):
+            reply = await anext(aiter(store.receive("probe")))
+        assert reply["reply_to"] == 7 and reply["outcome"] == "refused"
+        assert reply["status"] == 500 and reply["error"]["error"]["code"] == -32603
+        assert holder.asked == []
+    finally:
+        await b.stop()
+
+
+async def test_a_reply_the_asker_cannot_read_is_an_unreachable_owner(store: MemoryStore) -> None:
+    a = await started(store, "a", Holder())
+    try:
+        asking = asyncio.create_task(a.forward("c", GET))  # "c": a holder of another make
+        async with asyncio.timeout(5):
+            request = await anext(aiter(store.receive("c")))
+            await store.send("a", {"reply_to": request["id"], "outcome": "maybe"})
+            with pytest.raises(OwnerUnreachable, match="cannot read"):
+                await asking
+        assert request["kind"] == "get" and request["from"] == "a"
+    finally:
+        await a.stop()
+
+
+async def test_a_refusal_reaches_the_asker_as_one(store: MemoryStore) -> None:
+    refused = Refused(404, {"jsonrpc": "2.0", "id": None, "error": {"code": -32001}})
+
+    class Refusing(Holder):
+        async def serve(self, request: Forwarded) -> Reply:
+            return refused
+
+    a, b = await started(store, "a", Holder()), await started(store, "b", Refusing())
+    try:
+        async with asyncio.timeout(5):
+            assert await a.forward("b", GET) == refused
+    finally:
+        await a.stop()
+        await b.stop()
