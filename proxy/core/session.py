@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, assert_never
 
 from proxy.core import jsonrpc, legacy_tasks, seed
+from proxy.core.admission import check_initialize
 from proxy.core.deadlines import Deadlines
 from proxy.core.delivery import Delivery
 from proxy.core.errors import BadRequest, Conflict, SessionNotFound
@@ -232,14 +233,13 @@ class Session:
                 raise BadRequest("stream/poll and stream/resume must be sent alone")
             self.resumer.serve(ev.conn, requests[0], ev.last_event_id, self._now, out)
             return
-        initialize = any(m.method == "initialize" for m in requests)
-        if initialize and (self._initialize_seen or len(ev.messages) > 1):
-            raise BadRequest("initialize must be sent alone, once, to open a session")
+        # The edges refuse these first (proxy.core.admission); the session keeps the rule.
+        initialize = check_initialize(ev.messages, ev.batch, initialized=self._initialize_seen)
         # The last check: room for the requests' stream. A batch's answers to server
         # requests must not be taken from the id map and then refused (2025-03-26).
         evict = self._streams.room_for_new(self.settings.max_streams) if requests else None
         # ---- accepted: from here on nothing raises
-        if initialize:
+        if initialize is not None:
             self._initialize_seen = True
         for msg in ev.messages:
             if msg.kind is Kind.NOTIFICATION:

@@ -52,7 +52,6 @@ _FLAGS = {
     "notifications/resources/list_changed": "resourcesListChanged",
 }
 _SUBSCRIBE_TIMEOUT = 10.0
-_LIVENESS_SECONDS = 1.0
 
 
 @dataclass(eq=False)
@@ -205,29 +204,22 @@ async def listen(
     try:
         await reply.stream([ack])
         while True:
-            try:
-                async with asyncio.timeout(min(_LIVENESS_SECONDS, max(0.0, reply.due()))):
-                    item = await listener.queue.get()
-            except TimeoutError:
-                if reply.gone:
-                    break
-                if reply.due() <= 0:
-                    await reply.stream([])
-                continue
-            if item is None:  # the proxy ends the subscription gracefully
+            batch = await reply.next_batch(listener.queue, _ends_listening)
+            if not batch:  # the client is gone
+                break
+            notes = [item for item in batch if item is not None]
+            if notes:
+                await reply.stream(notes)
+            if batch[-1] is None:  # the proxy ends the subscription gracefully
                 end = {"resultType": "complete", "_meta": {META_SUBSCRIPTION: msg.id}}
                 return await reply.finish(jsonrpc.ok_response(msg.id, end))
-            batch = [item]
-            while not listener.queue.empty():
-                nxt = listener.queue.get_nowait()
-                if nxt is None:
-                    listener.queue.put_nowait(None)
-                    break
-                batch.append(nxt)
-            await reply.stream(batch)
     except (ConnectionError, RuntimeError) as exc:
         log.debug("listener_gone", error=repr(exc))
     finally:
         facade.hub.remove(listener)
         facade.pool.release_listening()
     return reply.sse or web.Response(status=499)
+
+
+def _ends_listening(item: dict[str, Any] | None) -> bool:
+    return item is None  # None: the proxy ends the subscription
