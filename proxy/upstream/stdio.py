@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 
 from proxy.core import jsonrpc
-from proxy.core.errors import ProxyError, UpstreamStartFailed
+from proxy.core.errors import LostReason, ProxyError, UpstreamStartFailed, error_message
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SERVER_ERROR
 from proxy.upstream.base import UpstreamContext, messages_of
@@ -338,14 +338,14 @@ class StdioUpstream:
         )
         if shape.id is None:
             return
-        data = {"reason": "upstream_message_too_large", "limit": limit}
+        data = {"reason": LostReason.UPSTREAM_MESSAGE_TOO_LARGE.value, "limit": limit}
         if shape.kind == "response":
             message = f"the MCP server's response is over upstream.max_line_bytes ({limit} bytes)"
-            error = jsonrpc.error_response(shape.id, SERVER_ERROR, message, data)
+            error = error_message(shape.id, SERVER_ERROR, message, data)
             self._context.on_message(jsonrpc.classify(error), None)
         elif shape.kind == "request":
             message = f"the request is over the proxy's upstream.max_line_bytes ({limit} bytes)"
-            error = jsonrpc.error_response(shape.id, SERVER_ERROR, message, data)
+            error = error_message(shape.id, SERVER_ERROR, message, data)
             self.send(jsonrpc.encode(error))
 
     def _skipped(self, line: bytes | str, exc: ProxyError) -> None:
