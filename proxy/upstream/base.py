@@ -33,6 +33,7 @@ from proxy.backoff import Backoff
 from proxy.config import UpstreamConfig
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError, error_message
+from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SERVER_ERROR
 
@@ -62,7 +63,10 @@ class Upstream(Protocol):
         """Connect or spawn; raise ``ProxyError`` (502) if that cannot be done now."""
         ...
 
-    def send(self, payload: bytes) -> None: ...
+    def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
+        """Queue one message; ``handshake`` marks the client's own ``initialize`` and
+        ``notifications/initialized`` (a transport replays them on a new session)."""
+        ...
 
     def pause(self) -> None:
         """Stop reading from the server (overflow: block); best effort for networks."""
