@@ -13,6 +13,7 @@ gives up, ``on_closed("upstream unreachable: ...")`` ends the client session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -24,7 +25,7 @@ from proxy.core.errors import ProxyError, UpstreamStartFailed
 from proxy.core.handshake import HandshakeStep, client_params
 from proxy.core.jsonrpc import Kind, Message
 from proxy.upstream.base import InFlight, UpstreamContext, messages_of
-from proxy.upstream.handshake import initialize
+from proxy.upstream.handshake import initialize, marked
 
 log = structlog.get_logger("proxy.upstream")
 
@@ -308,7 +309,9 @@ class ChannelUpstream:
             payload, handshake = await self._outbox.get()
             await self._connected.wait()
             rid = self._inflight.sent(payload)
-            self._note_handshake(rid, payload, handshake)
+            with contextlib.suppress(ProxyError):  # (the core only sends what it parsed)
+                msg = jsonrpc.classify(jsonrpc.decode(payload))
+                self._note_handshake(rid, payload, marked(handshake, msg))
             try:
                 await self._deliver(payload)
             except DeliveryFailed as exc:

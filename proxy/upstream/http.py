@@ -43,6 +43,7 @@ from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.upstream.base import InFlight, UpstreamContext
+from proxy.upstream.handshake import marked
 from proxy.upstream.http_body import (
     EXPIRED,
     NETWORK_ERRORS,
@@ -164,7 +165,7 @@ class HttpUpstream:
                 self.pending_bytes -= len(payload)
                 continue
             self._inflight.sent(payload)
-            if handshake is HandshakeStep.INITIALIZE:
+            if marked(handshake, msg) is HandshakeStep.INITIALIZE:
                 self._expiry.client_initialize(msg)
             elif msg.method == "notifications/cancelled":
                 # Nobody waits for that answer any more: its stream may end without one.
