@@ -21,7 +21,7 @@ from proxy.core.errors import UpstreamStartFailed
 from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Message, classify
 from proxy.upstream.base import UpstreamContext
-from proxy.upstream.handshake import ClientHandshake, initialize
+from proxy.upstream.handshake import ClientHandshake, OwnRequests, initialize, marked
 from proxy.upstream.stdio import StdioUpstream
 from tests.support import eventually
 
@@ -169,3 +169,47 @@ async def test_an_unmarked_initialize_is_not_sniffed(tmp_path: Path) -> None:
         assert len([m for m in _lines(seen) if m.get("method") == "initialize"]) == 1
     finally:
         await up.stop()
+
+
+# ------------------------------------------------------------------ the proxy's own requests
+async def test_own_requests_mark_the_proxys_initialize_and_take_their_answers() -> None:
+    sent: list[tuple[dict[str, Any], HandshakeStep | None]] = []
+    own = OwnRequests(lambda payload, step: sent.append((json.loads(payload), step)), "own/")
+
+    async def answer_each() -> None:
+        await eventually(lambda: bool(sent), what="the initialize")
+        request = sent[-1][0]
+        assert not own.answered(classify({"jsonrpc": "2.0", "id": 1, "result": {}}))  # ints
+        assert own.answered(classify({"jsonrpc": "2.0", "id": request["id"], "result": {}}))
+
+    answering = asyncio.ensure_future(answer_each())
+    result = await initialize(own.ask, own.notify, {"p": 1}, 5.0)
+    await answering
+    assert result == {}
+    assert sent == [
+        (
+            {"jsonrpc": "2.0", "id": "own/1", "method": "initialize", "params": {"p": 1}},
+            HandshakeStep.INITIALIZE,
+        ),
+        (INITIALIZED, HandshakeStep.INITIALIZED),
+    ]
+
+
+async def test_own_requests_fail_when_unanswered_or_gone() -> None:
+    own = OwnRequests(lambda payload, step: None, "own/")
+    with pytest.raises(UpstreamStartFailed, match=r"did not answer ping within 0\.05 s"):
+        await own.ask("ping", {}, 0.05)
+    asking = asyncio.ensure_future(own.ask("initialize", {}, 5.0))
+    await asyncio.sleep(0)
+    own.gone("exited with code 1")
+    with pytest.raises(UpstreamStartFailed, match="went away: exited with code 1"):
+        await asking
+
+
+def test_marked_keeps_a_given_mark_and_falls_back_only_for_the_handshake_methods() -> None:
+    init, note = classify(client_initialize()), classify(INITIALIZED)
+    ping = classify({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+    assert marked(HandshakeStep.INITIALIZE, ping) is HandshakeStep.INITIALIZE
+    assert marked(None, init) is HandshakeStep.INITIALIZE  # (transitional: modern/pool.py)
+    assert marked(None, note) is HandshakeStep.INITIALIZED
+    assert marked(None, ping) is None
