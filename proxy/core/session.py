@@ -48,6 +48,7 @@ from proxy.core.events import (
     UpstreamRestarted,
     WakeAt,
 )
+from proxy.core.handshake import INITIALIZE, INITIALIZED, HandshakeStep
 from proxy.core.idmap import IdMap, progress_token_of
 from proxy.core.journal import Journal
 from proxy.core.jsonrpc import Kind, Message
@@ -268,7 +269,8 @@ class Session:
                 self.offers_tasks = self.settings.legacy_tasks and isinstance(
                     self.client_capabilities.get("tasks"), dict
                 )
-            out.append(SendUpstream(jsonrpc.encode(forward)))
+            step = HandshakeStep.INITIALIZE if msg.method == INITIALIZE else None
+            out.append(SendUpstream(jsonrpc.encode(forward), step))
         if (
             self.speaks_streams
             and len(requests) == 1
@@ -311,7 +313,8 @@ class Session:
             # The client stops waiting; a late upstream answer is dropped as unmatched.
             self.finish_request(upstream_id, out)
             return
-        out.append(SendUpstream(msg.encoded()))
+        step = HandshakeStep.INITIALIZED if msg.method == INITIALIZED else None
+        out.append(SendUpstream(msg.encoded(), step))
 
     def _client_response(self, msg: Message, out: list[Command]) -> None:
         known, server_id = self._ids.take_server_request(msg.id)

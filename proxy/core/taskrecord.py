@@ -20,6 +20,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from proxy.core.errors import LostReason, error_object, lost_error
 from proxy.core.protocol import SERVER_ERROR
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -85,7 +86,7 @@ def detailed(record: dict[str, Any]) -> dict[str, Any]:
     elif status == "completed":
         task["result"] = record.get("result", {})
     elif status == "failed":
-        task["error"] = record.get("error", {"code": SERVER_ERROR, "message": "failed"})
+        task["error"] = record.get("error", error_object(SERVER_ERROR, "failed"))
     return task
 
 
@@ -113,7 +114,8 @@ def public(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def orphaned(record: dict[str, Any], reason: str, message: str, now: float) -> dict[str, Any]:
-    """A record whose replica died before it finished: ``failed``, saying why."""
+    """A record whose replica died before it finished: ``failed``, saying why (``reason``:
+    a :class:`~proxy.core.errors.LostReason` value, ``owner_lost`` or ``proxy_restarted``)."""
     if record["status"] in TERMINAL:
         return record
     out = {k: v for k, v in record.items() if k != "inputRequests"}
@@ -121,6 +123,6 @@ def orphaned(record: dict[str, Any], reason: str, message: str, now: float) -> d
         status="failed",
         statusMessage=message,
         lastUpdatedAt=iso(now),
-        error={"code": SERVER_ERROR, "message": message, "data": {"reason": reason}},
+        error=lost_error(LostReason(reason), message),
     )
     return out
