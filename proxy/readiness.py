@@ -4,7 +4,8 @@ Ready means: it is not shutting down, its store takes writes, and every configur
 upstream server can be started or reached (the body says which is not). The last is
 known without asking when sessions (client sessions, or the modern pool's) are up and
 the transports report no failure (``UpstreamHealth``); otherwise (no session, or a
-failure reported) a probe starts an upstream session, initializes it and stops it; a
+failure reported) a probe starts a plain upstream session, initializes it as the proxy
+itself (the one driver, :func:`proxy.upstream.handshake.initialize`) and stops it; a
 probe that succeeds clears a reported failure. A probe's
 answer is kept for :data:`PROBE_SECONDS`, and probes never overlap, so a readiness check
 every second costs at most one server start per interval.
@@ -13,12 +14,20 @@ every second costs at most one server start per interval.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from proxy import __version__
+from proxy.config import UpstreamConfig
 from proxy.core.errors import ProxyError
+from proxy.core.handshake import HandshakeStep, proxy_params
+from proxy.core.jsonrpc import Message
+from proxy.upstream import UpstreamContext, open_upstream
+from proxy.upstream.base import Upstream, UpstreamHealth
+from proxy.upstream.handshake import INITIALIZE_TIMEOUT_SECONDS, OwnRequests, initialize
 
 if TYPE_CHECKING:
     from proxy.context import ProxyContext
@@ -95,18 +104,45 @@ class ServerReadiness:
         return await asyncio.shield(self._probe)
 
     async def _run_probe(self) -> str | None:
-        from proxy.modern.pool import UpstreamPool
-
-        pool = UpstreamPool(self.server.config, self.server.health, name=self.server.name)
         try:
-            await pool.acquire()
+            await probe(self.server.upstream, self.server.health, self.server.name)
             error = None
             self.server.health.ok()  # it can be had again, whatever failed before
         except ProxyError as exc:
             error = exc.message
             log.warning("readiness_probe_failed", upstream=self.server.name, error=error)
-        finally:
-            await pool.stop()
         self._probed_at = time.monotonic()
         self._probe_error = error
         return error
+
+
+async def probe(config: UpstreamConfig, health: UpstreamHealth, name: str) -> None:
+    """Start one upstream session, initialize it for the proxy itself, stop it; raise
+    ``ProxyError`` (``UpstreamStartFailed``) when the server cannot be had."""
+    upstream: Upstream | None = None
+
+    def send(payload: bytes, step: HandshakeStep | None) -> None:
+        if upstream is not None:
+            upstream.send(payload, step)
+
+    own = OwnRequests(send, "mcp-resume-proxy/probe/")
+
+    def on_message(msg: Message, origin: int | None) -> None:
+        own.answered(msg)  # the rest (a question of the server's) waits for the stop
+
+    context = UpstreamContext(
+        config=config,
+        session_id=f"probe-{secrets.token_hex(8)}",
+        on_message=on_message,
+        on_closed=own.gone,
+        health=health,
+    )
+    upstream = open_upstream(context)
+    # Its lines name the probe and the server, never a client's principal.
+    with structlog.contextvars.bound_contextvars(session="probe", upstream=name, principal=None):
+        await upstream.start()
+        try:
+            params = proxy_params(__version__)
+            await initialize(own.ask, own.notify, params, INITIALIZE_TIMEOUT_SECONDS)
+        finally:
+            await upstream.stop()

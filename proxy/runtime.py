@@ -290,7 +290,7 @@ class SessionRunner:
                         conn.replay_left += len(data)
                     conn.queue.put_nowait(item)
         elif isinstance(command, SendUpstream):
-            self.upstream.send(command.payload)
+            self.upstream.send(command.payload, command.handshake)
         elif isinstance(command, PauseUpstream):
             self.log.info("upstream_paused", reason="stream buffer full (overflow: block)")
             self.upstream.pause()

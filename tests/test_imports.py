@@ -185,6 +185,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("downstream", ("proxy.downstream",)),  # what clients reach (aiohttp)
     ("readiness", ("proxy.readiness",)),
     ("modern", ("proxy.modern",)),  # the 2026-07-28 side
+    ("sse_writer", ("proxy.sse_writer",)),  # every SSE response (aiohttp), both eras
     ("registry", ("proxy.registry",)),  # the session table's asyncio adapter
     ("context", ("proxy.context",)),  # what the whole process shares
     ("runtime", ("proxy.runtime",)),  # one session's executor

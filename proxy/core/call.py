@@ -27,9 +27,21 @@ from typing import Any
 
 from proxy.core import jsonrpc
 from proxy.core.era import ModernRequest, log_wanted
-from proxy.core.errors import ProxyError
+from proxy.core.errors import (
+    LostReason,
+    ProxyError,
+    answer_with_error,
+    error_object,
+    lost_error,
+)
 from proxy.core.jsonrpc import Message
-from proxy.core.protocol import SERVER_ERROR
+from proxy.core.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+    SERVER_ERROR,
+)
 
 # Server→client requests a call may carry, and (capability, key label) each needs.
 INPUT_METHODS = {
@@ -44,11 +56,6 @@ MAX_NOTES = 10_000  # notifications held for a client that is not reading (then 
 # A legacy server may name an input request's key (MRTR keys are the server's to choose;
 # a legacy wire has no place for one): params._meta[KEY_HINT] on its request.
 KEY_HINT = "io.github.mcp-resume-proxy/inputKey"
-
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-REQUEST_CANCELLED = -32800
 
 
 class CallStatus(StrEnum):
@@ -227,12 +234,11 @@ class Call:
         self._used_keys.add(key)
         return key
 
-    def lose(self, why: str, reason: str = "upstream_closed") -> bool:
+    def lose(self, why: str) -> bool:
         """The upstream session ended under the call: it fails (nothing to tell the server)."""
         if self.done:
             return False
-        error = {"code": SERVER_ERROR, "message": why, "data": {"reason": reason}}
-        self._end_failed(error)
+        self._end_failed(lost_error(LostReason.UPSTREAM_CLOSED, why))
         return True
 
     # ------------------------------------------------------------------ from the client
@@ -260,9 +266,9 @@ class Call:
             return False, []
         server_id, _ = self.pending.pop(key)
         if not isinstance(error, dict):
-            error = {"code": INTERNAL_ERROR, "message": "the client refused the request"}
+            error = error_object(INTERNAL_ERROR, "the client refused the request")
         self._after_answers()
-        return True, [{"jsonrpc": "2.0", "id": server_id, "error": error}]
+        return True, [answer_with_error(server_id, error)]
 
     def _after_answers(self) -> None:
         if not self.pending and self.status is CallStatus.INPUT_REQUIRED:
@@ -296,6 +302,6 @@ class Call:
         return True, out
 
     def _end_failed(self, error: dict[str, Any]) -> None:
-        self.outcome = {"jsonrpc": "2.0", "id": None, "error": error}
+        self.outcome = answer_with_error(None, error)
         self.pending.clear()
         self._move(CallEvent.FAIL)

@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import jsonrpc
-from proxy.core.call import ASKING, INPUT_METHODS, INTERNAL_ERROR, METHOD_NOT_FOUND, Call
+from proxy.core.call import ASKING, INPUT_METHODS, Call
 from proxy.core.events import SendUpstream
+from proxy.core.handshake import HandshakeStep
 from proxy.core.idmap import IdMap
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND
 
 BROADCAST = frozenset(
     {
@@ -54,10 +56,12 @@ class BeginCall:
 
 @dataclass(frozen=True, slots=True)
 class AskServer:
-    """A request of the proxy's own (initialize, ping, tools/list, resources/subscribe)."""
+    """A request of the proxy's own (initialize, ping, tools/list, resources/subscribe);
+    ``handshake`` marks the proxy's ``initialize`` for the transport."""
 
     method: str
     params: dict[str, Any]
+    handshake: HandshakeStep | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,11 +197,11 @@ class CallTable:
         match event:
             case BeginCall(call, params):
                 self._begin(call, params, out)
-            case AskServer(method, params):
+            case AskServer(method, params, handshake):
                 request_id = self._ids.add_client_request(None, method, _OWN, None)
                 out.append(AwaitAnswer(request_id))
                 request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-                out.append(_send(request))
+                out.append(SendUpstream(jsonrpc.encode(request), handshake))
             case ServerMessage(msg, origin):
                 self._from_server(msg, origin, out)
             case AnswerInput(call, responses):

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core import protocol
 from proxy.core.errors import ProxyError
 
 MODERN_VERSIONS = ("2026-07-28",)
@@ -34,11 +35,12 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 METHOD_HEADER = "Mcp-Method"
 NAME_HEADER = "Mcp-Name"
 
-HEADER_MISMATCH = -32020
-MISSING_CAPABILITY = -32021
-UNSUPPORTED_VERSION = -32022
-INVALID_PARAMS = -32602
-METHOD_NOT_FOUND = -32601
+# The spec's codes, named once in core/protocol.py; importable from here as before.
+HEADER_MISMATCH = protocol.HEADER_MISMATCH
+MISSING_CAPABILITY = protocol.MISSING_CAPABILITY
+UNSUPPORTED_VERSION = protocol.UNSUPPORTED_VERSION
+INVALID_PARAMS = protocol.INVALID_PARAMS
+METHOD_NOT_FOUND = protocol.METHOD_NOT_FOUND
 
 # Methods whose Mcp-Name header mirrors a body field.
 _NAMED = {
@@ -58,16 +60,8 @@ class ModernError(ProxyError):
     def __init__(
         self, code: int, message: str, *, http_status: int = 400, data: Any = None
     ) -> None:
-        super().__init__(message, http_status=http_status)
+        super().__init__(message, http_status=http_status, data=data)
         self.jsonrpc_code = code
-        self.data = data
-
-    def to_jsonrpc(self, request_id: Any = None) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.jsonrpc_code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        rid = self.request_id if request_id is None else request_id
-        return {"jsonrpc": "2.0", "id": rid, "error": error}
 
 
 def missing_capability(required: dict[str, Any], what: str) -> ModernError:

@@ -1,45 +1,132 @@
-"""The proxy's one error hierarchy.
+"""The proxy's one error hierarchy, and the error answers it writes in a server's place.
 
-::
+Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTTP status)::
 
-    ProxyError                      every error the proxy raises on purpose
-    ├── ProtocolError               the peer sent something we refuse
-    │   ├── ParseError              body is not JSON                    -32700 / 400
-    │   ├── InvalidMessage          JSON but not JSON-RPC 2.0            -32600 / 400
-    │   ├── BadRequest              HTTP-level misuse (headers, batch)   -32600 / 400
-    │   ├── NotAcceptable           Accept header lacks a needed type    -32600 / 406
-    │   ├── UnsupportedMediaType    Content-Type is not JSON             -32600 / 415
-    │   ├── PayloadTooLarge         message over the size limit          -32600 / 413
-    │   ├── ForbiddenOrigin         Origin not allowed (DNS rebinding)   -32600 / 403
-    │   ├── MisdirectedHost         Host not allowed (DNS rebinding)     -32600 / 421
-    │   ├── RequestTimeout          request not received in time         -32600 / 408
-    │   └── MethodNotAllowed        HTTP method not served               -32600 / 405
-    ├── SessionNotFound             unknown or ended session             -32001 / 404
-    ├── Conflict                    e.g. a second standalone GET stream  -32600 / 409
-    ├── Overloaded                  a configured limit refuses new work  -32000 / 503
-    ├── UpstreamStartFailed         upstream cannot start or be reached  -32603 / 502
-    └── ResumeError                 a resume that cannot be served whole -32602 / 400|410
-            (``reason`` says why: malformed_event_id, wrong_session, unknown_stream,
-            unknown_position, history_truncated, abandoned, stream_completed,
-            invalid_token, busy)
+    ProxyError                      every error the proxy raises on purpose  -32603 / 500
+    ├── ProtocolError               the peer sent something we refuse        -32600 / 400
+    │   ├── ParseError              body is not JSON                         -32700 / 400
+    │   ├── InvalidMessage          JSON but not JSON-RPC 2.0                 -32600 / 400
+    │   ├── BadRequest              HTTP-level misuse (headers, batch)        -32600 / 400
+    │   ├── NotAcceptable           Accept header lacks a needed type         -32600 / 406
+    │   ├── UnsupportedMediaType    Content-Type is not JSON                  -32600 / 415
+    │   ├── PayloadTooLarge         message over the size limit               -32600 / 413
+    │   ├── ForbiddenOrigin         Origin not allowed (DNS rebinding)        -32600 / 403
+    │   ├── Unauthorized            no valid bearer credential (inbound auth) -32600 / 401
+    │   ├── Forbidden               only ``auth.operators`` may read this     -32600 / 403
+    │   ├── MisdirectedHost         Host not allowed (DNS rebinding)          -32600 / 421
+    │   ├── RequestTimeout          request not received in time              -32600 / 408
+    │   ├── MethodNotAllowed        HTTP method not served                    -32600 / 405
+    │   ├── UnknownServer           a path that names no configured server    -32600 / 404
+    │   └── SSEDecodeError          (core/sse.py) an SSE stream we cannot read -32600 / 400
+    ├── SessionNotFound             unknown or ended session                  -32001 / 404
+    ├── Conflict                    e.g. a second standalone GET stream       -32600 / 409
+    ├── Overloaded                  a configured limit refuses new work       -32000 / 503
+    ├── RateLimited                 a principal resumes or polls too fast     -32000 / 429
+    ├── UpstreamStartFailed         upstream cannot start or be reached       -32603 / 502
+    ├── ResumeError                 a resume that cannot be served whole      -32602 / 400|410
+    │       (``reason`` says why: malformed_event_id, wrong_session, unknown_stream,
+    │       unknown_position, history_truncated, abandoned, stream_completed,
+    │       invalid_token, busy)
+    ├── IllegalTransition           (core/stream.py) a stream state change the
+    │                               table forbids: a bug, never the peer's    -32603 / 500
+    ├── IllegalCallTransition       (core/call.py) a modern call's status change the
+    │                               table forbids: a bug, never the peer's    -32603 / 500
+    ├── ModernError                 (core/era.py) a 2026-07-28 request refused with the
+    │                               spec's code and ``data``: -32020 header mismatch,
+    │                               -32021 missing capability, -32022 unsupported
+    │                               version, -32601, -32602                   code / given (400)
+    └── OwnerUnreachable            (replicas.py) the replica owning a session
+                                    cannot be reached                         -32000 / 503
 
 Each error knows its JSON-RPC code and HTTP status; transports turn it into wire form at
-exactly one place (``ProxyError.to_jsonrpc``).
+exactly one place (``ProxyError.to_jsonrpc``). The codes are named in
+:mod:`proxy.core.protocol`.
+
+The other answers the proxy writes are not refusals of the client's request but answers
+in place of the server's (its request can no longer be answered) and answers to the
+server's own requests. They are built here too: :func:`error_object` and
+:func:`error_message` for any code, :func:`lost_error` and :func:`lost_answer` for a
+request whose answer is lost, whose ``data.reason`` is one of the closed set
+:class:`LostReason`::
+
+    LostReason                      code -32000 (SERVER_ERROR), data {"reason": ...}
+    ├── proxy_shutdown              the proxy stops (core/lifetime.py, modern)
+    ├── upstream_closed             the server exited or its session ended (modern)
+    ├── upstream_restarted          the stdio server was restarted (core/lifetime.py)
+    ├── owner_lost                  the replica running it died (store/open.py, tasks)
+    ├── proxy_restarted             the proxy restarted while it ran (store/open.py, tasks)
+    ├── task_cancelled              its task was cancelled (modern/legacy_tasks.py)
+    └── upstream_message_too_large  an answer over upstream.max_line_bytes (stdio.py;
+                                    ``data.limit`` too)
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
-from proxy.core.protocol import SERVER_ERROR, SESSION_NOT_FOUND
+from proxy.core.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    JSONRPC_VERSION,
+    PARSE_ERROR,
+    SERVER_ERROR,
+    SESSION_NOT_FOUND,
+)
+
+
+class LostReason(StrEnum):
+    """``data.reason`` of an answer the proxy writes in the server's place: the request
+    can no longer be answered by it. A closed set: a new reason is a new member here."""
+
+    PROXY_SHUTDOWN = "proxy_shutdown"
+    UPSTREAM_CLOSED = "upstream_closed"
+    UPSTREAM_RESTARTED = "upstream_restarted"
+    OWNER_LOST = "owner_lost"
+    PROXY_RESTARTED = "proxy_restarted"
+    TASK_CANCELLED = "task_cancelled"
+    UPSTREAM_MESSAGE_TOO_LARGE = "upstream_message_too_large"
+
+
+def error_object(code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """A JSON-RPC error object (JSON-RPC 2.0 §5.1); ``data`` only when given."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return error
+
+
+def error_message(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """A JSON-RPC error response to ``request_id`` (JSON-RPC 2.0 §5: ``id`` null when the
+    request's id cannot be known)."""
+    return answer_with_error(request_id, error_object(code, message, data))
+
+
+def answer_with_error(request_id: Any, error: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC error response carrying an error object as it is (one a peer wrote, or
+    one of :func:`error_object`, :func:`lost_error`) to ``request_id``."""
+    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error}
+
+
+def lost_error(reason: LostReason, message: str) -> dict[str, Any]:
+    """The error object of an answer written in the server's place (DESIGN.md §3: each
+    request ends with exactly one response, the server's or one the proxy writes)."""
+    return error_object(SERVER_ERROR, message, {"reason": reason.value})
+
+
+def lost_answer(request_id: Any, reason: LostReason, message: str) -> dict[str, Any]:
+    """The error response written in the server's place to ``request_id``."""
+    return error_message(request_id, SERVER_ERROR, message, {"reason": reason.value})
 
 
 class ProxyError(Exception):
     """Root of every error the proxy raises on purpose."""
 
-    jsonrpc_code: int = -32603
+    jsonrpc_code: int = INTERNAL_ERROR
     http_status: int = 500
     reason: str | None = None
+    data: Any = None
 
     def __init__(
         self,
@@ -48,6 +135,7 @@ class ProxyError(Exception):
         reason: str | None = None,
         http_status: int | None = None,
         request_id: Any = None,
+        data: Any = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -56,24 +144,27 @@ class ProxyError(Exception):
         if http_status is not None:
             self.http_status = http_status
         self.request_id = request_id
+        if data is not None:
+            self.data = data
 
     def to_jsonrpc(self, request_id: Any = None) -> dict[str, Any]:
         """The JSON-RPC error response for this error: to ``request_id``, else to the
-        request the error names, else ``id`` null (JSON-RPC 2.0 §5)."""
-        error: dict[str, Any] = {"code": self.jsonrpc_code, "message": self.message}
-        if self.reason is not None:
-            error["data"] = {"reason": self.reason}
+        request the error names, else ``id`` null (JSON-RPC 2.0 §5). Its ``data`` is the
+        one given, else ``{"reason": reason}`` when the error has a reason."""
+        data = self.data
+        if data is None and self.reason is not None:
+            data = {"reason": self.reason}
         rid = self.request_id if request_id is None else request_id
-        return {"jsonrpc": "2.0", "id": rid, "error": error}
+        return error_message(rid, self.jsonrpc_code, self.message, data)
 
 
 class ProtocolError(ProxyError):
-    jsonrpc_code = -32600
+    jsonrpc_code = INVALID_REQUEST
     http_status = 400
 
 
 class ParseError(ProtocolError):
-    jsonrpc_code = -32700
+    jsonrpc_code = PARSE_ERROR
     reason = "parse_error"
 
 
@@ -150,7 +241,7 @@ class SessionNotFound(ProxyError):
 
 
 class Conflict(ProxyError):
-    jsonrpc_code = -32600
+    jsonrpc_code = INVALID_REQUEST
     http_status = 409
     reason = "conflict"
 
@@ -180,7 +271,7 @@ class UpstreamStartFailed(ProxyError):
     """The upstream cannot be had for a new session: its command does not start, its URL
     cannot be reached, or its configured headers cannot be resolved."""
 
-    jsonrpc_code = -32603
+    jsonrpc_code = INTERNAL_ERROR
     http_status = 502
     reason = "upstream_start_failed"
 
@@ -188,7 +279,7 @@ class UpstreamStartFailed(ProxyError):
 class ResumeError(ProxyError):
     """A resume that cannot be served whole. Never a partial replay (DESIGN.md §3)."""
 
-    jsonrpc_code = -32602
+    jsonrpc_code = INVALID_PARAMS
     http_status = 400
 
     # Reasons whose history is gone for good answer 410 Gone; the rest are 400.

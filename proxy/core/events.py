@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NewType
 
+from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Message
 
 ConnId = NewType("ConnId", int)
@@ -146,9 +147,12 @@ class CloseClient:
 
 @dataclass(frozen=True, slots=True)
 class SendUpstream:
-    """Write one message (ids already rewritten) to the upstream server."""
+    """Write one message (ids already rewritten) to the upstream server. ``handshake``
+    marks the client's own ``initialize`` and ``notifications/initialized``: a transport
+    that starts a new upstream session for this one replays them (no byte sniffing)."""
 
     payload: bytes
+    handshake: HandshakeStep | None = None
 
 
 @dataclass(frozen=True, slots=True)

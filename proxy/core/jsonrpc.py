@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from proxy.core.errors import InvalidMessage, ParseError
-
-JSONRPC_VERSION = "2.0"
+from proxy.core.errors import InvalidMessage, ParseError, error_message
+from proxy.core.protocol import JSONRPC_VERSION
 
 
 class Kind(Enum):
@@ -166,8 +165,5 @@ def ok_response(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "result": result}
 
 
-def error_response(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error}
+# Not a second builder: the one in core/errors.py, under the name older callers use.
+error_response = error_message

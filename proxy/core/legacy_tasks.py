@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core import jsonrpc
+from proxy.core.errors import LostReason, answer_with_error, error_message, error_object
 from proxy.core.jsonrpc import Message
 from proxy.core.protocol import SERVER_ERROR
 
@@ -93,11 +94,7 @@ def final(request_id: Any, record: dict[str, Any]) -> dict[str, Any]:
         result["_meta"] = {**(result.get("_meta") or {}), **related}
         return jsonrpc.ok_response(request_id, result)
     if status == "failed":
-        error = dict(record.get("error") or {"code": SERVER_ERROR, "message": "failed"})
-        return {"jsonrpc": "2.0", "id": request_id, "error": error}
-    error = {
-        "code": SERVER_ERROR,
-        "message": "the task was cancelled",
-        "data": {"reason": "task_cancelled", **related},
-    }
-    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+        error = dict(record.get("error") or error_object(SERVER_ERROR, "failed"))
+        return answer_with_error(request_id, error)
+    data = {"reason": LostReason.TASK_CANCELLED.value, **related}
+    return error_message(request_id, SERVER_ERROR, "the task was cancelled", data)

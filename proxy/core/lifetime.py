@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from proxy.core import jsonrpc
 from proxy.core.delivery import Delivery
+from proxy.core.errors import LostReason, error_message, lost_answer
 from proxy.core.events import CloseClient, Command, ForgetSession, LogNote, StopUpstream
 from proxy.core.idmap import IdMap
 from proxy.core.protocol import SERVER_ERROR
@@ -61,23 +61,27 @@ class Lifetime:
         if self.closed:
             return
         out.append(LogNote("upstream_closed", {"reason": reason}))
-        self.fail_in_flight(SERVER_ERROR, f"MCP server gone: {reason}", None, out)
+        # (no data.reason here: the answer has always been written without one)
+        self.fail_in_flight(f"MCP server gone: {reason}", None, out)
         self.close(reason, now, out)
 
     def upstream_restarted(self, reason: str, out: list[Command]) -> None:
         if self.closed:
             return
         out.append(LogNote("upstream_restarting", {"reason": reason}))
-        data = {"reason": "upstream_restarted"}
-        self.fail_in_flight(SERVER_ERROR, f"MCP server restarted: {reason}", data, out)
+        self.fail_in_flight(f"MCP server restarted: {reason}", LostReason.UPSTREAM_RESTARTED, out)
         self._ids.drop_server_requests()  # its questions died with it
 
-    def fail_in_flight(self, code: int, message: str, data: Any, out: list[Command]) -> None:
-        """Answer every request in flight with an error, logged (and sent) on its stream."""
+    def fail_in_flight(self, message: str, reason: LostReason | None, out: list[Command]) -> None:
+        """Answer every request in flight in the server's place (-32000, ``data.reason``
+        when given), logged (and sent) on its stream."""
         for upstream_id in self._ids.in_flight():
             pending = self._ids.pending(upstream_id)
             assert pending is not None
-            error = jsonrpc.error_response(pending.client_id, code, message, data)
+            if reason is None:
+                error = error_message(pending.client_id, SERVER_ERROR, message)
+            else:
+                error = lost_answer(pending.client_id, reason, message)
             self._host.append(pending.stream, error, out)
             self._host.finish_request(upstream_id, out)
 
@@ -102,8 +106,7 @@ class Lifetime:
         an attached client reads it before its stream ends.
         """
         if not self.closed:
-            data = {"reason": "proxy_shutdown"}
-            self.fail_in_flight(SERVER_ERROR, "the proxy is shutting down", data, out)
+            self.fail_in_flight("the proxy is shutting down", LostReason.PROXY_SHUTDOWN, out)
         self.end("proxy shutting down", now, out, keep=True)
 
     def end(self, reason: str, now: float, out: list[Command], *, keep: bool = False) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.call import REQUEST_CANCELLED, Call, CallStatus
+from proxy.core.call import Call, CallStatus
 from proxy.core.era import (
     HEADER_MISMATCH,
     META_SERVER_INFO,
@@ -24,6 +24,8 @@ from proxy.core.era import (
     UNSUPPORTED_VERSION,
     missing_capability,
 )
+from proxy.core.errors import answer_with_error, error_message
+from proxy.core.protocol import REQUEST_CANCELLED
 
 CACHEABLE = frozenset(
     {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
@@ -92,10 +94,10 @@ def final_answer(
         error = outcome["error"]
         code = error.get("code") if isinstance(error, dict) else None
         status = ERROR_STATUS.get(code, 200) if isinstance(code, int) else 200
-        return {"jsonrpc": "2.0", "id": request_id, "error": error}, status
+        return answer_with_error(request_id, error), status
     if call.status is CallStatus.CANCELLED:
-        error = {"code": REQUEST_CANCELLED, "message": call.status_message or "request cancelled"}
-        return {"jsonrpc": "2.0", "id": request_id, "error": error}, 200
+        message = call.status_message or "request cancelled"
+        return error_message(request_id, REQUEST_CANCELLED, message), 200
     return shaped(call.method, outcome, cache_ttl_ms=cache_ttl_ms, server_info=server_info), 200
 
 

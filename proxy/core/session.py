@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, assert_never
 
 from proxy.core import jsonrpc, legacy_tasks, seed
+from proxy.core.admission import check_initialize
 from proxy.core.deadlines import Deadlines
 from proxy.core.delivery import Delivery
 from proxy.core.errors import BadRequest, Conflict, SessionNotFound
@@ -47,6 +48,7 @@ from proxy.core.events import (
     UpstreamRestarted,
     WakeAt,
 )
+from proxy.core.handshake import INITIALIZE, INITIALIZED, HandshakeStep
 from proxy.core.idmap import IdMap, progress_token_of
 from proxy.core.journal import Journal
 from proxy.core.jsonrpc import Kind, Message
@@ -232,14 +234,13 @@ class Session:
                 raise BadRequest("stream/poll and stream/resume must be sent alone")
             self.resumer.serve(ev.conn, requests[0], ev.last_event_id, self._now, out)
             return
-        initialize = any(m.method == "initialize" for m in requests)
-        if initialize and (self._initialize_seen or len(ev.messages) > 1):
-            raise BadRequest("initialize must be sent alone, once, to open a session")
+        # The edges refuse these first (proxy.core.admission); the session keeps the rule.
+        initialize = check_initialize(ev.messages, ev.batch, initialized=self._initialize_seen)
         # The last check: room for the requests' stream. A batch's answers to server
         # requests must not be taken from the id map and then refused (2025-03-26).
         evict = self._streams.room_for_new(self.settings.max_streams) if requests else None
         # ---- accepted: from here on nothing raises
-        if initialize:
+        if initialize is not None:
             self._initialize_seen = True
         for msg in ev.messages:
             if msg.kind is Kind.NOTIFICATION:
@@ -268,7 +269,8 @@ class Session:
                 self.offers_tasks = self.settings.legacy_tasks and isinstance(
                     self.client_capabilities.get("tasks"), dict
                 )
-            out.append(SendUpstream(jsonrpc.encode(forward)))
+            step = HandshakeStep.INITIALIZE if msg.method == INITIALIZE else None
+            out.append(SendUpstream(jsonrpc.encode(forward), step))
         if (
             self.speaks_streams
             and len(requests) == 1
@@ -311,7 +313,8 @@ class Session:
             # The client stops waiting; a late upstream answer is dropped as unmatched.
             self.finish_request(upstream_id, out)
             return
-        out.append(SendUpstream(msg.encoded()))
+        step = HandshakeStep.INITIALIZED if msg.method == INITIALIZED else None
+        out.append(SendUpstream(msg.encoded(), step))
 
     def _client_response(self, msg: Message, out: list[Command]) -> None:
         known, server_id = self._ids.take_server_request(msg.id)

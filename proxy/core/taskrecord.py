@@ -20,9 +20,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from proxy.core.call import INTERNAL_ERROR, Call
 from proxy.core.call import TERMINAL as _CALL_TERMINAL
-from proxy.core.protocol import SERVER_ERROR
+from proxy.core.call import Call
+from proxy.core.errors import LostReason, error_object, lost_error
+from proxy.core.protocol import INTERNAL_ERROR, SERVER_ERROR
 
 TERMINAL = frozenset(status.value for status in _CALL_TERMINAL)
 _PRIVATE = ("owner", "principal", "era", "server", "expiresAt")
@@ -87,7 +88,7 @@ def detailed(record: dict[str, Any]) -> dict[str, Any]:
     elif status == "completed":
         task["result"] = record.get("result", {})
     elif status == "failed":
-        task["error"] = record.get("error", {"code": SERVER_ERROR, "message": "failed"})
+        task["error"] = record.get("error", error_object(SERVER_ERROR, "failed"))
     return task
 
 
@@ -115,7 +116,8 @@ def public(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def orphaned(record: dict[str, Any], reason: str, message: str, now: float) -> dict[str, Any]:
-    """A record whose replica died before it finished: ``failed``, saying why."""
+    """A record whose replica died before it finished: ``failed``, saying why (``reason``:
+    a :class:`~proxy.core.errors.LostReason` value, ``owner_lost`` or ``proxy_restarted``)."""
     if record["status"] in TERMINAL:
         return record
     out = {k: v for k, v in record.items() if k != "inputRequests"}
@@ -123,7 +125,7 @@ def orphaned(record: dict[str, Any], reason: str, message: str, now: float) -> d
         status="failed",
         statusMessage=message,
         lastUpdatedAt=iso(now),
-        error={"code": SERVER_ERROR, "message": message, "data": {"reason": reason}},
+        error=lost_error(LostReason(reason), message),
     )
     return out
 
@@ -158,7 +160,7 @@ def refresh(record: dict[str, Any], call: Call, now: float) -> bool:
                     del result["_meta"]
         record["result"] = result
     elif status == "failed":
-        record["error"] = outcome.get("error") or {"code": INTERNAL_ERROR, "message": "failed"}
+        record["error"] = outcome.get("error") or error_object(INTERNAL_ERROR, "failed")
     return (record["status"], len(record.get("inputRequests") or {})) != before or call.done
 
 

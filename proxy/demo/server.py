@@ -17,6 +17,10 @@ import threading
 import time
 from typing import Any
 
+# proxy.core is standard library only (it is sans-I/O), so the demo stays dependency-free.
+from proxy.core.errors import error_message
+from proxy.core.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, PARSE_ERROR
+
 VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 
 TOOLS = [
@@ -57,7 +61,7 @@ def result(rid: Any, value: dict[str, Any]) -> None:
 
 
 def error(rid: Any, code: int, message: str) -> None:
-    send({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}})
+    send(error_message(rid, code, message))
 
 
 def text(value: str) -> dict[str, Any]:
@@ -112,9 +116,9 @@ def handle(msg: dict[str, Any]) -> None:
         elif name == "countdown":
             threading.Thread(target=countdown, args=(rid, args, token), daemon=True).start()
         else:
-            error(rid, -32602, f"Unknown tool: {name}")
+            error(rid, INVALID_PARAMS, f"Unknown tool: {name}")
     else:
-        error(rid, -32601, f"Method not found: {method}")
+        error(rid, METHOD_NOT_FOUND, f"Method not found: {method}")
 
 
 def main() -> int:
@@ -125,7 +129,7 @@ def main() -> int:
         try:
             msg = json.loads(line)
         except ValueError:
-            error(None, -32700, "Parse error")
+            error(None, PARSE_ERROR, "Parse error")
             continue
         if isinstance(msg, dict):
             handle(msg)

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from proxy.context import ProxyContext
 from proxy.core import httprules, jsonrpc, seed
+from proxy.core.admission import admit_post
 from proxy.core.era import (
     LEGACY_VERSIONS,
     UNSUPPORTED_VERSION,
@@ -26,18 +27,18 @@ from proxy.core.era import (
 from proxy.core.errors import (
     BadRequest,
     MethodNotAllowed,
-    Overloaded,
     PayloadTooLarge,
     ProxyError,
     RequestTimeout,
     ResumeError,
-    SessionNotFound,
 )
-from proxy.core.events import ClientGet, ClientPost
+from proxy.core.events import ClientGet
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import LAST_EVENT_ID, SESSION_HEADER, VERSION_HEADER
-from proxy.core.sse import encode_comment, encode_retry
+from proxy.core.sse import encode_retry
+from proxy.downstream.admission import check_session_reading, post_to_session
 from proxy.downstream.auth import limit_resumes, principal_of
+from proxy.downstream.entry import endpoint_entry
 from proxy.downstream.guard import BodyBudget, read_body
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
@@ -46,8 +47,9 @@ from proxy.metrics import method_label
 from proxy.modern.endpoint import ModernFacade
 from proxy.modern.reply import Reply
 from proxy.registry import Registry
-from proxy.runtime import ClientConn, CloseMarker, SessionRunner
+from proxy.runtime import ClientConn, CloseMarker, Frame, SessionRunner
 from proxy.servers import Server
+from proxy.sse_writer import SseWriter
 
 log = structlog.get_logger("proxy.http")
 
@@ -66,9 +68,6 @@ _PREFLIGHT = {
 _POLLS = frozenset({seed.POLL, seed.RESUME, "tasks/get", "tasks/result"})
 
 _MODERN_KEY = "mcp_resume_proxy.modern"  # set on a request the modern side served
-
-# How often a writer checks that its client is still there while nothing is queued.
-_LIVENESS_SECONDS = 1.0
 
 
 class StreamableHttp:
@@ -102,18 +101,9 @@ class StreamableHttp:
         self.modern = modern
 
     # ------------------------------------------------------------------ entry
+    @endpoint_entry
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        # Every line logged while serving it names the server and the principal.
-        with structlog.contextvars.bound_contextvars(
-            upstream=self.server.name, principal=principal_of(request)
-        ):
-            return await self._handle(request)
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        listen = self.config.listen
         try:
-            httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
-            httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
             if request.method == "POST":
                 return await self._post(request)
             if request.method in ("GET", "DELETE") and self._modern_client(request):
@@ -127,19 +117,23 @@ class StreamableHttp:
                 return web.Response(status=204, headers=_PREFLIGHT)  # CORS preflight
             raise MethodNotAllowed(f"Method Not Allowed: {request.method}")
         except ProxyError as exc:
-            if isinstance(exc, ResumeError):
-                self.metrics.resumes.labels(exc.reason or "refused").inc()
-            log.info(
-                "request_refused",
-                method=request.method,
-                status=exc.http_status,
-                reason=exc.reason,
-                error=exc.message,
-            )
-            if isinstance(exc, RequestTimeout):
-                return await self._answer_and_close(request, exc)
-            headers = {"Allow": _METHODS} if isinstance(exc, MethodNotAllowed) else None
-            return error_response(exc, headers)
+            return await self.refuse(request, exc)
+
+    async def refuse(self, request: web.Request, exc: ProxyError) -> web.StreamResponse:
+        """A refused request's answer: its status and JSON-RPC error (logged, counted)."""
+        if isinstance(exc, ResumeError):
+            self.metrics.resumes.labels(exc.reason or "refused").inc()
+        log.info(
+            "request_refused",
+            method=request.method,
+            status=exc.http_status,
+            reason=exc.reason,
+            error=exc.message,
+        )
+        if isinstance(exc, RequestTimeout):
+            return await self._answer_and_close(request, exc)
+        headers = {"Allow": _METHODS} if isinstance(exc, MethodNotAllowed) else None
+        return error_response(exc, headers)
 
     @staticmethod
     async def _answer_and_close(request: web.Request, exc: ProxyError) -> web.StreamResponse:
@@ -178,6 +172,15 @@ class StreamableHttp:
         if self.remote is None or self._session_id(request) in self.registry:
             return None
         return self.remote
+
+    def _named_session(self, request: web.Request) -> SessionRunner | RemoteSessions:
+        """The session the request names: held here, or (replicas) the way to the replica
+        that holds it; then its protocol version checked (2025-06-18 transports §Protocol
+        Version Header), so a refusal for either reason comes in the same order."""
+        remote = self._remote(request)
+        target = remote if remote is not None else self._session(request)
+        httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
+        return target
 
     # ------------------------------------------------------------------ POST
     async def _post(self, request: web.Request) -> web.StreamResponse:
@@ -226,26 +229,23 @@ class StreamableHttp:
             return await self.modern.post(
                 messages[0], principal_of(request), request.headers, reply
             )
-        is_init = any(m.kind is Kind.REQUEST and m.method == "initialize" for m in messages)
-        if is_init:
-            if batch:
-                raise BadRequest("Bad Request: initialize must not be part of a batch")
-            existing = request.headers.get(SESSION_HEADER)
-            if existing and existing in self.registry:
-                raise BadRequest("Bad Request: this session is already initialized")
-            if not self.context.accepting:
-                raise SessionNotFound("the proxy is shutting down")
+        header_id = request.headers.get(LAST_EVENT_ID)
+        existing = request.headers.get(SESSION_HEADER)
+        admission = admit_post(
+            messages,
+            batch,
+            initialized=bool(existing) and existing in self.registry,
+            accepting=self.context.accepting,
+        )
+        if admission.opens_session:
             runner = await self.registry.create(principal_of(request), self.server)
         else:
-            remote = self._remote(request)
-            if remote is not None:
-                httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
-                header_id = request.headers.get(LAST_EVENT_ID)
-                return await remote.post(
+            target = self._named_session(request)
+            if isinstance(target, RemoteSessions):
+                return await target.post(
                     request, self._session_id(request), messages, batch, header_id
                 )
-            runner = self._session(request)
-            httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
+            runner = target
             if self.modern is not None and runner.session.offers_tasks:
                 reply = Reply(request, self.config.sse.keepalive_seconds)
                 served = await self.modern.legacy.post(runner, messages, batch, reply)
@@ -253,23 +253,17 @@ class StreamableHttp:
                     return served
             foreign = self.stored.enabled and self.stored.foreign(messages, runner.session.epoch)
             if foreign:
-                header_id = request.headers.get(LAST_EVENT_ID)
                 return await self.stored.post(request, runner.session_id, foreign, header_id)
-            if runner.upstream.pending_bytes > self.config.upstream.max_pending_bytes:
-                raise Overloaded(
-                    "The MCP server is not reading its input; try again later",
-                    reason="upstream_busy",
-                )
-        conn = runner.open_conn()
-        try:
-            runner.feed(ClientPost(conn.id, messages, batch, request.headers.get(LAST_EVENT_ID)))
-        except ProxyError:
-            runner.conn_gone(conn)
-            if is_init:
-                await runner.end("initialize refused")
-            raise
-        if conn.outcome != "sse":
-            runner.conn_gone(conn)
+            check_session_reading(runner, self.config.upstream.max_pending_bytes)
+        conn = await post_to_session(
+            runner,
+            messages,
+            batch,
+            framing="sse",
+            opens_session=admission.opens_session,
+            last_event_id=header_id,
+        )
+        if conn is None:
             return web.Response(status=202, headers={SESSION_HEADER: runner.session_id})
         return await self._stream(request, runner, conn)
 
@@ -285,12 +279,10 @@ class StreamableHttp:
             if self.remote is not None:
                 await self.remote.acknowledge(session_id, last_event_id, principal_of(request))
             return await self.stored.get(request, session_id, last_event_id)
-        remote = self._remote(request)
-        if remote is not None:
-            httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
-            return await remote.get(request, self._session_id(request))
-        runner = self._session(request)
-        httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
+        target = self._named_session(request)
+        if isinstance(target, RemoteSessions):
+            return await target.get(request, self._session_id(request))
+        runner = target
         conn = runner.open_conn()
         try:
             runner.feed(ClientGet(conn.id, last_event_id))
@@ -304,61 +296,32 @@ class StreamableHttp:
 
     # ------------------------------------------------------------------ DELETE
     async def _delete(self, request: web.Request) -> web.StreamResponse:
-        remote = self._remote(request)
-        if remote is not None:
-            httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
-            return await remote.delete(request, self._session_id(request))
-        runner = self._session(request)
-        httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
-        await runner.end("deleted by client")
+        target = self._named_session(request)
+        if isinstance(target, RemoteSessions):
+            return await target.delete(request, self._session_id(request))
+        await target.end("deleted by client")
         return web.Response(status=200)
 
     # ------------------------------------------------------------------ SSE writer
     async def _stream(
         self, request: web.Request, runner: SessionRunner, conn: ClientConn
     ) -> web.StreamResponse:
-        response = web.StreamResponse(
-            status=200,
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache, no-transform",
-                "Connection": "keep-alive",
-                "X-Accel-Buffering": "no",
-                SESSION_HEADER: runner.session_id,
-            },
+        """Write ``conn``'s queue out as SSE until the core ends it (a ``CloseMarker``)."""
+        writer = SseWriter(
+            request,
+            self.config.sse.keepalive_seconds,
+            {"Connection": "keep-alive", SESSION_HEADER: runner.session_id},
         )
-        keepalive = self.config.sse.keepalive_seconds
-        loop = asyncio.get_running_loop()
         try:
-            await response.prepare(request)
-            next_keepalive = loop.time() + keepalive
+            await writer.open()
             while True:
-                if not conn.queue.empty():  # the busy case: no timer, no task
-                    item = conn.queue.get_nowait()
-                else:
-                    wait = min(_LIVENESS_SECONDS, max(0.0, next_keepalive - loop.time()))
-                    try:
-                        async with asyncio.timeout(wait):
-                            item = await conn.queue.get()
-                    except TimeoutError:
-                        transport = request.transport
-                        if transport is None or transport.is_closing():
-                            break
-                        if loop.time() >= next_keepalive:
-                            await response.write(encode_comment("keepalive"))
-                            next_keepalive = loop.time() + keepalive
-                        continue
-                chunks: list[bytes] = []
-                close: CloseMarker | None = None
-                while True:
-                    if isinstance(item, CloseMarker):
-                        close = item
-                        break
-                    assert isinstance(item, bytes)  # framing "sse"
-                    chunks.append(item)
-                    if conn.queue.empty():
-                        break
-                    item = conn.queue.get_nowait()
+                items = await writer.next_batch(conn.queue, _is_close)
+                if not items:  # the client hung up
+                    break
+                close = items[-1] if isinstance(items[-1], CloseMarker) else None
+                if close is not None:
+                    items.pop()
+                chunks = [_sse_frame(item) for item in items]
                 conn.written(sum(len(c) for c in chunks))
                 if conn.replay_clock is not None and not conn.replay_left:
                     self.metrics.replay_seconds.observe(time.monotonic() - conn.replay_clock)
@@ -368,12 +331,10 @@ class StreamableHttp:
                 data = b"".join(chunks)
                 await conn.stored()  # the wire never runs ahead of the store
                 if close is not None:  # the last events and the end in one write
-                    with contextlib.suppress(ConnectionError, RuntimeError):
-                        await response.write_eof(data)
+                    await writer.end(data)
                     break
                 if data:
-                    await response.write(data)
-                    next_keepalive = loop.time() + keepalive
+                    await writer.write(data)
         except (ConnectionError, asyncio.CancelledError, RuntimeError) as exc:
             # The client went away. Nothing is lost: every event is in the stream's log
             # and a GET with Last-Event-ID resumes it.
@@ -382,4 +343,13 @@ class StreamableHttp:
                 raise
         finally:
             runner.conn_gone(conn)
-        return response
+        return writer.response
+
+
+def _is_close(item: bytes | Frame | CloseMarker) -> bool:
+    return isinstance(item, CloseMarker)
+
+
+def _sse_frame(item: bytes | Frame | CloseMarker) -> bytes:
+    assert isinstance(item, bytes)  # framing "sse"
+    return item

@@ -37,9 +37,10 @@ from proxy.core.jsonrpc import Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.core.resume_rules import HeldIn, check_resume
 from proxy.core.session_state import STANDALONE
-from proxy.core.sse import encode_comment, encode_event
+from proxy.core.sse import encode_event
 from proxy.core.tokens import token_matches
 from proxy.downstream.auth import principal_of
+from proxy.sse_writer import SseWriter
 from proxy.store.base import COMPLETED, Entry, Store, StreamRecord
 
 log = structlog.get_logger("proxy.stored")
@@ -154,26 +155,15 @@ class StoredStreams:
         return record, after
 
     # ------------------------------------------------------------------ writing
-    async def _open(self, request: web.Request, session_id: str) -> web.StreamResponse:
-        response = web.StreamResponse(
-            status=200,
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache, no-transform",
-                "X-Accel-Buffering": "no",
-                SESSION_HEADER: session_id,
-            },
-        )
-        await response.prepare(request)
-        return response
+    def _writer(self, request: web.Request, session_id: str) -> SseWriter:
+        return SseWriter(request, self._keepalive, {SESSION_HEADER: session_id})
 
     async def _answer(
         self, request: web.Request, session_id: str, message: dict[str, Any]
     ) -> web.StreamResponse:
-        response = await self._open(request, session_id)
-        with contextlib.suppress(ConnectionError):
-            await response.write_eof(encode_event(jsonrpc.encode(message)))
-        return response
+        writer = self._writer(request, session_id)
+        await writer.open()
+        return await writer.end(encode_event(jsonrpc.encode(message)))
 
     async def _serve(
         self,
@@ -188,38 +178,39 @@ class StoredStreams:
         that a refusal is still an HTTP error), the rest and the live tail until the
         stream completes, then ``reply`` (a ``stream/resume``'s own answer), then the end.
         Each chunk is written as it is read: the first event never waits for the last."""
-        response = await self._open(request, session_id)
+        writer = self._writer(request, session_id)
+        await writer.open()
         with contextlib.suppress(ConnectionError):
             if entries:
-                await response.write(self._frames(record, entries))
+                await writer.write(self._frames(record, entries))
                 after = entries[-1].seq
             # The rest, in chunks as read (a tail of a completed stream ends at its end).
-            await self._follow(response, record, after)
-            tail = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
-            await response.write_eof(tail)
-        return response
+            if await self._follow(writer, record, after):
+                tail = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
+                await writer.end(tail)
+        return writer.response
 
-    async def _follow(self, response: web.StreamResponse, record: StreamRecord, after: int) -> None:
-        """Write the stream's live tail, with keepalives while nothing comes."""
+    async def _follow(self, writer: SseWriter, record: StreamRecord, after: int) -> bool:
+        """Write the stream's live tail (keepalives and liveness checks by ``writer``);
+        False when the client went first."""
         queue: asyncio.Queue[list[Entry] | object] = asyncio.Queue()
         pump = asyncio.create_task(self._pump(record.key, after, queue))
         try:
             while True:
-                try:
-                    async with asyncio.timeout(self._keepalive):
-                        item = await queue.get()
-                except TimeoutError:
-                    await response.write(encode_comment("keepalive"))
-                    continue
-                if item is _END:
-                    return
-                if isinstance(item, ResumeError):
+                items = await writer.next_batch(queue, _ends_tail)
+                if not items:
+                    return False
+                frames = b"".join(self._frames(record, i) for i in items if isinstance(i, list))
+                if frames:
+                    await writer.write(frames)
+                last = items[-1]
+                if isinstance(last, ResumeError):
                     # Gone while followed: end the response; the client's next resume
                     # gets the explicit error.
-                    log.info("stored_stream_lost", stream=record.key, reason=item.reason)
-                    return
-                assert isinstance(item, list)
-                await response.write(self._frames(record, item))
+                    log.info("stored_stream_lost", stream=record.key, reason=last.reason)
+                    return True
+                if last is _END:
+                    return True
         finally:
             pump.cancel()
             await asyncio.gather(pump, return_exceptions=True)
@@ -241,3 +232,8 @@ class StoredStreams:
         return b"".join(
             encode_event(e.payload, event_id=format_event_id(epoch, number, e.seq)) for e in entries
         )
+
+
+def _ends_tail(item: list[Entry] | object) -> bool:
+    """The tail is over: the stream completed (``_END``) or went (``ResumeError``)."""
+    return not isinstance(item, list)

@@ -50,6 +50,7 @@ from proxy.core import httprules
 from proxy.core.errors import BadRequest, MethodNotAllowed, ProxyError, SessionNotFound
 from proxy.core.protocol import SESSION_HEADER, VERSION_HEADER
 from proxy.downstream.auth import limit_resumes, principal_of
+from proxy.downstream.entry import endpoint_entry
 from proxy.downstream.wire import error_response
 from proxy.downstream.ws_socket import CLOSE_SESSION_NOT_FOUND, SESSION_META, ClientSocket
 from proxy.registry import Registry
@@ -82,15 +83,16 @@ class WebSocketEndpoint:
         self.sockets: set[ClientSocket] = set()
         self.standalone_holders: dict[str, ClientSocket] = {}  # session id → socket
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        # Every line logged while serving it names the server and the principal.
-        with structlog.contextvars.bound_contextvars(
-            upstream=self.server.name, principal=principal_of(request)
-        ):
-            return await self._handle(request)
+    async def refuse(self, request: web.Request, exc: ProxyError) -> web.StreamResponse:
+        """A refused upgrade: its HTTP status and JSON-RPC error (before any socket)."""
+        log.info("ws_refused", status=exc.http_status, reason=exc.reason, error=exc.message)
+        headers = {"Allow": "GET"} if isinstance(exc, MethodNotAllowed) else None
+        if exc.http_status == 426:
+            headers = {"Upgrade": "websocket", "Connection": "Upgrade"}
+        return error_response(exc, headers)
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        listen = self.config.listen
+    @endpoint_entry
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         ws: web.WebSocketResponse = web.WebSocketResponse(
             protocols=(SUBPROTOCOL,),
             heartbeat=self.config.sse.keepalive_seconds,
@@ -98,8 +100,6 @@ class WebSocketEndpoint:
             compress=False,
         )
         try:
-            httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
-            httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
             if request.method != "GET":
                 raise MethodNotAllowed(f"Method Not Allowed: {request.method}")
             httprules.check_protocol_version(request.headers.get(VERSION_HEADER))
@@ -112,11 +112,7 @@ class WebSocketEndpoint:
             if request.headers.get(SESSION_HEADER) or request.query.get(SESSION_QUERY):
                 limit_resumes(request)  # a socket reattaching to its session
         except ProxyError as exc:
-            log.info("ws_refused", status=exc.http_status, reason=exc.reason, error=exc.message)
-            headers = {"Allow": "GET"} if isinstance(exc, MethodNotAllowed) else None
-            if exc.http_status == 426:
-                headers = {"Upgrade": "websocket", "Connection": "Upgrade"}
-            return error_response(exc, headers)
+            return await self.refuse(request, exc)
         session_id = request.headers.get(SESSION_HEADER) or request.query.get(SESSION_QUERY)
         runner: SessionRunner | None = None
         if session_id:

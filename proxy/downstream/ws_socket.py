@@ -16,11 +16,11 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from proxy.config import Config
 from proxy.core import jsonrpc, seed
+from proxy.core.admission import admit_post
 from proxy.core.errors import (
     BadRequest,
     Conflict,
     InvalidMessage,
-    Overloaded,
     ProxyError,
     ResumeError,
     SessionNotFound,
@@ -28,6 +28,7 @@ from proxy.core.errors import (
 from proxy.core.eventid import format_event_id, parse_event_id
 from proxy.core.events import ClientGet, ClientPost
 from proxy.core.jsonrpc import Kind, Message
+from proxy.downstream.admission import check_session_reading, post_to_session
 from proxy.registry import Registry
 from proxy.runtime import ClientConn, CloseMarker, Frame, SessionRunner
 from proxy.servers import Server
@@ -143,15 +144,14 @@ class ClientSocket:
             self._session_over()
 
     async def _client_messages(self, messages: list[Message], batch: bool) -> None:
-        requests = [m for m in messages if m.kind is Kind.REQUEST]
-        init = next((m for m in requests if m.method == "initialize"), None)
+        admission = admit_post(
+            messages,
+            batch,
+            initialized=self.runner is not None,
+            accepting=self.registry.context.accepting,
+        )
+        init = admission.initialize
         if init is not None:
-            if batch:
-                raise BadRequest("Bad Request: initialize must not be part of a batch")
-            if self.runner is not None:
-                raise BadRequest("Bad Request: this session is already initialized")
-            if not self.registry.context.accepting:
-                raise SessionNotFound("the proxy is shutting down")
             runner = await self.registry.create(self.principal, self.server)
         else:
             if self.runner is None:
@@ -161,22 +161,13 @@ class ClientSocket:
                     reason="missing_session",
                 )
             runner = self.runner
-            if runner.upstream.pending_bytes > self.config.upstream.max_pending_bytes:
-                raise Overloaded(
-                    "The MCP server is not reading its input; try again later",
-                    reason="upstream_busy",
-                )
-        conn = _open(runner)
-        try:
-            runner.feed(ClientPost(conn.id, messages, batch))
-        except ProxyError:
-            runner.conn_gone(conn)
-            if init is not None:
-                await runner.end("initialize refused")
-            raise
-        if conn.outcome != "sse":  # notifications and responses only: nothing to answer
-            runner.conn_gone(conn)
+            check_session_reading(runner, self.config.upstream.max_pending_bytes)
+        conn = await post_to_session(
+            runner, messages, batch, framing="message", opens_session=init is not None
+        )
+        if conn is None:  # notifications and responses only: nothing to answer
             return
+        requests = [m for m in messages if m.kind is Kind.REQUEST]
         resume = requests[0] if requests[0].method == seed.RESUME else None
         v = _Virtual(runner, conn, [m.id for m in requests], resume=resume)
         if init is not None:

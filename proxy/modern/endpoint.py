@@ -35,10 +35,11 @@ from proxy.core.era import (
     tasks_capability_missing,
     upstream_params,
 )
-from proxy.core.errors import BadRequest, Overloaded, ProxyError
+from proxy.core.errors import BadRequest, Overloaded, ProxyError, error_object
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.modern_results import discover_result, final_answer, input_required_result, shaped
 from proxy.core.modern_routes import Route, route
+from proxy.core.protocol import INTERNAL_ERROR
 from proxy.core.taskrecord import created, detailed
 from proxy.modern.call import CallRun
 from proxy.modern.context import ModernContext
@@ -210,7 +211,7 @@ class ModernFacade:
         try:
             session = await self.pool.acquire(run.call.exclusive)
         except BaseException:
-            run.fail({"code": -32603, "message": "no upstream session"})  # ends tracking
+            run.fail(error_object(INTERNAL_ERROR, "no upstream session"))  # ends tracking
             raise
         session.begin(run, upstream_params(msg.params))
         return await self._follow(msg, run, reply, started=time.monotonic())

@@ -29,10 +29,10 @@ from aiohttp import web
 
 from proxy.core import jsonrpc
 from proxy.core.era import ModernError, ModernRequest, invalid_params
-from proxy.core.errors import Overloaded
+from proxy.core.errors import Overloaded, error_object
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.legacy_tasks import answered, final, question
-from proxy.core.protocol import SESSION_HEADER
+from proxy.core.protocol import INTERNAL_ERROR, SESSION_HEADER
 from proxy.core.taskrecord import TERMINAL, legacy_task
 from proxy.modern.call import CallRun
 from proxy.modern.context import ModernContext
@@ -73,7 +73,7 @@ class LegacyTasks:
         if msg.kind is not Kind.REQUEST:
             return None
         method = msg.method or ""
-        reply.headers.update(headers)
+        reply.add_headers(headers)
         if method == "tools/call" and isinstance(msg.params.get("task"), dict):
             result = await self._create(runner, msg)
         elif method == "tasks/result":
@@ -112,7 +112,7 @@ class LegacyTasks:
             )
         except BaseException:  # no task: nothing may run on for it
             call.cancel("the task could not be created")
-            call.fail({"code": -32603, "message": "the task could not be created"})
+            call.fail(error_object(INTERNAL_ERROR, "the task could not be created"))
             raise
         self.by_session.setdefault(runner.session_id, []).append(record["taskId"])
         return {"task": legacy_task(record)}

@@ -9,8 +9,8 @@ to ``notifications/tasks`` for those tasks.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -30,8 +30,6 @@ from proxy.modern.hub import Listener
 from proxy.modern.reply import Reply
 
 log = structlog.get_logger("proxy.modern")
-
-_LIVENESS_SECONDS = 1.0
 
 
 async def listen(
@@ -73,29 +71,22 @@ async def listen(
     try:
         await reply.stream([ack])
         while True:
-            try:
-                async with asyncio.timeout(min(_LIVENESS_SECONDS, max(0.0, reply.due()))):
-                    item = await listener.queue.get()
-            except TimeoutError:
-                if reply.gone:
-                    break
-                if reply.due() <= 0:
-                    await reply.stream([])
-                continue
-            if item is None:  # the proxy ends the subscription gracefully
+            batch = await reply.next_batch(listener.queue, _ends_listening)
+            if not batch:  # the client is gone
+                break
+            notes = [item for item in batch if item is not None]
+            if notes:
+                await reply.stream(notes)
+            if batch[-1] is None:  # the proxy ends the subscription gracefully
                 end = {"resultType": "complete", "_meta": {META_SUBSCRIPTION: msg.id}}
                 return await reply.finish(jsonrpc.ok_response(msg.id, end))
-            batch = [item]
-            while not listener.queue.empty():
-                nxt = listener.queue.get_nowait()
-                if nxt is None:
-                    listener.queue.put_nowait(None)
-                    break
-                batch.append(nxt)
-            await reply.stream(batch)
     except (ConnectionError, RuntimeError) as exc:
         log.debug("listener_gone", error=repr(exc))
     finally:
         context.hub.remove(listener)
         context.pool.release_listening()
     return reply.sse or web.Response(status=499)
+
+
+def _ends_listening(item: dict[str, Any] | None) -> bool:
+    return item is None  # None: the proxy ends the subscription

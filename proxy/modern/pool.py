@@ -33,7 +33,7 @@ import structlog
 
 from proxy import __version__
 from proxy.config import Config
-from proxy.core import pooling
+from proxy.core import jsonrpc, pooling
 from proxy.core.calltable import (
     AskServer,
     AwaitAnswer,
@@ -50,19 +50,19 @@ from proxy.core.calltable import (
     TableCommand,
     TableEvent,
 )
-from proxy.core.errors import ProxyError, UpstreamStartFailed
+from proxy.core.errors import LostReason, ProxyError, UpstreamStartFailed, lost_error
 from proxy.core.events import SendUpstream
+from proxy.core.handshake import HandshakeStep, proxy_params
 from proxy.core.jsonrpc import Message
 from proxy.metrics import Metrics
 from proxy.modern.call import CallRun
 from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import Upstream, UpstreamHealth
+from proxy.upstream.handshake import INITIALIZE_TIMEOUT_SECONDS, initialize
 
 log = structlog.get_logger("proxy.modern")
 
-INIT_TIMEOUT_SECONDS = 30.0
 SETTLE_SECONDS = 0.05
-UPSTREAM_VERSION = "2025-11-25"  # what the proxy asks a legacy server for
 
 
 class PooledSession:
@@ -103,27 +103,16 @@ class PooledSession:
             session=self.label, upstream=self.pool.name, principal=None
         ):
             await self.upstream.start()
-        params = {
-            "protocolVersion": UPSTREAM_VERSION,
-            "capabilities": {
-                "elicitation": {"form": {}, "url": {}},
-                "sampling": {},
-                "roots": {},
-            },
-            "clientInfo": {"name": "mcp-resume-proxy", "version": __version__},
-        }
         try:
-            answer = await self.ask("initialize", params, INIT_TIMEOUT_SECONDS)
+            self.init_result = await initialize(
+                self._ask_initialize,
+                self._send_initialized,
+                proxy_params(__version__),
+                INITIALIZE_TIMEOUT_SECONDS,
+            )
         except ProxyError:
             await self.stop()
             raise
-        if answer.is_error or not isinstance(answer.raw.get("result"), dict):
-            await self.stop()
-            raise UpstreamStartFailed(
-                f"the MCP server refused initialize: {answer.raw.get('error')}"
-            )
-        self.init_result = answer.raw["result"]
-        self.upstream.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
         # Servers often ask something as soon as they are initialized (roots/list, say).
         # On stdio nothing would tell that from a question of the first call, so the
         # session is handed out only once such questions are in (and refused): after a
@@ -132,9 +121,22 @@ class PooledSession:
             await self.ask("ping", {}, SETTLE_SECONDS * 20)
         await asyncio.sleep(SETTLE_SECONDS)
 
-    async def ask(self, method: str, params: dict[str, Any], timeout: float) -> Message:
+    async def _ask_initialize(self, method: str, params: dict[str, Any], timeout: float) -> Message:
+        return await self.ask(method, params, timeout, HandshakeStep.INITIALIZE)
+
+    def _send_initialized(self, message: dict[str, Any]) -> None:
+        if self.closed is None:
+            self.upstream.send(jsonrpc.encode(message), HandshakeStep.INITIALIZED)
+
+    async def ask(
+        self,
+        method: str,
+        params: dict[str, Any],
+        timeout: float,
+        handshake: HandshakeStep | None = None,
+    ) -> Message:
         """A request of the proxy's own (initialize, resources/subscribe): its answer."""
-        commands = self.table.handle(AskServer(method, params))
+        commands = self.table.handle(AskServer(method, params, handshake))
         request_id = next(c.request_id for c in commands if isinstance(c, AwaitAnswer))
         self._execute(commands)
         future = self._waiting[request_id]
@@ -161,9 +163,9 @@ class PooledSession:
     def _execute(self, commands: list[TableCommand]) -> None:
         for command in commands:
             match command:
-                case SendUpstream(payload):
+                case SendUpstream(payload, handshake):
                     if self.closed is None:
-                        self.upstream.send(payload)
+                        self.upstream.send(payload, handshake)
                 case CallChanged(call):
                     run = self.runs.get(call)
                     if run is not None:
@@ -385,13 +387,7 @@ class UpstreamPool:
             pass
         sessions, self.sessions = self.sessions, []
         for session in sessions:
-            session.fail_calls(
-                {
-                    "code": -32000,
-                    "message": "the proxy is shutting down",
-                    "data": {"reason": "proxy_shutdown"},
-                }
-            )
+            session.fail_calls(lost_error(LostReason.PROXY_SHUTDOWN, "the proxy is shutting down"))
         await asyncio.gather(*(s.stop() for s in sessions), return_exceptions=True)
         if self._owned:
             await asyncio.gather(*self._owned, return_exceptions=True)

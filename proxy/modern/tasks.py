@@ -27,6 +27,7 @@ import structlog
 
 from proxy.config import TasksConfig
 from proxy.core.era import invalid_params
+from proxy.core.errors import LostReason, lost_error
 from proxy.core.taskrecord import (
     TERMINAL,
     detailed,
@@ -258,12 +259,7 @@ class TaskKeeper:
         self._timers.clear()
         for call in list(self.calls.values()):
             if not call.done:
-                call.fail(
-                    {
-                        "code": -32000,
-                        "message": "the proxy shut down while this task ran",
-                        "data": {"reason": "proxy_shutdown"},
-                    }
-                )
+                message = "the proxy shut down while this task ran"
+                call.fail(lost_error(LostReason.PROXY_SHUTDOWN, message))
         if self._writers:
             await asyncio.gather(*self._writers.values(), return_exceptions=True)

@@ -48,8 +48,9 @@ import structlog
 from yarl import URL
 
 from proxy.core import jsonrpc
-from proxy.core.errors import ProxyError
+from proxy.core.errors import ProxyError, error_message
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.protocol import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 from proxy.logs import configure_logging
 from proxy.shim.http import ProxyLink
 from proxy.shim.session import ShimSession
@@ -189,7 +190,7 @@ class Shim:
         try:
             async for line in self.pipe.lines():
                 if line is None:
-                    self._refuse(None, -32600, f"message over {MAX_LINE_BYTES} bytes")
+                    self._refuse(None, INVALID_REQUEST, f"message over {MAX_LINE_BYTES} bytes")
                     continue
                 for msg in self._parse(line):
                     await self._outbox.put(msg)
@@ -200,10 +201,10 @@ class Shim:
         try:
             decoded = jsonrpc.decode(line)
         except ProxyError as exc:
-            self._refuse(None, -32700, exc.message)
+            self._refuse(None, PARSE_ERROR, exc.message)
             return []
         if isinstance(decoded, list) and not decoded:
-            self._refuse(None, -32600, "Invalid Request: empty batch")
+            self._refuse(None, INVALID_REQUEST, "Invalid Request: empty batch")
             return []
         out: list[Message] = []
         for item in decoded if isinstance(decoded, list) else [decoded]:
@@ -215,8 +216,8 @@ class Shim:
 
     def _refuse(self, request_id: Any, code: int, message: str) -> None:
         log.warning("host_message_refused", code=code, error=message)
-        data = {"reason": "parse_error" if code == -32700 else "invalid_message"}
-        self.pipe.write(jsonrpc.encode(jsonrpc.error_response(request_id, code, message, data)))
+        data = {"reason": "parse_error" if code == PARSE_ERROR else "invalid_message"}
+        self.pipe.write(jsonrpc.encode(error_message(request_id, code, message, data)))
 
     async def _send_all(self) -> None:
         """Deliver host messages to the proxy one at a time, in order."""
@@ -229,7 +230,7 @@ class Shim:
             except Exception as exc:  # a bug must not take the host's session down
                 log.exception("deliver_failed", method=msg.method)
                 if msg.kind is Kind.REQUEST:
-                    self._refuse(msg.id, -32603, f"mcp-resume-proxy connect: {exc}")
+                    self._refuse(msg.id, INTERNAL_ERROR, f"mcp-resume-proxy connect: {exc}")
             await self.pipe.drain()
 
 

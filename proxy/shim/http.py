@@ -26,6 +26,7 @@ import aiohttp
 import structlog
 
 from proxy.backoff import Backoff
+from proxy.core.errors import error_object
 from proxy.core.protocol import LAST_EVENT_ID, SERVER_ERROR, SESSION_HEADER, VERSION_HEADER
 from proxy.core.sse import SSEDecodeError, SSEDecoder, SSEEvent
 
@@ -95,11 +96,8 @@ def error_of(status: int, body: bytes) -> dict[str, Any]:
     error = parsed.get("error") if isinstance(parsed, dict) else None
     if isinstance(error, dict) and isinstance(error.get("code"), int):
         return error
-    return {
-        "code": SERVER_ERROR,
-        "message": f"the proxy answered HTTP {status}",
-        "data": {"reason": "http_error", "status": status},
-    }
+    message = f"the proxy answered HTTP {status}"
+    return error_object(SERVER_ERROR, message, {"reason": "http_error", "status": status})
 
 
 def reason_of(error: dict[str, Any]) -> str:

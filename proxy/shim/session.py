@@ -20,6 +20,7 @@ import structlog
 
 from proxy.backoff import Backoff
 from proxy.core import jsonrpc
+from proxy.core.errors import error_message
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.shim.http import (
@@ -66,7 +67,7 @@ class ShimSession:
         (no response is expected after ``notifications/cancelled``)."""
         if call.answered:
             return
-        call.answer = jsonrpc.error_response(call.id, code, message, {"reason": reason})
+        call.answer = error_message(call.id, code, message, {"reason": reason})
         self._finish(call)
         log.warning(
             "request_failed",

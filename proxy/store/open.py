@@ -10,7 +10,7 @@ import structlog
 
 from proxy.config import StoreConfig
 from proxy.core import jsonrpc, seed
-from proxy.core.protocol import SERVER_ERROR
+from proxy.core.errors import LostReason, lost_answer
 from proxy.core.stream import Mark
 from proxy.store.base import Batch, Entry, Store, StoreLimits, StreamRecord
 from proxy.store.memory import MemoryStore
@@ -44,19 +44,24 @@ def _answered_ids(entries: list[Entry]) -> set[str]:
     return found
 
 
+_LOST_MESSAGES = {
+    LostReason.PROXY_RESTARTED: "the proxy restarted while the request ran",
+    LostReason.OWNER_LOST: "the proxy replica running the request was lost",
+}
+
+
 def ending_of(record: StreamRecord, entries: list[Entry], reason: str) -> list[Entry]:
     """What a stream whose proxy died gets appended: an error for each request it never
-    answered (``data.reason``: ``reason``), then the seed's end notification if announced."""
+    answered (``data.reason``: ``reason``, a :class:`LostReason` value), then the seed's
+    end notification if announced."""
     answered = _answered_ids(entries)
-    message = {
-        "proxy_restarted": "the proxy restarted while the request ran",
-        "owner_lost": "the proxy replica running the request was lost",
-    }.get(reason, "the request was lost")
+    lost = LostReason(reason)
+    message = _LOST_MESSAGES.get(lost, "the request was lost")
     payloads: list[tuple[bytes, int]] = []
     for request_id in record.request_ids:
         if json.dumps(request_id) in answered:
             continue
-        error = jsonrpc.error_response(request_id, SERVER_ERROR, message, {"reason": reason})
+        error = lost_answer(request_id, lost, message)
         payloads.append((jsonrpc.encode(error), int(Mark.ERROR)))
     if record.announced:
         end = seed.end_notification(record.key)

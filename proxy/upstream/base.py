@@ -32,7 +32,8 @@ import structlog
 from proxy.backoff import Backoff
 from proxy.config import UpstreamConfig
 from proxy.core import jsonrpc
-from proxy.core.errors import ProxyError
+from proxy.core.errors import ProxyError, error_message
+from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SERVER_ERROR
 
@@ -42,9 +43,6 @@ OnMessage = Callable[[Message, "int | None"], None]
 """``on_message(msg, origin)``: origin is the upstream request id whose response carried
 ``msg`` (DESIGN §5 rule 3), or None."""
 OnClosed = Callable[[str], None]
-
-# JSON-RPC code of errors the proxy synthesizes for requests the upstream never answered
-# (implementation-defined server error range, JSON-RPC 2.0 §5.1).
 
 
 class Upstream(Protocol):
@@ -65,7 +63,10 @@ class Upstream(Protocol):
         """Connect or spawn; raise ``ProxyError`` (502) if that cannot be done now."""
         ...
 
-    def send(self, payload: bytes) -> None: ...
+    def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
+        """Queue one message; ``handshake`` marks the client's own ``initialize`` and
+        ``notifications/initialized`` (a transport replays them on a new session)."""
+        ...
 
     def pause(self) -> None:
         """Stop reading from the server (overflow: block); best effort for networks."""
@@ -212,7 +213,8 @@ class InFlight:
         if method is None:
             return
         log.warning("upstream_request_failed", session=self._session, method=method, error=why)
-        error = jsonrpc.error_response(request_id, SERVER_ERROR, why)
+        # -32000 with no data.reason, as this answer has always been written.
+        error = error_message(request_id, SERVER_ERROR, why)
         self._on_message(jsonrpc.classify(error), None)
 
     def fail_all(self, why: str) -> None:

@@ -13,7 +13,6 @@ gives up, ``on_closed("upstream unreachable: ...")`` ends the client session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -22,8 +21,10 @@ import structlog
 from proxy.backoff import Backoff
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError, UpstreamStartFailed
+from proxy.core.handshake import HandshakeStep, client_params
 from proxy.core.jsonrpc import Kind, Message
 from proxy.upstream.base import InFlight, UpstreamContext, messages_of
+from proxy.upstream.handshake import initialize
 
 log = structlog.get_logger("proxy.upstream")
 
@@ -63,7 +64,7 @@ class ChannelUpstream:
         self._url = context.config.url or ""
         self._headers = context.config.resolved_headers()  # never logged
         self._inflight = InFlight(context.on_message, context.label)
-        self._outbox: asyncio.Queue[bytes] = asyncio.Queue()
+        self._outbox: asyncio.Queue[tuple[bytes, HandshakeStep | None]] = asyncio.Queue()
         self._connected = asyncio.Event()  # the writer delivers only while set
         self._readable = asyncio.Event()  # cleared: overflow: block holds the server back
         self._readable.set()
@@ -150,11 +151,12 @@ class ChannelUpstream:
     def resume(self) -> None:
         self._readable.set()
 
-    def send(self, payload: bytes) -> None:
-        """Queue one message; the writer delivers them in order (never blocks or raises)."""
+    def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
+        """Queue one message; the writer delivers them in order (never blocks or raises).
+        ``handshake`` marks the client's own, replayed on a new upstream session."""
         if not self._stopping and not self._closed_reported:
             self.pending_bytes += len(payload)
-            self._outbox.put_nowait(payload)
+            self._outbox.put_nowait((payload, handshake))
 
     # ------------------------------------------------------------------ hooks
     async def _connect(self) -> None:
@@ -256,31 +258,42 @@ class ChannelUpstream:
         return error
 
     async def _replay_handshake(self) -> None:
-        """Lifecycle §Initialization on the new session, answered to us, not the client."""
+        """Lifecycle §Initialization on the new session with the client's own params,
+        answered to us, not the client (the one driver,
+        :func:`proxy.upstream.handshake.initialize`)."""
         if self._init_request is None:
             return  # the client has not initialized yet: it will
+        params = client_params(self._init_request)
+        timeout = self._context.config.connect_timeout_seconds
+        try:
+            await initialize(self._ask_replayed, self._notify_replayed, params, timeout)
+        except UpstreamStartFailed as exc:  # refused: this connection will not do
+            raise ConnectFailed(f"replayed: {exc.message}") from None
+
+    async def _ask_replayed(self, method: str, params: dict[str, Any], timeout: float) -> Message:
+        """A request of the proxy's own on the new connection; its answer is kept here."""
         assert self._receiver is not None
         self._reinit_count += 1
         rid = f"{_REINIT_ID}{self._reinit_count}"
         answer: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._reinit = (rid, answer)
         try:
-            await self._deliver_or_fail(jsonrpc.encode({**self._init_request, "id": rid}))
+            request = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+            await self._deliver_or_fail(jsonrpc.encode(request))
             # Until it is answered, or the new connection drops too.
             waiters: set[asyncio.Future[Any]] = {answer, self._receiver}
-            timeout = self._context.config.connect_timeout_seconds
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if not answer.done() or answer.cancelled():
-                raise ConnectFailed("no answer to the replayed initialize")
-            if answer.result().is_error:
-                error = answer.result().raw.get("error", {})
-                raise ConnectFailed(f"the replayed initialize was refused: {error.get('message')}")
+                raise ConnectFailed(f"no answer to the replayed {method}")
+            return answer.result()
         finally:
             self._reinit = None
+
+    async def _notify_replayed(self, message: dict[str, Any]) -> None:
+        """``notifications/initialized`` again, if the client had got that far (else its
+        own is still to come)."""
         if self._initialized_sent:
-            await self._deliver_or_fail(
-                jsonrpc.encode({"jsonrpc": "2.0", "method": "notifications/initialized"})
-            )
+            await self._deliver_or_fail(jsonrpc.encode(message))
 
     async def _deliver_or_fail(self, payload: bytes) -> None:
         try:
@@ -292,10 +305,10 @@ class ChannelUpstream:
     async def _write_loop(self) -> None:
         """The one writer: messages go out in ``send`` order, only while connected."""
         while True:
-            payload = await self._outbox.get()
+            payload, handshake = await self._outbox.get()
             await self._connected.wait()
             rid = self._inflight.sent(payload)
-            self._note_handshake(rid, payload)
+            self._note_handshake(rid, payload, handshake)
             try:
                 await self._deliver(payload)
             except DeliveryFailed as exc:
@@ -309,14 +322,13 @@ class ChannelUpstream:
             finally:
                 self.pending_bytes -= len(payload)
 
-    def _note_handshake(self, rid: Any, payload: bytes) -> None:
-        """Remember the client's handshake, to replay it on a new upstream session."""
-        if rid is not None and self._inflight.ids.get(rid) == "initialize":
+    def _note_handshake(self, rid: Any, payload: bytes, handshake: HandshakeStep | None) -> None:
+        """Remember the client's handshake (as the core marked it), to replay it on a new
+        upstream session; its initialize counts once answered with a result."""
+        if handshake is HandshakeStep.INITIALIZE and rid is not None:
             self._init_pending = (rid, jsonrpc.decode(payload))
-        elif rid is None and b"notifications/initialized" in payload:
-            with contextlib.suppress(ProxyError):
-                msg = jsonrpc.classify(jsonrpc.decode(payload))
-                self._initialized_sent |= msg.method == "notifications/initialized"
+        elif handshake is HandshakeStep.INITIALIZED:
+            self._initialized_sent = True
 
     def _received_data(self, data: bytes | str) -> None:
         """One SSE event's data or text frame: a message or a batch (2024-11-05 allows).

@@ -39,6 +39,7 @@ import structlog
 from proxy.backoff import Backoff
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
+from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.upstream.base import InFlight, UpstreamContext
@@ -67,7 +68,7 @@ class HttpUpstream:
         self._endpoint = Endpoint(context)
         self._inflight = InFlight(self._deliver_error, context.label)
         self._expiry = SessionExpiry(self, self._endpoint, context, self._inflight)
-        self._outbox: asyncio.Queue[bytes] = asyncio.Queue()
+        self._outbox: asyncio.Queue[tuple[bytes, HandshakeStep | None]] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listener: asyncio.Task[Any] | None = None
         self._stopping = False
@@ -85,11 +86,12 @@ class HttpUpstream:
         await self._endpoint.open()
         self.spawn(self._write(), "writer")
 
-    def send(self, payload: bytes) -> None:
-        """Queue one message; POSTs leave in this order."""
+    def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
+        """Queue one message; POSTs leave in this order. The client's ``initialize``
+        (``handshake``) opens the upstream session and is kept to re-initialize one."""
         if not self._stopping:
             self.pending_bytes += len(payload)
-            self._outbox.put_nowait(payload)
+            self._outbox.put_nowait((payload, handshake))
 
     def pause(self) -> None:
         """Stop reading response bodies: TCP backpressure then holds the server back."""
@@ -154,7 +156,7 @@ class HttpUpstream:
     async def _write(self) -> None:
         """The one writer: a POST starts once the previous one's body is written."""
         while True:
-            payload = await self._outbox.get()
+            payload, handshake = await self._outbox.get()
             await self._expiry.reinitialized()  # later messages go to the new session
             try:
                 msg = jsonrpc.classify(jsonrpc.decode(payload))
@@ -162,7 +164,7 @@ class HttpUpstream:
                 self.pending_bytes -= len(payload)
                 continue
             self._inflight.sent(payload)
-            if msg.method == "initialize" and msg.kind is Kind.REQUEST:
+            if handshake is HandshakeStep.INITIALIZE:
                 self._expiry.client_initialize(msg)
             elif msg.method == "notifications/cancelled":
                 # Nobody waits for that answer any more: its stream may end without one.

@@ -23,9 +23,11 @@ import structlog
 
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
+from proxy.core.handshake import client_params
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.upstream.base import InFlight, UpstreamContext
+from proxy.upstream.handshake import INITIALIZE_TIMEOUT_SECONDS, initialize
 from proxy.upstream.http_body import (
     EXPIRED,
     NETWORK_ERRORS,
@@ -170,14 +172,17 @@ class SessionExpiry:
 
     # ------------------------------------------------------------------ internals
     async def _reinitialize(self, payload: bytes, msg: Message) -> None:
-        """A new upstream session the client never sees: the cached initialize under an
-        id of our own, ``notifications/initialized``, then the message that met the 404."""
+        """A new upstream session the client never sees: the client's initialize params
+        under an id of our own, ``notifications/initialized`` (the one driver,
+        :func:`proxy.upstream.handshake.initialize`), then the message that met the 404."""
         assert self._init is not None
         self._reinits += 1
-        rid = f"mcp-resume-proxy-reinit-{self._reinits}"
         log.info("upstream_reinitializing", session=self._context.label)
         try:
-            await self._handshake({**self._init, "id": rid}, rid)
+            params = client_params(self._init)
+            await initialize(
+                self._ask_new_session, self._notify, params, INITIALIZE_TIMEOUT_SECONDS
+            )
         except (BadBody, ProxyError, *NETWORK_ERRORS) as exc:
             self._reinit = None
             self.end(EXPIRED, f"re-initializing the upstream session failed: {why_failed(exc)}")
@@ -191,26 +196,38 @@ class SessionExpiry:
         await written.wait()
         self._reinit = None
 
-    async def _handshake(self, body: dict[str, Any], rid: str) -> None:
-        """Lifecycle §Initialization on a new session; raises if it is not answered."""
+    async def _ask_new_session(
+        self, method: str, params: dict[str, Any], timeout: float
+    ) -> Message:
+        """A request of the proxy's own that opens a new session (Lifecycle
+        §Initialization): its answer, kept here; raises if none comes."""
+        rid = f"mcp-resume-proxy-reinit-{self._reinits}"
+        body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
         endpoint = self._endpoint
         endpoint.forget_session()
         headers = endpoint.headers(POST_ACCEPT, new_session=True)
         got: list[Message] = []
-        resp = await endpoint.post(jsonrpc.encode(body), headers)
-        try:
-            if resp.status != 200:
-                raise BadBody(f"HTTP {resp.status}")
-            endpoint.adopt_session(resp.headers.get(SESSION_HEADER))
-            if resp.content_type == SSE:
-                await endpoint.sse(resp, Cursor(), got.append, lambda: answers(got, rid))
-            else:
-                got = await endpoint.json(resp)
-        finally:
-            resp.close()
-        if not any(answers([m], rid) and "result" in m.raw for m in got):
-            raise BadBody("initialize was not answered with a result")
-        note = jsonrpc.encode({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        async with endpoint.post(note, endpoint.headers(POST_ACCEPT)) as r:
+        async with asyncio.timeout(timeout):
+            resp = await endpoint.post(jsonrpc.encode(body), headers)
+            try:
+                if resp.status != 200:
+                    raise BadBody(f"HTTP {resp.status}")
+                endpoint.adopt_session(resp.headers.get(SESSION_HEADER))
+                if resp.content_type == SSE:
+                    await endpoint.sse(resp, Cursor(), got.append, lambda: answers(got, rid))
+                else:
+                    got = await endpoint.json(resp)
+            finally:
+                resp.close()
+        for answer in got:
+            if answers([answer], rid):
+                return answer
+        raise BadBody(f"{method} was not answered")
+
+    async def _notify(self, message: dict[str, Any]) -> None:
+        """A notification of the proxy's own on the new session."""
+        async with self._endpoint.post(
+            jsonrpc.encode(message), self._endpoint.headers(POST_ACCEPT)
+        ) as r:
             if r.status >= 300:
-                raise BadBody(f"notifications/initialized refused: HTTP {r.status}")
+                raise BadBody(f"{message.get('method')} refused: HTTP {r.status}")

@@ -30,11 +30,13 @@ from typing import Any
 import structlog
 
 from proxy.core import jsonrpc
-from proxy.core.errors import ProxyError, UpstreamStartFailed
+from proxy.core.errors import LostReason, ProxyError, UpstreamStartFailed, error_message
+from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SERVER_ERROR
 from proxy.upstream.base import UpstreamContext, messages_of
 from proxy.upstream.deathsig import die_with_parent
+from proxy.upstream.handshake import ClientHandshake, initialize
 from proxy.upstream.overlong import OverlongLine, outline, read_line
 from proxy.upstream.respawn import Respawns
 
@@ -79,10 +81,9 @@ class StdioUpstream:
         self._reader: asyncio.Task[None]
         self._writer: asyncio.Task[None] | None = None
         self._transport: asyncio.SubprocessTransport
-        # Respawn (upstream.restart): the client's initialize, once sent; whether the
-        # session got past it; exits counted for the crash-loop window.
-        self._initialize: dict[str, Any] | None = None
-        self._ready = False
+        # Respawn (upstream.restart): the client's handshake, as the core marked it (the
+        # session got past it once initialized is sent); exits counted for the crash loop.
+        self._handshake = ClientHandshake()
         self._respawns = Respawns(context.config)
         self._respawner: asyncio.Task[None] | None = None
         self._reinit: tuple[str, asyncio.Future[Message]] | None = None
@@ -150,25 +151,20 @@ class StdioUpstream:
     def resume(self) -> None:
         self._readable.set()
 
-    def send(self, payload: bytes) -> None:
-        """Queue one message for the child's stdin (order is kept)."""
-        if not self._ready:
-            self._note_handshake(payload)
+    def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
+        """Queue one message for the child's stdin (order is kept). The client's
+        initialize is kept (a restarted server gets it again) and the session seen through
+        it (a server that exits before is not restarted)."""
+        if handshake is not None and not self._ready:
+            self._handshake.sent(handshake, payload)
         if not self._stopping:
             self.pending_bytes += len(payload) + 1
             self._outbox.put_nowait(payload)
 
-    def _note_handshake(self, payload: bytes) -> None:
-        """Keep the client's initialize (a restarted server gets it again) and see the
-        session through it (a server that exits before is not restarted)."""
-        if b"initialize" not in payload:
-            return
-        with contextlib.suppress(ProxyError):
-            msg = jsonrpc.classify(jsonrpc.decode(payload))
-            if msg.method == "initialize" and msg.kind is Kind.REQUEST:
-                self._initialize = msg.raw
-            elif msg.method == "notifications/initialized" and self._initialize is not None:
-                self._ready = True
+    @property
+    def _ready(self) -> bool:
+        """The client's session got through initialize (initialized was sent after it)."""
+        return self._handshake.initialized
 
     async def _write_stdin(self) -> None:
         assert self._proc is not None and self._proc.stdin is not None
@@ -248,7 +244,7 @@ class StdioUpstream:
         return (
             self._context.config.restart
             and self._context.on_restarted is not None
-            and self._initialize is not None
+            and self._handshake.request is not None
         )
 
     async def _respawn(self, reason: str) -> None:
@@ -293,31 +289,38 @@ class StdioUpstream:
             return
 
     async def _reinitialize(self) -> None:
-        """The client's initialize (under the proxy's own id), its answer taken here, then
-        ``notifications/initialized``: written before anything queued for the server."""
-        assert self._proc is not None and self._proc.stdin is not None
-        assert self._initialize is not None
+        """The client's own initialize params (under the proxy's own id), its answer taken
+        here, then ``notifications/initialized``: written before anything queued for the
+        server (the one driver, :func:`proxy.upstream.handshake.initialize`)."""
+        assert self._handshake.request is not None
+        params = self._handshake.params
+        await initialize(self._ask_restarted, self._write_now, params, _REINIT_SECONDS)
+
+    async def _ask_restarted(self, method: str, params: dict[str, Any], timeout: float) -> Message:
+        """A request of the proxy's own to the restarted server; its answer is kept here."""
         request_id = f"{_REINIT_ID}{self._respawns.count}"
         answer: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._reinit = (request_id, answer)
+        try:
+            request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            await self._write_now(request)
+            waiting: list[asyncio.Future[Any]] = [answer, self._exited]
+            done, _ = await asyncio.wait(waiting, timeout=timeout, return_when="FIRST_COMPLETED")
+            if answer not in done:
+                raise UpstreamStartFailed(f"the restarted MCP server did not answer {method}")
+            return answer.result()
+        finally:
+            self._reinit = None
+
+    async def _write_now(self, message: dict[str, Any]) -> None:
+        """Write to the restarted server's stdin ahead of anything queued for it."""
+        assert self._proc is not None and self._proc.stdin is not None
         stdin = self._proc.stdin
         try:
-            stdin.write(jsonrpc.encode({**self._initialize, "id": request_id}) + b"\n")
-            await stdin.drain()
-            waiting: list[asyncio.Future[Any]] = [answer, self._exited]
-            done, _ = await asyncio.wait(
-                waiting, timeout=_REINIT_SECONDS, return_when="FIRST_COMPLETED"
-            )
-            if answer not in done:
-                raise UpstreamStartFailed("the restarted MCP server did not answer initialize")
-            if answer.result().is_error:
-                raise UpstreamStartFailed("the restarted MCP server refused initialize")
-            stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+            stdin.write(jsonrpc.encode(message) + b"\n")
             await stdin.drain()
         except (ConnectionError, BrokenPipeError) as exc:
             raise UpstreamStartFailed(f"the restarted MCP server went away: {exc}") from None
-        finally:
-            self._reinit = None
 
     def _overlong(self, line: OverlongLine) -> None:
         """Answer an over-long line's sender so that nobody waits forever.
@@ -338,14 +341,14 @@ class StdioUpstream:
         )
         if shape.id is None:
             return
-        data = {"reason": "upstream_message_too_large", "limit": limit}
+        data = {"reason": LostReason.UPSTREAM_MESSAGE_TOO_LARGE.value, "limit": limit}
         if shape.kind == "response":
             message = f"the MCP server's response is over upstream.max_line_bytes ({limit} bytes)"
-            error = jsonrpc.error_response(shape.id, SERVER_ERROR, message, data)
+            error = error_message(shape.id, SERVER_ERROR, message, data)
             self._context.on_message(jsonrpc.classify(error), None)
         elif shape.kind == "request":
             message = f"the request is over the proxy's upstream.max_line_bytes ({limit} bytes)"
-            error = jsonrpc.error_response(shape.id, SERVER_ERROR, message, data)
+            error = error_message(shape.id, SERVER_ERROR, message, data)
             self.send(jsonrpc.encode(error))
 
     def _skipped(self, line: bytes | str, exc: ProxyError) -> None:

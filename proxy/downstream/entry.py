@@ -1,0 +1,63 @@
+"""How every request to a client endpoint (``/mcp``, ``/ws``) begins: one decorator.
+
+:func:`endpoint_entry` wraps an endpoint's handler so that
+
+- every line logged while serving the request names the server and the principal
+  (structlog context ``upstream`` / ``principal``);
+- ``Host`` and ``Origin`` are checked first (2025-11-25 transports §Security Warning:
+  servers MUST validate ``Origin`` and SHOULD bind to localhost, DNS-rebinding defence;
+  :mod:`proxy.core.httprules`), and a refusal goes to the endpoint's own
+  :meth:`Endpoint.refuse`, which writes its wire form.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+import structlog
+from aiohttp import web
+
+from proxy.config import Config
+from proxy.core import httprules
+from proxy.core.errors import ProxyError
+from proxy.downstream.auth import principal_of
+from proxy.servers import Server
+
+
+class Endpoint(Protocol):
+    """What :func:`endpoint_entry` needs of the endpoint it wraps."""
+
+    @property
+    def server(self) -> Server: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    async def refuse(self, request: web.Request, exc: ProxyError) -> web.StreamResponse:
+        """The wire form of a refusal of ``request`` (logged as the endpoint logs it)."""
+        ...
+
+
+E = TypeVar("E", bound=Endpoint)
+Handler = Callable[[E, web.Request], Awaitable[web.StreamResponse]]
+
+
+def endpoint_entry(serve: Handler[E]) -> Handler[E]:
+    """``serve`` with the structlog context bound and ``Host`` / ``Origin`` checked first."""
+
+    @functools.wraps(serve)
+    async def handle(self: E, request: web.Request) -> web.StreamResponse:
+        with structlog.contextvars.bound_contextvars(
+            upstream=self.server.name, principal=principal_of(request)
+        ):
+            listen = self.config.listen
+            try:
+                httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
+                httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
+            except ProxyError as exc:
+                return await self.refuse(request, exc)
+            return await serve(self, request)
+
+    return handle

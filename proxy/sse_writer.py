@@ -1,0 +1,116 @@
+"""The one writer of Server-Sent Events responses to clients, in both eras.
+
+Every SSE answer the proxy gives (a POST's stream and a GET's on ``/mcp``, a stream served
+from the store, a 2026-07-28 request's answer once it must stream, a
+``subscriptions/listen`` stream) is written by :class:`SseWriter`:
+
+- **Headers.** ``Content-Type: text/event-stream`` (2025-11-25 transports §Streamable
+  HTTP), ``Cache-Control: no-cache, no-transform`` and ``X-Accel-Buffering: no`` so no
+  cache or reverse proxy holds events back, plus the caller's (the session id, …).
+- **Keepalive.** A ``: keepalive`` comment after ``sse.keepalive_seconds`` without a
+  write, so idle intermediaries do not cut a quiet stream (comments are ignored by every
+  SSE parser: WHATWG HTML §9.2.6).
+- **Liveness.** While nothing is queued the writer looks at its client every
+  :data:`LIVENESS_SECONDS`: a client that hung up is noticed without waiting for a write.
+- **Batching.** What is queued at once is written in one write (one syscall, one TCP
+  segment when it fits), the busy case without timer or task.
+- **The end.** The last events and the end of the response in one write; a client
+  already gone is no error there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from aiohttp import web
+
+from proxy.core.sse import encode_comment
+
+# How often a writer checks that its client is still there while nothing is queued.
+LIVENESS_SECONDS = 1.0
+
+SSE_HEADERS: Mapping[str, str] = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache, no-transform",
+    "X-Accel-Buffering": "no",
+}
+
+KEEPALIVE = encode_comment("keepalive")
+
+T = TypeVar("T")
+
+
+class SseWriter:
+    """One SSE response to ``request``: opened on the first write (or :meth:`open`)."""
+
+    def __init__(
+        self, request: web.Request, keepalive: float, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.request = request
+        self.keepalive = keepalive
+        self.response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(headers or {})})
+        self.opened = False
+        self._last_write = time.monotonic()
+
+    @property
+    def gone(self) -> bool:
+        """Whether the client hung up (its transport is closed or closing)."""
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
+
+    async def open(self) -> web.StreamResponse:
+        """Send the status line and headers (once)."""
+        if not self.opened:
+            await self.response.prepare(self.request)
+            self.opened = True
+            self._last_write = time.monotonic()
+        return self.response
+
+    def due(self) -> float:
+        """Seconds until a keepalive is due (≤ 0: due now)."""
+        return self._last_write + self.keepalive - time.monotonic()
+
+    async def write(self, data: bytes) -> None:
+        """Write encoded events (or comments); raises ``ConnectionError`` if the client went."""
+        await self.open()
+        await self.response.write(data)
+        self._last_write = time.monotonic()
+
+    async def write_keepalive(self) -> None:
+        await self.write(KEEPALIVE)
+
+    async def end(self, data: bytes = b"") -> web.StreamResponse:
+        """Write ``data`` (the last events) and end the response, in one write."""
+        await self.open()
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.response.write_eof(data)
+        return self.response
+
+    async def next_batch(self, queue: asyncio.Queue[T], last: Callable[[T], bool]) -> list[T]:
+        """Wait for ``queue``'s next items, keeping the stream alive meanwhile (keepalive
+        comments, liveness checks); return every item queued now, up to and including the
+        first for which ``last`` holds (the end of the stream). An empty list: the client
+        is gone."""
+        item: T
+        if not queue.empty():  # the busy case: no timer, no task
+            item = queue.get_nowait()
+        else:
+            while True:
+                try:
+                    async with asyncio.timeout(min(LIVENESS_SECONDS, max(0.0, self.due()))):
+                        item = await queue.get()
+                    break
+                except TimeoutError:
+                    if self.gone:
+                        return []
+                    if self.due() <= 0:
+                        await self.write_keepalive()
+        batch = [item]
+        while not last(item) and not queue.empty():
+            item = queue.get_nowait()
+            batch.append(item)
+        return batch
