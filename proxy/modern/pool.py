@@ -58,7 +58,7 @@ from proxy.metrics import Metrics
 from proxy.modern.call import CallRun
 from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import Upstream, UpstreamHealth
-from proxy.upstream.handshake import INITIALIZE_TIMEOUT_SECONDS, initialize
+from proxy.upstream.handshake import INITIALIZE_TIMEOUT_SECONDS, answer_within, initialize
 
 log = structlog.get_logger("proxy.modern")
 
@@ -139,14 +139,8 @@ class PooledSession:
         commands = self.table.handle(AskServer(method, params, handshake))
         request_id = next(c.request_id for c in commands if isinstance(c, AwaitAnswer))
         self._execute(commands)
-        future = self._waiting[request_id]
         try:
-            async with asyncio.timeout(timeout):
-                return await future
-        except TimeoutError:
-            raise UpstreamStartFailed(
-                f"the MCP server did not answer {method} within {timeout:g} s"
-            ) from None
+            return await answer_within(self._waiting[request_id], method, timeout)
         finally:
             self._waiting.pop(request_id, None)
 

@@ -50,6 +50,18 @@ async def initialize(
     return result
 
 
+async def answer_within(future: asyncio.Future[Message], method: str, timeout: float) -> Message:
+    """The answer to a request of the proxy's own; ``UpstreamStartFailed`` when none came
+    within ``timeout`` seconds."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await future
+    except TimeoutError:
+        raise UpstreamStartFailed(
+            f"the MCP server did not answer {method} within {timeout:g} s"
+        ) from None
+
+
 class OwnRequests:
     """Requests of the proxy's own on one upstream session (``initialize``, ``ping``)
     and their answers, so that :func:`initialize` can drive any :class:`Upstream`.
@@ -73,12 +85,7 @@ class OwnRequests:
         request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         self._send(jsonrpc.encode(request), step)
         try:
-            async with asyncio.timeout(timeout):
-                return await future
-        except TimeoutError:
-            raise UpstreamStartFailed(
-                f"the MCP server did not answer {method} within {timeout:g} s"
-            ) from None
+            return await answer_within(future, method, timeout)
         finally:
             self._waiting.pop(request_id, None)
 
