@@ -207,24 +207,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("leaves", ("proxy", "proxy.backoff", "proxy.logs", "proxy.metrics")),  # import none
 )
 
-# Imports the rules above refuse, left for the rewrite of proxy/modern/ (issue 18): the
-# TYPE_CHECKING circles call <-> pool and endpoint <-> legacy_tasks / listen (the facade
-# handed down whole), and modern -> downstream.auth (modern takes an aiohttp request). The
-# lead empties this at merge; nothing else may ever be exempt.
-PENDING_MODERN_REWRITE: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("proxy.modern.call", "proxy.modern.pool"),
-        ("proxy.modern.legacy_tasks", "proxy.modern.endpoint"),
-        ("proxy.modern.listen", "proxy.modern.endpoint"),
-        ("proxy.modern.endpoint", "proxy.downstream.auth"),
-        ("proxy.modern.listen", "proxy.downstream.auth"),
-    }
-)
-
-
-def _without_pending(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    return {a: {b for b in bs if (a, b) not in PENDING_MODERN_REWRITE} for a, bs in graph.items()}
-
 
 def layer_of(module: str) -> int:
     """The index in :data:`LAYERS` (0 is the top) of the layer ``module`` is in."""
@@ -238,15 +220,8 @@ def layer_of(module: str) -> int:
     return found[0]
 
 
-def test_pending_exemptions_are_still_real() -> None:
-    """An exempt edge that is gone must leave the list (it would hide its return)."""
-    graph = import_graph(typed=True)
-    gone = sorted(f"{a} -> {b}" for a, b in PENDING_MODERN_REWRITE if b not in graph.get(a, ()))
-    assert not gone, "no longer imported, remove from PENDING_MODERN_REWRITE: " + ", ".join(gone)
-
-
 def test_no_import_cycles_counting_type_checking_imports() -> None:
-    graph = _without_pending(import_graph(typed=True))
+    graph = import_graph(typed=True)
     cycles = [" -> ".join(_a_cycle(graph, c)) for c in _strongly_connected(graph)]
     assert not cycles, "import cycles (TYPE_CHECKING included):\n  " + "\n  ".join(cycles)
 
@@ -257,7 +232,7 @@ def test_every_module_is_in_one_layer() -> None:
 
 
 def test_no_import_points_up_the_layers() -> None:
-    graph = _without_pending(import_graph(typed=True))
+    graph = import_graph(typed=True)
     up = sorted(
         f"{a} ({LAYERS[layer_of(a)][0]}) -> {b} ({LAYERS[layer_of(b)][0]})"
         for a, bs in graph.items()

@@ -29,6 +29,8 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     │       invalid_token, busy)
     ├── IllegalTransition           (core/stream.py) a stream state change the
     │                               table forbids: a bug, never the peer's    -32603 / 500
+    ├── IllegalCallTransition       (core/call.py) a modern call's status change the
+    │                               table forbids: a bug, never the peer's    -32603 / 500
     ├── ModernError                 (core/era.py) a 2026-07-28 request refused with the
     │                               spec's code and ``data``: -32020 header mismatch,
     │                               -32021 missing capability, -32022 unsupported
@@ -98,11 +100,13 @@ def error_object(code: int, message: str, data: Any = None) -> dict[str, Any]:
 def error_message(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
     """A JSON-RPC error response to ``request_id`` (JSON-RPC 2.0 §5: ``id`` null when the
     request's id cannot be known)."""
-    return {
-        "jsonrpc": JSONRPC_VERSION,
-        "id": request_id,
-        "error": error_object(code, message, data),
-    }
+    return answer_with_error(request_id, error_object(code, message, data))
+
+
+def answer_with_error(request_id: Any, error: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC error response carrying an error object as it is (one a peer wrote, or
+    one of :func:`error_object`, :func:`lost_error`) to ``request_id``."""
+    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error}
 
 
 def lost_error(reason: LostReason, message: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ requests of its own without colliding with a client's ids.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -56,6 +56,14 @@ class IdMap:
         self._pending[upstream_id] = PendingRequest(client_id, stream, method, token)
         if token is not None:
             self._progress[token] = stream
+        return upstream_id
+
+    def own_progress_token(self, upstream_id: int) -> int:
+        """Progress of this request will carry its upstream id as its token (a pooled
+        session serves many clients, whose own tokens may collide): record it so."""
+        pending = self._pending[upstream_id]
+        self._pending[upstream_id] = replace(pending, progress_token=upstream_id)
+        self._progress[upstream_id] = pending.stream
         return upstream_id
 
     def pending(self, upstream_id: Any) -> PendingRequest | None:

@@ -15,7 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core import jsonrpc
+from proxy.core.errors import LostReason, answer_with_error, error_message, error_object
 from proxy.core.jsonrpc import Message
+from proxy.core.protocol import SERVER_ERROR
 
 TASKS_CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 
@@ -53,3 +55,46 @@ def tools_may_be_tasks(msg: Message) -> Message:
             tool = {**tool, "execution": {"taskSupport": "optional"}}
         marked.append(tool)
     return jsonrpc.classify({**msg.raw, "result": {**result, "tools": marked}})
+
+
+# ---------------------------------------------------------------- serving the tasks
+RELATED = "io.modelcontextprotocol/related-task"
+ANSWER_PREFIX = "mrp-task:"  # ids of the server's questions sent on a tasks/result stream
+
+
+def question(task_id: str, key: str, request: dict[str, Any]) -> dict[str, Any]:
+    """One question a task's call asks the client, sent on its ``tasks/result`` stream as
+    a server→client request whose id names the task and the key (the answer finds both)."""
+    params = dict(request.get("params") or {})
+    params["_meta"] = {**(params.get("_meta") or {}), RELATED: {"taskId": task_id}}
+    return {
+        "jsonrpc": "2.0",
+        "id": f"{ANSWER_PREFIX}{task_id}:{key}",
+        "method": request["method"],
+        "params": params,
+    }
+
+
+def answered(response_id: Any) -> tuple[str, str] | None:
+    """(task id, key) of the client's answer to a :func:`question`, else None."""
+    text = str(response_id)
+    if not text.startswith(ANSWER_PREFIX):
+        return None
+    task_id, _, key = text[len(ANSWER_PREFIX) :].rpartition(":")
+    return task_id, key
+
+
+def final(request_id: Any, record: dict[str, Any]) -> dict[str, Any]:
+    """The ``tasks/result`` answer of a finished task: exactly what the call returned (its
+    result, or its JSON-RPC error), with the related-task ``_meta``."""
+    related = {RELATED: {"taskId": record["taskId"]}}
+    status = record["status"]
+    if status == "completed":
+        result = dict(record.get("result") or {})
+        result["_meta"] = {**(result.get("_meta") or {}), **related}
+        return jsonrpc.ok_response(request_id, result)
+    if status == "failed":
+        error = dict(record.get("error") or error_object(SERVER_ERROR, "failed"))
+        return answer_with_error(request_id, error)
+    data = {"reason": LostReason.TASK_CANCELLED.value, **related}
+    return error_message(request_id, SERVER_ERROR, "the task was cancelled", data)

@@ -20,10 +20,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from proxy.core.call import TERMINAL as _CALL_TERMINAL
+from proxy.core.call import Call
 from proxy.core.errors import LostReason, error_object, lost_error
-from proxy.core.protocol import SERVER_ERROR
+from proxy.core.protocol import INTERNAL_ERROR, SERVER_ERROR
 
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
+TERMINAL = frozenset(status.value for status in _CALL_TERMINAL)
 _PRIVATE = ("owner", "principal", "era", "server", "expiresAt")
 
 
@@ -126,3 +128,50 @@ def orphaned(record: dict[str, Any], reason: str, message: str, now: float) -> d
         error=lost_error(LostReason(reason), message),
     )
     return out
+
+
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+
+
+def refresh(record: dict[str, Any], call: Call, now: float) -> bool:
+    """Bring the record of ``call``'s task up to date with the call; True when a client of
+    the task would see the change (status, or how many questions), not progress alone."""
+    before = (record["status"], len(record.get("inputRequests") or {}))
+    status = call.status.value
+    record["status"] = status
+    record["lastUpdatedAt"] = iso(now)
+    for key in ("inputRequests", "result", "error"):
+        record.pop(key, None)
+    if call.status_message:
+        record["statusMessage"] = call.status_message
+    outcome = call.outcome or {}
+    if status == "input_required":
+        record["inputRequests"] = call.input_requests()
+    elif status == "completed":
+        result = dict(outcome.get("result") or {})
+        if record["era"] == "modern":
+            result.setdefault("resultType", "complete")
+            meta = result.get("_meta")
+            if isinstance(meta, dict) and RELATED_TASK in meta:  # a legacy server's own
+                rest = {k: v for k, v in meta.items() if k != RELATED_TASK}
+                if rest:
+                    result["_meta"] = rest
+                else:
+                    del result["_meta"]
+        record["result"] = result
+    elif status == "failed":
+        record["error"] = outcome.get("error") or error_object(INTERNAL_ERROR, "failed")
+    return (record["status"], len(record.get("inputRequests") or {})) != before or call.done
+
+
+def may_be_orphaned(record: dict[str, Any], owner: str) -> bool:
+    """A running task another replica (or an earlier process) owns: is its owner alive?"""
+    return record["status"] not in TERMINAL and record.get("owner") != owner
+
+
+def orphaned_by(record: dict[str, Any], *, shared: bool, now: float) -> dict[str, Any]:
+    """The record of a task whose owner is gone: with a shared store, a dead replica
+    (``owner_lost``); with a file, a restart of the proxy (``proxy_restarted``)."""
+    if shared:
+        return orphaned(record, "owner_lost", "the proxy replica running this task is gone", now)
+    return orphaned(record, "proxy_restarted", "the proxy restarted while this task ran", now)

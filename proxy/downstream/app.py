@@ -145,11 +145,11 @@ def _cors_for(
     return add_cors_headers
 
 
-def modern_facade(server: Server, context: ProxyContext, registry: Registry) -> ModernFacade | None:
+def modern_facade(server: Server, context: ProxyContext) -> ModernFacade | None:
     """``server``'s 2026-07-28 side when ``modern.enabled``, closed with the context."""
     if not server.config.modern.enabled:
         return None
-    modern = ModernFacade(server, registry)
+    modern = ModernFacade(server, context)
     context.on_shutdown(modern.close)
     return modern
 
@@ -172,7 +172,7 @@ def build_app(context: ProxyContext, registry: Registry) -> web.Application:
     mcp_paths: set[str] = set()
     only = context.only_server
     for name, server in context.servers.items():
-        modern = modern_facade(server, context, registry)
+        modern = modern_facade(server, context)
         endpoint = endpoints[name] = StreamableHttp(server, context, registry, modern, bodies)
         sockets = WebSocketEndpoint(server, registry)  # MCP over WebSocket
         app.on_shutdown.append(sockets.close_all)  # open sockets get 1001 Going Away

@@ -45,6 +45,7 @@ from proxy.downstream.stored import StoredStreams
 from proxy.downstream.wire import error_response
 from proxy.metrics import method_label
 from proxy.modern.endpoint import ModernFacade
+from proxy.modern.reply import Reply
 from proxy.registry import Registry
 from proxy.runtime import ClientConn, CloseMarker, Frame, SessionRunner
 from proxy.servers import Server
@@ -224,7 +225,10 @@ class StreamableHttp:
                     data={"supported": list(LEGACY_VERSIONS), "requested": requested},
                 )
             request[_MODERN_KEY] = True
-            return await self.modern.post(request, messages[0])
+            reply = Reply(request, self.config.sse.keepalive_seconds)
+            return await self.modern.post(
+                messages[0], principal_of(request), request.headers, reply
+            )
         header_id = request.headers.get(LAST_EVENT_ID)
         existing = request.headers.get(SESSION_HEADER)
         admission = admit_post(
@@ -243,7 +247,8 @@ class StreamableHttp:
                 )
             runner = target
             if self.modern is not None and runner.session.offers_tasks:
-                served = await self.modern.legacy.post(request, runner, messages, batch)
+                reply = Reply(request, self.config.sse.keepalive_seconds)
+                served = await self.modern.legacy.post(runner, messages, batch, reply)
                 if served is not None:
                     return served
             foreign = self.stored.enabled and self.stored.foreign(messages, runner.session.epoch)

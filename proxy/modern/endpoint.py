@@ -17,79 +17,57 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 from aiohttp import web
 
 from proxy import forwarding
-from proxy.core import jsonrpc, reqstate
+from proxy.context import ProxyContext
+from proxy.core import follow, jsonrpc, reqstate
 from proxy.core.era import (
-    META_SERVER_INFO,
-    SUPPORTED_VERSIONS,
-    TASKS_EXTENSION,
     ModernRequest,
     check_param_headers,
     check_request,
     invalid_params,
     method_not_found,
-    missing_capability,
     tasks_capability_missing,
     upstream_params,
 )
-from proxy.core.errors import BadRequest, Overloaded, ProxyError
+from proxy.core.errors import BadRequest, Overloaded, ProxyError, error_object
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.modern_results import discover_result, final_answer, input_required_result, shaped
+from proxy.core.modern_routes import Route, route
+from proxy.core.protocol import INTERNAL_ERROR
 from proxy.core.taskrecord import created, detailed
-from proxy.downstream.auth import principal_of
-from proxy.modern.call import Call
+from proxy.modern.call import CallRun
+from proxy.modern.context import ModernContext
+from proxy.modern.hub import Hub
 from proxy.modern.legacy_tasks import LegacyTasks
-from proxy.modern.listen import Hub, listen
+from proxy.modern.listen import listen
 from proxy.modern.pool import UpstreamPool
-from proxy.modern.reply import Reply, dumps
+from proxy.modern.reply import Reply
 from proxy.modern.tasks import TaskKeeper
 from proxy.modern.tools import ToolIndex, task_support
-from proxy.registry import Registry
 from proxy.servers import Server
 from proxy.store.base import StoreError
 
 log = structlog.get_logger("proxy.modern")
 
-_FORWARDED = frozenset(
-    {
-        "tools/list",
-        "prompts/list",
-        "resources/list",
-        "resources/templates/list",
-        "completion/complete",
-    }
-)
-_WITH_INPUT = frozenset({"tools/call", "prompts/get", "resources/read"})
-_CACHEABLE = frozenset(
-    {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
-)
-_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
-_LIVENESS_SECONDS = 1.0
-# Gathering a server's questions into one input_required result: done when none came for
-# the quiet time, at most the max.
-_GATHER_QUIET_SECONDS = 0.03
-_GATHER_MAX_SECONDS = 0.25
-# HTTP statuses the spec gives these JSON-RPC errors (when the answer is not streamed).
-_ERROR_STATUS = {-32601: 404, -32020: 400, -32021: 400, -32022: 400}
-
 
 class ModernFacade:
     """Everything modern clients reach: the pool, the listeners, the tasks."""
 
-    def __init__(self, server: Server, registry: Registry) -> None:
+    def __init__(self, server: Server, context: ProxyContext) -> None:
         self.server = server
         self.config = config = server.config
-        self.registry = registry
-        context = registry.context  # the lead gives the facade a modern context of its own
+        self.shared = context  # the replicas exist once the store is open
         self.secret = context.settings.token_secret
         self.pool = UpstreamPool(config, server.health, context.metrics, server.name)
         self.hub = Hub(self.pool)
         self.tools = ToolIndex(self.pool)
-        self.pool.on_broadcast = self._broadcast
+        self.pool.on_broadcast = self._broadcast  # the one subscriber: tools, then listeners
         self.tasks_enabled = config.tasks.enabled
         self.tasks = TaskKeeper(
             config.tasks,
@@ -108,9 +86,17 @@ class ModernFacade:
         metrics.watch(metrics.modern_calls.labels(name), lambda: len(self.live))
         metrics.watch(metrics.pool_sessions.labels(name), lambda: len(self.pool.live_sessions()))
         self.tasks.on_end = lambda status: metrics.tasks_ended.labels(status).inc()
-        self.legacy = LegacyTasks(self)
-        self.live: set[Call] = set()  # modern calls not yet ended (parked and tasks too)
-        self.parked: dict[str, Call] = {}
+        self.live: set[CallRun] = set()  # modern calls not yet ended (parked and tasks too)
+        self.parked: dict[str, CallRun] = {}
+        self.context = ModernContext(
+            config=config,
+            pool=self.pool,
+            tasks=self.tasks,
+            hub=self.hub,
+            track=self.track,
+            tasks_enabled=self.tasks_enabled,
+        )
+        self.legacy = LegacyTasks(self.context)
 
     def health(self) -> dict[str, Any]:
         """The modern side for ``/healthz``: what it holds right now."""
@@ -128,273 +114,239 @@ class ModernFacade:
         self.hub.publish(msg)
 
     async def _alive(self, owner: str) -> bool:
-        replicas = self.registry.context.replicas
+        replicas = self.shared.replicas
         return replicas is not None and await replicas.owner_alive(owner)
 
     async def _forward(self, owner: str, message: forwarding.TaskAction) -> forwarding.Reply:
-        replicas = self.registry.context.replicas
+        replicas = self.shared.replicas
         if replicas is None:
             return forwarding.UnknownTask()
         return await replicas.forward(owner, message)
 
     async def close(self) -> None:
         self.hub.close_all()
-        for call in list(self.parked.values()):
-            call.cancel("the proxy is shutting down")
+        for run in list(self.parked.values()):
+            run.cancel("the proxy is shutting down")
         self.parked.clear()
         await self.tasks.close()
         await self.pool.stop()
 
     # ------------------------------------------------------------------ entry
-    async def post(self, request: web.Request, msg: Message) -> web.StreamResponse:
+    async def post(
+        self, msg: Message, principal: str | None, headers: Mapping[str, str], reply: Reply
+    ) -> web.StreamResponse:
+        """Answer one modern request of ``principal`` (its HTTP headers mirror the body)
+        on ``reply``."""
         if msg.kind is Kind.RESPONSE:
             raise BadRequest("Bad Request: a 2026-07-28 client sends no responses")
         if msg.kind is Kind.NOTIFICATION:
             return web.Response(status=202)  # none is defined over HTTP; accepted, unused
         try:
-            client = check_request(msg.raw, request.headers)
-            return await self._dispatch(request, msg, client)
+            client = check_request(msg.raw, headers)
+            return await self._dispatch(msg, client, principal, headers, reply)
         except ProxyError as exc:
             if exc.request_id is None:
                 exc.request_id = msg.id
             raise
 
     async def _dispatch(
-        self, request: web.Request, msg: Message, client: ModernRequest
+        self,
+        msg: Message,
+        client: ModernRequest,
+        principal: str | None,
+        headers: Mapping[str, str],
+        reply: Reply,
     ) -> web.StreamResponse:
         method = msg.method or ""
-        if method == "server/discover":
-            return web.json_response(
-                jsonrpc.ok_response(msg.id, await self.discover()), dumps=dumps
-            )
-        if method in _TASK_METHODS and self.tasks_enabled:
-            if not client.tasks:
-                raise tasks_capability_missing()
-            result = await self._task_request(method, msg.params, principal_of(request))
-            return web.json_response(jsonrpc.ok_response(msg.id, result), dumps=dumps)
-        if method == "subscriptions/listen":
-            return await listen(self, request, msg, client)
-        if method in _WITH_INPUT:
-            state = msg.params.get("requestState")
-            if state is not None:
-                return await self._retry(request, msg, client, state)
-            return await self._start(request, msg, client)
-        if method in _FORWARDED:
-            return await self._start(request, msg, client)
-        raise method_not_found(method)
+        match route(method, msg.params, tasks_enabled=self.tasks_enabled):
+            case Route.DISCOVER:
+                return await reply.finish(jsonrpc.ok_response(msg.id, await self.discover()))
+            case Route.TASK:
+                if not client.tasks:
+                    raise tasks_capability_missing()
+                result = await self._task_request(method, msg.params, principal)
+                return await reply.finish(jsonrpc.ok_response(msg.id, result))
+            case Route.LISTEN:
+                return await listen(self.context, reply, msg, client, principal)
+            case Route.RETRY:
+                state = msg.params["requestState"]
+                return await self._retry(msg, client, principal, state, reply)
+            case Route.START:
+                return await self._start(msg, client, principal, headers, reply)
+            case Route.NOT_FOUND:
+                raise method_not_found(method)
 
     # ------------------------------------------------------------------ discovery
     async def discover(self) -> dict[str, Any]:
-        init = await self.pool.info()
-        capabilities = {k: v for k, v in (init.get("capabilities") or {}).items() if k != "tasks"}
-        if self.tasks_enabled:
-            extensions = dict(capabilities.get("extensions") or {})
-            extensions[TASKS_EXTENSION] = {}
-            capabilities["extensions"] = extensions
-        result: dict[str, Any] = {
-            "resultType": "complete",
-            "supportedVersions": list(SUPPORTED_VERSIONS),
-            "capabilities": capabilities,
-            "ttlMs": self.config.modern.cache_ttl_ms,
-            "cacheScope": "private",
-        }
-        if isinstance(init.get("instructions"), str):
-            result["instructions"] = init["instructions"]
-        if isinstance(init.get("serverInfo"), dict):
-            result["_meta"] = {META_SERVER_INFO: init["serverInfo"]}
-        return result
-
-    def _shape(self, method: str, message: dict[str, Any]) -> dict[str, Any]:
-        """The upstream's answer as a modern result: resultType, cache hints, serverInfo."""
-        result = message.get("result")
-        if not isinstance(result, dict):
-            return message
-        shaped = dict(result)
-        shaped.setdefault("resultType", "complete")
-        if method in _CACHEABLE:
-            shaped.setdefault("ttlMs", self.config.modern.cache_ttl_ms)
-            shaped.setdefault("cacheScope", "private")
-        info = (self.pool.init_result or {}).get("serverInfo")
-        if isinstance(info, dict):
-            meta = dict(shaped.get("_meta") or {})
-            meta.setdefault(META_SERVER_INFO, info)
-            shaped["_meta"] = meta
-        return {"jsonrpc": "2.0", "id": message.get("id"), "result": shaped}
+        return discover_result(
+            await self.pool.info(),
+            tasks_enabled=self.tasks_enabled,
+            cache_ttl_ms=self.config.modern.cache_ttl_ms,
+        )
 
     # ------------------------------------------------------------------ calls
     async def _start(
-        self, request: web.Request, msg: Message, client: ModernRequest
+        self,
+        msg: Message,
+        client: ModernRequest,
+        principal: str | None,
+        headers: Mapping[str, str],
+        reply: Reply,
     ) -> web.StreamResponse:
         method = msg.method or ""
-        call = Call(method, msg.params, client, principal=principal_of(request))
+        run = CallRun(method, msg.params, client, principal)
         if method == "tools/call":
             tool = (await self.tools.get()).get(str(msg.params.get("name")))
             if tool is not None:
                 annotated = self.tools.header_params(tool)
                 if annotated:
-                    arguments = msg.params.get("arguments")
-                    check_param_headers(annotated, arguments, request.headers)
-            call.task_support = task_support(tool)
-            if call.task_support == "required" and not (self.tasks_enabled and client.tasks):
+                    check_param_headers(annotated, msg.params.get("arguments"), headers)
+            run.call.task_support = task_support(tool)
+            tasks_enabled = self.tasks_enabled
+            if follow.needs_tasks(
+                run.call.task_support, tasks_enabled=tasks_enabled, client_tasks=client.tasks
+            ):
                 raise tasks_capability_missing()
-        self.track(call)
+        self.track(run)
         try:
-            session = await self.pool.acquire(call.exclusive)
+            session = await self.pool.acquire(run.call.exclusive)
         except BaseException:
-            call.fail({"code": -32603, "message": "no upstream session"})  # ends tracking
+            run.fail(error_object(INTERNAL_ERROR, "no upstream session"))  # ends tracking
             raise
-        session.begin(call, upstream_params(msg.params))
-        return await self._follow(request, msg, call, started=time.monotonic())
+        session.begin(run, upstream_params(msg.params))
+        return await self._follow(msg, run, reply, started=time.monotonic())
 
-    def track(self, call: Call) -> None:
-        """Count ``call`` among the live ones until it ends; 503 past ``modern.max_calls``."""
+    def track(self, run: CallRun) -> None:
+        """Count ``run`` among the live ones until it ends; 503 past ``modern.max_calls``."""
         limit = self.config.modern.max_calls
         if len(self.live) >= limit:
             raise Overloaded(
                 f"Too many modern calls at once (modern.max_calls={limit}); try again later",
                 reason="too_many_calls",
             )
-        self.live.add(call)
+        self.live.add(run)
 
-        def ended(done: Call) -> None:
+        def ended(done: CallRun) -> None:
             if done.done:
                 self.live.discard(done)
                 done.on_change.remove(ended)
 
-        call.on_change.append(ended)
+        run.on_change.append(ended)
 
     async def _retry(
-        self, request: web.Request, msg: Message, client: ModernRequest, state: object
+        self,
+        msg: Message,
+        client: ModernRequest,
+        principal: str | None,
+        state: object,
+        reply: Reply,
     ) -> web.StreamResponse:
         method = msg.method or ""
         name = msg.params.get("uri" if method == "resources/read" else "name")
-        principal = principal_of(request)
         call_id = reqstate.verify(self.secret, state, method, name, principal, time.time())
-        call = self.parked.pop(call_id, None)
-        if call is None:
+        run = self.parked.pop(call_id, None)
+        if run is None:
             raise invalid_params(
                 "Invalid params: the request this requestState continues is gone "
                 "(answered, expired or held by another proxy); send the request anew"
             )
-        call.client = client
-        call.parked_until = None
-        call.answer(msg.params.get("inputResponses"))
-        return await self._follow(request, msg, call, started=time.monotonic())
-
-    def _task_due(self, call: Call, client: ModernRequest, started: float) -> float | None:
-        """When ``call`` becomes a task (monotonic time), or None if it never does."""
-        tasks = self.config.tasks
-        if not (self.tasks_enabled and client.tasks and call.method == "tools/call"):
-            return None
-        if call.task_support == "forbidden" or self.tasks.full():
-            return None
-        if tasks.mode == "never":
-            return None
-        if tasks.mode == "always":
-            return started
-        return started + tasks.after_ms / 1000
+        run.call.client = client
+        run.call.parked_until = None
+        run.answer(msg.params.get("inputResponses"))
+        return await self._follow(msg, run, reply, started=time.monotonic())
 
     async def _follow(
-        self, request: web.Request, msg: Message, call: Call, started: float
+        self, msg: Message, run: CallRun, reply: Reply, started: float
     ) -> web.StreamResponse:
-        """Watch ``call`` for this request until it answers, asks, becomes a task, or
-        the client goes away (then it is cancelled)."""
-        reply = Reply(request, self.config.sse.keepalive_seconds)
-        task_at = self._task_due(call, call.client, started)
+        """Carry out what :class:`proxy.core.follow.Follower` decides for this request
+        until it answers, asks, becomes a task, or the client goes away (then the call
+        is cancelled)."""
+        call = run.call
+        tasks = self.config.tasks
+        task_at = follow.task_due(
+            call,
+            started,
+            tasks_enabled=self.tasks_enabled,
+            mode=tasks.mode,
+            after_ms=tasks.after_ms,
+            tasks_full=self.tasks.full(),
+        )
+        follower = follow.Follower(call.method, task_at)
         try:
             while True:
-                notes = call.take_notes()
-                if notes:
-                    await reply.stream(notes)
-                if call.done:
-                    return await self._answer(reply, msg, call)
-                if call.status == "input_required" and call.pending:
-                    if msg.method not in _WITH_INPUT:
-                        call.answer({k: None for k in call.pending})  # refused upstream
-                        continue
-                    await self._gather(call)
-                    if call.done or not call.pending:
-                        continue
-                    return await self._input_required(reply, msg, call)
-                now = time.monotonic()
-                if task_at is not None and now >= task_at:
-                    try:
-                        record = await self.tasks.adopt(call, "modern")
-                    except StoreError as exc:  # no task without its record: stay plain
-                        log.warning("task_not_created", error=str(exc))
-                        task_at = None
-                        continue
-                    return await reply.finish(jsonrpc.ok_response(msg.id, created(record)))
-                if reply.gone:
-                    call.cancel("the client closed the request's response stream")
-                    return reply.sse or web.Response(status=499)
-                if reply.due() <= 0:
-                    await reply.stream([])
-                wait = min(_LIVENESS_SECONDS, max(0.0, reply.due()))
-                if task_at is not None:
-                    wait = min(wait, max(0.0, task_at - now))
-                await call.changed(wait)
+                if not follower.gathering:
+                    notes = call.take_notes()
+                    if notes:
+                        await reply.stream(notes)
+                step = follower.decide(
+                    call, time.monotonic(), gone=reply.gone, keepalive_in=reply.due()
+                )
+                match step:
+                    case follow.Wait(seconds):
+                        await run.changed(seconds)
+                    case follow.Keepalive():
+                        await reply.stream([])
+                    case follow.Answer():
+                        return await self._answer(reply, msg, run)
+                    case follow.RefuseInput():
+                        run.answer({key: None for key in call.pending})  # refused upstream
+                    case follow.AskClient():
+                        return await self._input_required(reply, msg, run)
+                    case follow.BecomeTask():
+                        try:
+                            record = await self.tasks.adopt(run, "modern")
+                        except StoreError as exc:  # no task without its record: stay plain
+                            log.warning("task_not_created", error=str(exc))
+                            follower.no_task()
+                            continue
+                        return await reply.finish(jsonrpc.ok_response(msg.id, created(record)))
+                    case follow.ClientGone():
+                        run.cancel("the client closed the request's response stream")
+                        return reply.sse or web.Response(status=499)
         except (ConnectionError, RuntimeError) as exc:
             log.debug("modern_client_gone", method=msg.method, error=repr(exc))
             if call.task_id is None and call.parked_until is None:
-                call.cancel("the client closed the request's response stream")
+                run.cancel("the client closed the request's response stream")
             return reply.sse or web.Response(status=499)
         except BaseException:  # cancelled, or a fault: the call must not run on unowned
             if call.task_id is None and call.parked_until is None:
-                call.cancel("the client closed the request's response stream")
+                run.cancel("the client closed the request's response stream")
             raise
 
-    @staticmethod
-    async def _gather(call: Call) -> None:
-        """The server may ask several things at once: wait a moment for the rest, so that
-        one ``input_required`` result carries them all."""
-        deadline = time.monotonic() + _GATHER_MAX_SECONDS
-        count = len(call.pending)
-        while not call.done and time.monotonic() < deadline:
-            await call.changed(_GATHER_QUIET_SECONDS)
-            if len(call.pending) == count:
-                return
-            count = len(call.pending)
+    def _server_info(self) -> Any:
+        return (self.pool.init_result or {}).get("serverInfo")
 
-    async def _answer(self, reply: Reply, msg: Message, call: Call) -> web.StreamResponse:
-        outcome = dict(call.outcome or {})
-        outcome["id"] = msg.id
-        if "error" in outcome and call.refused:
-            # The server could not do without what the client did not declare.
-            what = ", ".join(sorted(call.refused))
-            outcome["error"] = missing_capability(dict(call.refused), what).to_jsonrpc()["error"]
-        if "error" in outcome:
-            error = outcome["error"]
-            code = error.get("code") if isinstance(error, dict) else None
-            return await reply.finish(
-                {"jsonrpc": "2.0", "id": msg.id, "error": error},
-                status=_ERROR_STATUS.get(code, 200) if isinstance(code, int) else 200,
-            )
-        if call.status == "cancelled":
-            error = {"code": -32800, "message": call.status_message or "request cancelled"}
-            return await reply.finish({"jsonrpc": "2.0", "id": msg.id, "error": error})
-        return await reply.finish(self._shape(call.method, outcome))
+    async def _answer(self, reply: Reply, msg: Message, run: CallRun) -> web.StreamResponse:
+        message, status = final_answer(
+            run.call,
+            msg.id,
+            cache_ttl_ms=self.config.modern.cache_ttl_ms,
+            server_info=self._server_info(),
+        )
+        return await reply.finish(message, status=status)
 
-    async def _input_required(self, reply: Reply, msg: Message, call: Call) -> web.StreamResponse:
+    def shape(self, method: str, message: dict[str, Any]) -> dict[str, Any]:
+        """The upstream's answer as a modern result (resultType, cache hints, serverInfo)."""
+        ttl = self.config.modern.cache_ttl_ms
+        return shaped(method, message, cache_ttl_ms=ttl, server_info=self._server_info())
+
+    async def _input_required(self, reply: Reply, msg: Message, run: CallRun) -> web.StreamResponse:
         ttl = self.config.modern.input_ttl_seconds
         expires = time.time() + ttl
         method = msg.method or ""
         name = msg.params.get("uri" if method == "resources/read" else "name")
-        state = reqstate.mint(self.secret, call.id, method, name, call.principal, expires)
-        call.parked_until = expires
-        self.parked[call.id] = call
-        asyncio.get_running_loop().call_later(ttl, self._unpark, call)
-        result = {
-            "resultType": "input_required",
-            "inputRequests": call.input_requests(),
-            "requestState": state,
-        }
+        state = reqstate.mint(self.secret, run.id, method, name, run.principal, expires)
+        run.call.parked_until = expires
+        self.parked[run.id] = run
+        asyncio.get_running_loop().call_later(ttl, self._unpark, run)
+        result = input_required_result(run.call, state)
         return await reply.finish(jsonrpc.ok_response(msg.id, result))
 
-    def _unpark(self, call: Call) -> None:
-        if call.parked_until is not None and time.time() >= call.parked_until - 0.001:
-            self.parked.pop(call.id, None)
-            call.cancel("the client did not send the input in time (modern.input_ttl_seconds)")
+    def _unpark(self, run: CallRun) -> None:
+        parked_until = run.call.parked_until
+        if parked_until is not None and time.time() >= parked_until - 0.001:
+            self.parked.pop(run.id, None)
+            run.cancel("the client did not send the input in time (modern.input_ttl_seconds)")
 
     # ------------------------------------------------------------------ tasks
     async def _task_request(

@@ -23,25 +23,22 @@ per-session state is not shared with it (docs/modern.md). ``notifications/tasks/
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from proxy.core import jsonrpc
 from proxy.core.era import ModernError, ModernRequest, invalid_params
-from proxy.core.errors import Overloaded
+from proxy.core.errors import Overloaded, error_object
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.protocol import SERVER_ERROR, SESSION_HEADER
+from proxy.core.legacy_tasks import answered, final, question
+from proxy.core.protocol import INTERNAL_ERROR, SESSION_HEADER
 from proxy.core.taskrecord import TERMINAL, legacy_task
-from proxy.modern.call import Call
-from proxy.modern.reply import Reply, dumps
+from proxy.modern.call import CallRun
+from proxy.modern.context import ModernContext
+from proxy.modern.reply import Reply
 from proxy.runtime import SessionRunner
 
-if TYPE_CHECKING:
-    from proxy.modern.endpoint import ModernFacade
-
-RELATED = "io.modelcontextprotocol/related-task"
-ANSWER_PREFIX = "mrp-task:"
 _LIVENESS_SECONDS = 1.0
 _TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
 
@@ -49,9 +46,9 @@ _TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/can
 class LegacyTasks:
     """The 2025-11-25 façade of one process."""
 
-    def __init__(self, facade: ModernFacade) -> None:
-        self.facade = facade
-        self.keeper = facade.tasks
+    def __init__(self, context: ModernContext) -> None:
+        self.context = context
+        self.keeper = context.tasks
         self.by_session: dict[str, list[str]] = {}
 
     @staticmethod
@@ -59,28 +56,33 @@ class LegacyTasks:
         return f"session:{runner.session_id}"
 
     async def post(
-        self, request: web.Request, runner: SessionRunner, messages: list[Message], batch: bool
+        self, runner: SessionRunner, messages: list[Message], batch: bool, reply: Reply
     ) -> web.StreamResponse | None:
-        """Serve ``messages`` if they are the façade's; None lets the session have them."""
+        """Serve ``messages`` on ``reply`` if they are the façade's; None lets the session
+        have them."""
         if batch or len(messages) != 1:
             return None
         msg = messages[0]
         headers = {SESSION_HEADER: runner.session_id}
-        if msg.kind is Kind.RESPONSE and str(msg.id).startswith(ANSWER_PREFIX):
-            self._answer(msg, runner)
+        if msg.kind is Kind.RESPONSE:
+            target = answered(msg.id)
+            if target is None:
+                return None
+            self._answer(msg, runner, *target)
             return web.Response(status=202, headers=headers)
         if msg.kind is not Kind.REQUEST:
             return None
         method = msg.method or ""
+        reply.add_headers(headers)
         if method == "tools/call" and isinstance(msg.params.get("task"), dict):
             result = await self._create(runner, msg)
         elif method == "tasks/result":
-            return await self._result(request, runner, msg)
+            return await self._result(reply, runner, msg)
         elif method in _TASK_METHODS:
             result = await self._serve(runner, method, msg.params)
         else:
             return None
-        return web.json_response(jsonrpc.ok_response(msg.id, result), dumps=dumps, headers=headers)
+        return await reply.finish(jsonrpc.ok_response(msg.id, result))
 
     # ------------------------------------------------------------------ requests
     async def _create(self, runner: SessionRunner, msg: Message) -> dict[str, Any]:
@@ -93,16 +95,16 @@ class LegacyTasks:
             progress_token=None,
         )
         params = {k: v for k, v in msg.params.items() if k != "task"}
-        call = Call("tools/call", params, client, self.principal(runner))
+        call = CallRun("tools/call", params, client, self.principal(runner))
         if self.keeper.full():
             limit = self.keeper.settings.max_running
             raise Overloaded(
                 f"Too many tasks at once (tasks.max_running={limit}); try again later",
                 reason="too_many_tasks",
             )
-        self.facade.track(call)
+        self.context.track(call)
         try:
-            pooled = await self.facade.pool.acquire(exclusive=True)
+            pooled = await self.context.pool.acquire(exclusive=True)
             pooled.begin(call, params)
             ttl = msg.params["task"].get("ttl")
             record = await self.keeper.adopt(
@@ -110,7 +112,7 @@ class LegacyTasks:
             )
         except BaseException:  # no task: nothing may run on for it
             call.cancel("the task could not be created")
-            call.fail({"code": -32603, "message": "the task could not be created"})
+            call.fail(error_object(INTERNAL_ERROR, "the task could not be created"))
             raise
         self.by_session.setdefault(runner.session_id, []).append(record["taskId"])
         return {"task": legacy_task(record)}
@@ -136,26 +138,24 @@ class LegacyTasks:
         return legacy_task(record)
 
     async def _result(
-        self, request: web.Request, runner: SessionRunner, msg: Message
+        self, reply: Reply, runner: SessionRunner, msg: Message
     ) -> web.StreamResponse:
         principal = self.principal(runner)
         task_id = msg.params.get("taskId")
         record = await self.keeper.record(task_id, principal)
-        headers = {SESSION_HEADER: runner.session_id}
-        reply = Reply(request, self.facade.config.sse.keepalive_seconds, headers)
         call = self.keeper.calls.get(record["taskId"])
         if call is not None:
             await self._wait(reply, call, record["taskId"])
             if reply.gone and not call.done:
                 return reply.sse or web.Response(status=499)
             record = await self.keeper.record(task_id, principal)
-        return await reply.finish(self._final(msg.id, record))
+        return await reply.finish(final(msg.id, record))
 
-    async def _wait(self, reply: Reply, call: Call, task_id: str) -> None:
+    async def _wait(self, reply: Reply, call: CallRun, task_id: str) -> None:
         """Until ``call`` ends (or the client leaves): pass on what it asks the client."""
         woken = asyncio.Event()
 
-        def wake(_: Call) -> None:
+        def wake(_: CallRun) -> None:
             woken.set()
 
         call.on_change.append(wake)
@@ -163,7 +163,7 @@ class LegacyTasks:
         try:
             while not call.done:
                 asks = [
-                    self._ask(task_id, key, request)
+                    question(task_id, key, request)
                     for key, request in call.input_requests().items()
                     if key not in sent
                 ]
@@ -186,38 +186,8 @@ class LegacyTasks:
             if wake in call.on_change:
                 call.on_change.remove(wake)
 
-    @staticmethod
-    def _ask(task_id: str, key: str, request: dict[str, Any]) -> dict[str, Any]:
-        params = dict(request.get("params") or {})
-        params["_meta"] = {**(params.get("_meta") or {}), RELATED: {"taskId": task_id}}
-        return {
-            "jsonrpc": "2.0",
-            "id": f"{ANSWER_PREFIX}{task_id}:{key}",
-            "method": request["method"],
-            "params": params,
-        }
-
-    @staticmethod
-    def _final(request_id: Any, record: dict[str, Any]) -> dict[str, Any]:
-        related = {RELATED: {"taskId": record["taskId"]}}
-        status = record["status"]
-        if status == "completed":
-            result = dict(record.get("result") or {})
-            result["_meta"] = {**(result.get("_meta") or {}), **related}
-            return jsonrpc.ok_response(request_id, result)
-        if status == "failed":
-            error = dict(record.get("error") or {"code": SERVER_ERROR, "message": "failed"})
-            return {"jsonrpc": "2.0", "id": request_id, "error": error}
-        error = {
-            "code": SERVER_ERROR,
-            "message": "the task was cancelled",
-            "data": {"reason": "task_cancelled", **related},
-        }
-        return {"jsonrpc": "2.0", "id": request_id, "error": error}
-
-    def _answer(self, msg: Message, runner: SessionRunner) -> None:
+    def _answer(self, msg: Message, runner: SessionRunner, task_id: str, key: str) -> None:
         """The client's answer to a request a task's call made of it."""
-        task_id, _, key = str(msg.id)[len(ANSWER_PREFIX) :].rpartition(":")
         call = self.keeper.calls.get(task_id)
         if call is None or call.principal != self.principal(runner):
             return  # gone, or not this session's: dropped

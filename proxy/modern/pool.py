@@ -12,13 +12,10 @@ for a remote server) and runs every modern request on one of them:
   state of one request (a stdio server's globals, its working directory's files) is seen
   by another, at the cost of a start per request.
 
-A request stays on its session until it is answered. What the server sends is routed to
-the call it belongs to (DESIGN.md §5): a response by id; progress by the progress token
-(rewritten to the upstream id); over Streamable HTTP, what came on a request's response
-stream to that request, and what came on the session's GET stream to none; over stdio,
-HTTP+SSE and WebSocket, a server→client request or log message to the only call in
-flight. A request nobody can be told the owner of is refused (the server gets an
-error). List-changed and resource-updated
+A request stays on its session until it is answered. Which call what the server sends
+belongs to, and how ids and progress tokens are rewritten, is the session's
+:class:`~proxy.core.calltable.CallTable`'s to decide (DESIGN.md §5); a
+:class:`PooledSession` carries out its commands. List-changed and resource-updated
 notifications go to the listeners (:mod:`proxy.modern.listen`).
 """
 
@@ -30,33 +27,42 @@ import itertools
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 import structlog
 
 from proxy import __version__
 from proxy.config import Config
-from proxy.core import jsonrpc
-from proxy.core.errors import ProxyError, UpstreamStartFailed
-from proxy.core.jsonrpc import Kind, Message
+from proxy.core import jsonrpc, pooling
+from proxy.core.calltable import (
+    AskServer,
+    AwaitAnswer,
+    BeginCall,
+    Broadcast,
+    CallChanged,
+    CallReleased,
+    CallTable,
+    FailCall,
+    Idle,
+    OwnAnswer,
+    ServerMessage,
+    SessionLost,
+    TableCommand,
+    TableEvent,
+)
+from proxy.core.errors import LostReason, ProxyError, UpstreamStartFailed, lost_error
+from proxy.core.events import SendUpstream
+from proxy.core.handshake import HandshakeStep, proxy_params
+from proxy.core.jsonrpc import Message
 from proxy.metrics import Metrics
-from proxy.modern.call import ASKING, INPUT_METHODS, Call
+from proxy.modern.call import CallRun
 from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import Upstream, UpstreamHealth
+from proxy.upstream.handshake import INITIALIZE_TIMEOUT_SECONDS, answer_within, initialize
 
 log = structlog.get_logger("proxy.modern")
 
-INIT_TIMEOUT_SECONDS = 30.0
 SETTLE_SECONDS = 0.05
-UPSTREAM_VERSION = "2025-11-25"  # what the proxy asks a legacy server for
-BROADCAST = frozenset(
-    {
-        "notifications/tools/list_changed",
-        "notifications/prompts/list_changed",
-        "notifications/resources/list_changed",
-        "notifications/resources/updated",
-    }
-)
 
 
 class PooledSession:
@@ -74,8 +80,8 @@ class PooledSession:
             health=pool.health,
         )
         self.upstream: Upstream = open_upstream(context)
-        self._ids = itertools.count(1)
-        self.calls: dict[int, Call] = {}
+        self.table = CallTable(tied_by_stream=pool.ties_by_stream)
+        self.runs: dict[Any, CallRun] = {}  # by their Call
         self._waiting: dict[int, asyncio.Future[Message]] = {}  # the proxy's own requests
         self.init_result: dict[str, Any] = {}
         self.closed: str | None = None
@@ -83,12 +89,12 @@ class PooledSession:
 
     @property
     def busy(self) -> int:
-        return len(self.calls)
+        return len(self.table)
 
     @property
     def asking(self) -> int:
         """Calls in flight that may make the server ask the client something."""
-        return sum(1 for call in self.calls.values() if call.exclusive)
+        return self.table.asking
 
     async def start(self) -> None:
         # Its tasks keep this context: a pooled session serves everyone, so its lines
@@ -97,27 +103,16 @@ class PooledSession:
             session=self.label, upstream=self.pool.name, principal=None
         ):
             await self.upstream.start()
-        params = {
-            "protocolVersion": UPSTREAM_VERSION,
-            "capabilities": {
-                "elicitation": {"form": {}, "url": {}},
-                "sampling": {},
-                "roots": {},
-            },
-            "clientInfo": {"name": "mcp-resume-proxy", "version": __version__},
-        }
         try:
-            answer = await self.ask("initialize", params, INIT_TIMEOUT_SECONDS)
+            self.init_result = await initialize(
+                self._ask_initialize,
+                self._send_initialized,
+                proxy_params(__version__),
+                INITIALIZE_TIMEOUT_SECONDS,
+            )
         except ProxyError:
             await self.stop()
             raise
-        if answer.is_error or not isinstance(answer.raw.get("result"), dict):
-            await self.stop()
-            raise UpstreamStartFailed(
-                f"the MCP server refused initialize: {answer.raw.get('error')}"
-            )
-        self.init_result = answer.raw["result"]
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         # Servers often ask something as soon as they are initialized (roots/list, say).
         # On stdio nothing would tell that from a question of the first call, so the
         # session is handed out only once such questions are in (and refused): after a
@@ -126,116 +121,92 @@ class PooledSession:
             await self.ask("ping", {}, SETTLE_SECONDS * 20)
         await asyncio.sleep(SETTLE_SECONDS)
 
-    async def ask(self, method: str, params: dict[str, Any], timeout: float) -> Message:
+    async def _ask_initialize(self, method: str, params: dict[str, Any], timeout: float) -> Message:
+        return await self.ask(method, params, timeout, HandshakeStep.INITIALIZE)
+
+    def _send_initialized(self, message: dict[str, Any]) -> None:
+        if self.closed is None:
+            self.upstream.send(jsonrpc.encode(message), HandshakeStep.INITIALIZED)
+
+    async def ask(
+        self,
+        method: str,
+        params: dict[str, Any],
+        timeout: float,
+        handshake: HandshakeStep | None = None,
+    ) -> Message:
         """A request of the proxy's own (initialize, resources/subscribe): its answer."""
-        request_id = next(self._ids)
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._waiting[request_id] = future
-        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        commands = self.table.handle(AskServer(method, params, handshake))
+        request_id = next(c.request_id for c in commands if isinstance(c, AwaitAnswer))
+        self._execute(commands)
         try:
-            async with asyncio.timeout(timeout):
-                return await future
-        except TimeoutError:
-            raise UpstreamStartFailed(
-                f"the MCP server did not answer {method} within {timeout:g} s"
-            ) from None
+            return await answer_within(self._waiting[request_id], method, timeout)
         finally:
             self._waiting.pop(request_id, None)
 
-    def begin(self, call: Call, params: dict[str, Any]) -> None:
-        """Send ``call``'s request; it is pinned here until it is answered."""
-        if self.closed is not None:
-            call.upstream_lost(f"the MCP server session ended: {self.closed}")
-            return
-        request_id = next(self._ids)
-        call.session = self
-        call.upstream_id = request_id
-        self.calls[request_id] = call
-        if call.client.progress_token is not None:
-            meta = dict(params.get("_meta") or {})
-            meta["progressToken"] = request_id  # unique on this session; mapped back
-            params = {**params, "_meta": meta}
-        self.send({"jsonrpc": "2.0", "id": request_id, "method": call.method, "params": params})
+    def begin(self, run: CallRun, params: dict[str, Any]) -> None:
+        """Send ``run``'s request; it is pinned here until it is answered."""
+        self.runs[run.call] = run
+        run.carrier = self
+        self._execute(self.table.handle(BeginCall(run.call, params)))
 
-    def forget(self, request_id: int) -> None:
-        self.calls.pop(request_id, None)
-        if not self.calls:
-            self.idle_since = time.monotonic()
-            self.pool.idle(self)
+    def deliver(self, event: TableEvent) -> None:
+        """A client's move on a call running here (answer, refusal, cancel, fail)."""
+        self._execute(self.table.handle(event))
 
-    def send(self, message: dict[str, Any]) -> None:
-        if self.closed is None:
-            self.upstream.send(jsonrpc.encode(message))
-
-    def respond_error(self, request_id: Any, code: int, message: str) -> None:
-        self.send(jsonrpc.error_response(request_id, code, message))
+    def _execute(self, commands: list[TableCommand]) -> None:
+        for command in commands:
+            match command:
+                case SendUpstream(payload, handshake):
+                    if self.closed is None:
+                        self.upstream.send(payload, handshake)
+                case CallChanged(call):
+                    run = self.runs.get(call)
+                    if run is not None:
+                        run.signal()
+                case CallReleased(call):
+                    self.runs.pop(call, None)
+                case Idle():
+                    self.idle_since = time.monotonic()
+                    self.pool.idle(self)
+                case AwaitAnswer(request_id):
+                    future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+                    self._waiting[request_id] = future
+                case OwnAnswer(request_id, msg):
+                    waiting = self._waiting.get(request_id)
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(msg)
+                case Broadcast(msg):
+                    self.pool.broadcast(msg)
+                case _:
+                    assert_never(command)
 
     # ------------------------------------------------------------------ from the server
     def _on_message(self, msg: Message, origin: int | None) -> None:
-        if msg.kind is Kind.RESPONSE:
-            waiting = self._waiting.get(msg.id) if isinstance(msg.id, int) else None
-            if waiting is not None:
-                if not waiting.done():
-                    waiting.set_result(msg)
-                return
-            call = self.calls.get(msg.id) if isinstance(msg.id, int) else None
-            if call is not None:
-                call.upstream_response(msg)
-            return
-        method = msg.method or ""
-        if msg.kind is Kind.REQUEST:
-            if method == "ping":
-                self.send(jsonrpc.ok_response(msg.id, {}))
-                return
-            call = self._owner(origin)
-            if method not in INPUT_METHODS:
-                self.respond_error(msg.id, -32601, f"Method not found: {method}")
-            elif call is None:
-                self.respond_error(
-                    msg.id,
-                    -32603,
-                    "mcp-resume-proxy: no single request in flight that this belongs to",
-                )
-            else:
-                call.upstream_request(msg)
-            return
-        if method in BROADCAST:
-            self.pool.broadcast(msg)
-            return
-        if method == "notifications/progress":
-            token = msg.params.get("progressToken")
-            call = self.calls.get(token) if isinstance(token, int) else None
-        else:
-            call = self._owner(origin)
-        if call is not None:
-            call.upstream_notification(msg)
-
-    def _owner(self, origin: int | None) -> Call | None:
-        if origin is not None:
-            return self.calls.get(origin)
-        if self.pool.ties_by_stream:
-            return None  # over Streamable HTTP, what is a call's came on its stream
-        if len(self.calls) == 1:
-            return next(iter(self.calls.values()))
-        asking = [call for call in self.calls.values() if call.method in ASKING]
-        return asking[0] if len(asking) == 1 else None  # a list cannot have asked
+        self._execute(self.table.handle(ServerMessage(msg, origin)))
 
     def _on_closed(self, reason: str) -> None:
         if self.closed is not None:
             return
-        self.closed = reason
         log.warning("pool_session_closed", session=self.label, reason=reason)
+        self._close(reason)
+        self.pool.lost(self)
+
+    def _close(self, reason: str) -> None:
+        """No more traffic here: the proxy's own requests and every call on it fail."""
+        self.closed = reason
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(UpstreamStartFailed(f"the MCP server went away: {reason}"))
-        for call in list(self.calls.values()):
-            call.upstream_lost(f"the MCP server session ended: {reason}")
-        self.calls.clear()
-        self.pool.lost(self)
+        self._execute(self.table.handle(SessionLost(reason)))
+
+    def fail_calls(self, error: dict[str, Any]) -> None:
+        for call in self.table.calls():
+            self.deliver(FailCall(call, error))
 
     async def stop(self) -> None:
         if self.closed is None:
-            self.closed = "stopped by the proxy"
+            self._close("stopped by the proxy")
         with contextlib.suppress(Exception):
             await self.upstream.stop()
 
@@ -312,25 +283,25 @@ class UpstreamPool:
             found = self._pick(exclusive)
             if found is not None:
                 return found
-            live = self.live_sessions()
-            limit = self.settings.max_size if exclusive else self.settings.size
-            if len(live) < limit:
+            live = len(self.live_sessions())
+            settings = self.settings
+            if pooling.may_grow(live, exclusive, size=settings.size, max_size=settings.max_size):
                 return await self._new()
-        live = self.live_sessions()
-        if not live:
+        live_sessions = self.live_sessions()
+        if not live_sessions:
             return await self._new()
-        return min(live, key=lambda s: (s.asking, s.busy))
+        return live_sessions[pooling.least_loaded(self._loads(live_sessions))]
 
     def _pick(self, exclusive: bool) -> PooledSession | None:
-        best: PooledSession | None = None
-        for session in self.sessions:
-            if session.closed is not None:
-                continue
-            if session.busy == 0:
-                return session
-            if exclusive and session.asking == 0 and (best is None or session.busy < best.busy):
-                best = session
-        return best
+        live = self.live_sessions()
+        index = pooling.pick(self._loads(live), exclusive)
+        return None if index is None else live[index]
+
+    def _loads(self, sessions: list[PooledSession]) -> list[pooling.Load]:
+        return [
+            pooling.Load(s.busy, s.asking, s.idle_since, held=s is self._listening)
+            for s in sessions
+        ]
 
     async def info(self) -> dict[str, Any]:
         """The upstream's InitializeResult (a session is started if none has been)."""
@@ -351,18 +322,14 @@ class UpstreamPool:
 
     def _reap_idle(self) -> None:
         self._reaper = None
-        now = time.monotonic()
-        live = [s for s in self.sessions if s.closed is None]
-        waiting = False
-        for session in live[1:]:  # one stays warm
-            if session.busy or session is self._listening:
-                continue
-            if now - session.idle_since >= self.settings.idle_seconds:
-                self.sessions.remove(session)
-                self._own(session.stop())
-            else:
-                waiting = True
-        if waiting:
+        live = self.live_sessions()
+        stop, later = pooling.to_reap(
+            self._loads(live), time.monotonic(), self.settings.idle_seconds
+        )
+        for index in stop:
+            self.sessions.remove(live[index])
+            self._own(live[index].stop())
+        if later:
             self.idle(live[0])
 
     async def hold_listening(self) -> None:
@@ -414,14 +381,7 @@ class UpstreamPool:
             pass
         sessions, self.sessions = self.sessions, []
         for session in sessions:
-            for call in list(session.calls.values()):
-                call.fail(
-                    {
-                        "code": -32000,
-                        "message": "the proxy is shutting down",
-                        "data": {"reason": "proxy_shutdown"},
-                    }
-                )
+            session.fail_calls(lost_error(LostReason.PROXY_SHUTDOWN, "the proxy is shutting down"))
         await asyncio.gather(*(s.stop() for s in sessions), return_exceptions=True)
         if self._owned:
             await asyncio.gather(*self._owned, return_exceptions=True)

@@ -27,6 +27,11 @@ class Reply:
         self.keepalive = keepalive
         self._writer = SseWriter(request, keepalive, self.headers)
 
+    def add_headers(self, headers: dict[str, str]) -> None:
+        """Headers for the answer, JSON or SSE (before anything is written)."""
+        self.headers.update(headers)
+        self._writer.response.headers.update(headers)
+
     @property
     def sse(self) -> web.StreamResponse | None:
         """The SSE response, once streaming began (else None: the answer is still JSON)."""

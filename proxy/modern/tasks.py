@@ -27,7 +27,15 @@ import structlog
 
 from proxy.config import TasksConfig
 from proxy.core.era import invalid_params
-from proxy.core.taskrecord import TERMINAL, detailed, iso, new_record, orphaned
+from proxy.core.errors import LostReason, lost_error
+from proxy.core.taskrecord import (
+    TERMINAL,
+    detailed,
+    may_be_orphaned,
+    new_record,
+    orphaned_by,
+    refresh,
+)
 from proxy.forwarding import (
     Reply,
     TaskActed,
@@ -37,7 +45,7 @@ from proxy.forwarding import (
     TaskUpdate,
     UnknownTask,
 )
-from proxy.modern.call import Call
+from proxy.modern.call import CallRun
 from proxy.store.base import Store, StoreError
 
 log = structlog.get_logger("proxy.modern")
@@ -45,9 +53,6 @@ log = structlog.get_logger("proxy.modern")
 # Sends a task action to the replica that runs the task, and waits for its reply.
 Forward = Callable[[str, TaskAction], Awaitable[Reply]]
 Alive = Callable[[str], Awaitable[bool]]
-
-
-RELATED_TASK = "io.modelcontextprotocol/related-task"
 
 
 def new_task_id() -> str:
@@ -77,7 +82,7 @@ class TaskKeeper:
         self._alive = alive
         self._forward = forward
         self._publish = publish
-        self.calls: dict[str, Call] = {}
+        self.calls: dict[str, CallRun] = {}
         self.records: dict[str, dict[str, Any]] = {}
         self._dirty: set[str] = set()
         self._writers: dict[str, asyncio.Task[None]] = {}
@@ -89,7 +94,7 @@ class TaskKeeper:
         return round(self.settings.ttl_seconds * 1000)
 
     # ------------------------------------------------------------------ creation
-    async def adopt(self, call: Call, era: str, ttl_ms: int | None = None) -> dict[str, Any]:
+    async def adopt(self, call: CallRun, era: str, ttl_ms: int | None = None) -> dict[str, Any]:
         """Make ``call`` a task; return its record once the store holds it. A requested
         ``ttl_ms`` (2025-11-25 ``params.task.ttl``) may shorten the configured one."""
         task_id = new_task_id()
@@ -105,9 +110,9 @@ class TaskKeeper:
             era=era,
             server=self.server,
         )
-        self._refresh(record, call, now)
+        refresh(record, call.call, now)
         await self.store.put_task(task_id, record, record["expiresAt"])  # StoreError: no task
-        call.task_id = task_id
+        call.call.task_id = task_id
         self.calls[task_id] = call
         self.records[task_id] = record
         call.on_change.append(self._changed)
@@ -117,40 +122,12 @@ class TaskKeeper:
         log.info("task_created", task=task_id[:8], method=call.method, era=era)
         return record
 
-    def _refresh(self, record: dict[str, Any], call: Call, now: float) -> None:
-        status = call.status
-        record["status"] = status
-        record["lastUpdatedAt"] = iso(now)
-        for key in ("inputRequests", "result", "error"):
-            record.pop(key, None)
-        if call.status_message:
-            record["statusMessage"] = call.status_message
-        outcome = call.outcome or {}
-        if status == "input_required":
-            record["inputRequests"] = call.input_requests()
-        elif status == "completed":
-            result = dict(outcome.get("result") or {})
-            if record["era"] == "modern":
-                result.setdefault("resultType", "complete")
-                meta = result.get("_meta")
-                if isinstance(meta, dict) and RELATED_TASK in meta:  # a legacy server's own
-                    rest = {k: v for k, v in meta.items() if k != RELATED_TASK}
-                    if rest:
-                        result["_meta"] = rest
-                    else:
-                        del result["_meta"]
-            record["result"] = result
-        elif status == "failed":
-            record["error"] = outcome.get("error") or {"code": -32603, "message": "failed"}
-
-    def _changed(self, call: Call) -> None:
+    def _changed(self, call: CallRun) -> None:
         task_id = call.task_id
         if task_id is None or task_id not in self.records:
             return
         record = self.records[task_id]
-        before = (record["status"], len(record.get("inputRequests") or {}))
-        self._refresh(record, call, time.time())
-        if (record["status"], len(record.get("inputRequests") or {})) == before and not call.done:
+        if not refresh(record, call.call, time.time()):
             return  # progress alone changes nothing a client of the task sees
         self._dirty.add(task_id)
         if task_id not in self._writers:
@@ -215,17 +192,10 @@ class TaskKeeper:
                 record = None
             if (
                 record is not None
-                and record["status"] not in TERMINAL
-                and record.get("owner") != self.owner
+                and may_be_orphaned(record, self.owner)
                 and not await self._owner_alive(record)
             ):
-                reason = "owner_lost" if self.shared else "proxy_restarted"
-                what = (
-                    "the proxy replica running this task is gone"
-                    if self.shared
-                    else "the proxy restarted while this task ran"
-                )
-                record = orphaned(record, reason, what, now)
+                record = orphaned_by(record, shared=self.shared, now=now)
                 await self._put_quietly(task_id, record)
         if (
             record is None
@@ -289,12 +259,7 @@ class TaskKeeper:
         self._timers.clear()
         for call in list(self.calls.values()):
             if not call.done:
-                call.fail(
-                    {
-                        "code": -32000,
-                        "message": "the proxy shut down while this task ran",
-                        "data": {"reason": "proxy_shutdown"},
-                    }
-                )
+                message = "the proxy shut down while this task ran"
+                call.fail(lost_error(LostReason.PROXY_SHUTDOWN, message))
         if self._writers:
             await asyncio.gather(*self._writers.values(), return_exceptions=True)

@@ -13,7 +13,6 @@ gives up, ``on_closed("upstream unreachable: ...")`` ends the client session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -25,7 +24,7 @@ from proxy.core.errors import ProxyError, UpstreamStartFailed
 from proxy.core.handshake import HandshakeStep, client_params
 from proxy.core.jsonrpc import Kind, Message
 from proxy.upstream.base import InFlight, UpstreamContext, messages_of
-from proxy.upstream.handshake import initialize, marked
+from proxy.upstream.handshake import initialize
 
 log = structlog.get_logger("proxy.upstream")
 
@@ -309,9 +308,7 @@ class ChannelUpstream:
             payload, handshake = await self._outbox.get()
             await self._connected.wait()
             rid = self._inflight.sent(payload)
-            with contextlib.suppress(ProxyError):  # (the core only sends what it parsed)
-                msg = jsonrpc.classify(jsonrpc.decode(payload))
-                self._note_handshake(rid, payload, marked(handshake, msg))
+            self._note_handshake(rid, payload, handshake)
             try:
                 await self._deliver(payload)
             except DeliveryFailed as exc:

@@ -50,23 +50,16 @@ async def initialize(
     return result
 
 
-def marked(step: HandshakeStep | None, msg: Message) -> HandshakeStep | None:
-    """The handshake mark of a message going upstream, as its sender gave it.
-
-    TRANSITIONAL (with ``PENDING_REWRITE`` in tests/core/test_errors.py):
-    ``proxy/modern/pool.py`` still sends its own ``initialize`` and
-    ``notifications/initialized`` unmarked; until its rewrite sends them through
-    :class:`OwnRequests` (or marks them), an unmarked message of those methods counts as
-    marked. The transports that need it (HTTP, channel) parse each message anyway; nothing
-    looks into bytes. The lead removes this fallback at merge.
-    """
-    if step is not None:
-        return step
-    if msg.kind is Kind.REQUEST and msg.method == INITIALIZE:
-        return HandshakeStep.INITIALIZE
-    if msg.kind is Kind.NOTIFICATION and msg.method == INITIALIZED:
-        return HandshakeStep.INITIALIZED
-    return None
+async def answer_within(future: asyncio.Future[Message], method: str, timeout: float) -> Message:
+    """The answer to a request of the proxy's own; ``UpstreamStartFailed`` when none came
+    within ``timeout`` seconds."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await future
+    except TimeoutError:
+        raise UpstreamStartFailed(
+            f"the MCP server did not answer {method} within {timeout:g} s"
+        ) from None
 
 
 class OwnRequests:
@@ -92,12 +85,7 @@ class OwnRequests:
         request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         self._send(jsonrpc.encode(request), step)
         try:
-            async with asyncio.timeout(timeout):
-                return await future
-        except TimeoutError:
-            raise UpstreamStartFailed(
-                f"the MCP server did not answer {method} within {timeout:g} s"
-            ) from None
+            return await answer_within(future, method, timeout)
         finally:
             self._waiting.pop(request_id, None)
 

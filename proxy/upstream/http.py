@@ -43,7 +43,6 @@ from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.upstream.base import InFlight, UpstreamContext
-from proxy.upstream.handshake import marked
 from proxy.upstream.http_body import (
     EXPIRED,
     NETWORK_ERRORS,
@@ -165,7 +164,7 @@ class HttpUpstream:
                 self.pending_bytes -= len(payload)
                 continue
             self._inflight.sent(payload)
-            if marked(handshake, msg) is HandshakeStep.INITIALIZE:
+            if handshake is HandshakeStep.INITIALIZE:
                 self._expiry.client_initialize(msg)
             elif msg.method == "notifications/cancelled":
                 # Nobody waits for that answer any more: its stream may end without one.

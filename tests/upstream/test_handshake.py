@@ -21,7 +21,7 @@ from proxy.core.errors import UpstreamStartFailed
 from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Message, classify
 from proxy.upstream.base import UpstreamContext
-from proxy.upstream.handshake import ClientHandshake, OwnRequests, initialize, marked
+from proxy.upstream.handshake import ClientHandshake, OwnRequests, initialize
 from proxy.upstream.stdio import StdioUpstream
 from tests.support import eventually
 
@@ -204,12 +204,3 @@ async def test_own_requests_fail_when_unanswered_or_gone() -> None:
     own.gone("exited with code 1")
     with pytest.raises(UpstreamStartFailed, match="went away: exited with code 1"):
         await asking
-
-
-def test_marked_keeps_a_given_mark_and_falls_back_only_for_the_handshake_methods() -> None:
-    init, note = classify(client_initialize()), classify(INITIALIZED)
-    ping = classify({"jsonrpc": "2.0", "id": 3, "method": "ping"})
-    assert marked(HandshakeStep.INITIALIZE, ping) is HandshakeStep.INITIALIZE
-    assert marked(None, init) is HandshakeStep.INITIALIZE  # (transitional: modern/pool.py)
-    assert marked(None, note) is HandshakeStep.INITIALIZED
-    assert marked(None, ping) is None
