@@ -28,10 +28,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
-from proxy.core.sse import encode_comment
-
-# How often a writer checks that its client is still there while nothing is queued.
-LIVENESS_SECONDS = 1.0
+from proxy.core.sse import LIVENESS_SECONDS, encode_comment
 
 SSE_HEADERS: Mapping[str, str] = {
     "Content-Type": "text/event-stream",

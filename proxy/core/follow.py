@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proxy.core.call import ASKING, Call, CallStatus
+from proxy.core.sse import LIVENESS_SECONDS
 
 GATHER_QUIET_SECONDS = 0.03
 GATHER_MAX_SECONDS = 0.25
-LIVENESS_SECONDS = 1.0  # how often a waiting response checks that its client is still there
 
 
 @dataclass(frozen=True, slots=True)

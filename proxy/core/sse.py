@@ -13,6 +13,10 @@ from dataclasses import dataclass
 
 from proxy.core.errors import ProtocolError
 
+LIVENESS_SECONDS = 1.0
+"""How often a response that waits with nothing to write checks that its client is still
+there: a client that hung up is noticed without waiting for a write to fail."""
+
 
 class SSEDecodeError(ProtocolError):
     """The byte stream is not valid UTF-8, or a line exceeds the size limit."""

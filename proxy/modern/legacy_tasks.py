@@ -33,13 +33,13 @@ from proxy.core.errors import Overloaded, error_object
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.legacy_tasks import answered, final, question
 from proxy.core.protocol import INTERNAL_ERROR, SESSION_HEADER
+from proxy.core.sse import LIVENESS_SECONDS
 from proxy.core.taskrecord import TERMINAL, legacy_task
 from proxy.modern.call import CallRun
 from proxy.modern.context import ModernContext
 from proxy.modern.reply import Reply
 from proxy.runtime import SessionRunner
 
-_LIVENESS_SECONDS = 1.0
 _TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
 
 
@@ -175,7 +175,7 @@ class LegacyTasks:
                 if reply.due() <= 0:
                     await reply.stream([])
                 try:
-                    async with asyncio.timeout(min(_LIVENESS_SECONDS, max(0.0, reply.due()))):
+                    async with asyncio.timeout(min(LIVENESS_SECONDS, max(0.0, reply.due()))):
                         await woken.wait()
                 except TimeoutError:
                     pass
