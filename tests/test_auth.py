@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from tests.modern.client import Modern
-from tests.modern.test_facade import SERVER
+from tests.modern.support import SERVER
 from tests.support import bearer, initialize_request, run_proxy
 
 ALICE = "alice-token-0123456789abcdef"

@@ -19,8 +19,8 @@ from proxy.config_auth import AuthConfig, check_auth, load_tokens
 from proxy.config_rules import ConfigError, build, interpolated
 from proxy.downstream.auth import Authenticator
 from tests.downstream.sse_client import RawSession
+from tests.jwt_issuer import Issuer
 from tests.support import DEMO, ROOT, bearer, run_proxy_on
-from tests.test_auth_jwt import Issuer
 
 ALICE = "alice-token-0123456789abcdef"
 DAVE = "dave-token-from-the-environment-0001"

@@ -17,8 +17,8 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
+from tests.jwt_issuer import Issuer, jwt_auth
 from tests.support import ROOT, eventually, log_events, run_proxy
-from tests.test_auth_jwt import Issuer, jwt_auth
 
 ALICE = "alice-token-0123456789abcdef"
 TIMEOUT = 60.0

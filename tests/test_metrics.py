@@ -3,7 +3,6 @@ text format, and no label carries a session, stream or task id."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -14,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.downstream.sse_client import RawSession
 from tests.modern.client import TASKS, Modern
-from tests.modern.test_facade import SERVER
-from tests.support import run_proxy, tool_call
+from tests.modern.support import SERVER
+from tests.support import eventually, run_proxy, tool_call
 
 
 async def scrape(
@@ -78,11 +77,12 @@ async def test_metrics_after_a_scripted_scenario(tmp_path: Path) -> None:
         task = (await modern.call("wait", {"seconds": 0}, caps=TASKS)).result
         assert task["resultType"] == "task"
         with_tasks = Modern(http, proxy.url, caps=TASKS)
-        for _ in range(100):
+
+        async def completed() -> bool:
             got = await with_tasks.task("tasks/get", task["taskId"])
-            if got.result["status"] == "completed":
-                break
-            await asyncio.sleep(0.02)
+            return bool(got.result["status"] == "completed")
+
+        await eventually(completed, what="the task to complete")
         after = await scrape(http, proxy.base)
     assert value(after, p + "sessions", upstream="default") == 1
     assert value(after, p + "upstream_starts_total", upstream="default", **{"for": "session"}) == 1

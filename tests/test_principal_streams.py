@@ -20,9 +20,8 @@ from typing import Any
 import aiohttp
 
 from tests.downstream.sse_client import RawSession, messages, read_events
+from tests.proxy_lives import Lives, Proxy, lives, progress_of, read_some, shared
 from tests.support import bearer, tool_call
-from tests.test_replicas import shared
-from tests.test_restart import Lives, Proxy, lives, progress_of, read_some
 
 ALICE = "alice-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef00"

@@ -26,16 +26,11 @@ from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession, messages, read_events
 from tests.e2e.sdk_client import text_of
 from tests.fixtures.http_harness import cut_mid_call_and_resume
+from tests.proxy_lives import lives, progress_of, read_some, shared
 from tests.redis_server import RedisServer
 from tests.support import ROOT, eventually, run_proxy_on, tool_call
-from tests.test_restart import lives, progress_of, read_some
 
-_namespaces = itertools.count()
-
-
-def shared(redis_url: str, lease: float = 10.0) -> dict[str, Any]:
-    namespace = f"replicas{next(_namespaces)}"
-    return {"kind": "redis", "url": redis_url, "namespace": namespace, "lease_seconds": lease}
+_namespaces = itertools.count()  # the shipped config's namespace, one per test
 
 
 async def test_get_resume_on_the_other_replica_follows_the_call_live(

@@ -13,146 +13,20 @@ Replay a failure with its seed: ``pytest --seed N tests/test_restart.py``.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import yaml
 
-from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession, messages, read_events
+from tests.proxy_lives import lives, progress_of, read_some
 from tests.support import (
-    FIXTURE,
     ROOT,
-    alive,
-    eventually,
-    log_events,
     stop_proxy,
-    tail,
     tool_call,
-    wait_listening,
 )
-
-SECRET = "a-test-secret-of-some-length"
-
-
-@dataclass
-class Proxy:
-    """One life of a proxy process on the store file."""
-
-    process: asyncio.subprocess.Process
-    url: str
-    log_path: Path
-
-    def upstream_pids(self) -> list[int]:
-        text = self.log_path.read_text(errors="replace")
-        return [int(e["pid"]) for e in log_events(text, "upstream_started")]
-
-
-@dataclass
-class Lives:
-    tmp_path: Path
-    streams: dict[str, Any] = field(default_factory=dict)
-    count: int = 0
-    command: list[str] = field(default_factory=lambda: list(FIXTURE))
-    store: dict[str, Any] = field(default_factory=dict)  # default: sqlite in tmp_path
-    sessions: dict[str, Any] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # more sections (modern, tasks)
-
-    def config(self) -> dict[str, Any]:
-        return self.extra | {
-            "listen": {"host": "127.0.0.1", "port": 0},
-            "upstream": {"command": self.command, "stop_grace_seconds": 1},
-            "store": self.store or {"kind": "sqlite", "path": str(self.tmp_path / "store.db")},
-            "streams": {"token_secret": SECRET, **self.streams},
-            "sessions": self.sessions,
-            "log": {"format": "json", "level": "debug"},
-        }
-
-    async def start(self) -> Proxy:
-        self.count += 1
-        config_path = self.tmp_path / f"proxy-{self.count}.yaml"
-        config_path.write_text(yaml.safe_dump(self.config()))
-        log_path = self.tmp_path / f"proxy-{self.count}.log"
-        with log_path.open("wb") as log_file:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                *("-m", "proxy", "--config", str(config_path)),
-                stdout=log_file,
-                stderr=log_file,
-                cwd=str(ROOT),
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        port = await wait_listening(proc, log_path, "the proxy")
-        return Proxy(proc, f"http://127.0.0.1:{port}/mcp", log_path)
-
-    async def kill(self, proxy: Proxy) -> None:
-        """SIGKILL: no shutdown runs; the server processes must die with it all the same."""
-        pids = proxy.upstream_pids()
-        proxy.process.kill()
-        await proxy.process.wait()
-        await eventually(
-            lambda: not any(alive(pid) for pid in pids),
-            what=lambda: f"server processes {pids} to die with the killed proxy",
-        )
-
-
-@asynccontextmanager
-async def lives(
-    tmp_path: Path,
-    store: dict[str, Any] | None = None,
-    *,
-    sessions: dict[str, Any] | None = None,
-    **streams: Any,
-) -> AsyncIterator[tuple[Lives, aiohttp.ClientSession]]:
-    """Proxy processes on one store (``store``: its config; default a SQLite file), with
-    ``sessions`` and ``streams`` config sections."""
-    made = Lives(tmp_path, streams, store=store or {}, sessions=sessions or {})
-    running: list[Proxy] = []
-    original = made.start
-
-    async def start() -> Proxy:
-        proxy = await original()
-        running.append(proxy)
-        return proxy
-
-    made.start = start  # type: ignore[method-assign]
-    async with aiohttp.ClientSession() as http:
-        try:
-            yield made, http
-        finally:
-            for proxy in running:
-                code = await stop_proxy(proxy.process)
-                assert code in (0, -9), f"proxy exited {code}:\n{tail(proxy.log_path)}"
-
-
-async def read_some(resp: aiohttp.ClientResponse, n: int) -> tuple[list[dict[str, Any]], str]:
-    """Read whole events until ``n`` messages came; return them and the last event id."""
-    dec = SSEDecoder()
-    got: list[dict[str, Any]] = []
-    last_id = ""
-    async for chunk in resp.content.iter_any():
-        for event in dec.feed(chunk):
-            if event.id:
-                last_id = event.id
-            if event.data:
-                got.append(json.loads(event.data))
-        if len(got) >= n:
-            break
-    return got, last_id
-
-
-def progress_of(received: list[dict[str, Any]]) -> list[int]:
-    return [
-        int(m["params"]["progress"]) for m in received if m.get("method", "").endswith("progress")
-    ]
 
 
 async def test_sigkill_at_a_random_moment_then_restart_on_the_same_file(

@@ -15,6 +15,7 @@ import aiohttp
 
 from tests.downstream.sse_client import RawSession, messages
 from tests.e2e.node_tools import run_server_everything
+from tests.jwt_issuer import AUDIENCE, ISSUER, an_issuer, bad_tokens
 from tests.modern.client import TASKS, Modern
 from tests.support import (
     MCP_HEADERS,
@@ -24,7 +25,6 @@ from tests.support import (
     run_proxy_on,
     tool_call,
 )
-from tests.test_auth_jwt import AUDIENCE, ISSUER, an_issuer, bad_tokens
 
 HEADER_SECRET = "hdr-secret-4d1c8e0b9a7f"
 TOKEN_SECRET = "token-secret-with-some-length-7e2"

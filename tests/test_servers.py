@@ -277,7 +277,7 @@ def test_servers_and_a_command_on_the_command_line_conflict(tmp_path: Path) -> N
 
 async def test_a_task_is_known_only_at_its_servers_path(tmp_path: Path) -> None:
     from tests.modern.client import Modern
-    from tests.modern.test_facade import SERVER as TASK_SERVER
+    from tests.modern.support import SERVER as TASK_SERVER
 
     config = two_servers()
     config["servers"] = {"a": {"command": TASK_SERVER}, "b": {"command": TASK_SERVER}}

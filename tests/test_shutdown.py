@@ -27,7 +27,7 @@ from proxy.core.sse import SSEDecoder, SSEEvent
 from proxy.registry import Registry
 from proxy.runtime import ClientConn, CloseMarker, Frame, SessionRunner
 from tests.downstream.sse_client import RawSession
-from tests.downstream.test_websocket import initialize, socket
+from tests.downstream.ws_client import initialize, socket
 from tests.support import FIXTURE, alive, initialize_request, log_events, run_proxy, tool_call
 
 

@@ -25,7 +25,7 @@ from proxy.core.sse import SSEDecoder
 from proxy.downstream.status import render, safe_target
 from tests.downstream.sse_client import RawSession
 from tests.modern.client import TASKS, Modern
-from tests.modern.test_facade import SERVER
+from tests.modern.support import SERVER
 from tests.support import DEADLINE_S, ROOT, RunningProxy, bearer, eventually, run_proxy, tool_call
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.downstream.random_cuts import Call, burst, cut_and_resume, paced
 from tests.downstream.sse_client import RawSession
-from tests.downstream.test_fault_cuts import Call, burst, cut_and_resume, paced
-from tests.test_replicas import shared
-from tests.test_restart import lives
+from tests.proxy_lives import lives, shared
 
 
 async def _across_replicas(tmp_path: Path, redis_url: str, seed: int, call: Call) -> None:

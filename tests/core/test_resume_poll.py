@@ -27,7 +27,7 @@ from tests.core.playbook import (
     seeded_call,
     served,
 )
-from tests.core.test_stream import full_parse_summary
+from tests.core.poll_reference import full_parse_summary
 
 
 def test_poll_reports_what_the_client_has_not_acknowledged() -> None:

@@ -18,6 +18,7 @@ from proxy.core.stream import (
     StreamState,
     transition,
 )
+from tests.core.poll_reference import full_parse_summary
 
 
 def test_log_numbers_from_one_and_replays_after_a_position() -> None:
@@ -81,19 +82,6 @@ def test_after_is_exactly_the_kept_events_past_seq(n: int, max_events: int, seq:
 
 
 # ---------------------------------------------------------------- poll summary (seed)
-def full_parse_summary(pending: list[bytes]) -> dict[str, bool]:
-    """What ``stream/poll`` answered before it was kept incrementally: parse every payload."""
-    any_pending = has_request = has_error = False
-    for payload in pending:
-        any_pending = True
-        msg = json.loads(payload)
-        if "method" in msg and "id" in msg:
-            has_request = True
-        result = msg.get("result")
-        if "error" in msg or (isinstance(result, dict) and result.get("isError") is True):
-            has_error = True
-    return {"pendingMessages": any_pending, "hasRequest": has_request, "hasError": has_error}
-
 
 MESSAGES: list[dict[str, Any]] = [
     {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}},

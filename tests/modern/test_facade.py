@@ -9,45 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
 from tests.modern.client import VERSION, Modern, body, read_answer, request_headers
+from tests.modern.support import modern_proxy, received
 from tests.support import (
-    ROOT,
-    RunningProxy,
     eventually,
     initialize_request,
     run_proxy,
 )
-
-SERVER = [sys.executable, str(ROOT / "tests" / "fixtures" / "task_server.py")]
-
-
-@contextlib.asynccontextmanager
-async def modern_proxy(
-    tmp_path: Path, **sections: dict[str, Any]
-) -> AsyncIterator[tuple[RunningProxy, Modern, Path]]:
-    """The proxy in front of the task fixture; the fixture logs what it receives."""
-    server_log = tmp_path / "server.log"
-    upstream = {"env": {"TASK_SERVER_LOG": str(server_log)}}
-    async with (
-        run_proxy(tmp_path, SERVER, upstream=upstream, **sections) as proxy,
-        aiohttp.ClientSession() as http,
-    ):
-        yield proxy, Modern(http, proxy.url), server_log
-
-
-def received(server_log: Path) -> list[dict[str, Any]]:
-    if not server_log.exists():
-        return []
-    return [json.loads(line.split(" ", 1)[1]) for line in server_log.read_text().splitlines()]
 
 
 async def test_discover_answers_from_the_upstreams_own_initialize(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import aiohttp
 
 from tests.downstream.sse_client import RawSession
 from tests.modern.client import Answer, read_answer
-from tests.modern.test_facade import modern_proxy
+from tests.modern.support import modern_proxy
 
 
 async def send(client: RawSession, message: dict[str, Any]) -> Answer:

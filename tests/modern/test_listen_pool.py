@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.modern.client import body, request_headers
-from tests.modern.test_facade import modern_proxy, received
+from tests.modern.support import modern_proxy, received
 from tests.support import alive, eventually
 
 

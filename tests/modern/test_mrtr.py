@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
-from tests.modern.test_facade import modern_proxy, received
+from tests.modern.support import modern_proxy, received
+from tests.support import eventually
 
 
 async def test_mrtr_elicitation_continues_the_same_upstream_call(tmp_path: Path) -> None:
@@ -80,7 +80,11 @@ async def test_sampling_and_roots_through_mrtr(tmp_path: Path) -> None:
 async def test_tampered_foreign_or_stale_request_state_never_gets_another_calls_answer(
     tmp_path: Path,
 ) -> None:
-    async with modern_proxy(tmp_path, modern={"input_ttl_seconds": 1.0}) as (_, client, _log):
+    async with modern_proxy(tmp_path, modern={"input_ttl_seconds": 1.0}) as (
+        _,
+        client,
+        server_log,
+    ):
         first = await client.call("ask", {"question": "q"})
         state = first.result["requestState"]
         (key,) = first.result["inputRequests"]
@@ -106,7 +110,22 @@ async def test_tampered_foreign_or_stale_request_state_never_gets_another_calls_
         assert spent.error["code"] == -32602
         # Stale: nobody answered within modern.input_ttl_seconds; the call was cancelled.
         late = await client.call("ask", {"question": "late"})
-        await asyncio.sleep(1.3)
+
+        def late_call_cancelled() -> bool:
+            seen = received(server_log)
+            ids = [
+                m["id"]
+                for m in seen
+                if m.get("method") == "tools/call"
+                and m["params"].get("arguments") == {"question": "late"}
+            ]
+            return any(
+                m.get("method") == "notifications/cancelled" and m["params"].get("requestId") in ids
+                for m in seen
+            )
+
+        # The parked call is cancelled upstream when its state goes stale (one step).
+        await eventually(late_call_cancelled, what="the unanswered call cancelled upstream")
         stale = await client.send(
             "tools/call",
             {

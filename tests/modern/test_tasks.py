@@ -18,10 +18,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.modern.client import TASKS, Modern, body, request_headers
-from tests.modern.test_facade import SERVER, modern_proxy, received
+from tests.modern.client import TASKS, Answer, Modern, body, request_headers
+from tests.modern.support import SERVER, modern_proxy, received
+from tests.proxy_lives import lives, shared
 from tests.support import eventually
-from tests.test_restart import lives
 
 
 async def poll(
@@ -170,8 +170,13 @@ async def test_unknown_and_expired_tasks_are_32602(tmp_path: Path) -> None:
         assert unknown.status == 400 and unknown.error["code"] == -32602
         created = (await client.call("wait", {"seconds": 30})).result
         assert created["ttlMs"] == 500
-        await asyncio.sleep(0.8)
-        expired = await client.task("tasks/get", created["taskId"])
+
+        async def gone() -> Answer | None:
+            answer = await client.task("tasks/get", created["taskId"])
+            return answer if "error" in answer.body else None
+
+        # Known until its ttl (tasks/get does not extend it), then not at all.
+        expired = await eventually(gone, interval=0.1, what="the task to expire (ttl 0.5 s)")
         assert expired.error["code"] == -32602
 
         def cancelled() -> bool:
@@ -229,8 +234,6 @@ async def test_tasks_survive_a_restart_on_sqlite_and_running_ones_fail_clearly(
 async def test_any_replica_answers_for_a_task_and_forwards_to_its_owner(
     tmp_path: Path, redis_url: str, act: str
 ) -> None:
-    from tests.test_replicas import shared
-
     async with lives(tmp_path, shared(redis_url)) as (proxies, http):
         proxies.command = SERVER
         proxies.extra = {"tasks": {"mode": "always"}}

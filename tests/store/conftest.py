@@ -2,13 +2,20 @@
 
 ``redis`` runs against a real ``redis-server`` that :mod:`tests.redis_server` starts (and
 ``scripts/test`` installs when it is missing); each test gets its own key namespace.
+
+Each maker has a ``clock``. Memory and SQLite take every ``now`` from their caller, so a
+:class:`FakeClock` moves time at once (an expiry is checked at ``now + ttl``, no wait);
+Redis expires keys on its own clock, so its :class:`WallClock` really waits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -18,6 +25,37 @@ from proxy.store.memory import MemoryStore
 _names = itertools.count()
 
 
+class Clock(Protocol):
+    """The time a contract case passes to the store as ``now``."""
+
+    def now(self) -> float: ...
+
+    async def advance(self, seconds: float) -> None: ...
+
+
+class FakeClock:
+    """Time that moves only when told: for the stores that have no clock of their own."""
+
+    def __init__(self) -> None:
+        self._now = time.time()
+
+    def now(self) -> float:
+        return self._now
+
+    async def advance(self, seconds: float) -> None:
+        self._now += seconds
+
+
+class WallClock:
+    """Real time: for Redis, whose TTLs run on the server's clock."""
+
+    def now(self) -> float:
+        return time.time()
+
+    async def advance(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
 class Maker:
     """Makes stores of one kind over one set of data: fresh, reopened, or after a loss."""
 
@@ -25,6 +63,7 @@ class Maker:
 
     def __init__(self) -> None:
         self.open_stores: list[Store] = []
+        self.clock: Clock = FakeClock()
 
     async def _build(self, limits: StoreLimits) -> Store:
         raise NotImplementedError
@@ -87,6 +126,7 @@ class RedisMaker(Maker):
 
     def __init__(self, url: str) -> None:
         super().__init__()
+        self.clock = WallClock()
         self.url = url
         self.namespace = f"contract{next(_names)}"
 

@@ -1,4 +1,10 @@
-"""The store contract (proxy/store/base.py), the same cases on memory, sqlite and redis."""
+"""The store contract (proxy/store/base.py), the same cases on memory, sqlite and redis.
+
+Expiry is checked on the maker's clock (tests/store/conftest.py): at ``now + ttl`` at once
+for memory and SQLite, which take ``now`` from their caller, and in real time for Redis,
+whose TTLs run on its own clock. A tail is known to wait for more once it has delivered
+what was there (:class:`Tail`), not after a fixed sleep.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from proxy.store.base import (
     StreamRecord,
 )
 from tests.store.conftest import Maker
+from tests.support import eventually
 
 KEY = "e0e0e0.1"
 
@@ -33,8 +40,11 @@ def opened(key: str = KEY, session: str = "s1", owner: str = "a", **kw: object) 
     return StreamRecord(key, session, owner, **kw)  # type: ignore[arg-type]
 
 
-async def fill(store: Store, key: str = KEY, last: int = 3, **kw: object) -> float:
-    now = time.time()
+async def fill(
+    store: Store, key: str = KEY, last: int = 3, *, at: float | None = None, **kw: object
+) -> float:
+    """Open stream ``key`` with entries 1..``last`` at time ``at`` (default: now)."""
+    now = time.time() if at is None else at
     await store.commit(Batch(streams=[opened(key, **kw)], appends={key: entries(1, last)}), now)
     return now
 
@@ -114,28 +124,28 @@ async def test_an_append_after_lost_history_leaves_no_silent_gap(maker: Maker) -
 
 
 async def test_completed_streams_last_until_their_expiry(maker: Maker) -> None:
-    store = await maker.make()
-    now = await fill(store, last=2)
+    store, clock = await maker.make(), maker.clock
+    now = await fill(store, last=2, at=clock.now())
     await store.commit(Batch(appends={KEY: entries(3, 3)}, completed={KEY: now + 0.4}), now)
     record = await store.get_stream(KEY, now)
     assert record is not None and record.state == COMPLETED and record.last_seq == 3
     assert [e.seq for e in await store.read(KEY, 1, now)] == [2, 3]
-    await asyncio.sleep(0.6)
-    later = time.time()
+    await clock.advance(0.6)
+    later = clock.now()
     await store.sweep(later)
     assert await store.get_stream(KEY, later) is None
     assert await reason(store.read(KEY, 0, later)) == "unknown_stream"
 
 
 async def test_a_live_stream_without_writes_expires_after_live_ttl(maker: Maker) -> None:
-    store = await maker.make(StoreLimits(live_ttl=0.4))
-    now = await fill(store, last=1)
-    await asyncio.sleep(0.2)
-    await store.commit(Batch(appends={KEY: entries(2, 2)}), time.time())  # refreshes it
-    await asyncio.sleep(0.3)
-    assert await store.get_stream(KEY, time.time()) is not None
-    await asyncio.sleep(0.5)
-    later = time.time()
+    store, clock = await maker.make(StoreLimits(live_ttl=0.4)), maker.clock
+    now = await fill(store, last=1, at=clock.now())
+    await clock.advance(0.2)
+    await store.commit(Batch(appends={KEY: entries(2, 2)}), clock.now())  # refreshes it
+    await clock.advance(0.3)
+    assert await store.get_stream(KEY, clock.now()) is not None
+    await clock.advance(0.5)
+    later = clock.now()
     await store.sweep(later)
     assert await store.get_stream(KEY, later) is None
     assert now < later
@@ -190,18 +200,44 @@ async def collect(store: Store, key: str, after: int) -> list[int]:
     return [e.seq async for batch in store.tail(key, after) for e in batch]
 
 
+class Tail:
+    """``store.tail(key, after)`` read by a task of its own; ``seen`` grows as it reads."""
+
+    def __init__(self, store: Store, key: str, after: int) -> None:
+        self.seen: list[int] = []
+        self.task = asyncio.create_task(self._collect(store, key, after))
+
+    async def _collect(self, store: Store, key: str, after: int) -> list[int]:
+        async for batch in store.tail(key, after):
+            self.seen += [e.seq for e in batch]
+        return self.seen
+
+    async def delivered(self, last: int) -> None:
+        """Wait until the tail has delivered up to ``last``: having given all there was,
+        it waits for more (or ends). Fails at once if it ended first."""
+
+        def reached() -> bool:
+            if self.seen[-1:] == [last]:
+                return True
+            if self.task.done():
+                raise AssertionError(f"the tail ended at {self.seen}: {self.task!r}")
+            return False
+
+        await eventually(reached, timeout=10, what=lambda: f"the tail to reach {last}: {self.seen}")
+
+
 async def test_tail_follows_commits_live_and_ends_with_the_stream(maker: Maker) -> None:
     store = await maker.make()
     now = await fill(store, last=2)
-    tail = asyncio.create_task(collect(store, KEY, 1))
-    await asyncio.sleep(0.1)
-    assert not tail.done()
+    tail = Tail(store, KEY, 1)
+    await tail.delivered(2)
+    assert not tail.task.done()
     for first in (3, 5):
         await store.commit(Batch(appends={KEY: entries(first, first + 1)}), now)
-        await asyncio.sleep(0.05)
-    assert not tail.done()
+        await tail.delivered(first + 1)
+    assert not tail.task.done()
     await store.commit(Batch(appends={KEY: entries(7, 7)}, completed={KEY: now + 60}), now)
-    assert await asyncio.wait_for(tail, 5) == [2, 3, 4, 5, 6, 7]
+    assert await asyncio.wait_for(tail.task, 5) == [2, 3, 4, 5, 6, 7]
 
 
 async def test_tail_of_a_completed_stream_gives_the_rest_and_ends(maker: Maker) -> None:
@@ -215,10 +251,10 @@ async def test_tail_of_a_completed_stream_gives_the_rest_and_ends(maker: Maker) 
 async def test_tail_ends_with_an_error_when_the_stream_is_dropped(maker: Maker) -> None:
     store = await maker.make()
     now = await fill(store, last=2)
-    tail = asyncio.create_task(collect(store, KEY, 2))
-    await asyncio.sleep(0.1)
+    tail = Tail(store, KEY, 1)
+    await tail.delivered(2)  # all there was: it waits for more
     await store.commit(Batch(dropped=[KEY]), now)
-    assert await reason(asyncio.wait_for(tail, 5)) == "unknown_stream"
+    assert await reason(asyncio.wait_for(tail.task, 5)) == "unknown_stream"
 
 
 async def test_tail_refuses_positions_the_read_refuses(maker: Maker) -> None:
@@ -231,11 +267,11 @@ async def test_tail_refuses_positions_the_read_refuses(maker: Maker) -> None:
 async def test_close_ends_every_tail(maker: Maker) -> None:
     store = await maker.make()
     await fill(store, last=1)
-    tail = asyncio.create_task(collect(store, KEY, 1))
-    await asyncio.sleep(0.1)
+    tail = Tail(store, KEY, 0)
+    await tail.delivered(1)  # all there was: it waits for more
     await store.close()
     with pytest.raises((StoreError, asyncio.CancelledError)):
-        await asyncio.wait_for(tail, 5)
+        await asyncio.wait_for(tail.task, 5)
 
 
 async def test_live_streams_lists_those_not_completed_by_owner(maker: Maker) -> None:
@@ -249,29 +285,29 @@ async def test_live_streams_lists_those_not_completed_by_owner(maker: Maker) -> 
 
 
 async def test_session_records_last_until_dropped_or_expired(maker: Maker) -> None:
-    store = await maker.make()
-    now = time.time()
+    store, clock = await maker.make(), maker.clock
+    now = clock.now()
     await store.put_session(SessionRecord("s1", "ep", "a", "2025-11-25", now + 60))
     await store.put_session(SessionRecord("s2", "eq", "b", None, now + 0.3))
     found = await store.get_session("s1", now)
     assert found == SessionRecord("s1", "ep", "a", "2025-11-25", pytest.approx(now + 60))
     await store.drop_session("s1")
     assert await store.get_session("s1", now) is None
-    await asyncio.sleep(0.5)
-    assert await store.get_session("s2", time.time()) is None
+    await clock.advance(0.5)
+    assert await store.get_session("s2", clock.now()) is None
 
 
 async def test_leases_are_exclusive_renewable_and_lapse(maker: Maker) -> None:
-    store = await maker.make()
-    now = time.time()
+    store, clock = await maker.make(), maker.clock
+    now = clock.now()
     assert await store.acquire_lease("s1", "a", 0.4, now)
     assert not await store.acquire_lease("s1", "b", 0.4, now)
     assert await store.lease_owner("s1", now) == "a"
     assert await store.acquire_lease("s1", "a", 0.4, now)  # renewal
     await store.release_lease("s1", "b")  # not b's: nothing happens
-    assert await store.lease_owner("s1", time.time()) == "a"
-    await asyncio.sleep(0.6)
-    later = time.time()
+    assert await store.lease_owner("s1", clock.now()) == "a"
+    await clock.advance(0.6)
+    later = clock.now()
     assert await store.lease_owner("s1", later) is None
     assert await store.acquire_lease("s1", "b", 5, later)
     await store.release_lease("s1", "b")
@@ -279,8 +315,8 @@ async def test_leases_are_exclusive_renewable_and_lapse(maker: Maker) -> None:
 
 
 async def test_task_records_round_trip_and_expire(maker: Maker) -> None:
-    store = await maker.make()
-    now = time.time()
+    store, clock = await maker.make(), maker.clock
+    now = clock.now()
     record = {"status": "working", "n": 1, "nested": {"a": [1, 2]}}
     await store.put_task("t1", record, now + 60)
     await store.put_task("t2", {"status": "completed"}, now + 0.3)
@@ -288,8 +324,8 @@ async def test_task_records_round_trip_and_expire(maker: Maker) -> None:
     await store.put_task("t1", {"status": "completed"}, now + 60)
     assert await store.get_task("t1", now) == {"status": "completed"}
     assert await store.get_task("nope", now) is None
-    await asyncio.sleep(0.5)
-    assert await store.get_task("t2", time.time()) is None
+    await clock.advance(0.5)
+    assert await store.get_task("t2", clock.now()) is None
 
 
 async def test_the_epoch_outlives_a_reopen_and_changes_when_history_is_lost(
@@ -332,9 +368,10 @@ async def test_messages_reach_the_inbox_they_are_sent_to_in_order(maker: Maker) 
     got = [await asyncio.wait_for(anext(inbox), 5) for _ in range(3)]
     assert got == [{"n": 0, "text": "é"}, {"n": 1, "text": "é"}, {"n": 2, "text": "é"}]
     waiting = asyncio.ensure_future(anext(inbox))
-    await asyncio.sleep(0.1)
-    assert not waiting.done()  # c's message is not b's
+    assert not waiting.done()
     await store.send("b", {"n": 3})
+    # c's message is not b's: sent before b's 3, it would have come first (inboxes keep
+    # their order), so no fixed wait for "nothing arrives" is needed.
     assert await asyncio.wait_for(waiting, 5) == {"n": 3}
     await inbox.aclose()
 

@@ -27,7 +27,7 @@ from proxy.upstream.base import UpstreamContext, UpstreamHealth
 from proxy.upstream.websocket import WebSocketUpstream
 from tests.downstream.sse_client import RawSession, read_events
 from tests.support import children_of, eventually, log_events, run_proxy, tool_call
-from tests.upstream.test_sse_upstream import (
+from tests.upstream.support import (
     DEADLINE,
     FIXTURES,
     INITIALIZE,
