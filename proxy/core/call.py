@@ -171,18 +171,21 @@ class Call:
 
     def notify(self, msg: Message) -> bool:
         """A progress or log notification for the client; False if it is not passed on."""
-        if self.done or self.task_id is not None:
+        if self.task_id is not None or self.status in TERMINAL:
             return False  # tasks carry no progress or log messages (Tasks extension)
         raw = msg.raw
-        if msg.method == "notifications/message":
-            if not log_wanted(self.client.log_level, msg.params.get("level")):
-                return False
-        elif msg.method == "notifications/progress":
-            if self.client.progress_token is None:
+        method = raw.get("method")
+        if method == "notifications/progress":
+            token = self.client.progress_token
+            if token is None:
                 return False
             params = dict(msg.params)
-            params["progressToken"] = self.client.progress_token  # the client's own, back
-            raw = {"jsonrpc": "2.0", "method": msg.method, "params": params}
+            params["progressToken"] = token  # the client's own, back
+            raw = {"jsonrpc": "2.0", "method": method, "params": params}
+        elif method == "notifications/message" and not log_wanted(
+            self.client.log_level, msg.params.get("level")
+        ):
+            return False
         if len(self.notes) < MAX_NOTES:
             self.notes.append(raw)
         return True

@@ -193,6 +193,8 @@ class CallTable:
         return list(self._calls.values())
 
     def handle(self, event: TableEvent) -> list[TableCommand]:
+        if type(event) is ServerMessage:  # by far the most frequent: no match, no wrapper
+            return self.from_server(event.msg, event.origin)
         out: list[TableCommand] = []
         match event:
             case BeginCall(call, params):
@@ -202,8 +204,6 @@ class CallTable:
                 out.append(AwaitAnswer(request_id))
                 request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
                 out.append(SendUpstream(jsonrpc.encode(request), handshake))
-            case ServerMessage(msg, origin):
-                self._from_server(msg, origin, out)
             case AnswerInput(call, responses):
                 self._apply(call, *call.answer(responses), out)
             case RejectInput(call, key, error):
@@ -267,6 +267,19 @@ class CallTable:
         self._calls.clear()
 
     # ------------------------------------------------------------------ from the server
+    def from_server(self, msg: Message, origin: int | None = None) -> list[TableCommand]:
+        """``handle(ServerMessage(msg, origin))``, without the wrapper (the hot path)."""
+        raw = msg.raw
+        if raw.get("method") == "notifications/progress" and msg.kind is Kind.NOTIFICATION:
+            params = raw.get("params")
+            token = params.get("progressToken") if isinstance(params, dict) else None
+            number = self._ids.stream_of_progress(token)
+            call = self._calls.get(number) if number is not None else None
+            return [CallChanged(call)] if call is not None and call.notify(msg) else []
+        out: list[TableCommand] = []
+        self._from_server(msg, origin, out)
+        return out
+
     def _from_server(self, msg: Message, origin: int | None, out: list[TableCommand]) -> None:
         if msg.kind is Kind.RESPONSE:
             pending = self._ids.pending(msg.id)  # plain ints only: ``true`` is not call 1

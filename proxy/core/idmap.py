@@ -23,7 +23,8 @@ class PendingRequest:
 
 
 def _plain_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An int that is not a bool (``True == 1``): JSON gives exact types, so ``type`` does."""
+    return type(value) is int
 
 
 def progress_token_of(params: dict[str, Any]) -> str | int | None:
@@ -95,9 +96,8 @@ class IdMap:
         return None
 
     def stream_of_progress(self, token: Any) -> int | None:
-        if isinstance(token, str) or _plain_int(token):
-            return self._progress.get(token)
-        return None
+        kind = type(token)
+        return self._progress.get(token) if kind is int or kind is str else None
 
     # --------------------------------------------------------- server → client requests
     def add_server_request(self, server_id: Any) -> int:

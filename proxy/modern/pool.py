@@ -45,7 +45,6 @@ from proxy.core.calltable import (
     FailCall,
     Idle,
     OwnAnswer,
-    ServerMessage,
     SessionLost,
     TableCommand,
     TableEvent,
@@ -156,14 +155,19 @@ class PooledSession:
 
     def _execute(self, commands: list[TableCommand]) -> None:
         for command in commands:
+            if type(command) is CallChanged:  # each progress notification: no match needed
+                run = self.runs.get(command.call)
+                if run is not None:
+                    run.signal()
+                continue
             match command:
-                case SendUpstream(payload, handshake):
-                    if self.closed is None:
-                        self.upstream.send(payload, handshake)
-                case CallChanged(call):
+                case CallChanged(call):  # the most frequent first: each progress notification
                     run = self.runs.get(call)
                     if run is not None:
                         run.signal()
+                case SendUpstream(payload, handshake):
+                    if self.closed is None:
+                        self.upstream.send(payload, handshake)
                 case CallReleased(call):
                     self.runs.pop(call, None)
                 case Idle():
@@ -183,7 +187,7 @@ class PooledSession:
 
     # ------------------------------------------------------------------ from the server
     def _on_message(self, msg: Message, origin: int | None) -> None:
-        self._execute(self.table.handle(ServerMessage(msg, origin)))
+        self._execute(self.table.from_server(msg, origin))
 
     def _on_closed(self, reason: str) -> None:
         if self.closed is not None:
