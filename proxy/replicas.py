@@ -30,6 +30,7 @@ from typing import Any
 import structlog
 
 from proxy.core.errors import ProxyError, SessionNotFound
+from proxy.core.protocol import SERVER_ERROR
 from proxy.forwarding import (
     Forwarded,
     MalformedForward,
@@ -56,7 +57,7 @@ class OwnerUnreachable(ProxyError):
     """The replica holding the session did not answer a forwarded request in time (or
     answered what this replica cannot read)."""
 
-    jsonrpc_code = -32000
+    jsonrpc_code = SERVER_ERROR
     http_status = 503
     reason = "owner_unreachable"
 
