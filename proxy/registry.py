@@ -17,7 +17,7 @@ from typing import Any, assert_never
 import structlog
 
 from proxy.config import Config
-from proxy.context import ProxyContext, TaskService, token_secret
+from proxy.context import ProxyContext, token_secret
 from proxy.core.errors import ProxyError, SessionNotFound, UpstreamStartFailed
 from proxy.core.events import ConnId
 from proxy.core.session_table import (
@@ -98,15 +98,6 @@ class Registry:
         metrics = context.metrics
         metrics.watch(metrics.live_streams, lambda: counts(self._table.entries())[0])
         metrics.watch(metrics.buffered_events, lambda: counts(self._table.entries())[1])
-
-    # serve_forwarded (being rewritten to typed messages) reads these two of the context.
-    @property
-    def servers(self) -> dict[str, Server]:
-        return self.context.servers
-
-    @property
-    def task_services(self) -> list[TaskService]:
-        return self.context.task_services
 
     def __len__(self) -> int:
         return len(self._table)
@@ -224,7 +215,7 @@ class Registry:
         try:
             match message:
                 case TaskUpdate() | TaskCancel():
-                    for service in self.task_services:
+                    for service in self.context.task_services:
                         answer = await service.serve_forwarded(message)
                         if not isinstance(answer, UnknownTask):
                             return answer
@@ -246,7 +237,7 @@ class Registry:
     def _forwarded_to(self, message: SessionRequest) -> SessionRunner:
         """The session a forwarded request names, if it is the asking principal's and
         at the server whose path the request came to; else SessionNotFound."""
-        server = self.servers.get(message.server)
+        server = self.context.servers.get(message.server)
         if server is None:
             raise SessionNotFound("Session not found")
         return self.get(message.session, message.principal, server)

@@ -301,11 +301,7 @@ class CallTable:
         if method in BROADCAST:
             out.append(Broadcast(msg))
             return
-        if method == "notifications/progress":
-            number = self._ids.stream_of_progress(msg.params.get("progressToken"))
-            call = self._calls.get(number) if number is not None else None
-        else:
-            call = self._owner(origin)
+        call = self._owner(origin)  # (progress was routed by its token in from_server)
         if call is not None and call.notify(msg):
             out.append(CallChanged(call))
 

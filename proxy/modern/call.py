@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from proxy.core.call import Call, CallStatus
+from proxy.core.call import Call
 from proxy.core.calltable import AnswerInput, CancelCall, FailCall, RejectInput, TableEvent
 from proxy.core.era import ModernRequest
 
@@ -55,10 +55,6 @@ class CallRun:
     @property
     def principal(self) -> str | None:
         return self.call.principal
-
-    @property
-    def status(self) -> CallStatus:
-        return self.call.status
 
     @property
     def done(self) -> bool:

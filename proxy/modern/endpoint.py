@@ -37,7 +37,7 @@ from proxy.core.era import (
 )
 from proxy.core.errors import BadRequest, Overloaded, ProxyError, error_object
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.modern_results import discover_result, final_answer, input_required_result, shaped
+from proxy.core.modern_results import discover_result, final_answer, input_required_result
 from proxy.core.modern_routes import Route, route
 from proxy.core.protocol import INTERNAL_ERROR
 from proxy.core.taskrecord import created, detailed
@@ -202,9 +202,8 @@ class ModernFacade:
                 if annotated:
                     check_param_headers(annotated, msg.params.get("arguments"), headers)
             run.call.task_support = task_support(tool)
-            tasks_enabled = self.tasks_enabled
             if follow.needs_tasks(
-                run.call.task_support, tasks_enabled=tasks_enabled, client_tasks=client.tasks
+                run.call.task_support, tasks_enabled=self.tasks_enabled, client_tasks=client.tasks
             ):
                 raise tasks_capability_missing()
         self.track(run)
@@ -324,11 +323,6 @@ class ModernFacade:
             server_info=self._server_info(),
         )
         return await reply.finish(message, status=status)
-
-    def shape(self, method: str, message: dict[str, Any]) -> dict[str, Any]:
-        """The upstream's answer as a modern result (resultType, cache hints, serverInfo)."""
-        ttl = self.config.modern.cache_ttl_ms
-        return shaped(method, message, cache_ttl_ms=ttl, server_info=self._server_info())
 
     async def _input_required(self, reply: Reply, msg: Message, run: CallRun) -> web.StreamResponse:
         ttl = self.config.modern.input_ttl_seconds

@@ -155,11 +155,6 @@ class PooledSession:
 
     def _execute(self, commands: list[TableCommand]) -> None:
         for command in commands:
-            if type(command) is CallChanged:  # each progress notification: no match needed
-                run = self.runs.get(command.call)
-                if run is not None:
-                    run.signal()
-                continue
             match command:
                 case CallChanged(call):  # the most frequent first: each progress notification
                     run = self.runs.get(call)

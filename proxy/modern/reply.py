@@ -65,7 +65,3 @@ class Reply:
                 headers=self.headers,
             )
         return await self._writer.end(encode_event(jsonrpc.encode(message)))
-
-
-def dumps(obj: Any) -> str:
-    return jsonrpc.encode(obj).decode()
