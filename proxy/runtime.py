@@ -208,7 +208,7 @@ class SessionRunner:
         persister = self._persister
         assert persister is not None and self._journal is not None
         if self._journal:
-            persister.note(self.session, self._journal.take())
+            persister.note(self.session, self._journal.take(), self.server.name)
         ticket = persister.ticket
         if ticket > persister.committed:
             for conn in self._conns.values():

@@ -91,7 +91,11 @@ class StreamableHttp:
         # POST bodies being read: one budget for every server's endpoint (the app's).
         self.bodies = bodies or BodyBudget(config.listen.max_inflight_body_bytes)
         self.stored = StoredStreams(
-            context.store, context.settings.token_secret, config.sse.keepalive_seconds
+            context.store,
+            context.settings.token_secret,
+            config.sse.keepalive_seconds,
+            server.name,
+            sole_server=len(context.servers) == 1,
         )
         self.remote = (
             RemoteSessions(context.replicas, self.stored, server.name)

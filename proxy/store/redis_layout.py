@@ -17,7 +17,9 @@ key                      type    what, and its TTL
 ``<ns>:rec:<key>``       hash    a stream's record: ``session owner state first last
                                  rids`` (JSON) ``ann`` (0/1) ``exp`` (unix ms) ``who``
                                  (the principal, JSON: ``null`` or a string; absent
-                                 in records written before it existed: ``null``);
+                                 in records written before it existed: ``null``)
+                                 ``srv`` (the server, JSON: ``null`` or a string;
+                                 absent in records written before it: ``null``);
                                  until ``exp``: now + ``live_ttl`` on every append
                                  while LIVE, the given ``expires_at`` once COMPLETED
 ``<ns>:log:<key>``       stream  its entries, id ``<seq>-1``, fields ``p`` (payload)
@@ -94,6 +96,7 @@ def record_of(key: str, fields: dict[bytes, bytes], now: float) -> StreamRecord 
     if expires_at <= now:
         return None
     who = json.loads(fields.get(b"who", b"null"))
+    srv = json.loads(fields.get(b"srv", b"null"))
     return StreamRecord(
         key,
         fields[b"session"].decode(),
@@ -105,6 +108,7 @@ def record_of(key: str, fields: dict[bytes, bytes], now: float) -> StreamRecord 
         fields[b"ann"] == b"1",
         expires_at,
         who if isinstance(who, str) else None,
+        srv if isinstance(srv, str) else None,
     )
 
 
@@ -122,6 +126,7 @@ def commit_call(
         expires = "" if r.expires_at is None else ms(r.expires_at)
         puts += (slot(r.key), r.session_id, r.owner, r.state, r.first_seq, r.last_seq)
         puts += (json.dumps(r.request_ids), int(r.announced), expires, json.dumps(r.principal))
+        puts.append(json.dumps(r.server))
     appends: list[Any] = []
     appended = [(key, entries) for key, entries in batch.appends.items() if entries]
     for key, entries in appended:
