@@ -90,6 +90,7 @@ class ClientConn:
     replay_clock: float | None = None  # a resume's replay began then (monotonic), for metrics
     last_event_id: str | None = None  # of the last event queued (or priming event seen)
     first_event_id: str | None = None  # of the first event ever queued
+    priming: SendToClient | None = None  # the priming event it was given, if any
     # A durable store: what is queued may be written once batch ``ticket`` is stored.
     gate: Persister | None = None
     ticket: int = 0
@@ -242,7 +243,14 @@ class SessionRunner:
             await self._persister.wait(self._persister.ticket, hurry=True)
         if conn.outcome != "sse" or number is None:
             return NoStream()
-        return StreamOpened(f"{self.session.epoch}.{number}", after)
+        # The asker opens its client's stream with the priming event the session gave
+        # this connection (2025-11-25 transports §Resumability), as this replica would.
+        primed = conn.priming
+        if primed is None:
+            return StreamOpened(f"{self.session.epoch}.{number}", after)
+        return StreamOpened(
+            f"{self.session.epoch}.{number}", after, primed.event_id, primed.retry_ms
+        )
 
     def _upstream_message(self, msg: Message, origin: int | None = None) -> None:
         if not self.session.forgotten:
@@ -267,6 +275,8 @@ class SessionRunner:
         if isinstance(command, SendToClient):
             conn = self._conns.get(command.conn)
             if conn is not None and not conn.closed:
+                if command.payload is None and conn.priming is None:
+                    conn.priming = command
                 item: bytes | Frame
                 if conn.framing == "sse":
                     item = data = encode_event(

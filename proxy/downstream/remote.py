@@ -23,6 +23,7 @@ from proxy.core import seed
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
+from proxy.core.sse import encode_event
 from proxy.downstream.auth import principal_of
 from proxy.downstream.stored import StoredStreams
 from proxy.forwarding import (
@@ -132,8 +133,11 @@ class RemoteSessions:
         self, request: web.Request, session_id: str, reply: Reply
     ) -> web.StreamResponse:
         match reply:
-            case StreamOpened(stream, after):
-                return await self.stored.follow(request, session_id, stream, after)
+            case StreamOpened(stream, after, priming, retry_ms):
+                opening = b""
+                if priming is not None:  # the holder primed it: so does this replica
+                    opening = encode_event(None, event_id=priming, retry_ms=retry_ms)
+                return await self.stored.follow(request, session_id, stream, after, opening)
             case NoStream():
                 return web.Response(status=202, headers={SESSION_HEADER: session_id})
             case Deleted():

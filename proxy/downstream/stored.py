@@ -107,16 +107,17 @@ class StoredStreams:
         return await self._serve(request, session_id, record, pos.seq, entries, None)
 
     async def follow(
-        self, request: web.Request, session_id: str, key: str, after: int
+        self, request: web.Request, session_id: str, key: str, after: int, opening: bytes = b""
     ) -> web.StreamResponse:
         """Stream ``key`` after ``after`` until it completes (a request another replica
-        runs: the events reach this replica through the store)."""
+        runs: the events reach this replica through the store). ``opening``: the priming
+        event the holder gave the stream, written before anything else."""
         now = time.time()
         record = await self.store.get_stream(key, now)
         if record is None or not self._readable(record, principal_of(request)):
             raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
         entries = await self.store.read(key, after, now, REPLAY_CHUNK)
-        return await self._serve(request, session_id, record, after, entries, None)
+        return await self._serve(request, session_id, record, after, entries, None, opening)
 
     # ------------------------------------------------------------------ stream/poll, stream/resume
     @staticmethod
@@ -192,17 +193,19 @@ class StoredStreams:
         after: int,
         entries: list[Entry],
         reply: dict[str, Any] | None,
+        opening: bytes = b"",
     ) -> web.StreamResponse:
-        """``entries`` (the first chunk after ``after``, read before the response began so
-        that a refusal is still an HTTP error), the rest and the live tail until the
-        stream completes, then ``reply`` (a ``stream/resume``'s own answer), then the end.
-        Each chunk is written as it is read: the first event never waits for the last."""
+        """``opening`` (a priming event, or nothing), ``entries`` (the first chunk after
+        ``after``, read before the response began so that a refusal is still an HTTP
+        error), the rest and the live tail until the stream completes, then ``reply`` (a
+        ``stream/resume``'s own answer), then the end. Each chunk is written as it is
+        read: the first event never waits for the last."""
         writer = self._writer(request, session_id)
         await writer.open()
         with contextlib.suppress(ConnectionError):
-            if entries:
-                await writer.write(self._frames(record, entries))
-                after = entries[-1].seq
+            if opening or entries:
+                await writer.write(opening + self._frames(record, entries))
+                after = entries[-1].seq if entries else after
             # The rest, in chunks as read (a tail of a completed stream ends at its end).
             if await self._follow(writer, record, after):
                 tail = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
