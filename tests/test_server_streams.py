@@ -13,6 +13,7 @@ stream that never existed), and served at ``/servers/a/mcp`` as before.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,7 @@ async def resumed(http: aiohttp.ClientSession, url: str, headers: dict[str, str]
 
 async def test_after_a_restart_a_stream_is_served_only_at_its_servers_path(tmp_path: Path) -> None:
     async with lives(tmp_path) as (proxies, http):
+        one_server = proxies.config
         two_servers(proxies)
         first = await proxies.start()
         client, received, last_id, ref = await cut_call(http, at(first, "a"), steps=500)
@@ -102,11 +104,26 @@ async def test_after_a_restart_a_stream_is_served_only_at_its_servers_path(tmp_p
 
         await assert_refused_like_unknown(http, at(second, "b"), client, last_id, ref)
 
-        rest = await resumed(http, at(second, "a"), client.headers(**{"Last-Event-ID": last_id}))
+        resume = client.headers(**{"Last-Event-ID": last_id})
+        rest = await resumed(http, at(second, "a"), resume)
         progress = progress_of(received + rest)
         assert progress == list(range(1, len(progress) + 1))
         answers = [m for m in rest if m.get("id") == 3]
         assert [a["error"]["data"]["reason"] for a in answers] == ["proxy_restarted"]
+
+        # A record from before servers were recorded names none: with two servers it is
+        # refused at every path (which made it is unknown); with one, it is served there.
+        await proxies.kill(second)
+        with sqlite3.connect(tmp_path / "store.db") as db:
+            assert db.execute("UPDATE streams SET server = NULL").rowcount >= 1
+        db.close()
+        third = await proxies.start()
+        for server in ("a", "b"):
+            await assert_refused_like_unknown(http, at(third, server), client, last_id, ref)
+        await proxies.kill(third)
+        proxies.config = one_server  # type: ignore[method-assign]
+        alone = await proxies.start()
+        assert await resumed(http, alone.url, resume) == rest
 
 
 async def test_on_replicas_a_stream_is_served_only_at_its_servers_path(
