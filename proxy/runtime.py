@@ -245,12 +245,10 @@ class SessionRunner:
             return NoStream()
         # The asker opens its client's stream with the priming event the session gave
         # this connection (2025-11-25 transports §Resumability), as this replica would.
-        primed = conn.priming
+        key, primed = f"{self.session.epoch}.{number}", conn.priming
         if primed is None:
-            return StreamOpened(f"{self.session.epoch}.{number}", after)
-        return StreamOpened(
-            f"{self.session.epoch}.{number}", after, primed.event_id, primed.retry_ms
-        )
+            return StreamOpened(key, after)
+        return StreamOpened(key, after, primed.event_id, primed.retry_ms)
 
     def _upstream_message(self, msg: Message, origin: int | None = None) -> None:
         if not self.session.forgotten:

@@ -70,9 +70,9 @@ class StoredStreams:
         self.server = server  # the server whose path this serves
         self._sole_server = sole_server  # the proxy fronts no other
 
-    def _readable(self, record: StreamRecord | None, principal: str | None) -> bool:
-        """The record exists and the request's principal may read it at this path."""
-        return record is not None and may_read(
+    def _readable(self, record: StreamRecord, principal: str | None) -> bool:
+        """Whether the request's principal may read ``record``'s stream at this path."""
+        return may_read(
             record.principal, record.server, principal, self.server, sole_server=self._sole_server
         )
 
@@ -205,7 +205,8 @@ class StoredStreams:
         with contextlib.suppress(ConnectionError):
             if opening or entries:
                 await writer.write(opening + self._frames(record, entries))
-                after = entries[-1].seq if entries else after
+            if entries:
+                after = entries[-1].seq
             # The rest, in chunks as read (a tail of a completed stream ends at its end).
             if await self._follow(writer, record, after):
                 tail = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
