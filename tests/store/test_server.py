@@ -18,7 +18,14 @@ import redis.asyncio as aioredis
 from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
 from proxy.store.sqlite import SqliteStore
 from tests.store.conftest import Maker, RedisMaker
-from tests.store.test_principal import _OLD_STREAMS
+
+# The streams table as version 1 first had it: neither principal nor server.
+OLDEST_STREAMS = (
+    "CREATE TABLE streams (key TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
+    " owner TEXT NOT NULL, state TEXT NOT NULL, first_seq INTEGER NOT NULL,"
+    " last_seq INTEGER NOT NULL, request_ids TEXT NOT NULL, announced INTEGER NOT NULL,"
+    " expires_at REAL) WITHOUT ROWID"
+)
 
 SERVERS = [None, "default", "a", "b.c-d_e", "ünï", "null", ""]
 
@@ -86,7 +93,7 @@ async def test_a_sqlite_file_made_before_servers_opens_and_gains_the_column(
     # stream in it, the way a proxy of an earlier version left the file.
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE streams")
-    conn.execute(_OLD_STREAMS)
+    conn.execute(OLDEST_STREAMS)
     conn.execute(
         "INSERT INTO streams VALUES ('e8.1', 's1', 'a', 'live', 1, 0, '[]', 0, ?)",
         (time.time() + 600,),
