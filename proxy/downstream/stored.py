@@ -44,7 +44,7 @@ from proxy.core.stream_access import may_read
 from proxy.core.tokens import token_matches
 from proxy.downstream.auth import principal_of
 from proxy.sse_writer import SseWriter
-from proxy.store.base import COMPLETED, Entry, Store, StreamRecord
+from proxy.store.base import COMPLETED, Entry, Store, StoreError, StreamRecord
 
 log = structlog.get_logger("proxy.stored")
 
@@ -111,12 +111,25 @@ class StoredStreams:
     ) -> web.StreamResponse:
         """Stream ``key`` after ``after`` until it completes (a request another replica
         runs: the events reach this replica through the store). ``opening``: the priming
-        event the holder gave the stream, written before anything else."""
+        event the holder gave the stream, written before anything else.
+
+        A primed stream whose first read fails (the store restarting) is answered with
+        its priming event alone: the holder runs the request and committed the stream
+        before replying, so the client is better off holding an id to resume from (on
+        any replica, after ``retry:``) than an error for a call that goes on."""
         now = time.time()
-        record = await self.store.get_stream(key, now)
-        if record is None or not self._readable(record, principal_of(request)):
-            raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
-        entries = await self.store.read(key, after, now, REPLAY_CHUNK)
+        try:
+            record = await self.store.get_stream(key, now)
+            if record is None or not self._readable(record, principal_of(request)):
+                raise ResumeError(
+                    "the stream has expired or never existed", reason="unknown_stream"
+                )
+            entries = await self.store.read(key, after, now, REPLAY_CHUNK)
+        except StoreError as exc:
+            if not opening:
+                raise
+            log.warning("stored_stream_primed_only", stream=key, error=str(exc))
+            return await self._writer(request, session_id).end(opening)
         return await self._serve(request, session_id, record, after, entries, None, opening)
 
     # ------------------------------------------------------------------ stream/poll, stream/resume
