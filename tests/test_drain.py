@@ -6,7 +6,7 @@ decides when the call ends). ``listen.drain_seconds`` comes from the environment
 proxy here (tests/conftest.py sets 0 for every other test). Proved here: a call in flight
 finishes with its real answer while ``/readyz`` is 503 and new sessions and calls get
 503 ``proxy_draining``; the deadline ends what is left with ``proxy_shutdown``; a second
-signal ends the drain at once; 0 keeps the stop without a drain; with replicas on one
+signal ends the drain at once; 0 (and Ctrl-C) keep the stop without a drain; with replicas on one
 Redis, a call on the draining replica is followed, answered and finished from the other.
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession, messages, read_events
@@ -193,11 +194,18 @@ async def test_a_second_signal_ends_the_drain_at_once(tmp_path: Path) -> None:
     assert drained["reason"] == "signal" and drained["seconds"] < 60, drained
 
 
-async def test_drain_seconds_0_stops_at_once_and_the_environment_wins(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("drain_seconds", "sig"),
+    [
+        pytest.param("0", signal.SIGTERM, id="drain_seconds_0"),  # the stop as it always was
+        pytest.param("3600", signal.SIGINT, id="ctrl_c"),  # Ctrl-C does not drain
+    ],
+)
+async def test_no_drain_stops_at_once(tmp_path: Path, drain_seconds: str, sig: int) -> None:
     config = _config()
-    config["listen"]["drain_seconds"] = 3600  # the environment's 0 wins over the file
+    config["listen"]["drain_seconds"] = 60  # the environment wins over the file
     async with (
-        run_proxy_on(tmp_path, config, env={DRAIN: "0"}) as proxy,
+        run_proxy_on(tmp_path, config, env={DRAIN: drain_seconds}) as proxy,
         aiohttp.ClientSession() as http,
     ):
         client = RawSession(http, proxy.url)
@@ -206,7 +214,7 @@ async def test_drain_seconds_0_stops_at_once_and_the_environment_wins(tmp_path: 
             proxy.url, json=tool_call(7, "ask", {"question": "?"}), headers=client.headers()
         )
         decoder, _, _ = await _asked(call)
-        proxy.process.send_signal(signal.SIGTERM)
+        proxy.process.send_signal(sig)
         rest = await _rest(call, decoder)
         assert rest[-1]["id"] == 7 and rest[-1]["error"]["data"] == {"reason": "proxy_shutdown"}
         assert await _exits(proxy) == 0
