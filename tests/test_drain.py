@@ -13,8 +13,10 @@ Redis, a call on the draining replica is followed, answered and finished from th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +90,27 @@ async def _refused_as_draining(resp: aiohttp.ClientResponse, rid: Any) -> None:
     assert body["error"]["data"] == {"reason": "proxy_draining"}, body
 
 
+@contextlib.asynccontextmanager
+async def _proxy(
+    tmp_path: Path, drain_seconds: str, config: dict[str, Any] | None = None
+) -> AsyncIterator[RunningProxy]:
+    """A proxy with ``listen.drain_seconds`` from its environment; on the way out (a test
+    that failed half-way) stopped with SIGINT, which does not wait for a drain."""
+    async with run_proxy_on(tmp_path, config or _config(), env={DRAIN: drain_seconds}) as proxy:
+        try:
+            yield proxy
+        finally:
+            if proxy.process.returncode is None:
+                proxy.process.send_signal(signal.SIGINT)
+
+
 async def _exits(proxy: RunningProxy) -> int:
     return await asyncio.wait_for(proxy.process.wait(), DEADLINE_S)
 
 
 async def test_a_call_in_flight_finishes_while_new_work_is_refused(tmp_path: Path) -> None:
     async with (
-        run_proxy_on(tmp_path, _config(), env={DRAIN: "30"}) as proxy,
+        _proxy(tmp_path, "600") as proxy,
         aiohttp.ClientSession() as http,
     ):
         client = RawSession(http, proxy.url)
@@ -110,7 +126,7 @@ async def test_a_call_in_flight_finishes_while_new_work_is_refused(tmp_path: Pat
         proxy.process.send_signal(signal.SIGTERM)
         await wait_for_log(proxy, "proxy_draining")
         (draining,) = log_events(proxy.log_text(), "proxy_draining")
-        assert draining["drain_seconds"] == 30 and draining["calls_in_flight"] == 2, draining
+        assert draining["drain_seconds"] == 600 and draining["calls_in_flight"] == 2, draining
         status, ready = await _status(http, proxy.base + "/readyz")
         assert status == 503 and ready["status"] == "draining", ready
         status, health = await _status(http, proxy.base + "/healthz")
@@ -155,7 +171,7 @@ async def test_a_call_in_flight_finishes_while_new_work_is_refused(tmp_path: Pat
 
 async def test_the_deadline_ends_what_is_left_with_proxy_shutdown(tmp_path: Path) -> None:
     async with (
-        run_proxy_on(tmp_path, _config(), env={DRAIN: "0.5"}) as proxy,
+        _proxy(tmp_path, "0.5") as proxy,
         aiohttp.ClientSession() as http,
     ):
         client = RawSession(http, proxy.url)
@@ -175,7 +191,7 @@ async def test_the_deadline_ends_what_is_left_with_proxy_shutdown(tmp_path: Path
 
 async def test_a_second_signal_ends_the_drain_at_once(tmp_path: Path) -> None:
     async with (
-        run_proxy_on(tmp_path, _config(), env={DRAIN: "3600"}) as proxy,
+        _proxy(tmp_path, "3600") as proxy,
         aiohttp.ClientSession() as http,
     ):
         client = RawSession(http, proxy.url)
@@ -205,7 +221,7 @@ async def test_no_drain_stops_at_once(tmp_path: Path, drain_seconds: str, sig: i
     config = _config()
     config["listen"]["drain_seconds"] = 60  # the environment wins over the file
     async with (
-        run_proxy_on(tmp_path, config, env={DRAIN: drain_seconds}) as proxy,
+        _proxy(tmp_path, drain_seconds, config) as proxy,
         aiohttp.ClientSession() as http,
     ):
         client = RawSession(http, proxy.url)
@@ -225,34 +241,47 @@ async def test_no_drain_stops_at_once(tmp_path: Path, drain_seconds: str, sig: i
 async def test_a_call_on_a_draining_replica_is_finished_from_the_other(
     tmp_path: Path, redis_url: str
 ) -> None:
-    async with lives(tmp_path, shared(redis_url), env={DRAIN: "30"}) as (proxies, http):
+    async with lives(tmp_path, shared(redis_url), env={DRAIN: "600"}) as (proxies, http):
         a, b = await proxies.start(), await proxies.start()
-        client = RawSession(http, a.url)
-        await client.initialize()
-        call = await http.post(
-            a.url, json=tool_call(7, "ask", {"question": "?"}), headers=client.headers()
-        )
-        _, question, last_id = await _asked(call)
-        call.close()  # the client is cut from A ...
-        a.process.send_signal(signal.SIGTERM)  # ... and A is told to go
-        await eventually(lambda: log_events(a.log_path.read_text(), "proxy_draining"))
-        base_b = b.url.rsplit("/", 1)[0]
-        status, _ = await _status(http, base_b + "/readyz")
-        assert status == 200, "the other replica takes the work"
-
-        on_b = RawSession(http, b.url, session_id=client.session_id)
-        # A new call for A's session, through B: A refuses it, B says so with Retry-After.
-        new_call = tool_call(8, "echo", {"text": "x"})
-        async with http.post(b.url, json=new_call, headers=on_b.headers()) as resp:
-            await _refused_as_draining(resp, 8)
-        # The call A runs: followed from B, answered through B, finished on A.
-        follow = await http.get(b.url, headers=on_b.headers(**{"Last-Event-ID": last_id}))
-        assert follow.status == 200, await follow.text()
-        async with http.post(b.url, json=_answer(question, "via B"), headers=on_b.headers()) as r:
-            assert r.status == 202, await r.text()
-        rest = messages(await asyncio.wait_for(read_events(follow), DEADLINE_S))
-        answers = [m for m in rest if m.get("id") == 7]
-        assert len(answers) == 1 and answers[0]["result"]["content"][0]["text"] == "via B", rest
-        assert await asyncio.wait_for(a.process.wait(), DEADLINE_S) == 0
+        try:
+            await _finish_from_b(a.url, a.process, a.log_path, b.url, http)
+        finally:  # a failure half-way: no drain on the way out
+            if a.process.returncode is None:
+                a.process.send_signal(signal.SIGINT)
     (drained,) = log_events(a.log_path.read_text(), "proxy_drained")
     assert drained["reason"] == "idle", drained
+
+
+async def _finish_from_b(
+    a_url: str,
+    a_process: asyncio.subprocess.Process,
+    a_log: Path,
+    b_url: str,
+    http: aiohttp.ClientSession,
+) -> None:
+    client = RawSession(http, a_url)
+    await client.initialize()
+    call = await http.post(
+        a_url, json=tool_call(7, "ask", {"question": "?"}), headers=client.headers()
+    )
+    _, question, last_id = await _asked(call)
+    call.close()  # the client is cut from A ...
+    a_process.send_signal(signal.SIGTERM)  # ... and A is told to go
+    await eventually(lambda: log_events(a_log.read_text(), "proxy_draining"))
+    status, ready = await _status(http, a_url.rsplit("/", 1)[0] + "/readyz")
+    assert status == 503 and ready["status"] == "draining", ready
+
+    on_b = RawSession(http, b_url, session_id=client.session_id)
+    # A new call for A's session, through B: A refuses it, B says so with Retry-After.
+    new_call = tool_call(8, "echo", {"text": "x"})
+    async with http.post(b_url, json=new_call, headers=on_b.headers()) as resp:
+        await _refused_as_draining(resp, 8)
+    # The call A runs: followed from B, answered through B, finished on A.
+    follow = await http.get(b_url, headers=on_b.headers(**{"Last-Event-ID": last_id}))
+    assert follow.status == 200, await follow.text()
+    async with http.post(b_url, json=_answer(question, "via B"), headers=on_b.headers()) as r:
+        assert r.status == 202, await r.text()
+    rest = messages(await asyncio.wait_for(read_events(follow), DEADLINE_S))
+    answers = [m for m in rest if m.get("id") == 7]
+    assert len(answers) == 1 and answers[0]["result"]["content"][0]["text"] == "via B", rest
+    assert await asyncio.wait_for(a_process.wait(), DEADLINE_S) == 0
