@@ -240,6 +240,7 @@ class StreamableHttp:
             batch,
             initialized=bool(existing) and existing in self.registry,
             accepting=self.context.accepting,
+            draining=self.context.draining,
         )
         if admission.opens_session:
             runner = await self.registry.create(principal_of(request), self.server)

@@ -26,6 +26,7 @@ from proxy.core.protocol import SESSION_HEADER
 from proxy.core.sse import encode_event
 from proxy.downstream.auth import principal_of
 from proxy.downstream.stored import StoredStreams
+from proxy.downstream.wire import forwarded_refusal
 from proxy.forwarding import (
     Deleted,
     ForwardedAck,
@@ -143,7 +144,7 @@ class RemoteSessions:
             case Deleted():
                 return web.Response(status=200)
             case Refused(status, error):
-                return web.json_response(error, status=status)
+                return forwarded_refusal(status, error)
             case _:  # a reply to another kind of request: the holder is confused
                 return web.json_response(
                     ProxyError(
