@@ -22,6 +22,7 @@ from proxy.downstream.guard import ConnectionGuard
 from proxy.logs import configure_logging
 from proxy.registry import Registry
 from proxy.store.base import StoreError
+from proxy.store.sqlite_lock import StoreInUse
 
 log = structlog.get_logger("proxy.cli")
 
@@ -316,6 +317,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(config.log.format, config.log.level)
     try:
         asyncio.run(serve(config))
+    except StoreInUse as exc:  # before the store was read and the port bound
+        print(f"mcp-resume-proxy: {exc}", file=sys.stderr)
+        return 2
     except StoreError as exc:
         kind = config.store.kind
         print(f"mcp-resume-proxy: cannot open the {kind} store: {exc}", file=sys.stderr)
