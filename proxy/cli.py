@@ -23,6 +23,8 @@ from proxy.logs import configure_logging
 from proxy.registry import Registry
 from proxy.store.base import StoreError
 from proxy.store.sqlite_lock import StoreInUse
+from proxy.upstream.lineage import end_unclaimed
+from proxy.upstream.subreaper import REAPER
 
 log = structlog.get_logger("proxy.cli")
 
@@ -249,12 +251,16 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         print(f"mcp-resume-proxy {__version__} serving {where}", file=sys.stderr, flush=True)
     if ready is not None:
         ready.set()
+    REAPER.adopt()  # servers' orphans come to this process, to be ended (upstream/lineage)
+    REAPER.start(loop)
     try:
         await stop.wait()
     finally:
         log.info("proxy_stopping", sessions=len(registry))
         listener.close()  # stop accepting
         await registry.shutdown()  # end sessions, stop every child process
+        await end_unclaimed(config.upstream.stop_grace_seconds)  # and what they orphaned
+        REAPER.stop()
         await context.close()  # the modern sides, the replicas, the store
         await runner.cleanup()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -21,7 +21,8 @@ from collections.abc import Callable
 _PR_SET_PDEATHSIG = 1
 
 
-def _load_prctl() -> Callable[..., int] | None:
+def load_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl(option, arg2, arg3, arg4, arg5)`` (None: not Linux, or not found)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -33,7 +34,7 @@ def _load_prctl() -> Callable[..., int] | None:
     return prctl
 
 
-_PRCTL = _load_prctl()
+_PRCTL = load_prctl()
 AVAILABLE = _PRCTL is not None
 
 
