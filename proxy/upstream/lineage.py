@@ -85,6 +85,7 @@ class Lineage:
     def __init__(self) -> None:
         self.tag = f"{os.getpid()}.{next(_serials)}"
         self.root: int | None = None
+        self._root_start: int | None = None  # its start time: the pid may be reused
         self._known: dict[int, int] = {}  # pid -> start time, of every descendant seen
 
     @property
@@ -95,6 +96,8 @@ class Lineage:
         """The server process was forked: asyncio's child until :meth:`reaped`."""
         self.root = pid
         REAPER.own(pid)
+        found = proctable.read(pid)
+        self._root_start = found.start if found is not None else None
 
     def reaped(self) -> None:
         """asyncio collected the server process's exit."""
@@ -105,10 +108,16 @@ class Lineage:
         """Count ``procs`` (and what descends from them) in."""
         self._known.update((p.pid, p.start) for p in procs)
 
-    def _members(self, procs: dict[int, Proc]) -> list[Proc]:
-        """Every running descendant in ``procs`` (the server process itself left out)."""
-        root = self.root
+    def _members(self, table: dict[int, Proc]) -> list[Proc]:
+        """Every running descendant in ``table`` (the server process itself left out)."""
         me = os.getpid()
+        root = self.root
+        if root is not None and root in table and table[root].start != self._root_start:
+            root = None  # gone, and its pid someone else's already: no longer a key
+        # Every other server process (asyncio's children) is no one's descendant here:
+        # neither it nor what descends from it is reached through it.
+        owned = REAPER.owned()
+        procs = {pid: p for pid, p in table.items() if pid == root or pid not in owned}
         known = self._known.items()
         roots = {pid for pid, start in known if pid in procs and procs[pid].start == start}
         sessions = {procs[pid].sid for pid in roots}
@@ -117,14 +126,14 @@ class Lineage:
             sessions.add(root)
         sessions -= {0, 1, me, os.getsid(0)}  # never the proxy's own session
         for proc in procs.values():
-            if proc.sid in sessions or proc.pgrp == root:
+            if proc.sid in sessions or (root is not None and proc.pgrp == root):
                 roots.add(proc.pid)
         tag = self.env_entry
         for pid in own_children():  # orphans the proxy adopted: theirs if tagged
-            if pid in procs and not REAPER.is_own(pid) and proctable.environ_has(pid, tag):
+            if pid in procs and pid != root and proctable.environ_has(pid, tag):
                 roots.add(pid)
         found = _tree(roots, procs) - {root, me}
-        members = [procs[pid] for pid in found if procs[pid].running and not REAPER.is_own(pid)]
+        members = [procs[pid] for pid in found if procs[pid].running]
         self._known.update((p.pid, p.start) for p in members)
         return members
 

@@ -113,8 +113,9 @@ class Reaper:
         """asyncio has reaped ``pid``."""
         self._own.discard(pid)
 
-    def is_own(self, pid: int) -> bool:
-        return pid in self._own
+    def owned(self) -> frozenset[int]:
+        """asyncio's children now (a copy: safe to use from another thread)."""
+        return frozenset(self._own)
 
     # ------------------------------------------------------------------ reaping
     def _on_sigchld(self) -> None:

@@ -5,7 +5,8 @@ A real proxy in front of tests/fixtures/daemonizing_server.py, whose tool leaves
 behind (fork, setsid, fork, the middle one exits): they are adopted by the proxy (their
 parent is the proxy, not init), and they end, SIGTERM-deaf ones too, when their session
 is deleted, when their server crashes, and when the proxy stops (a daemon that dropped
-its environment among them); the proxy reaps them all (no zombie left under it).
+its environment among them); the proxy reaps them all (no zombie left under it), and
+never a server process's exit, which asyncio reads.
 """
 
 from __future__ import annotations
@@ -80,3 +81,5 @@ async def test_daemons_end_with_their_session_their_server_and_the_proxy(
         assert await stop_proxy(proxy.process) == 0
         await _all_gone(third, "the stopped proxy's daemons")
         assert "descendants_survive" not in proxy.log_text()
+        # The reaper took no exit status of asyncio's: the crash's code was read.
+        assert "exited with code 3" in proxy.log_text()
