@@ -139,6 +139,13 @@ class Lineage:
 
     def scan(self) -> list[Proc]:
         """Look now: every running descendant (each remembered, also once orphaned)."""
+        if REAPER.adopted and proctable.CHILDREN_LISTED:
+            # Every descendant is below the server, below one already seen, or (orphaned)
+            # below the proxy: walk down from those alone, not through the whole machine.
+            owned = REAPER.owned()
+            adopted = [pid for pid in own_children() if pid not in owned]
+            roots = [*([self.root] if self.root is not None else []), *self._known, *adopted]
+            return self._members(proctable.subtree(roots))
         return self._members(proctable.table())
 
     async def end(self, grace: float) -> int:

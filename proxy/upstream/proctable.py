@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,39 @@ def table() -> dict[int, Proc]:
         for entry in os.scandir(_PROC):
             if entry.name.isdigit() and (proc := read(int(entry.name))) is not None:
                 found[proc.pid] = proc
+    return found
+
+
+def children(pid: int) -> list[int]:
+    """The children of ``pid`` (of each of its threads), zombies included; [] if it is
+    gone (or the kernel lists no children: see :data:`CHILDREN_LISTED`)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(_PROC / str(pid) / "task")
+    except OSError:
+        return found
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError):
+            found += map(int, (_PROC / str(pid) / "task" / task / "children").read_text().split())
+    return found
+
+
+CHILDREN_LISTED = (_PROC / "self" / "task" / str(os.getpid()) / "children").exists()
+"""Whether this kernel lists each task's children (``CONFIG_PROC_CHILDREN``, on in the
+common distributions' kernels): :func:`subtree` needs it."""
+
+
+def subtree(roots: Iterable[int]) -> dict[int, Proc]:
+    """``roots`` and every descendant of them, by pid: a walk down their children, so it
+    costs what they count, not what the machine runs (needs :data:`CHILDREN_LISTED`)."""
+    found: dict[int, Proc] = {}
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in found or (proc := read(pid)) is None:
+            continue
+        found[pid] = proc
+        todo += children(pid)
     return found
 
 

@@ -29,7 +29,6 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
 import structlog
 
@@ -43,15 +42,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 def own_children() -> list[int]:
     """The pids of this process's children (its threads' included), zombies too."""
-    found: list[int] = []
-    try:
-        tasks = list(Path("/proc/self/task").iterdir())
-    except OSError:
-        return found
-    for task in tasks:
-        with contextlib.suppress(OSError, ValueError):
-            found += [int(pid) for pid in (task / "children").read_text().split()]
-    return found
+    return proctable.children(os.getpid())
 
 
 class Reaper:

@@ -52,6 +52,8 @@ async def test_a_descendant_in_a_session_of_its_own_ends_with_the_lineage() -> N
         daemon = int(server.stdout.readline())
         await eventually(lambda: (p := proctable.read(daemon)) is not None and p.sid == daemon)
         assert [p.pid for p in lineage.scan()] == [daemon]
+        if proctable.CHILDREN_LISTED:  # the walk the adopting proxy makes finds it too
+            assert set(proctable.subtree([server.pid])) == {server.pid, daemon}
         assert await lineage.end(0) == 1
         assert not alive(daemon)
         server.wait(10)  # its ``wait`` returned: the daemon is gone
