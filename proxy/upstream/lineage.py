@@ -86,6 +86,7 @@ class Lineage:
         self.tag = f"{os.getpid()}.{next(_serials)}"
         self.root: int | None = None
         self._root_start: int | None = None  # its start time: the pid may be reused
+        self._term_at: float | None = None  # when terminate() sent SIGTERM (monotonic)
         self._known: dict[int, int] = {}  # pid -> start time, of every descendant seen
 
     @property
@@ -148,13 +149,25 @@ class Lineage:
             return self._members(proctable.subtree(roots))
         return self._members(proctable.table())
 
+    def terminate(self) -> None:
+        """SIGTERM every descendant seen so far, now (with the server's group): the grace
+        of :meth:`end` counts from here."""
+        self._term_at = time.monotonic()
+        for pid, start in list(self._known.items()):
+            proc = proctable.read(pid)
+            if proc is not None and proc.start == start:
+                proctable.send(proc, signal.SIGTERM)
+
     async def end(self, grace: float) -> int:
-        """SIGTERM every descendant, SIGKILL after ``grace`` what is left (at once if
-        ``grace`` is 0), until none runs; how many there were."""
+        """SIGTERM every descendant, SIGKILL after ``grace`` (from :meth:`terminate`, if
+        it came first) what is left (at once if ``grace`` is 0), until none runs; how many
+        there were."""
         members = await asyncio.to_thread(self.scan)
         if not members:
             return 0
         seen = {p.pid for p in members}
+        if self._term_at is not None:
+            grace = max(0.0, grace - (time.monotonic() - self._term_at))
         if grace > 0:
             for proc in members:
                 proctable.send(proc, signal.SIGTERM)

@@ -415,6 +415,7 @@ class StdioUpstream:
             await asyncio.wait_for(asyncio.shield(exited), min(0.5, grace / 2))
         if not exited.done():
             self._signal_group(proc.pid, signal.SIGTERM)
+            lineage.terminate()  # one grace for all: those that left the group too
             try:
                 await asyncio.wait_for(asyncio.shield(exited), grace)
             except TimeoutError:

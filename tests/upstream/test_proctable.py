@@ -5,10 +5,12 @@ The whole proxy with daemons: tests/upstream/test_lineage.py."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 
 from proxy.upstream import proctable
 from proxy.upstream.lineage import Lineage
@@ -38,8 +40,9 @@ def test_a_signal_is_not_sent_to_a_pid_that_names_another_process() -> None:
         sleeper.wait()
 
 
-async def test_a_descendant_in_a_session_of_its_own_ends_with_the_lineage() -> None:
-    # sh (the "server", a group and session leader) -> sleep, in a new session.
+@contextlib.contextmanager
+def server_with_a_daemon() -> Iterator[tuple[Lineage, subprocess.Popen[bytes], int]]:
+    """sh (the "server", a group and session leader) -> sleep, in a new session."""
     server = subprocess.Popen(
         ["sh", "-c", "setsid sleep 60 & echo $!; wait"],
         stdout=subprocess.PIPE,
@@ -49,7 +52,15 @@ async def test_a_descendant_in_a_session_of_its_own_ends_with_the_lineage() -> N
     try:
         lineage.started(server.pid)
         assert server.stdout is not None
-        daemon = int(server.stdout.readline())
+        yield lineage, server, int(server.stdout.readline())
+    finally:
+        server.kill()
+        server.wait()
+        lineage.reaped()
+
+
+async def test_a_descendant_in_a_session_of_its_own_ends_with_the_lineage() -> None:
+    with server_with_a_daemon() as (lineage, server, daemon):
         await eventually(lambda: (p := proctable.read(daemon)) is not None and p.sid == daemon)
         assert [p.pid for p in lineage.scan()] == [daemon]
         if proctable.CHILDREN_LISTED:  # the walk the adopting proxy makes finds it too
@@ -57,7 +68,12 @@ async def test_a_descendant_in_a_session_of_its_own_ends_with_the_lineage() -> N
         assert await lineage.end(0) == 1
         assert not alive(daemon)
         server.wait(10)  # its ``wait`` returned: the daemon is gone
-    finally:
-        server.kill()
-        server.wait()
-        lineage.reaped()
+
+
+async def test_terminate_sends_sigterm_to_what_was_seen_with_the_group() -> None:
+    with server_with_a_daemon() as (lineage, _, daemon):
+        await eventually(lambda: (p := proctable.read(daemon)) is not None and p.sid == daemon)
+        lineage.scan()
+        lineage.terminate()  # sleep ends on SIGTERM: nothing is left for end()
+        await eventually(lambda: not alive(daemon))
+        assert await lineage.end(60) == 0
