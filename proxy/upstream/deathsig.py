@@ -6,7 +6,9 @@ starts every child) ends, for any reason, the kernel kills the child. A child th
 its parent already gone right after setting it exits at once (the fork/prctl race).
 
 The signal reaches the direct child only. What that child started itself shares the
-proxy's stdin pipe, which closes with the proxy: stdio MCP servers end on that EOF.
+proxy's stdin pipe, which closes with the proxy: stdio MCP servers end on that EOF. A
+daemon (``setsid``, orphaned) is ended by :mod:`proxy.upstream.lineage` on every stop of
+its server or of the proxy, but not on SIGKILL of the proxy: it then goes to init.
 Elsewhere than Linux there is no such call and this does nothing (logged once).
 """
 
