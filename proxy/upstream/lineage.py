@@ -119,7 +119,7 @@ class Lineage:
         # neither it nor what descends from it is reached through it.
         owned = REAPER.owned()
         procs = {pid: p for pid, p in table.items() if pid == root or pid not in owned}
-        known = self._known.items()
+        known = list(self._known.items())  # one copy (a crash's end() may scan meanwhile)
         roots = {pid for pid, start in known if pid in procs and procs[pid].start == start}
         sessions = {procs[pid].sid for pid in roots}
         if root is not None:
@@ -145,7 +145,8 @@ class Lineage:
             # below the proxy: walk down from those alone, not through the whole machine.
             owned = REAPER.owned()
             adopted = [pid for pid in own_children() if pid not in owned]
-            roots = [*([self.root] if self.root is not None else []), *self._known, *adopted]
+            roots = [*([self.root] if self.root is not None else []), *list(self._known)]
+            roots += adopted
             return self._members(proctable.subtree(roots))
         return self._members(proctable.table())
 
