@@ -30,6 +30,9 @@ from proxy.downstream.guard import ConnectionGuard
 from proxy.logs import configure_logging
 from proxy.registry import Registry
 from proxy.store.base import StoreError
+from proxy.store.sqlite_lock import StoreInUse
+from proxy.upstream.lineage import end_unclaimed
+from proxy.upstream.subreaper import REAPER
 
 log = structlog.get_logger("proxy.cli")
 
@@ -278,12 +281,16 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         print(f"mcp-resume-proxy {__version__} serving {where}", file=sys.stderr, flush=True)
     if ready is not None:
         ready.set()
+    REAPER.adopt()  # servers' orphans come to this process, to be ended (upstream/lineage)
+    REAPER.start(loop)
     try:
         await drain.run()  # returns at the first signal, or once its drain ends
     finally:
         log.info("proxy_stopping", sessions=len(registry))
         listener.close()  # stop accepting
         await registry.shutdown()  # end sessions, stop every child process
+        await end_unclaimed(config.upstream.stop_grace_seconds)  # and what they orphaned
+        REAPER.stop()
         await context.close()  # the modern sides, the replicas, the store
         await runner.cleanup()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -346,6 +353,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(config.log.format, config.log.level)
     try:
         asyncio.run(serve(config))
+    except StoreInUse as exc:  # before the store was read and the port bound
+        print(f"mcp-resume-proxy: {exc}", file=sys.stderr)
+        return 2
     except StoreError as exc:
         kind = config.store.kind
         print(f"mcp-resume-proxy: cannot open the {kind} store: {exc}", file=sys.stderr)

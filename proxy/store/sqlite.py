@@ -14,7 +14,9 @@ call returns, so a batch is stored whole or not at all. ``synchronous``:
 Threads. The connection lives on one dedicated thread (a one-worker executor): every
 statement runs there, in submission order, so the event loop never waits on the disk and
 a read submitted after a commit sees it. Tails wake in-process (:mod:`proxy.store.wakeup`):
-this store is for one process at a time (``shared = False``).
+this store is for one process at a time (``shared = False``), and :meth:`SqliteStore.open`
+enforces it with a lock beside the file before reading anything
+(:mod:`proxy.store.sqlite_lock`).
 
 The SQL, the schema and the thread's side are in :mod:`proxy.store.sqlite_db`.
 """
@@ -40,6 +42,7 @@ from proxy.store.base import (
     StreamRecord,
 )
 from proxy.store.sqlite_db import SYNCHRONOUS, Database
+from proxy.store.sqlite_lock import StoreLock, lock_store_file
 from proxy.store.wakeup import Wakeups
 
 P = ParamSpec("P")
@@ -65,6 +68,7 @@ class SqliteStore(Store):
         self.synchronous = synchronous
         self._executor: ThreadPoolExecutor | None = None
         self._db: Database | None = None
+        self._lock: StoreLock | None = None
         self._wakeups = Wakeups()
         self._closed = False
         self._now = 0.0  # the latest ``now`` seen: tails have no clock of their own
@@ -83,6 +87,12 @@ class SqliteStore(Store):
     async def open(self) -> None:
         if self._executor is not None or self._closed:
             raise StoreError(f"the sqlite store {self.path} opens once (and not after close)")
+        # One proxy per file: the lock comes before the first read (sqlite_lock).
+        try:
+            self._lock = lock_store_file(self.path)
+        except BaseException:
+            self._closed = True
+            raise
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
         loop = asyncio.get_running_loop()
         make = functools.partial(Database, self.path, self.synchronous, self.limits)
@@ -91,6 +101,7 @@ class SqliteStore(Store):
         except BaseException:
             self._executor.shutdown(wait=False)
             self._closed = True
+            self._lock.release()
             raise
         self._epoch = self._db.epoch
 
@@ -107,8 +118,10 @@ class SqliteStore(Store):
                 await asyncio.get_running_loop().run_in_executor(executor, db.close)
             except BaseException:
                 executor.shutdown(wait=False)  # it ends once its queue is done
-                raise
+                raise  # the lock stays held until the process ends: the thread may write
         executor.shutdown(wait=True)  # idle by now: joining its thread takes no time
+        if self._lock is not None:
+            self._lock.release()
 
     # ------------------------------------------------------------------ logs
     async def commit(self, batch: Batch, now: float) -> None:

@@ -6,7 +6,9 @@ starts every child) ends, for any reason, the kernel kills the child. A child th
 its parent already gone right after setting it exits at once (the fork/prctl race).
 
 The signal reaches the direct child only. What that child started itself shares the
-proxy's stdin pipe, which closes with the proxy: stdio MCP servers end on that EOF.
+proxy's stdin pipe, which closes with the proxy: stdio MCP servers end on that EOF. A
+daemon (``setsid``, orphaned) is ended by :mod:`proxy.upstream.lineage` on every stop of
+its server or of the proxy, but not on SIGKILL of the proxy: it then goes to init.
 Elsewhere than Linux there is no such call and this does nothing (logged once).
 """
 
@@ -21,7 +23,8 @@ from collections.abc import Callable
 _PR_SET_PDEATHSIG = 1
 
 
-def _load_prctl() -> Callable[..., int] | None:
+def load_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl(option, arg2, arg3, arg4, arg5)`` (None: not Linux, or not found)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -33,7 +36,7 @@ def _load_prctl() -> Callable[..., int] | None:
     return prctl
 
 
-_PRCTL = _load_prctl()
+_PRCTL = load_prctl()
 AVAILABLE = _PRCTL is not None
 
 

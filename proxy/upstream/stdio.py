@@ -1,7 +1,8 @@
 """A stdio MCP server as a child process (DESIGN.md U1).
 
 The child runs in its own process group (``start_new_session``) so that stopping it
-reaches everything it spawned: SIGTERM to the group, SIGKILL after a grace. Messages are
+reaches everything it spawned: SIGTERM to the group, SIGKILL after a grace; what left
+the group (``setsid``, daemons) is ended alike (:mod:`proxy.upstream.lineage`). Messages are
 newline-delimited JSON-RPC on stdin/stdout; stderr lines are logged with the session id;
 a stdout line that is not JSON-RPC is logged and skipped.
 
@@ -37,8 +38,10 @@ from proxy.core.protocol import SERVER_ERROR
 from proxy.upstream.base import UpstreamContext, messages_of
 from proxy.upstream.deathsig import die_with_parent
 from proxy.upstream.handshake import ClientHandshake, initialize
+from proxy.upstream.lineage import TAG_VARIABLE, Lineage
 from proxy.upstream.overlong import OverlongLine, outline, read_line
 from proxy.upstream.respawn import Respawns
+from proxy.upstream.subreaper import REAPER
 
 _LINES_PER_TURN = 256
 """Lines read from a server's stdout before the reader lets the event loop turn."""
@@ -87,6 +90,7 @@ class StdioUpstream:
         self._respawns = Respawns(context.config)
         self._respawner: asyncio.Task[None] | None = None
         self._reinit: tuple[str, asyncio.Future[Message]] | None = None
+        self._lineage: Lineage | None = None
 
     @property
     def pid(self) -> int | None:
@@ -111,21 +115,25 @@ class StdioUpstream:
         cfg = self._context.config
         env = dict(os.environ) if cfg.inherit_env else {}
         env.update(cfg.env)
+        lineage = self._lineage = Lineage()  # its descendants, found to end with it
+        env[TAG_VARIABLE] = lineage.tag
         loop = asyncio.get_running_loop()
         exited = self._exited = loop.create_future()
 
         try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _ExitWatchingProtocol(exited, limit=cfg.max_line_bytes, loop=loop),
-                *cfg.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=cfg.cwd,
-                env=env,
-                start_new_session=True,
-                preexec_fn=die_with_parent(),  # dies with the proxy, even on SIGKILL
-            )
+            with REAPER.spawning():  # asyncio's child from the fork on: not reaped by us
+                transport, protocol = await loop.subprocess_exec(
+                    lambda: _ExitWatchingProtocol(exited, limit=cfg.max_line_bytes, loop=loop),
+                    *cfg.command,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    cwd=cfg.cwd,
+                    env=env,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent(),  # dies with the proxy, even on SIGKILL
+                )
+                lineage.started(transport.get_pid())
         except OSError as exc:
             error = f"cannot start {cfg.command[0]!r}: {exc.strerror or exc}"
             self._context.health.start_failed(error)
@@ -142,7 +150,7 @@ class StdioUpstream:
             self._reader,
             asyncio.create_task(self._read_stderr(), name=f"stderr-{name}"),
         ]
-        self._watcher = asyncio.create_task(self._watch_exit(), name=f"exit-{name}")
+        self._watcher = asyncio.create_task(self._watch_exit(lineage), name=f"exit-{name}")
 
     def pause(self) -> None:
         """Stop reading stdout; the child blocks once the pipe is full."""
@@ -219,18 +227,20 @@ class StdioUpstream:
                     continue
                 self._context.on_message(msg, None)
 
-    async def _watch_exit(self) -> None:
+    async def _watch_exit(self, lineage: Lineage) -> None:
         """When the child exits: take what it wrote last, end its group, report."""
         assert self._proc is not None
         await self._exited
+        lineage.reaped()
         with contextlib.suppress(TimeoutError):
             # Lines written just before the exit are still in the pipe: read them first,
             # but do not wait on a pipe that a surviving grandchild keeps open.
             await asyncio.wait_for(asyncio.shield(self._reader), _DRAIN_SECONDS)
         reason = f"exited with code {self._proc.returncode}"
         if not self._stopping:
-            # A crashed server's children must not outlive it.
+            # A crashed server's children must not outlive it, in its group or not.
             self._signal_group(self._proc.pid, signal.SIGKILL)
+            await lineage.end(0)
             if not self._ready:  # it never got through initialize: a failed start
                 self._context.health.start_failed(f"MCP server {reason} before initialize")
             elif self._respawner is not None and not self._respawner.done():
@@ -393,9 +403,10 @@ class StdioUpstream:
             self._respawner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._respawner
-        proc = self._proc
-        if proc is None:
+        proc, lineage = self._proc, self._lineage
+        if proc is None or lineage is None:
             return
+        await asyncio.to_thread(lineage.scan)  # its tree, before the leader's exit breaks it
         self._outbox.put_nowait(None)  # the writer closes stdin: the polite request
         grace = self._context.config.stop_grace_seconds
         exited = self._exited
@@ -404,12 +415,14 @@ class StdioUpstream:
             await asyncio.wait_for(asyncio.shield(exited), min(0.5, grace / 2))
         if not exited.done():
             self._signal_group(proc.pid, signal.SIGTERM)
+            lineage.terminate()  # one grace for all: those that left the group too
             try:
                 await asyncio.wait_for(asyncio.shield(exited), grace)
             except TimeoutError:
                 log.warning("upstream_kill", session=self._context.label, pid=proc.pid)
-        # The group may hold grandchildren even when the leader is gone.
+        # The group may hold grandchildren even when the leader is gone; others left it.
         self._signal_group(proc.pid, signal.SIGKILL)
+        await lineage.end(grace)
         await asyncio.shield(exited)
         await asyncio.shield(self._watcher)
         try:
