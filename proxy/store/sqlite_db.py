@@ -5,7 +5,7 @@ Schema (``PRAGMA user_version`` = 1)::
 
     meta(name PRIMARY KEY, value)                   -- 'epoch': minted with the file
     streams(key PRIMARY KEY, session_id, owner, state, first_seq, last_seq,
-            request_ids JSON, announced, expires_at, principal)
+            request_ids JSON, announced, expires_at, principal, fence)
     events(key, seq, mark, payload BLOB, PRIMARY KEY(key, seq))
     sessions(session_id PRIMARY KEY, epoch, owner, protocol_version, expires_at)
     leases(name PRIMARY KEY, owner, expires_at)
@@ -16,7 +16,8 @@ Pages are 16 KB and ``events`` is a rowid table, so events of a few KB stay on t
 treated as absent by every read and deleted by :meth:`SqliteStore.sweep` (a stream with
 its events).
 
-Columns added after version 1 was first written (``streams.principal``: NULL, nobody's)
+Columns added after version 1 was first written (``streams.principal``: NULL, nobody's;
+``streams.fence``: NULL, the writers' token before fencing existed, read as "")
 are nullable and added when a file without them is opened (:data:`_ADDED_COLUMNS`); every
 statement names its columns, so a file stays readable by the versions on either side.
 """
@@ -43,6 +44,7 @@ from proxy.store.base import (
     StoreLimits,
     StreamRecord,
     check_read,
+    refused_by,
 )
 
 T = TypeVar("T")
@@ -73,16 +75,16 @@ _SCHEMA = (
 )
 
 # (table, column, its declaration): added on open to a file made before they existed.
-_ADDED_COLUMNS = (("streams", "principal", "TEXT"),)
+_ADDED_COLUMNS = (("streams", "principal", "TEXT"), ("streams", "fence", "TEXT"))
 
 _ALIVE = "(expires_at IS NULL OR expires_at > :now)"
 _STREAM_COLUMNS = (
     "key, session_id, owner, state, first_seq, last_seq, request_ids, announced, expires_at,"
-    " principal"
+    " principal, fence"
 )
-_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _MAKE_STREAM = (
-    f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+    f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id,"
     " principal = excluded.principal, owner = excluded.owner,"
     " request_ids = excluded.request_ids, announced = excluded.announced"
@@ -114,14 +116,15 @@ def _stream_row(record: StreamRecord) -> tuple[Any, ...]:
         int(record.announced),
         record.expires_at,
         record.principal,
+        record.fence,
     )
 
 
 def _stream_record(row: Sequence[Any]) -> StreamRecord:
-    key, session_id, owner, state, first, last, request_ids, announced, expires, principal = row
+    key, session_id, owner, state, first, last, request_ids, announced, expires, who, fence = row
     ids = json.loads(request_ids)
     return StreamRecord(
-        key, session_id, owner, state, first, last, ids, bool(announced), expires, principal
+        key, session_id, owner, state, first, last, ids, bool(announced), expires, who, fence or ""
     )
 
 
@@ -255,10 +258,17 @@ class Database:
         return str(row[0])
 
     # ------------------------------------------------------------------ commit
-    def commit(self, batch: Batch, now: float) -> None:
+    def commit(self, batch: Batch, now: float) -> list[str]:
+        """Apply ``batch`` in one transaction; the keys fencing refused (nothing applied)."""
         with self._transaction():
-            self._put_streams(batch.streams, now)
-            self._append(batch.appends, now)
+            refused = [k for k in batch.touched() if refused_by(self.stream(k, now), k, batch)]
+            batch = batch.without(set(refused))
+            self.conn.executemany(
+                "UPDATE streams SET fence = ? WHERE key = ?",
+                [(batch.fence, key) for key in batch.takeovers],
+            )
+            self._put_streams(batch.streams, batch.fence, now)
+            self._append(batch.appends, batch, now)
             trims = [(first, key) for key, first in batch.trimmed.items()]
             self.conn.executemany(
                 "UPDATE streams SET first_seq = max(first_seq, min(?, last_seq + 1)) WHERE key = ?",
@@ -280,8 +290,9 @@ class Database:
             dropped = [(key,) for key in batch.dropped]
             self.conn.executemany("DELETE FROM streams WHERE key = ?", dropped)
             self.conn.executemany("DELETE FROM events WHERE key = ?", dropped)
+        return refused
 
-    def _put_streams(self, records: Sequence[StreamRecord], now: float) -> None:
+    def _put_streams(self, records: Sequence[StreamRecord], fence: str, now: float) -> None:
         """A new key: the record as given; a known key: only who it belongs to and what
         it answers change (its positions, state, expiry and log stay)."""
         if not records:
@@ -298,12 +309,18 @@ class Database:
         )
         live_until = now + self.limits.live_ttl
         rows = [
-            _stream_row(r if r.expires_at is not None else replace(r, expires_at=live_until))
+            _stream_row(
+                replace(
+                    r,
+                    expires_at=live_until if r.expires_at is None else r.expires_at,
+                    fence=fence,
+                )
+            )
             for r in records
         ]
         self.conn.executemany(_MAKE_STREAM, rows)
 
-    def _append(self, appends: dict[str, list[Entry]], now: float) -> None:
+    def _append(self, appends: dict[str, list[Entry]], batch: Batch, now: float) -> None:
         live_until = now + self.limits.live_ttl
         records: list[tuple[Any, ...]] = []
         inserts: list[tuple[str, int, bytes, int]] = []
@@ -312,7 +329,7 @@ class Database:
         for key, entries in appends.items():
             if not entries:
                 continue
-            record, oldest = self._load_for_append(key, entries[0].seq, now)
+            record, oldest = self._load_for_append(key, entries[0].seq, batch, now)
             plan = plan_append(record, oldest, entries, self.limits.max_events)
             if record.state == LIVE:
                 record.expires_at = live_until
@@ -329,7 +346,9 @@ class Database:
         )
         self.conn.executemany(_PUT_STREAM, records)
 
-    def _load_for_append(self, key: str, first: int, now: float) -> tuple[StreamRecord, int | None]:
+    def _load_for_append(
+        self, key: str, first: int, batch: Batch, now: float
+    ) -> tuple[StreamRecord, int | None]:
         """The key's record and its oldest stored seq; a new record if it has none."""
         row = self.conn.execute(_LOAD_FOR_APPEND, (key,)).fetchone()
         if row is not None:
@@ -338,7 +357,7 @@ class Database:
                 return record, row[-1]
         # No record (never made, expired, or its history lost): keep what comes.
         self.conn.execute("DELETE FROM events WHERE key = ?", (key,))
-        return StreamRecord(key, "", first_seq=first), None
+        return StreamRecord(key, "", batch.owner, first_seq=first, fence=batch.fence), None
 
     # ------------------------------------------------------------------ reads
     def stream(self, key: str, now: float) -> StreamRecord | None:
@@ -398,6 +417,13 @@ class Database:
     def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
         taken = self.conn.execute(_ACQUIRE_LEASE, (name, owner, now + ttl, now))
         return taken.rowcount == 1
+
+    def renew_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
+        renewed = self.conn.execute(
+            "UPDATE leases SET expires_at = ? WHERE name = ? AND owner = ? AND expires_at > ?",
+            (now + ttl, name, owner, now),
+        )
+        return renewed.rowcount == 1
 
     def release_lease(self, name: str, owner: str) -> None:
         self.conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
