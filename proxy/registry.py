@@ -95,6 +95,7 @@ class Registry:
         self._none_starting.set()
         self._conn_counter = 0
         self._reaper: set[asyncio.Task[Any]] = set()
+        context.fence.on_lost(self._lose_all)
         metrics = context.metrics
         metrics.watch(metrics.live_streams, lambda: counts(self._table.entries())[0])
         metrics.watch(metrics.buffered_events, lambda: counts(self._table.entries())[1])
@@ -195,6 +196,14 @@ class Registry:
         self._own(runner.wait_stopped())
         if self.context.replicas is not None:
             self._own(self._drop_record(runner.session_id))
+
+    def _lose_all(self, stale: str) -> None:
+        """This replica's fencing token went stale (its lease lapsed, or the store refused
+        a write): every session is lost (:meth:`SessionRunner.lose`)."""
+        runners = list(self._table.entries())
+        for runner in runners:
+            runner.lose()
+        log.warning("sessions_lost", sessions=len(runners))
 
     def _own(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
