@@ -90,6 +90,7 @@ class Replicas:
         self._orphaned: list[str] = []  # stale tokens whose live streams are still to end
         self._renew_now = asyncio.Event()
         self._epoch_seen = ""
+        self._flushed_at: float | None = None  # monotonic: when the epoch was seen change
         self.lease_seconds = lease_seconds
         self._retention = retention
         self._serve = serve
@@ -147,14 +148,7 @@ class Replicas:
         stale) and take it again; then end what the stale tokens left live."""
         lease = f"replica:{self.owner}"
         held = await self.store.renew_lease(lease, self.owner, self.lease_seconds, time.time())
-        epoch = await self.store.current_epoch()
-        flushed = epoch != self._epoch_seen
-        if flushed:
-            # Flushed or replaced: resumes into what it held now get explicit errors.
-            log.error("store_history_lost", epoch_was=self._epoch_seen, epoch=epoch)
-            self._epoch_seen = epoch
-            if self.history_lost_at is None:
-                self.history_lost_at = time.time()
+        flushed = await self._check_epoch()
         if not held:
             if not flushed and not self._orphaned:
                 self.fence.lost("lease_lapsed")  # another replica may be reaping it
@@ -174,6 +168,19 @@ class Replicas:
                 spare=self.fence.token,
             )
             self._orphaned.pop(0)
+
+    async def _check_epoch(self) -> bool:
+        """Read the store's epoch; True if it changed since last read (flushed or
+        replaced: resumes into what was held get explicit errors)."""
+        epoch = await self.store.current_epoch()
+        if epoch == self._epoch_seen:
+            return False
+        log.error("store_history_lost", epoch_was=self._epoch_seen, epoch=epoch)
+        self._epoch_seen = epoch
+        self._flushed_at = time.monotonic()
+        if self.history_lost_at is None:
+            self.history_lost_at = time.time()
+        return True
 
     # ------------------------------------------------------------------ owners
     async def owner_alive(self, owner: str) -> bool:
@@ -266,7 +273,14 @@ class Replicas:
                 log.warning("replica_reap_failed", error=str(exc))
 
     async def reap_once(self) -> int:
-        """End the live streams of every replica whose lease lapsed; how many ended."""
+        """End the live streams of every replica whose lease lapsed; how many ended.
+
+        Not for one lease after the store lost its data: the leases went with it, and
+        their holders take them again within a third of one."""
+        await self._check_epoch()
+        flushed_at = self._flushed_at
+        if flushed_at is not None and time.monotonic() - flushed_at < self.lease_seconds:
+            return 0
         now = time.time()
         owners = {r.owner for r in await self.store.live_streams(None, now)}
         ended = 0
