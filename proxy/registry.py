@@ -47,6 +47,7 @@ from proxy.metrics import counts
 from proxy.runtime import SessionRunner
 from proxy.servers import Server
 from proxy.store.base import SessionRecord, StoreError
+from proxy.store.unavailable import patiently
 
 __all__ = ["ANYONE", "Registry", "session_limits", "token_secret"]
 
@@ -183,7 +184,12 @@ class Registry:
         if context.replicas is not None:  # other replicas find it (and forward to it) by this
             record = SessionRecord(runner.session_id, runner.session.epoch, context.owner)
             record.expires_at = time.time() + SESSION_RECORD_SECONDS
-            await context.store.put_session(record)
+            store = context.store
+            try:
+                await patiently(store, "record a session", lambda: store.put_session(record))
+            except ProxyError:  # the others could not find it: it must not run
+                await runner.end("store unavailable")
+                raise
         runner.log.info(
             "session_created", target=runner.upstream.describe(), upstream_pid=runner.upstream.pid
         )

@@ -51,6 +51,7 @@ from proxy.forwarding import (
 from proxy.store.base import Store, StoreError
 from proxy.store.fencing import Fence
 from proxy.store.open import end_orphans
+from proxy.store.unavailable import patiently, unavailable
 
 log = structlog.get_logger("proxy.replicas")
 
@@ -148,7 +149,8 @@ class Replicas:
         stale) and take it again; then end what the stale tokens left live."""
         lease = f"replica:{self.owner}"
         held = await self.store.renew_lease(lease, self.owner, self.lease_seconds, time.time())
-        flushed = await self._check_epoch()
+        await self._check_epoch()
+        flushed = self._flushed_lately()
         if not held:
             if not flushed and not self._orphaned:
                 self.fence.lost("lease_lapsed")  # another replica may be reaping it
@@ -169,18 +171,23 @@ class Replicas:
             )
             self._orphaned.pop(0)
 
-    async def _check_epoch(self) -> bool:
-        """Read the store's epoch; True if it changed since last read (flushed or
-        replaced: resumes into what was held get explicit errors)."""
+    async def _check_epoch(self) -> None:
+        """Read the store's epoch; note when it changed (flushed or replaced: resumes
+        into what was held get explicit errors, and every lease went with the data)."""
         epoch = await self.store.current_epoch()
         if epoch == self._epoch_seen:
-            return False
+            return
         log.error("store_history_lost", epoch_was=self._epoch_seen, epoch=epoch)
         self._epoch_seen = epoch
         self._flushed_at = time.monotonic()
         if self.history_lost_at is None:
             self.history_lost_at = time.time()
-        return True
+
+    def _flushed_lately(self) -> bool:
+        """The store's data was lost less than a lease ago (this replica saw its epoch
+        change): a lease missing now went with it, not lapsed."""
+        at = self._flushed_at
+        return at is not None and time.monotonic() - at < self.lease_seconds
 
     # ------------------------------------------------------------------ owners
     async def owner_alive(self, owner: str) -> bool:
@@ -189,7 +196,11 @@ class Replicas:
         return await self.store.lease_owner(f"replica:{owner}", time.time()) == owner
 
     async def owner_of(self, session_id: str) -> str:
-        """The live replica holding ``session_id``; SessionNotFound if none does."""
+        """The live replica holding ``session_id``; SessionNotFound if none does; the
+        store waited for a bounded time (then StoreUnavailable)."""
+        return await patiently(self.store, "find a session", lambda: self._owner_of(session_id))
+
+    async def _owner_of(self, session_id: str) -> str:
         record = await self.store.get_session(session_id, time.time())
         if record is None:
             raise SessionNotFound("Session not found")
@@ -204,9 +215,12 @@ class Replicas:
         waiting: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._replies[number] = waiting
         try:
-            await self.store.send(
-                owner, {**encode_request(request), "id": number, "from": self.owner}
-            )
+            try:  # not retried: it may have been delivered
+                await self.store.send(
+                    owner, {**encode_request(request), "id": number, "from": self.owner}
+                )
+            except StoreError as exc:
+                raise unavailable("forward a request", exc) from exc
             async with asyncio.timeout(FORWARD_TIMEOUT_SECONDS):
                 wire = await waiting
         except TimeoutError:
@@ -278,8 +292,7 @@ class Replicas:
         Not for one lease after the store lost its data: the leases went with it, and
         their holders take them again within a third of one."""
         await self._check_epoch()
-        flushed_at = self._flushed_at
-        if flushed_at is not None and time.monotonic() - flushed_at < self.lease_seconds:
+        if self._flushed_lately():
             return 0
         now = time.time()
         owners = {r.owner for r in await self.store.live_streams(None, now)}

@@ -17,7 +17,9 @@ is looked at: nothing tells "exists, but not yours" from "no such stream".
 
 The errors are the core's: 404 for a session id the stream does not belong to,
 ``unknown_stream`` / ``history_truncated`` / ``unknown_position`` otherwise. Nothing here
-writes to the store; a handler owns its tail and ends it when its client goes.
+writes to the store; a handler owns its tail and ends it when its client goes. A store
+that does not answer is waited for a bounded time, then the request is refused with 503
+``store_unavailable`` (:mod:`proxy.store.unavailable`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from proxy.core.tokens import token_matches
 from proxy.downstream.auth import principal_of
 from proxy.sse_writer import SseWriter
 from proxy.store.base import COMPLETED, Entry, Store, StreamRecord
+from proxy.store.unavailable import patiently
 
 log = structlog.get_logger("proxy.stored")
 
@@ -68,7 +71,7 @@ class StoredStreams:
         pos = parse_event_id(last_event_id)
         key = f"{pos.epoch}.{pos.stream}"
         now = time.time()
-        record = await self.store.get_stream(key, now)
+        record = await self._record(key, now)
         if (
             record is None
             or record.session_id != session_id
@@ -83,7 +86,7 @@ class StoredStreams:
             completed=record.state == COMPLETED,
             standalone=pos.stream == STANDALONE,
         )
-        entries = await self.store.read(key, pos.seq, now, REPLAY_CHUNK)
+        entries = await self._read(key, pos.seq, now)
         log.info("stored_stream_resumed", stream=key, after=pos.seq, state=record.state)
         return await self._serve(request, session_id, record, pos.seq, entries, None)
 
@@ -93,10 +96,10 @@ class StoredStreams:
         """Stream ``key`` after ``after`` until it completes (a request another replica
         runs: the events reach this replica through the store)."""
         now = time.time()
-        record = await self.store.get_stream(key, now)
+        record = await self._record(key, now)
         if record is None or record.principal != principal_of(request):
             raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
-        entries = await self.store.read(key, after, now, REPLAY_CHUNK)
+        entries = await self._read(key, after, now)
         return await self._serve(request, session_id, record, after, entries, None)
 
     # ------------------------------------------------------------------ stream/poll, stream/resume
@@ -117,11 +120,13 @@ class StoredStreams:
             record, after = await self._target(msg, header_id, principal_of(request))
             now = time.time()
             if msg.method == seed.POLL:
-                rest = await self.store.summary(record.key, after, now)
+                rest = await patiently(
+                    self.store, "read a stream", lambda: self.store.summary(record.key, after, now)
+                )
                 done = record.state == COMPLETED
                 result = seed.poll_result(record.key, done, rest)
                 return await self._answer(request, session_id, jsonrpc.ok_response(msg.id, result))
-            entries = await self.store.read(record.key, after, now, REPLAY_CHUNK)
+            entries = await self._read(record.key, after, now)
         except ResumeError as exc:
             return await self._answer(request, session_id, exc.to_jsonrpc(msg.id))
         log.info("stored_stream_resumed", stream=record.key, after=after, state=record.state)
@@ -132,7 +137,7 @@ class StoredStreams:
         self, msg: Message, header_id: str | None, principal: str | None
     ) -> tuple[StreamRecord, int]:
         ref = seed.read_ref(msg.params)
-        record = await self.store.get_stream(ref.stream_id, time.time())
+        record = await self._record(ref.stream_id, time.time())
         if record is None or record.principal != principal:
             # Another principal's stream is refused as one that does not exist: even its
             # real token (the token is bound to the principal too) tells nothing more.
@@ -153,6 +158,17 @@ class StoredStreams:
                 )
             after = max(after, pos.seq)
         return record, after
+
+    # ------------------------------------------------------------------ store reads
+    async def _record(self, key: str, now: float) -> StreamRecord | None:
+        return await patiently(
+            self.store, "read a stream record", lambda: self.store.get_stream(key, now)
+        )
+
+    async def _read(self, key: str, after: int, now: float) -> list[Entry]:
+        return await patiently(
+            self.store, "read a stream", lambda: self.store.read(key, after, now, REPLAY_CHUNK)
+        )
 
     # ------------------------------------------------------------------ writing
     def _writer(self, request: web.Request, session_id: str) -> SseWriter:

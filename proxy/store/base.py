@@ -207,6 +207,9 @@ class Store(abc.ABC):
     kind: str = "abstract"
     durable: bool = False  # survives the process (sqlite, redis)
     shared: bool = False  # other processes see the same data (redis)
+    # How long a client's request waits for the store to answer before it is refused
+    # (proxy/store/unavailable.py); store.unavailable_wait_seconds.
+    unavailable_wait: float = 5.0
 
     def __init__(self, limits: StoreLimits) -> None:
         self.limits = limits

@@ -20,15 +20,19 @@ log = structlog.get_logger("proxy.store")
 
 def make_store(config: StoreConfig, limits: StoreLimits) -> Store:
     """The store ``config`` names, not yet opened."""
+    store: Store
     if config.kind == "sqlite":
         from proxy.store.sqlite import SqliteStore
 
-        return SqliteStore(config.path, limits, synchronous=config.synchronous)
-    if config.kind == "redis":
+        store = SqliteStore(config.path, limits, synchronous=config.synchronous)
+    elif config.kind == "redis":
         from proxy.store.redis import RedisStore
 
-        return RedisStore(config.url, config.namespace, limits)
-    return MemoryStore(limits)
+        store = RedisStore(config.url, config.namespace, limits)
+    else:
+        store = MemoryStore(limits)
+    store.unavailable_wait = config.unavailable_wait_seconds
+    return store
 
 
 def _answered_ids(entries: list[Entry]) -> set[str]:
