@@ -272,6 +272,9 @@ class Replicas:
             log.error("replica_message_malformed", sender=asker, error=str(exc))
             refusal = ProxyError(f"this proxy replica cannot read the request: {exc}")
             reply = Refused(refusal.http_status, refusal.to_jsonrpc())
+        except StoreError as exc:  # the store failed the holder: the asker's client hears
+            refused = unavailable("serve a forwarded request", exc)
+            reply = Refused(refused.http_status, refused.to_jsonrpc())
         try:
             await self.store.send(asker, {**encode_reply(reply), "reply_to": number})
         except StoreError as exc:
