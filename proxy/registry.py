@@ -208,7 +208,10 @@ class Registry:
         a write): every session is lost (:meth:`SessionRunner.lose`)."""
         runners = list(self._table.entries())
         for runner in runners:
-            runner.lose()
+            try:
+                runner.lose()
+            except Exception:  # a bug in one session must not keep the others writing
+                runner.log.exception("session_lose_failed")
         log.warning("sessions_lost", sessions=len(runners))
 
     def _own(self, work: Coroutine[Any, Any, None]) -> None:

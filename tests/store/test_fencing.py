@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import time
 
-from proxy.store.base import COMPLETED, LIVE, Batch, Takeover
+from proxy.store.base import COMPLETED, LIVE, Batch, Entry, StreamRecord, Takeover
 from tests.store.conftest import Maker
-from tests.store.test_contract import KEY, entries, opened
 
+KEY = "e0e0e0.1"
 OTHER = "e0e0e0.2"
+
+
+def entries(first: int, last: int) -> list[Entry]:
+    return [Entry(seq, f'{{"n":{seq}}}'.encode()) for seq in range(first, last + 1)]
+
+
+def opened(key: str = KEY, owner: str = "a") -> StreamRecord:
+    return StreamRecord(key, "s1", owner)
 
 
 async def test_a_new_record_takes_its_writers_token_and_only_that_token_writes(
