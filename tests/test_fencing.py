@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
+
+import aiohttp
+from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 from tests.downstream.sse_client import RawSession, messages, read_events
-from tests.proxy_lives import lives, progress_of, read_some, shared
+from tests.downstream.ws_client import Client, initialize
+from tests.proxy_lives import Proxy, lives, progress_of, read_some, shared
 from tests.support import alive, eventually, log_events, tool_call
 
 LEASE = 1.5
@@ -32,22 +38,16 @@ async def test_a_paused_owner_is_fenced_and_never_writes_a_second_answer(
         received, last_id = await read_some(resp, 3)
         resp.close()
         start = last_id.rpartition(".")[0] + ".0"  # the stream from its first event
-        pids = a.upstream_pids()
-        assert len(pids) == 1 and alive(pids[0])
-        a.process.send_signal(signal.SIGSTOP)
-        try:
-            follow = await http.get(b.url, headers=client.headers(**{"Last-Event-ID": last_id}))
-            assert follow.status == 200, await follow.text()
-            rest = messages(await read_events(follow))  # ends once B ended the stream
-            assert rest[-1]["id"] == 7 and rest[-1]["error"]["data"] == {"reason": "owner_lost"}
-            assert alive(pids[0])  # the server still runs the call (its owner is paused)
-        finally:
-            a.process.send_signal(signal.SIGCONT)
-        await eventually(
-            lambda: log_events(a.log_path.read_text(errors="replace"), "lease_lost"),
-            what="the resumed owner to log lease_lost",
-        )
-        await eventually(lambda: not alive(pids[0]), what=f"the owner to stop server {pids[0]}")
+        ws_url = a.url.replace("http://", "ws://").replace("/mcp", "/ws")
+        async with connect(ws_url, subprotocols=[Subprotocol("mcp")], proxy=None) as ws:
+            on_ws = Client(ws)
+            await initialize(on_ws)  # a WebSocket session on A is lost alike
+            pids = a.upstream_pids()
+            assert len(pids) == 2 and all(alive(pid) for pid in pids)
+            rest = await _pause_past_the_lease(a, b, http, client, last_id)
+            assert await on_ws.closed_with() == (4404, "Session not found: it has ended")
+        for pid in pids:
+            await eventually(lambda p=pid: not alive(p), what=f"the owner to stop server {pid}")
         # From the start, on either replica: every event once, one answer, last.
         for url in (b.url, a.url):
             again = await http.get(url, headers=client.headers(**{"Last-Event-ID": start}))
@@ -71,3 +71,24 @@ async def test_a_paused_owner_is_fenced_and_never_writes_a_second_answer(
             await fresh.request(2, "tools/call", {"name": "echo", "arguments": {"text": "k"}})
         )
         assert echo[0]["result"]["content"][0]["text"] == "k"
+
+
+async def _pause_past_the_lease(
+    a: Proxy, b: Proxy, http: aiohttp.ClientSession, client: RawSession, last_id: str
+) -> list[dict[str, Any]]:
+    """SIGSTOP ``a`` until ``b`` ended its call (what ``b`` served after ``last_id``),
+    then SIGCONT; return once ``a`` logged ``lease_lost``."""
+    a.process.send_signal(signal.SIGSTOP)
+    try:
+        follow = await http.get(b.url, headers=client.headers(**{"Last-Event-ID": last_id}))
+        assert follow.status == 200, await follow.text()
+        rest = messages(await read_events(follow))  # ends once B ended the stream
+        assert rest[-1]["id"] == 7 and rest[-1]["error"]["data"] == {"reason": "owner_lost"}
+        assert all(alive(pid) for pid in a.upstream_pids())  # the call runs on, A is paused
+    finally:
+        a.process.send_signal(signal.SIGCONT)
+    await eventually(
+        lambda: log_events(a.log_path.read_text(errors="replace"), "lease_lost"),
+        what="the resumed owner to log lease_lost",
+    )
+    return rest
