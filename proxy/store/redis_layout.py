@@ -106,7 +106,7 @@ def record_of(key: str, fields: dict[bytes, bytes], now: float) -> StreamRecord 
         fields[b"ann"] == b"1",
         expires_at,
         who if isinstance(who, str) else None,
-        fields.get(b"fence", b"").decode(),
+        fence=fields.get(b"fence", b"").decode(),
     )
 
 

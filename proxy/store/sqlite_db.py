@@ -124,7 +124,17 @@ def _stream_record(row: Sequence[Any]) -> StreamRecord:
     key, session_id, owner, state, first, last, request_ids, announced, expires, who, fence = row
     ids = json.loads(request_ids)
     return StreamRecord(
-        key, session_id, owner, state, first, last, ids, bool(announced), expires, who, fence or ""
+        key,
+        session_id,
+        owner,
+        state,
+        first,
+        last,
+        ids,
+        bool(announced),
+        expires,
+        who,
+        fence=fence or "",
     )
 
 
