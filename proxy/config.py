@@ -211,6 +211,9 @@ class StoreConfig:
     # redis: a replica that has not renewed its lease for this long is dead: its
     # sessions end (404) and its live streams end with data.reason owner_lost.
     lease_seconds: Annotated[float, Positive] = 10.0
+    # sqlite, redis: a client's request that finds the store not answering retries for
+    # this long, then gets 503 store_unavailable (with Retry-After), never a 500.
+    unavailable_wait_seconds: Annotated[float, NonNegative] = 5.0
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from proxy.metrics import Metrics
 from proxy.replicas import Replicas, Serve
 from proxy.servers import Server, servers_of
 from proxy.store.base import Store, StoreLimits
+from proxy.store.fencing import Fence
 from proxy.store.open import end_orphans, make_store
 from proxy.store.persist import Persister
 
@@ -83,6 +84,7 @@ class ProxyContext:
         self.budget = ByteBudget(config.sessions.max_buffered_bytes)
         self.servers: dict[str, Server] = servers_of(config)
         self.owner = secrets.token_hex(4)  # this process, as a store sees it
+        self.fence = Fence(self.owner)  # its writes' token (proxy/store/fencing.py)
         sessions = config.sessions
         # The sessions say what they drop (overflow: block keeps what is unacknowledged
         # past the bound); the store's own bound is a backstop well beyond theirs.
@@ -137,12 +139,14 @@ class ProxyContext:
         await store.open()
         retention = self.config.sessions.completed_retention_seconds
         if store.durable:
-            self.persister = Persister(store, self.owner, retention)
+            self.persister = Persister(store, self.owner, retention, self.fence)
             if not store.shared:  # one proxy per file: every live stream is orphaned
-                await end_orphans(store, None, retention, "proxy_restarted")
+                await end_orphans(store, None, retention, "proxy_restarted", fence=self.fence.token)
         if store.shared:
             lease = self.config.store.lease_seconds
-            self.replicas = Replicas(store, self.owner, lease, retention, serve_forwarded)
+            self.replicas = Replicas(
+                store, self.owner, lease, retention, serve_forwarded, self.fence
+            )
             await self.replicas.start()
         log.info("store_opened", store=store.kind, epoch=store.epoch, owner=self.owner)
 

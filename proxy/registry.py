@@ -49,6 +49,7 @@ from proxy.metrics import counts
 from proxy.runtime import SessionRunner
 from proxy.servers import Server
 from proxy.store.base import SessionRecord, StoreError
+from proxy.store.unavailable import patiently
 
 __all__ = ["ANYONE", "Registry", "session_limits", "token_secret"]
 
@@ -97,6 +98,7 @@ class Registry:
         self._none_starting.set()
         self._conn_counter = 0
         self._reaper: set[asyncio.Task[Any]] = set()
+        context.fence.on_lost(self._lose_all)
         metrics = context.metrics
         metrics.watch(metrics.live_streams, lambda: counts(self._table.entries())[0])
         metrics.watch(metrics.buffered_events, lambda: counts(self._table.entries())[1])
@@ -184,7 +186,12 @@ class Registry:
         if context.replicas is not None:  # other replicas find it (and forward to it) by this
             record = SessionRecord(runner.session_id, runner.session.epoch, context.owner)
             record.expires_at = time.time() + SESSION_RECORD_SECONDS
-            await context.store.put_session(record)
+            store = context.store
+            try:
+                await patiently(store, "record a session", lambda: store.put_session(record))
+            except ProxyError:  # the others could not find it: it must not run
+                await runner.end("store unavailable")
+                raise
         runner.log.info(
             "session_created", target=runner.upstream.describe(), upstream_pid=runner.upstream.pid
         )
@@ -197,6 +204,17 @@ class Registry:
         self._own(runner.wait_stopped())
         if self.context.replicas is not None:
             self._own(self._drop_record(runner.session_id))
+
+    def _lose_all(self, stale: str) -> None:
+        """This replica's fencing token went stale (its lease lapsed, or the store refused
+        a write): every session is lost (:meth:`SessionRunner.lose`)."""
+        runners = list(self._table.entries())
+        for runner in runners:
+            try:
+                runner.lose()
+            except Exception:  # a bug in one session must not keep the others writing
+                runner.log.exception("session_lose_failed")
+        log.warning("sessions_lost", sessions=len(runners))
 
     def _own(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)

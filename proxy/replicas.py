@@ -16,6 +16,13 @@ and ending what a dead replica left running (DESIGN.md §9).
   owner's lease is gone, and one of them (the one that takes ``reaper:<owner>``) ends
   them: an error for each request never answered (``data.reason: owner_lost``), the
   seed's end notification if announced, then COMPLETED, resumable until retention ends.
+  Each ending is a takeover of the stream's fencing token (:mod:`proxy.store.fencing`).
+- **A replica that was only paused** (or cut off from Redis) past its lease learns it at
+  its first renewal, which finds the lease lapsed (or at its first write, which the store
+  refuses): its fencing token goes stale, every session it held is lost (upstreams
+  stopped, nothing more written), it takes its lease again, and ends what of its own is
+  still live (``owner_lost``) unless a reaper did. A lease found gone because Redis lost
+  its data (a new epoch) is taken again without that: nobody can have reaped a stream.
 """
 
 from __future__ import annotations
@@ -42,7 +49,9 @@ from proxy.forwarding import (
     encode_request,
 )
 from proxy.store.base import Store, StoreError
+from proxy.store.fencing import Fence
 from proxy.store.open import end_orphans
+from proxy.store.unavailable import patiently, unavailable
 
 log = structlog.get_logger("proxy.replicas")
 
@@ -67,10 +76,22 @@ class Replicas:
     replies it waits for."""
 
     def __init__(
-        self, store: Store, owner: str, lease_seconds: float, retention: float, serve: Serve
+        self,
+        store: Store,
+        owner: str,
+        lease_seconds: float,
+        retention: float,
+        serve: Serve,
+        fence: Fence | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
+        self.fence = fence if fence is not None else Fence(owner)
+        self.fence.on_lost(self._orphan)
+        self._orphaned: list[str] = []  # stale tokens whose live streams are still to end
+        self._renew_now = asyncio.Event()
+        self._epoch_seen = ""
+        self._flushed_at: float | None = None  # monotonic: when the epoch was seen change
         self.lease_seconds = lease_seconds
         self._retention = retention
         self._serve = serve
@@ -86,6 +107,7 @@ class Replicas:
         lease = f"replica:{self.owner}"
         if not await self.store.acquire_lease(lease, self.owner, self.lease_seconds, time.time()):
             raise StoreError(f"the replica lease {lease} is held by another process")
+        self._epoch_seen = self.store.epoch
         for name, loop in (("renew", self._renew), ("inbox", self._listen), ("reap", self._reap)):
             self._tasks.append(asyncio.create_task(loop(), name=f"replicas-{name}"))
         log.info("replica_started", owner=self.owner, lease_seconds=self.lease_seconds)
@@ -108,21 +130,64 @@ class Replicas:
 
     async def _renew(self) -> None:
         while True:
-            await asyncio.sleep(self.lease_seconds / 3)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.lease_seconds / 3):
+                    await self._renew_now.wait()
+            self._renew_now.clear()
             try:
-                held = await self.store.acquire_lease(
-                    f"replica:{self.owner}", self.owner, self.lease_seconds, time.time()
-                )
-                epoch = await self.store.current_epoch()
+                await self.renew_once()
             except StoreError as exc:
                 log.warning("replica_lease_not_renewed", error=str(exc))
-                continue
-            if not held:  # cannot happen while the name is ours alone; say so if it does
-                log.error("replica_lease_lost", owner=self.owner)
-            if epoch != self.store.epoch and self.history_lost_at is None:
-                # Flushed or replaced: resumes into what it held now get explicit errors.
-                self.history_lost_at = time.time()
-                log.error("store_history_lost", epoch_was=self.store.epoch, epoch=epoch)
+
+    def _orphan(self, stale: str) -> None:
+        """The fencing token went stale: end what is still live under it, at once."""
+        self._orphaned.append(stale)
+        self._renew_now.set()
+
+    async def renew_once(self) -> None:
+        """Renew the lease; if it lapsed, lose every session (the fencing token goes
+        stale) and take it again; then end what the stale tokens left live."""
+        lease = f"replica:{self.owner}"
+        held = await self.store.renew_lease(lease, self.owner, self.lease_seconds, time.time())
+        await self._check_epoch()
+        flushed = self._flushed_lately()
+        if not held:
+            if not flushed and not self._orphaned:
+                self.fence.lost("lease_lapsed")  # another replica may be reaping it
+            if not await self.store.acquire_lease(
+                lease, self.owner, self.lease_seconds, time.time()
+            ):  # another process has this replica's name: cannot happen, say so if it does
+                log.error("replica_lease_taken", owner=self.owner)
+                return
+            log.info("replica_lease_taken_again", owner=self.owner, flushed=flushed)
+        while self._orphaned:
+            await end_orphans(
+                self.store,
+                self.owner,
+                self._retention,
+                "owner_lost",
+                fence=self.fence.token,
+                spare=self.fence.token,
+            )
+            self._orphaned.pop(0)
+
+    async def _check_epoch(self) -> None:
+        """Read the store's epoch; note when it changed (flushed or replaced: resumes
+        into what was held get explicit errors, and every lease went with the data)."""
+        epoch = await self.store.current_epoch()
+        if epoch == self._epoch_seen:
+            return
+        log.error("store_history_lost", epoch_was=self._epoch_seen, epoch=epoch)
+        self._epoch_seen = epoch
+        self._flushed_at = time.monotonic()
+        if self.history_lost_at is None:
+            self.history_lost_at = time.time()
+
+    def _flushed_lately(self) -> bool:
+        """The store's data was lost less than a lease ago (this replica saw its epoch
+        change): a lease missing now went with it, not lapsed."""
+        at = self._flushed_at
+        return at is not None and time.monotonic() - at < self.lease_seconds
 
     # ------------------------------------------------------------------ owners
     async def owner_alive(self, owner: str) -> bool:
@@ -131,7 +196,11 @@ class Replicas:
         return await self.store.lease_owner(f"replica:{owner}", time.time()) == owner
 
     async def owner_of(self, session_id: str) -> str:
-        """The live replica holding ``session_id``; SessionNotFound if none does."""
+        """The live replica holding ``session_id``; SessionNotFound if none does; the
+        store waited for a bounded time (then StoreUnavailable)."""
+        return await patiently(self.store, "find a session", lambda: self._owner_of(session_id))
+
+    async def _owner_of(self, session_id: str) -> str:
         record = await self.store.get_session(session_id, time.time())
         if record is None:
             raise SessionNotFound("Session not found")
@@ -146,9 +215,12 @@ class Replicas:
         waiting: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._replies[number] = waiting
         try:
-            await self.store.send(
-                owner, {**encode_request(request), "id": number, "from": self.owner}
-            )
+            try:  # not retried: it may have been delivered
+                await self.store.send(
+                    owner, {**encode_request(request), "id": number, "from": self.owner}
+                )
+            except StoreError as exc:
+                raise unavailable("forward a request", exc) from exc
             async with asyncio.timeout(FORWARD_TIMEOUT_SECONDS):
                 wire = await waiting
         except TimeoutError:
@@ -200,6 +272,9 @@ class Replicas:
             log.error("replica_message_malformed", sender=asker, error=str(exc))
             refusal = ProxyError(f"this proxy replica cannot read the request: {exc}")
             reply = Refused(refusal.http_status, refusal.to_jsonrpc())
+        except StoreError as exc:  # the store failed the holder: the asker's client hears
+            refused = unavailable("serve a forwarded request", exc)
+            reply = Refused(refused.http_status, refused.to_jsonrpc())
         try:
             await self.store.send(asker, {**encode_reply(reply), "reply_to": number})
         except StoreError as exc:
@@ -215,7 +290,13 @@ class Replicas:
                 log.warning("replica_reap_failed", error=str(exc))
 
     async def reap_once(self) -> int:
-        """End the live streams of every replica whose lease lapsed; how many ended."""
+        """End the live streams of every replica whose lease lapsed; how many ended.
+
+        Not for one lease after the store lost its data: the leases went with it, and
+        their holders take them again within a third of one."""
+        await self._check_epoch()
+        if self._flushed_lately():
+            return 0
         now = time.time()
         owners = {r.owner for r in await self.store.live_streams(None, now)}
         ended = 0
@@ -225,5 +306,7 @@ class Replicas:
             if not await self.store.acquire_lease(f"reaper:{owner}", self.owner, 60, now):
                 continue  # another replica is at it
             log.info("replica_lost", owner=owner)
-            ended += await end_orphans(self.store, owner, self._retention, "owner_lost")
+            ended += await end_orphans(
+                self.store, owner, self._retention, "owner_lost", fence=self.fence.token
+            )
         return ended

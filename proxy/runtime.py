@@ -60,6 +60,11 @@ from proxy.upstream import UpstreamContext, open_upstream
 log = structlog.get_logger("proxy.runtime")
 
 
+class ConnFenced(ConnectionError):
+    """This replica lost the connection's session to another (fencing): what waited for
+    the store is never written; the client resumes from the store."""
+
+
 @dataclass(frozen=True, slots=True)
 class CloseMarker:
     retry_ms: int | None
@@ -94,12 +99,23 @@ class ClientConn:
     # A durable store: what is queued may be written once batch ``ticket`` is stored.
     gate: Persister | None = None
     ticket: int = 0
+    fenced: bool = False  # the session was lost (fencing): nothing more is written
 
     async def stored(self) -> None:
         """Wait until everything queued so far is in the store (the wire never runs
-        ahead of it, DESIGN.md §9); at once with the memory store."""
-        if self.gate is not None and self.ticket > self.gate.committed:
+        ahead of it, DESIGN.md §9); at once with the memory store. Raises
+        :class:`ConnFenced` once the session was lost: the store may have refused it."""
+        if self.gate is not None and self.ticket > self.gate.committed and not self.fenced:
             await self.gate.wait(self.ticket)
+        if self.fenced:
+            raise ConnFenced("this replica lost the session (fencing)")
+
+    def fence(self) -> None:
+        """Drop what is queued; :meth:`stored` raises from now on."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queued_bytes = self.replay_left = 0
+        self.fenced = True
 
     def written(self, n: int) -> None:
         """The writer handed ``n`` bytes from the front of the queue to the socket."""
@@ -357,6 +373,19 @@ class SessionRunner:
             self.feed(ClientDelete(reason))
             self.log.info("session_ended", reason=reason)
         await self.wait_stopped()
+
+    def lose(self) -> None:
+        """This replica lost the session's streams (fencing, :mod:`proxy.store.fencing`):
+        end it without another write to the store or to its clients. Its connections end
+        without what waited for the store; its upstream stops; the session is forgotten.
+        Its clients resume from the store, where another replica ended its streams."""
+        if self.session.forgotten:
+            return
+        self._persister = None  # what the core notes from here on stays here
+        for conn in self._conns.values():
+            conn.fence()
+        self.feed(ClientDelete("lease lost"))
+        self.log.warning("session_lost", reason="lease lost")
 
     def shut_down(self) -> None:
         """The proxy stops: answer every request in flight with an error, queue those

@@ -36,8 +36,10 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     │                               spec's code and ``data``: -32020 header mismatch,
     │                               -32021 missing capability, -32022 unsupported
     │                               version, -32601, -32602                   code / given (400)
-    └── OwnerUnreachable            (replicas.py) the replica owning a session
-                                    cannot be reached                         -32000 / 503
+    ├── OwnerUnreachable            (replicas.py) the replica owning a session
+    │                               cannot be reached                         -32000 / 503
+    └── StoreUnavailable            the store (Redis, SQLite) did not answer within
+                                    store.unavailable_wait_seconds            -32000 / 503
 
 Each error knows its JSON-RPC code and HTTP status; transports turn it into wire form at
 exactly one place (``ProxyError.to_jsonrpc``). The codes are named in
@@ -128,6 +130,7 @@ class ProxyError(Exception):
     http_status: int = 500
     reason: str | None = None
     data: Any = None
+    retry_after: float | None = None  # seconds: HTTP says when to come back (Retry-After)
 
     def __init__(
         self,
@@ -283,6 +286,20 @@ class Draining(ProxyError):
         self, message: str = "the proxy is draining: send this to another replica"
     ) -> None:
         super().__init__(message)
+
+
+class StoreUnavailable(ProxyError):
+    """The store could not be read or written for a request within the bounded wait
+    (``store.unavailable_wait_seconds``): ``503`` with ``Retry-After``. Nothing of the
+    request was done that the client could miss; it may send it again."""
+
+    jsonrpc_code = SERVER_ERROR
+    http_status = 503
+    reason = "store_unavailable"
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class UpstreamStartFailed(ProxyError):

@@ -7,7 +7,9 @@
 - ``Host`` and ``Origin`` are checked first (2025-11-25 transports §Security Warning:
   servers MUST validate ``Origin`` and SHOULD bind to localhost, DNS-rebinding defence;
   :mod:`proxy.core.httprules`), and a refusal goes to the endpoint's own
-  :meth:`Endpoint.refuse`, which writes its wire form.
+  :meth:`Endpoint.refuse`, which writes its wire form;
+- a store error no path waited for still becomes a documented refusal (503
+  ``store_unavailable``, :mod:`proxy.store.unavailable`), never an HTTP 500.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from proxy.core import httprules
 from proxy.core.errors import ProxyError
 from proxy.downstream.auth import principal_of
 from proxy.servers import Server
+from proxy.store.base import StoreError
+from proxy.store.unavailable import unavailable
 
 
 class Endpoint(Protocol):
@@ -58,6 +62,9 @@ def endpoint_entry(serve: Handler[E]) -> Handler[E]:
                 httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
             except ProxyError as exc:
                 return await self.refuse(request, exc)
-            return await serve(self, request)
+            try:
+                return await serve(self, request)
+            except StoreError as exc:
+                return await self.refuse(request, unavailable("serve the request", exc))
 
     return handle

@@ -19,7 +19,9 @@ exist (404, ``unknown_stream``), before anything else is looked at: nothing tell
 
 The errors are the core's: 404 for a session id the stream does not belong to,
 ``unknown_stream`` / ``history_truncated`` / ``unknown_position`` otherwise. Nothing here
-writes to the store; a handler owns its tail and ends it when its client goes.
+writes to the store; a handler owns its tail and ends it when its client goes. A store
+that does not answer is waited for a bounded time, then the request is refused with 503
+``store_unavailable`` (:mod:`proxy.store.unavailable`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import structlog
 from aiohttp import web
 
 from proxy.core import jsonrpc, seed
-from proxy.core.errors import ResumeError, SessionNotFound
+from proxy.core.errors import ResumeError, SessionNotFound, StoreUnavailable
 from proxy.core.eventid import format_event_id, parse_event_id
 from proxy.core.jsonrpc import Message
 from proxy.core.protocol import SESSION_HEADER
@@ -45,6 +47,7 @@ from proxy.core.tokens import token_matches
 from proxy.downstream.auth import principal_of
 from proxy.sse_writer import SseWriter
 from proxy.store.base import COMPLETED, Entry, Store, StoreError, StreamRecord
+from proxy.store.unavailable import patiently
 
 log = structlog.get_logger("proxy.stored")
 
@@ -87,7 +90,7 @@ class StoredStreams:
         pos = parse_event_id(last_event_id)
         key = f"{pos.epoch}.{pos.stream}"
         now = time.time()
-        record = await self.store.get_stream(key, now)
+        record = await self._record(key, now)
         if (
             record is None
             or record.session_id != session_id
@@ -102,7 +105,7 @@ class StoredStreams:
             completed=record.state == COMPLETED,
             standalone=pos.stream == STANDALONE,
         )
-        entries = await self.store.read(key, pos.seq, now, REPLAY_CHUNK)
+        entries = await self._read(key, pos.seq, now)
         log.info("stored_stream_resumed", stream=key, after=pos.seq, state=record.state)
         return await self._serve(request, session_id, record, pos.seq, entries, None)
 
@@ -119,13 +122,13 @@ class StoredStreams:
         any replica, after ``retry:``) than an error for a call that goes on."""
         now = time.time()
         try:
-            record = await self.store.get_stream(key, now)
+            record = await self._record(key, now)
             if record is None or not self._readable(record, principal_of(request)):
                 raise ResumeError(
                     "the stream has expired or never existed", reason="unknown_stream"
                 )
-            entries = await self.store.read(key, after, now, REPLAY_CHUNK)
-        except StoreError as exc:
+            entries = await self._read(key, after, now)
+        except (StoreError, StoreUnavailable) as exc:
             if not opening:
                 raise
             log.warning("stored_stream_primed_only", stream=key, error=str(exc))
@@ -150,11 +153,13 @@ class StoredStreams:
             record, after = await self._target(msg, header_id, principal_of(request))
             now = time.time()
             if msg.method == seed.POLL:
-                rest = await self.store.summary(record.key, after, now)
+                rest = await patiently(
+                    self.store, "read a stream", lambda: self.store.summary(record.key, after, now)
+                )
                 done = record.state == COMPLETED
                 result = seed.poll_result(record.key, done, rest)
                 return await self._answer(request, session_id, jsonrpc.ok_response(msg.id, result))
-            entries = await self.store.read(record.key, after, now, REPLAY_CHUNK)
+            entries = await self._read(record.key, after, now)
         except ResumeError as exc:
             return await self._answer(request, session_id, exc.to_jsonrpc(msg.id))
         log.info("stored_stream_resumed", stream=record.key, after=after, state=record.state)
@@ -165,7 +170,7 @@ class StoredStreams:
         self, msg: Message, header_id: str | None, principal: str | None
     ) -> tuple[StreamRecord, int]:
         ref = seed.read_ref(msg.params)
-        record = await self.store.get_stream(ref.stream_id, time.time())
+        record = await self._record(ref.stream_id, time.time())
         if record is None or not self._readable(record, principal):
             # Another principal's (or server's) stream is refused as one that does not
             # exist: even its real token (bound to the principal too) tells nothing more.
@@ -186,6 +191,17 @@ class StoredStreams:
                 )
             after = max(after, pos.seq)
         return record, after
+
+    # ------------------------------------------------------------------ store reads
+    async def _record(self, key: str, now: float) -> StreamRecord | None:
+        return await patiently(
+            self.store, "read a stream record", lambda: self.store.get_stream(key, now)
+        )
+
+    async def _read(self, key: str, after: int, now: float) -> list[Entry]:
+        return await patiently(
+            self.store, "read a stream", lambda: self.store.read(key, after, now, REPLAY_CHUNK)
+        )
 
     # ------------------------------------------------------------------ writing
     def _writer(self, request: web.Request, session_id: str) -> SseWriter:

@@ -30,7 +30,7 @@ from proxy.core.events import ClientGet, ClientPost
 from proxy.core.jsonrpc import Kind, Message
 from proxy.downstream.admission import check_session_reading, post_to_session
 from proxy.registry import Registry
-from proxy.runtime import ClientConn, CloseMarker, Frame, SessionRunner
+from proxy.runtime import ClientConn, CloseMarker, ConnFenced, Frame, SessionRunner
 from proxy.servers import Server
 
 log = structlog.get_logger("proxy.ws")
@@ -239,6 +239,8 @@ class ClientSocket:
                     return
                 if not await self._reattach(v):
                     return
+        except ConnFenced:  # this replica lost the session (fencing): it is over here
+            self._session_over()
         except ConnectionError as exc:
             self.log.debug("client_gone", conn=v.conn.id, error=repr(exc))
         finally:

@@ -29,6 +29,12 @@ Rules every implementation keeps (the contract suite checks each):
   uses: ``unknown_stream``, ``unknown_position``, ``history_truncated``.
 - :meth:`Store.epoch` is minted when the store's data is created; a store that lost its
   data (a new memory store, a deleted file, a flushed Redis) has a new one.
+- **Fencing** (:mod:`proxy.store.fencing`): every record holds the fencing token of its
+  writer (``fence``). A batch carries its writer's token; on each key it touches whose
+  record holds another token, *nothing* of the batch is applied and the key is returned
+  as refused (checked and applied in one atomic step, touching only that stream's keys).
+  A :attr:`Batch.takeovers` entry is the only way to change a record's token: a
+  compare-and-set on a LIVE record's token and ``last_seq``.
 """
 
 from __future__ import annotations
@@ -80,6 +86,8 @@ class StreamRecord:
     # ``upstream:`` alone). None: a record written before servers were recorded (see
     # :func:`proxy.core.stream_access.may_read` for who may read it).
     server: str | None = None
+    # The fencing token of the writer that holds it ("" before fencing existed).
+    fence: str = ""
 
     @property
     def number(self) -> int:
@@ -99,6 +107,27 @@ class SessionRecord:
     expires_at: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    """What a record must hold for a batch to take it over (a compare-and-set)."""
+
+    fence: str  # its current token
+    last_seq: int  # its last entry (the ending appended after it was computed from it)
+
+
+def refused_by(record: StreamRecord | None, key: str, batch: Batch) -> bool:
+    """Whether fencing refuses ``batch`` on ``key``, whose live record is ``record`` (None:
+    none): a takeover whose expectation fails, or a record of another writer's token."""
+    takeover = batch.takeovers.get(key)
+    if takeover is not None:
+        return record is None or not (
+            record.state == LIVE
+            and record.fence == takeover.fence
+            and record.last_seq == takeover.last_seq
+        )
+    return record is not None and record.fence != batch.fence
+
+
 @dataclass(slots=True)
 class Batch:
     """Everything one loop turn of one or more sessions changed, committed at once.
@@ -111,6 +140,13 @@ class Batch:
     it, never past ``last_seq + 1``; the session decides what is dropped, the store
     follows), ``completed`` (state COMPLETED and the new ``expires_at``), ``dropped``
     (record and log gone).
+
+    Fencing: ``fence`` is the writer's token and ``owner`` the writer (a record an append
+    re-creates after a lost history names them). A key whose record holds another token
+    is refused whole (:meth:`Store.commit` returns it); a new record takes ``fence``.
+    ``takeovers`` (key -> :class:`Takeover`) first move a LIVE record whose token and
+    ``last_seq`` are as expected to ``fence`` (a reaper ending a lost replica's stream),
+    else the key is refused.
     """
 
     streams: list[StreamRecord] = field(default_factory=list)
@@ -118,9 +154,41 @@ class Batch:
     completed: dict[str, float] = field(default_factory=dict)  # key -> expires_at
     dropped: list[str] = field(default_factory=list)
     trimmed: dict[str, int] = field(default_factory=dict)  # key -> first seq kept
+    fence: str = ""  # the writer's fencing token
+    owner: str = ""  # the writer
+    takeovers: dict[str, Takeover] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.streams or self.appends or self.trimmed or self.completed or self.dropped)
+        return bool(
+            self.streams
+            or self.appends
+            or self.trimmed
+            or self.completed
+            or self.dropped
+            or self.takeovers
+        )
+
+    def touched(self) -> list[str]:
+        """Every key the batch touches, once, in the order first named."""
+        found = dict.fromkeys(r.key for r in self.streams)
+        for named in (self.takeovers, self.appends, self.trimmed, self.completed, self.dropped):
+            found.update(dict.fromkeys(named))
+        return list(found)
+
+    def without(self, refused: set[str]) -> Batch:
+        """This batch with nothing for the ``refused`` keys (what a store applies)."""
+        if not refused:
+            return self
+        return Batch(
+            [r for r in self.streams if r.key not in refused],
+            {k: v for k, v in self.appends.items() if k not in refused},
+            {k: v for k, v in self.completed.items() if k not in refused},
+            [k for k in self.dropped if k not in refused],
+            {k: v for k, v in self.trimmed.items() if k not in refused},
+            self.fence,
+            self.owner,
+            {k: v for k, v in self.takeovers.items() if k not in refused},
+        )
 
     def events(self) -> int:
         return sum(len(v) for v in self.appends.values())
@@ -143,6 +211,9 @@ class Store(abc.ABC):
     kind: str = "abstract"
     durable: bool = False  # survives the process (sqlite, redis)
     shared: bool = False  # other processes see the same data (redis)
+    # How long a client's request waits for the store to answer before it is refused
+    # (proxy/store/unavailable.py); store.unavailable_wait_seconds.
+    unavailable_wait: float = 5.0
 
     def __init__(self, limits: StoreLimits) -> None:
         self.limits = limits
@@ -169,8 +240,11 @@ class Store(abc.ABC):
 
     # ------------------------------------------------------------------ logs
     @abc.abstractmethod
-    async def commit(self, batch: Batch, now: float) -> None:
-        """Apply ``batch`` atomically; return once durable. ``now``: unix seconds."""
+    async def commit(self, batch: Batch, now: float) -> list[str]:
+        """Apply ``batch`` atomically; return once durable. ``now``: unix seconds.
+
+        Returns the keys refused by fencing (nothing of the batch was applied to them);
+        empty when the writer's token holds on every key."""
 
     @abc.abstractmethod
     async def get_stream(self, key: str, now: float) -> StreamRecord | None:
@@ -217,6 +291,11 @@ class Store(abc.ABC):
     async def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
         """Take ``name`` for ``owner`` for ``ttl`` seconds if it is free, expired, or
         already ``owner``'s (then it is renewed). True if ``owner`` holds it now."""
+
+    @abc.abstractmethod
+    async def renew_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
+        """Extend ``name`` by ``ttl`` if ``owner`` holds it now; False (and nothing taken)
+        if it lapsed or another holds it: the holder learns that it lost it."""
 
     @abc.abstractmethod
     async def release_lease(self, name: str, owner: str) -> None:

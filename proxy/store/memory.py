@@ -29,6 +29,7 @@ from proxy.store.base import (
     StreamRecord,
     check_read,
     count_marks,
+    refused_by,
 )
 from proxy.store.wakeup import Wakeups
 
@@ -64,9 +65,19 @@ class MemoryStore(Store):
         self._streams.pop(key, None)
         self._logs.pop(key, None)
 
-    async def commit(self, batch: Batch, now: float) -> None:
+    async def commit(self, batch: Batch, now: float) -> list[str]:
         self._now = max(self._now, now)
+        refused = [k for k in batch.touched() if refused_by(self._record(k, now), k, batch)]
+        batch = batch.without(set(refused))
+        self._apply(batch, now)
+        return refused
+
+    def _apply(self, batch: Batch, now: float) -> None:
         live_until = now + self.limits.live_ttl
+        for key in batch.takeovers:
+            taken = self._record(key, now)
+            assert taken is not None, "refused_by refuses a takeover of no record"
+            taken.fence = batch.fence
         for record in batch.streams:
             known = self._record(record.key, now)
             if known is not None:
@@ -76,7 +87,10 @@ class MemoryStore(Store):
                 continue
             expires_at = record.expires_at if record.expires_at is not None else live_until
             self._streams[record.key] = dataclasses.replace(
-                record, request_ids=list(record.request_ids), expires_at=expires_at
+                record,
+                request_ids=list(record.request_ids),
+                expires_at=expires_at,
+                fence=batch.fence,
             )
             self._logs.setdefault(record.key, deque())
         for key, entries in batch.appends.items():
@@ -84,7 +98,9 @@ class MemoryStore(Store):
                 continue
             found = self._record(key, now)
             if found is None:  # no record: its history was lost, keep what comes
-                found = StreamRecord(key, "", first_seq=entries[0].seq)
+                found = StreamRecord(
+                    key, "", batch.owner, first_seq=entries[0].seq, fence=batch.fence
+                )
                 self._streams[key] = found
             record = found
             log = self._logs.setdefault(key, deque())
@@ -186,6 +202,13 @@ class MemoryStore(Store):
     async def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
         held = self._leases.get(name)
         if held is not None and held[0] != owner and held[1] > now:
+            return False
+        self._leases[name] = (owner, now + ttl)
+        return True
+
+    async def renew_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
+        held = self._leases.get(name)
+        if held is None or held[0] != owner or held[1] <= now:
             return False
         self._leases[name] = (owner, now + ttl)
         return True

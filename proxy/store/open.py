@@ -12,7 +12,7 @@ from proxy.config import StoreConfig
 from proxy.core import jsonrpc, seed
 from proxy.core.errors import LostReason, lost_answer
 from proxy.core.stream import Mark
-from proxy.store.base import Batch, Entry, Store, StoreLimits, StreamRecord
+from proxy.store.base import LIVE, Batch, Entry, Store, StoreLimits, StreamRecord, Takeover
 from proxy.store.memory import MemoryStore
 
 log = structlog.get_logger("proxy.store")
@@ -20,15 +20,19 @@ log = structlog.get_logger("proxy.store")
 
 def make_store(config: StoreConfig, limits: StoreLimits) -> Store:
     """The store ``config`` names, not yet opened."""
+    store: Store
     if config.kind == "sqlite":
         from proxy.store.sqlite import SqliteStore
 
-        return SqliteStore(config.path, limits, synchronous=config.synchronous)
-    if config.kind == "redis":
+        store = SqliteStore(config.path, limits, synchronous=config.synchronous)
+    elif config.kind == "redis":
         from proxy.store.redis import RedisStore
 
-        return RedisStore(config.url, config.namespace, limits)
-    return MemoryStore(limits)
+        store = RedisStore(config.url, config.namespace, limits)
+    else:
+        store = MemoryStore(limits)
+    store.unavailable_wait = config.unavailable_wait_seconds
+    return store
 
 
 def _answered_ids(entries: list[Entry]) -> set[str]:
@@ -70,21 +74,57 @@ def ending_of(record: StreamRecord, entries: list[Entry], reason: str) -> list[E
     return [Entry(seq, payload, mark) for seq, (payload, mark) in enumerate(payloads, first)]
 
 
-async def end_orphans(store: Store, owner: str | None, retention: float, reason: str) -> int:
-    """End every LIVE stream of ``owner`` (None: of anyone): a clean ending for each
-    request a dead proxy never answered, then COMPLETED with ``retention`` to be resumed.
-    """
+ENDING_ATTEMPTS = 3
+"""How often an ending is computed again when its stream moved meanwhile (its old owner
+woke up and wrote once more before it learned it is fenced)."""
+
+
+async def end_orphans(
+    store: Store,
+    owner: str | None,
+    retention: float,
+    reason: str,
+    *,
+    fence: str = "",
+    spare: str | None = None,
+) -> int:
+    """End every LIVE stream of ``owner`` (None: of anyone) but those whose token is
+    ``spare``: a clean ending for each request a dead proxy never answered, then COMPLETED
+    with ``retention`` to be resumed. Each is a takeover to ``fence`` (this writer's
+    token): its old writer can append nothing after it (:mod:`proxy.store.fencing`)."""
     now = time.time()
     records = await store.live_streams(owner, now)
+    ended = 0
     for record in records:
+        if record.fence != spare and await _end_orphan(store, record, retention, reason, fence):
+            ended += 1
+    if ended:
+        log.info("store_orphans_ended", streams=ended, reason=reason)
+    return ended
+
+
+async def _end_orphan(
+    store: Store, record: StreamRecord, retention: float, reason: str, fence: str
+) -> bool:
+    """Take ``record`` over and end it; False if another writer ended it first."""
+    found: StreamRecord | None = record
+    for _ in range(ENDING_ATTEMPTS):
+        assert found is not None
+        now = time.time()
         entries: list[Any] = []
-        if record.last_seq >= record.first_seq:
-            entries = await store.read(record.key, record.first_seq - 1, now)
-        ending = ending_of(record, entries, reason)
-        batch = Batch(completed={record.key: now + retention})
+        if found.last_seq >= found.first_seq:
+            entries = await store.read(found.key, found.first_seq - 1, now)
+        ending = ending_of(found, entries, reason)
+        takeover = Takeover(found.fence, found.last_seq)
+        batch = Batch(
+            completed={found.key: now + retention}, takeovers={found.key: takeover}, fence=fence
+        )
         if ending:
-            batch.appends[record.key] = ending
-        await store.commit(batch, now)
-    if records:
-        log.info("store_orphans_ended", streams=len(records), reason=reason)
-    return len(records)
+            batch.appends[found.key] = ending
+        if not await store.commit(batch, now):
+            return True
+        found = await store.get_stream(found.key, time.time())
+        if found is None or found.state != LIVE:
+            return False  # ended (or gone) by another: nothing to add
+    log.warning("store_orphan_not_ended", stream=record.key, reason=reason)
+    return False

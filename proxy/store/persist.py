@@ -17,6 +17,12 @@ milliseconds for the events that usually follow, unless a replica waits for it.
 
 Only durable stores get a persister: with the memory store the session's own logs are
 the record, and nothing is copied.
+
+Fencing (:mod:`proxy.store.fencing`): each batch carries the token in force when it was
+taken for commit. A commit that comes back with refused keys, under the token still in
+force, means another replica ended those streams: the token goes stale (every session is
+lost, :meth:`Fence.lost`) before any writer waiting for that batch is let go, and what
+was gathered under it is dropped (its events never reach a client).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from proxy.store.base import Batch, Entry, Store, StoreError, StreamRecord
+from proxy.store.fencing import Fence
 
 if TYPE_CHECKING:
     from proxy.core.journal import Journal
@@ -46,9 +53,13 @@ RETRY_MAX_SECONDS = 2.0
 class Persister:
     """Owns the commits to one store: at most one in flight, in ticket order."""
 
-    def __init__(self, store: Store, owner: str, retention: float) -> None:
+    def __init__(
+        self, store: Store, owner: str, retention: float, fence: Fence | None = None
+    ) -> None:
         self.store = store
         self.owner = owner
+        self.fence = fence if fence is not None else Fence(owner)
+        self.fence.on_lost(self._discard)
         self._retention = retention
         self._batch = Batch()
         self._open = 1  # the ticket of the batch being gathered
@@ -130,6 +141,7 @@ class Persister:
             self.committed = self._open - 1
             return
         batch, ticket = self._batch, self._open
+        batch.fence, batch.owner = self.fence.token, self.owner
         self._batch = Batch()
         self._open += 1
         self._inflight = asyncio.create_task(self._commit(batch, ticket))
@@ -138,7 +150,7 @@ class Persister:
         delay = RETRY_FIRST_SECONDS
         while True:
             try:
-                await self.store.commit(batch, time.time())
+                refused = await self.store.commit(batch, time.time())
                 break
             except StoreError as exc:
                 if self.last_error is None:
@@ -149,6 +161,12 @@ class Persister:
         if self.last_error is not None:
             log.info("store_available", store=self.store.kind)
             self.last_error = None
+        if refused:  # before any writer waiting for this batch goes on
+            log.warning(
+                "store_write_refused", streams=refused, stale=batch.fence != self.fence.token
+            )
+            if batch.fence == self.fence.token:
+                self.fence.lost("write_refused")
         self.events += batch.events()
         self.committed = ticket
         self._inflight = None
@@ -159,6 +177,16 @@ class Persister:
             self.committed = self._open - 1
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+
+    def _discard(self, stale: str) -> None:
+        """The sessions that noted what is gathered are lost: drop it, and let go whoever
+        waits for it (their connections are fenced: they write none of it)."""
+        self._batch = Batch()
+        if self._inflight is None:  # else its end lets them go
+            self._open += 1
+            self.committed = self._open - 1
+            changed, self._changed = self._changed, asyncio.Event()
+            changed.set()
 
     async def wait(self, ticket: int, *, hurry: bool = False) -> None:
         """Return once batch ``ticket`` (and every one before it) is in the store;

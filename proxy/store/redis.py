@@ -62,7 +62,7 @@ from proxy.store.redis_layout import (
     record_of,
     text,
 )
-from proxy.store.redis_lua import ACQUIRE_LUA, COMMIT_LUA, EPOCH_LUA, RELEASE_LUA
+from proxy.store.redis_lua import ACQUIRE_LUA, COMMIT_LUA, EPOCH_LUA, RELEASE_LUA, RENEW_LUA
 
 MIN_MAJOR = 7  # XADD <seq>-1, PEXPIRETIME, SET PXAT, script shebangs
 TAIL_BATCH = 1000  # entries per batch a tail yields
@@ -123,6 +123,7 @@ class RedisStore(Store):
         self._epoch_script = self._client.register_script(EPOCH_LUA)
         self._acquire_script = self._client.register_script(ACQUIRE_LUA)
         self._release_script = self._client.register_script(RELEASE_LUA)
+        self._renew_script = self._client.register_script(RENEW_LUA)
         with self._failing("open"):
             info = await self._client.info("server")
             version = str(info.get("redis_version", "0"))
@@ -131,7 +132,7 @@ class RedisStore(Store):
                     f"redis at {self._where} is version {version}: the store needs Redis "
                     f">= {MIN_MAJOR} (or Valkey)"
                 )
-            for script in (COMMIT_LUA, EPOCH_LUA, ACQUIRE_LUA, RELEASE_LUA):
+            for script in (COMMIT_LUA, EPOCH_LUA, ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA):
                 await self._client.script_load(script)
         self._epoch = await self.current_epoch()
 
@@ -177,12 +178,13 @@ class RedisStore(Store):
         return self._layout.stream(key)
 
     # ------------------------------------------------------------------ logs
-    async def commit(self, batch: Batch, now: float) -> None:
+    async def commit(self, batch: Batch, now: float) -> list[str]:
         if not batch:
-            return
+            return []
         keys, args = commit_call(self._layout, batch, now, self.limits)
         with self._failing("commit"):
-            await self._commit_script(keys, args)
+            refused = await self._commit_script(keys, args)
+        return [text(key) for key in cast(list[bytes], refused)]
 
     async def get_stream(self, key: str, now: float) -> StreamRecord | None:
         with self._failing("read a stream record"):
@@ -332,6 +334,13 @@ class RedisStore(Store):
                 [self._key("lease", name)], [owner, max(1, round(ttl * 1000))]
             )
         return bool(taken)
+
+    async def renew_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
+        with self._failing("renew a lease"):
+            renewed = await self._renew_script(
+                [self._key("lease", name)], [owner, max(1, round(ttl * 1000))]
+            )
+        return bool(renewed)
 
     async def release_lease(self, name: str, owner: str) -> None:
         with self._failing("release a lease"):

@@ -20,6 +20,7 @@ key                      type    what, and its TTL
                                  in records written before it existed: ``null``)
                                  ``srv`` (the server, JSON: ``null`` or a string;
                                  absent in records written before it: ``null``);
+                                 ``fence`` (its writer's fencing token; absent: "");
                                  until ``exp``: now + ``live_ttl`` on every append
                                  while LIVE, the given ``expires_at`` once COMPLETED
 ``<ns>:log:<key>``       stream  its entries, id ``<seq>-1``, fields ``p`` (payload)
@@ -109,6 +110,7 @@ def record_of(key: str, fields: dict[bytes, bytes], now: float) -> StreamRecord 
         expires_at,
         who if isinstance(who, str) else None,
         srv if isinstance(srv, str) else None,
+        fence=fields.get(b"fence", b"").decode(),
     )
 
 
@@ -133,6 +135,9 @@ def commit_call(
         appends += (slot(key), len(entries))
         for e in entries:  # b"%d": an IntFlag mark would go as its repr
             appends += (b"%d" % e.seq, e.payload, b"%d" % e.mark)
+    takeovers = [
+        x for key, t in batch.takeovers.items() for x in (slot(key), t.fence, b"%d" % t.last_seq)
+    ]
     trimmed = [x for key, first in batch.trimmed.items() for x in (slot(key), first)]
     completed = [x for key, at in batch.completed.items() for x in (slot(key), ms(at))]
     dropped = [slot(key) for key in batch.dropped]
@@ -142,7 +147,8 @@ def commit_call(
         keys += (names.record, names.log, names.wake)
     header: list[Any] = [ms(now), ms(now + limits.live_ttl), limits.max_events]
     header += (ms(EPOCH_TTL_S), WAKE_TTL_MS, len(slots), *slots)
-    args = [*header, len(batch.streams), *puts, len(appended), *appends]
+    fencing = [batch.fence, batch.owner, len(batch.takeovers), *takeovers]
+    args = [*header, *fencing, len(batch.streams), *puts, len(appended), *appends]
     args += (len(batch.trimmed), *trimmed, len(batch.completed), *completed)
     args += (len(dropped), *dropped)
     return keys, args

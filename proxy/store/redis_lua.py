@@ -3,10 +3,11 @@ server, so a batch is applied whole or not at all."""
 
 # Commit one Batch. KEYS: 1 epoch, 2 live index, then per stream i (1-based):
 # 3i record, 3i+1 log, 3i+2 wake. ARGV: now_ms, live_until_ms, max_events, epoch_ttl_ms,
-# wake_ttl_ms, n, n stream keys; then puts (count, 11 fields each: i session owner state
-# first last rids ann exp_ms|'' who srv), appends (count, then per stream: i, n, n x (seq
-# payload mark)), trimmed (count, i first each), completed (count, i exp_ms each), dropped (count,
-# i each).
+# wake_ttl_ms, n, n stream keys; then fencing (the writer's token, the writer, takeovers:
+# count, then i fence last each); then puts (count, 11 fields each: i session owner state
+# first last rids ann exp_ms|'' who srv), appends (count, then per stream: i, n, n x (seq payload
+# mark)), trimmed (count, i first each), completed (count, i exp_ms each), dropped (count,
+# i each). Returns the names of the keys fencing refused (nothing was applied to them).
 COMMIT_LUA = """#!lua
 local now, live_until = tonumber(ARGV[1]), ARGV[2]
 local max_events, wake_ttl = tonumber(ARGV[3]), ARGV[5]
@@ -50,6 +51,34 @@ local function load(i)
   return r
 end
 
+-- Fencing: a key whose record holds another writer's token, or whose takeover finds
+-- it not LIVE with the expected token and last seq, is refused whole (only its own keys
+-- are read). A takeover passed gives the record the writer's token.
+local fence, writer = take(), take()
+local taking = {}
+for _ = 1, tonumber(take()) do
+  local i = tonumber(take())
+  taking[i] = {take(), take()}
+end
+local refused, refused_names = {}, {}
+for i = 1, nkeys do
+  local r = redis.call('HMGET', rec(i), 'state', 'last', 'exp', 'fence')
+  local known = r[1] and tonumber(r[3]) > now
+  local t = taking[i]
+  local no
+  if t then
+    no = not (known and r[1] == 'live' and (r[4] or '') == t[1] and r[2] == t[2])
+  else
+    no = known and (r[4] or '') ~= fence
+  end
+  if no then
+    refused[i] = true
+    table.insert(refused_names, name(i))
+  elseif t then
+    redis.call('HSET', rec(i), 'fence', fence)
+  end
+end
+
 local function newest(l)
   local top = redis.call('XREVRANGE', l, '+', '-', 'COUNT', 1)[1]
   return top and tonumber(string.match(top[1], '^%d+')) or 0
@@ -63,8 +92,8 @@ local function append(i, base, count)
     state, last, at = r[1], tonumber(r[2]), r[3]
   else -- no record: its history was lost, keep what comes
     redis.call('DEL', l)
-    redis.call('HSET', rec(i), 'session', '', 'owner', '', 'state', 'live', 'rids', '[]',
-      'ann', '0')
+    redis.call('HSET', rec(i), 'session', '', 'owner', writer, 'state', 'live', 'rids', '[]',
+      'ann', '0', 'fence', fence)
   end
   local top = newest(l)
   for j = base + 1, base + 3 * count, 3 do
@@ -93,27 +122,28 @@ for _ = 1, tonumber(take()) do
   local i, session, owner, state = tonumber(take()), take(), take(), take()
   local first, last, rids, ann, at, who = take(), take(), take(), take(), take(), take()
   local srv = take()
-  if load(i) then -- known: positions, state, expiry and log stay
+  if refused[i] then -- nothing
+  elseif load(i) then -- known: positions, state, expiry and log stay
     redis.call('HSET', rec(i), 'session', session, 'owner', owner, 'rids', rids, 'ann', ann,
       'who', who, 'srv', srv)
   else
     if at == '' then at = live_until end
     redis.call('HSET', rec(i), 'session', session, 'owner', owner, 'state', state,
       'first', first, 'last', last, 'rids', rids, 'ann', ann, 'exp', at, 'who', who,
-      'srv', srv)
+      'srv', srv, 'fence', fence)
     expire(i, state, at)
   end
-  wake(i)
+  if not refused[i] then wake(i) end
 end
 for _ = 1, tonumber(take()) do
   local i, count = tonumber(take()), tonumber(take())
-  append(i, pos, count)
+  if not refused[i] then append(i, pos, count) end
   pos = pos + 3 * count
 end
 for _ = 1, tonumber(take()) do
   local i, keep = tonumber(take()), tonumber(take())
   local r = redis.call('HMGET', rec(i), 'first', 'last')
-  if r[1] then
+  if r[1] and not refused[i] then
     local first = math.max(tonumber(r[1]), math.min(keep, tonumber(r[2]) + 1))
     redis.call('XTRIM', log(i), 'MINID', string.format('%d', first) .. '-0')
     redis.call('HSET', rec(i), 'first', string.format('%d', first))
@@ -122,20 +152,24 @@ for _ = 1, tonumber(take()) do
 end
 for _ = 1, tonumber(take()) do
   local i, at = tonumber(take()), take()
-  if load(i) then
-    redis.call('HSET', rec(i), 'state', 'completed', 'exp', at)
-    expire(i, 'completed', at)
+  if not refused[i] then
+    if load(i) then
+      redis.call('HSET', rec(i), 'state', 'completed', 'exp', at)
+      expire(i, 'completed', at)
+    end
+    wake(i)
   end
-  wake(i)
 end
 for _ = 1, tonumber(take()) do
   local i = tonumber(take())
-  drop(i)
-  wake(i)
+  if not refused[i] then
+    drop(i)
+    wake(i)
+  end
 end
 redis.call('ZREMRANGEBYSCORE', live, '-inf', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return 0
+return refused_names
 """
 
 # The epoch, minted when missing (a new or flushed Redis); its TTL refreshed.
@@ -154,6 +188,13 @@ ACQUIRE_LUA = """#!lua
 local held = redis.call('GET', KEYS[1])
 if held and held ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+# Extend a lease ARGV[1] holds now; 0 (nothing taken) if it lapsed or another holds it.
+RENEW_LUA = """#!lua
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 

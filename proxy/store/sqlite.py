@@ -124,12 +124,12 @@ class SqliteStore(Store):
             self._lock.release()
 
     # ------------------------------------------------------------------ logs
-    async def commit(self, batch: Batch, now: float) -> None:
+    async def commit(self, batch: Batch, now: float) -> list[str]:
         self._now = max(self._now, now)
         if not batch:
-            return
+            return []
         try:
-            await self._call(Database.commit, batch, now)
+            return await self._call(Database.commit, batch, now)
         finally:
             # Also on failure or cancellation: a tail only re-reads, and its read queues
             # behind this commit on the one thread.
@@ -178,6 +178,9 @@ class SqliteStore(Store):
 
     async def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
         return await self._call(Database.acquire_lease, name, owner, ttl, now)
+
+    async def renew_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
+        return await self._call(Database.renew_lease, name, owner, ttl, now)
 
     async def release_lease(self, name: str, owner: str) -> None:
         await self._call(Database.release_lease, name, owner)

@@ -5,7 +5,7 @@ Schema (``PRAGMA user_version`` = 1)::
 
     meta(name PRIMARY KEY, value)                   -- 'epoch': minted with the file
     streams(key PRIMARY KEY, session_id, owner, state, first_seq, last_seq,
-            request_ids JSON, announced, expires_at, principal, server)
+            request_ids JSON, announced, expires_at, principal, server, fence)
     events(key, seq, mark, payload BLOB, PRIMARY KEY(key, seq))
     sessions(session_id PRIMARY KEY, epoch, owner, protocol_version, expires_at)
     leases(name PRIMARY KEY, owner, expires_at)
@@ -17,9 +17,10 @@ treated as absent by every read and deleted by :meth:`SqliteStore.sweep` (a stre
 its events).
 
 Columns added after version 1 was first written (``streams.principal``: NULL, nobody's;
-``streams.server``: NULL, made before servers were recorded) are nullable and added when
-a file without them is opened (:data:`_ADDED_COLUMNS`); every statement names its
-columns, so a file stays readable by the versions on either side.
+``streams.server``: NULL, made before servers were recorded; ``streams.fence``: NULL, the
+writers' token before fencing existed, read as "") are nullable and added when a file
+without them is opened (:data:`_ADDED_COLUMNS`); every statement names its columns, so a
+file stays readable by the versions on either side.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from proxy.store.base import (
     StoreLimits,
     StreamRecord,
     check_read,
+    refused_by,
 )
 
 T = TypeVar("T")
@@ -74,16 +76,20 @@ _SCHEMA = (
 )
 
 # (table, column, its declaration): added on open to a file made before they existed.
-_ADDED_COLUMNS = (("streams", "principal", "TEXT"), ("streams", "server", "TEXT"))
+_ADDED_COLUMNS = (
+    ("streams", "principal", "TEXT"),
+    ("streams", "server", "TEXT"),
+    ("streams", "fence", "TEXT"),
+)
 
 _ALIVE = "(expires_at IS NULL OR expires_at > :now)"
 _STREAM_COLUMNS = (
     "key, session_id, owner, state, first_seq, last_seq, request_ids, announced, expires_at,"
-    " principal, server"
+    " principal, server, fence"
 )
-_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
 _MAKE_STREAM = (
-    f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+    f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id,"
     " principal = excluded.principal, server = excluded.server, owner = excluded.owner,"
     " request_ids = excluded.request_ids, announced = excluded.announced"
@@ -116,15 +122,27 @@ def _stream_row(record: StreamRecord) -> tuple[Any, ...]:
         record.expires_at,
         record.principal,
         record.server,
+        record.fence,
     )
 
 
 def _stream_record(row: Sequence[Any]) -> StreamRecord:
-    key, session_id, owner, state, first, last, request_ids, announced, expires, *whose = row
-    principal, server = whose
+    key, session_id, owner, state, first, last, request_ids, announced, expires, *rest = row
+    principal, server, fence = rest
     ids = json.loads(request_ids)
     return StreamRecord(
-        key, session_id, owner, state, first, last, ids, bool(announced), expires, principal, server
+        key,
+        session_id,
+        owner,
+        state,
+        first,
+        last,
+        ids,
+        bool(announced),
+        expires,
+        principal,
+        server,
+        fence=fence or "",
     )
 
 
@@ -258,10 +276,17 @@ class Database:
         return str(row[0])
 
     # ------------------------------------------------------------------ commit
-    def commit(self, batch: Batch, now: float) -> None:
+    def commit(self, batch: Batch, now: float) -> list[str]:
+        """Apply ``batch`` in one transaction; the keys fencing refused (nothing applied)."""
         with self._transaction():
-            self._put_streams(batch.streams, now)
-            self._append(batch.appends, now)
+            refused = [k for k in batch.touched() if refused_by(self.stream(k, now), k, batch)]
+            batch = batch.without(set(refused))
+            self.conn.executemany(
+                "UPDATE streams SET fence = ? WHERE key = ?",
+                [(batch.fence, key) for key in batch.takeovers],
+            )
+            self._put_streams(batch.streams, batch.fence, now)
+            self._append(batch.appends, batch, now)
             trims = [(first, key) for key, first in batch.trimmed.items()]
             self.conn.executemany(
                 "UPDATE streams SET first_seq = max(first_seq, min(?, last_seq + 1)) WHERE key = ?",
@@ -283,8 +308,9 @@ class Database:
             dropped = [(key,) for key in batch.dropped]
             self.conn.executemany("DELETE FROM streams WHERE key = ?", dropped)
             self.conn.executemany("DELETE FROM events WHERE key = ?", dropped)
+        return refused
 
-    def _put_streams(self, records: Sequence[StreamRecord], now: float) -> None:
+    def _put_streams(self, records: Sequence[StreamRecord], fence: str, now: float) -> None:
         """A new key: the record as given; a known key: only who it belongs to and what
         it answers change (its positions, state, expiry and log stay)."""
         if not records:
@@ -301,12 +327,18 @@ class Database:
         )
         live_until = now + self.limits.live_ttl
         rows = [
-            _stream_row(r if r.expires_at is not None else replace(r, expires_at=live_until))
+            _stream_row(
+                replace(
+                    r,
+                    expires_at=live_until if r.expires_at is None else r.expires_at,
+                    fence=fence,
+                )
+            )
             for r in records
         ]
         self.conn.executemany(_MAKE_STREAM, rows)
 
-    def _append(self, appends: dict[str, list[Entry]], now: float) -> None:
+    def _append(self, appends: dict[str, list[Entry]], batch: Batch, now: float) -> None:
         live_until = now + self.limits.live_ttl
         records: list[tuple[Any, ...]] = []
         inserts: list[tuple[str, int, bytes, int]] = []
@@ -315,7 +347,7 @@ class Database:
         for key, entries in appends.items():
             if not entries:
                 continue
-            record, oldest = self._load_for_append(key, entries[0].seq, now)
+            record, oldest = self._load_for_append(key, entries[0].seq, batch, now)
             plan = plan_append(record, oldest, entries, self.limits.max_events)
             if record.state == LIVE:
                 record.expires_at = live_until
@@ -332,7 +364,9 @@ class Database:
         )
         self.conn.executemany(_PUT_STREAM, records)
 
-    def _load_for_append(self, key: str, first: int, now: float) -> tuple[StreamRecord, int | None]:
+    def _load_for_append(
+        self, key: str, first: int, batch: Batch, now: float
+    ) -> tuple[StreamRecord, int | None]:
         """The key's record and its oldest stored seq; a new record if it has none."""
         row = self.conn.execute(_LOAD_FOR_APPEND, (key,)).fetchone()
         if row is not None:
@@ -341,7 +375,7 @@ class Database:
                 return record, row[-1]
         # No record (never made, expired, or its history lost): keep what comes.
         self.conn.execute("DELETE FROM events WHERE key = ?", (key,))
-        return StreamRecord(key, "", first_seq=first), None
+        return StreamRecord(key, "", batch.owner, first_seq=first, fence=batch.fence), None
 
     # ------------------------------------------------------------------ reads
     def stream(self, key: str, now: float) -> StreamRecord | None:
@@ -401,6 +435,13 @@ class Database:
     def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
         taken = self.conn.execute(_ACQUIRE_LEASE, (name, owner, now + ttl, now))
         return taken.rowcount == 1
+
+    def renew_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
+        renewed = self.conn.execute(
+            "UPDATE leases SET expires_at = ? WHERE name = ? AND owner = ? AND expires_at > ?",
+            (now + ttl, name, owner, now),
+        )
+        return renewed.rowcount == 1
 
     def release_lease(self, name: str, owner: str) -> None:
         self.conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))

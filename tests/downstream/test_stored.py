@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.core.errors import StoreUnavailable
 from proxy.core.sse import SSEDecoder, encode_event
 from proxy.downstream.stored import StoredStreams
 from proxy.store.base import Batch, Entry, StoreError, StoreLimits, StreamRecord
@@ -28,14 +29,16 @@ class UnreadableStore(MemoryStore):
 
 async def follow(aiohttp_client: Any, store: MemoryStore, opening: bytes) -> tuple[int, bytes]:
     """``StoredStreams.follow`` of :data:`KEY` from its start: the status and body its
-    client reads (status -1: it raised StoreError, which the endpoint then answers)."""
+    client reads (status -1: it raised StoreError or, after the bounded wait, StoreUnavailable,
+    which the endpoint then answers)."""
+    store.unavailable_wait = 0.2  # the bounded wait (store.unavailable_wait_seconds), short
     stored = StoredStreams(store, b"secret", 10.0, "default", sole_server=True)
-    raised: list[StoreError] = []
+    raised: list[Exception] = []
 
     async def handler(request: web.Request) -> web.StreamResponse:
         try:
             return await stored.follow(request, "s1", KEY, 0, opening)
-        except StoreError as exc:
+        except (StoreError, StoreUnavailable) as exc:
             raised.append(exc)
             return web.Response(status=503)
 

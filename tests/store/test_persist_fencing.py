@@ -1,0 +1,68 @@
+"""The group commit under fencing (proxy/store/persist.py, proxy/store/fencing.py): a batch
+the store refuses under the token in force makes that token stale before anyone waiting
+for the batch goes on; what the lost sessions gathered meanwhile is dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from proxy.core.journal import Journal
+from proxy.store.base import Batch, Entry, StreamRecord
+from proxy.store.fencing import Fence
+from proxy.store.memory import MemoryStore
+from proxy.store.persist import Persister
+
+EPOCH = "e0e0e0"
+KEY = f"{EPOCH}.1"
+
+
+class NotingSession:
+    """What :meth:`Persister.note` reads of a session."""
+
+    session_id = "s1"
+    epoch = EPOCH
+    principal = None
+
+    def client_ids(self, number: int) -> list[int]:
+        return [number]
+
+
+async def test_a_refused_write_makes_the_token_stale_before_its_waiters_go_on() -> None:
+    store = MemoryStore()
+    await store.open()
+    fence = Fence("a")
+    persister = Persister(store, "a", 60.0, fence)
+    stale = fence.token
+    lost: list[str] = []
+    fence.on_lost(lost.append)
+    # Another replica ended stream 1 while this one was paused: it holds that one's token.
+    taken = Batch([StreamRecord(KEY, "s1", "a")], {KEY: [Entry(1, b"{}")]}, fence="reaper")
+    await store.commit(taken, time.time())
+    persister.note(NotingSession(), Journal(appends=[(1, 2, b'{"late":1}', 0)]), "default")  # type: ignore[arg-type]
+    ticket = persister.ticket
+    async with asyncio.timeout(10):
+        await persister.wait(ticket)
+    assert lost == [stale] and fence.token != stale  # told before the wait returned
+    assert [e.seq for e in await store.read(KEY, 0, time.time())] == [1]
+    # New writes go under the new token: a new stream is this replica's again.
+    persister.note(NotingSession(), Journal(opened=[2], appends=[(2, 1, b"{}", 0)]), "default")  # type: ignore[arg-type]
+    async with asyncio.timeout(10):
+        await persister.wait(persister.ticket)
+    record = await store.get_stream(f"{EPOCH}.2", time.time())
+    assert record is not None and record.fence == fence.token
+    await persister.close()
+
+
+async def test_what_lost_sessions_gathered_is_dropped_and_its_waiters_let_go() -> None:
+    store = MemoryStore()
+    await store.open()
+    fence = Fence("a")
+    persister = Persister(store, "a", 60.0, fence)
+    persister.note(NotingSession(), Journal(opened=[1], appends=[(1, 1, b"{}", 0)]), "default")  # type: ignore[arg-type]
+    ticket = persister.ticket
+    fence.lost("lease_lapsed")  # in the same loop turn: nothing was committed yet
+    async with asyncio.timeout(10):
+        await persister.wait(ticket)
+    assert await store.get_stream(KEY, time.time()) is None
+    await persister.close()
