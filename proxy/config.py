@@ -202,6 +202,9 @@ class StoreConfig:
     url: str = "redis://127.0.0.1:6379/0"
     # redis: every key is prefixed with it: one namespace per deployment.
     namespace: str = "mcp-resume-proxy"
+    # redis: url names a node of a Redis Cluster (the others are discovered from it);
+    # the start fails when this and the server's cluster_enabled disagree.
+    cluster: bool = False
     # redis: a replica that has not renewed its lease for this long is dead: its
     # sessions end (404) and its live streams end with data.reason owner_lost.
     lease_seconds: Annotated[float, Positive] = 10.0

@@ -27,7 +27,7 @@ def make_store(config: StoreConfig, limits: StoreLimits) -> Store:
     if config.kind == "redis":
         from proxy.store.redis import RedisStore
 
-        return RedisStore(config.url, config.namespace, limits)
+        return RedisStore(config.url, config.namespace, limits, cluster=config.cluster)
     return MemoryStore(limits)
 
 
