@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
+import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from proxy.store.base import (
@@ -174,4 +175,25 @@ async def test_store_cluster_must_say_what_the_server_is(
             with pytest.raises(StoreError, match=said):
                 await store.open()
         finally:
+            await store.close()
+
+
+async def test_a_batch_in_parts_loads_its_script_again_after_a_script_flush(
+    redis_cluster_url: str, redis_url: str
+) -> None:
+    """A restarted (or new) master has no scripts: the parts' pipeline loads them again."""
+    for url, cluster in ((redis_cluster_url, True), (redis_url, False)):
+        store = RedisStore(url, f"f{secrets.token_hex(4)}", cluster=cluster)
+        client = RedisCluster.from_url(url) if cluster else aioredis.Redis.from_url(url)
+        try:
+            await store.open()
+            await client.script_flush()  # a cluster client: on every master
+            now = time.time()
+            keys = [f"{secrets.token_hex(6)}.1" for _ in range(8)]
+            assert len({bucket_of(key) for key in keys}) > 1
+            await store.commit(Batch(appends={key: entries(1, 2) for key in keys}), now)
+            for key in keys:
+                assert [e.seq for e in await store.read(key, 0, now)] == [1, 2]
+        finally:
+            await client.aclose()
             await store.close()
