@@ -27,10 +27,9 @@ from proxy.store.base import (
 )
 from proxy.store.redis import RedisStore
 from tests.redis_server import RedisServer
-from tests.support import eventually
+from tests.store.redis_support import KINDS, Follower, kind_of
 
 KEY = "e0e0e0.1"
-WAIT_S = 10.0  # a wake-up arrives within milliseconds; the deadline only guards a hang
 
 
 def entries(first: int, last: int, mark: int = 0) -> list[Entry]:
@@ -73,27 +72,6 @@ def server(tmp_path: Path) -> Iterator[RedisServer]:
     """A redis-server of this test's own, to flush, stop, pause and restart."""
     with RedisServer(tmp_path / "redis") as running:
         yield running
-
-
-class Follower:
-    """Runs ``store.tail(key, after)`` in a task and keeps the seqs it yields."""
-
-    def __init__(self, store: RedisStore, key: str, after: int) -> None:
-        self.seqs: list[int] = []
-        self.task = asyncio.create_task(self._follow(store, key, after))
-
-    async def _follow(self, store: RedisStore, key: str, after: int) -> None:
-        async for batch in store.tail(key, after):
-            self.seqs.extend(e.seq for e in batch)
-
-    async def has(self, seqs: list[int]) -> None:
-        await eventually(lambda: self.seqs == seqs, timeout=WAIT_S, what=f"the tail at {seqs}")
-
-    async def end(self) -> None:
-        await asyncio.wait_for(self.task, WAIT_S)
-
-    def stop(self) -> None:
-        self.task.cancel()
 
 
 async def flushall(url: str) -> None:
@@ -278,16 +256,6 @@ async def test_every_key_the_store_makes_has_a_ttl(redis_url: str, stores: Store
         await client.aclose()
     assert {kind_of(key) for key in found} == KINDS
     assert all(ttl > 0 for ttl in ttls.values()), ttls
-
-
-KINDS = {"epoch", "live", "rec", "log", "wake", "session", "lease", "task"}
-
-
-def kind_of(key: str) -> str:
-    """What a key of the layout is: ``mrp:<ns>:{b<n>}:<kind>…`` in a bucket, else the
-    first word of its own tag ``mrp:<ns>:{<kind>:<name>}``."""
-    tag, _, rest = key.partition("{")[2].partition("}")
-    return rest.split(":")[1] if tag.startswith("b") and rest else tag.split(":")[0]
 
 
 async def test_an_int_flag_mark_is_stored_as_its_number(redis_url: str, stores: Stores) -> None:

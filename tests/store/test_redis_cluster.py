@@ -28,7 +28,7 @@ from proxy.store.base import (
 from proxy.store.redis import RedisStore
 from proxy.store.redis_layout import Layout, bucket_of
 from tests.redis_cluster import LocalCluster
-from tests.store.test_redis import KINDS, Follower, kind_of
+from tests.store.redis_support import KINDS, Follower, kind_of
 
 SESSIONS = 40  # enough that 40 random sessions all on one of 3 masters is (2/3)^39 unlikely
 
