@@ -241,26 +241,31 @@ class RedisStore(Store):
     async def commit(self, batch: Batch, now: float) -> None:
         if not batch:
             return
-        calls = [
-            commit_call(self._layout, bucket, part, now, self.limits)
-            for bucket, part in by_bucket(batch).items()
-        ]
+        await self._commit_parts(
+            [
+                commit_call(self._layout, bucket, part, now, self.limits)
+                for bucket, part in by_bucket(batch).items()
+            ]
+        )
+
+    async def _commit_parts(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run ``COMMIT_LUA`` once per part (bucket); their replies, in order. Several
+        parts go as EVALSHAs in one pipeline (a cluster client: one per master), their
+        scripts loaded again on NOSCRIPT (a restarted or flushed server, a new master)."""
         with self._failing("commit"):
             if len(calls) == 1:
-                await self._commit_script(*calls[0])
-                return
+                return [await self._commit_script(*calls[0])]
             try:
-                await self._commit_pipelined(calls)
-            except NoScriptError:  # a restarted or flushed server, or a new master
+                return await self._commit_pipelined(calls)
+            except NoScriptError:
                 await self._load_scripts()
-                await self._commit_pipelined(calls)
+                return await self._commit_pipelined(calls)
 
-    async def _commit_pipelined(self, calls: list[tuple[list[str], list[Any]]]) -> None:
-        """One EVALSHA per bucket in one pipeline (a cluster client: one per master)."""
+    async def _commit_pipelined(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         pipe = self._redis.pipeline(transaction=False)
         for keys, args in calls:
             pipe.evalsha(self._commit_script.sha, len(keys), *keys, *args)
-        await pipe.execute()
+        return list(await pipe.execute())
 
     async def get_stream(self, key: str, now: float) -> StreamRecord | None:
         with self._failing("read a stream record"):

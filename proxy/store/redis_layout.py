@@ -50,6 +50,7 @@ so in the log).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from dataclasses import dataclass
@@ -121,25 +122,33 @@ class Layout:
 
 def by_bucket(batch: Batch) -> dict[int, Batch]:
     """``batch`` split into one batch per bucket (each applied by one script, in one
-    slot). A session's streams share a bucket, so each part holds whole sessions."""
+    slot). A session's streams share a bucket, so each part holds whole sessions.
+
+    Field by field, whatever fields :class:`Batch` has: a dict keyed by stream key is
+    split by key, a list of stream keys or of records (``.key``) by item, and any other
+    value (one for the whole batch) is copied into every part."""
+    names = [f.name for f in dataclasses.fields(batch)]
+    whole = {
+        name: getattr(batch, name)
+        for name in names
+        if not isinstance(getattr(batch, name), (dict, list))
+    }
     parts: dict[int, Batch] = {}
 
     def part(key: str) -> Batch:
         found = parts.get(bucket := bucket_of(key))
         if found is None:
-            found = parts[bucket] = Batch()
+            found = parts[bucket] = Batch(**whole)
         return found
 
-    for record in batch.streams:
-        part(record.key).streams.append(record)
-    for key, entries in batch.appends.items():
-        part(key).appends[key] = entries
-    for key, first in batch.trimmed.items():
-        part(key).trimmed[key] = first
-    for key, at in batch.completed.items():
-        part(key).completed[key] = at
-    for key in batch.dropped:
-        part(key).dropped.append(key)
+    for name in names:
+        value = getattr(batch, name)
+        if isinstance(value, dict):
+            for key, item in value.items():
+                getattr(part(key), name)[key] = item
+        elif isinstance(value, list):
+            for item in value:
+                getattr(part(item if isinstance(item, str) else item.key), name).append(item)
     return parts
 
 
