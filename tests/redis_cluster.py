@@ -1,6 +1,6 @@
 """A real local Redis Cluster for the tests: :class:`LocalCluster` (three masters, no
-replicas), and the session fixture ``redis_cluster_url`` (registered in
-``tests/conftest.py``).
+replicas), and the session fixtures ``redis_cluster`` and ``redis_cluster_url``
+(registered in ``tests/conftest.py``).
 
 Each master is ``redis-server --cluster-enabled yes`` in the foreground as our child, on
 two 127.0.0.1 ports held by :func:`tests.support.reserved_port` for its whole life: its
@@ -8,7 +8,8 @@ client port and its cluster bus port (``--cluster-port``, so the bus does not ne
 ``port + 10000`` free). ``redis-cli --cluster create … --cluster-replicas 0 --cluster-yes``
 spreads the 16384 slots over the three; the fixture waits until every node reports
 ``cluster_state:ok``. Nothing is kept on disk but each node's ``nodes.conf`` in its own
-directory under the test's tmp path. Starting it takes about a second.
+directory under the test's tmp path. Starting it takes 2 to 4 s (most of it ``redis-cli``
+waiting for the nodes to agree).
 
 Like :mod:`tests.redis_server`, a missing ``redis-server`` or ``redis-cli`` fails the test
 (never skips).
