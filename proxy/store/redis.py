@@ -19,11 +19,9 @@ connection of their own: an append wakes them through the log, a completion or a
 through the wake key. A key that expires or is flushed wakes nobody; a tail sees it when
 its blocking read times out (``block`` seconds, 2 by default) and checks the record again.
 
-``cluster=True`` (``store.cluster: true``) talks to a Redis Cluster through redis-py's
-cluster client, which routes each command and script by its keys' slot (blocking reads
-too: a tail's two keys share a slot); the URL names any one node. Each way, :meth:`open`
-asks the node the URL names (``INFO``) and refuses a mismatch: a cluster node without
-``cluster``, or ``cluster`` on a server that is not one.
+``cluster=True`` (``store.cluster: true``) talks to a Redis Cluster
+(:mod:`proxy.store.redis_client`): every command and script touches keys of one slot
+(blocking reads too: a tail's two keys share a slot).
 
 Network and server errors come out as :class:`~proxy.store.base.StoreError`; an outage is
 bounded by ``timeout`` (a socket timeout, 5 s by default; a broken connection is retried
@@ -39,14 +37,8 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, cast
-from urllib.parse import urlsplit
 
-import redis.asyncio as aioredis
 import structlog
-from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
 from proxy.core.stream import Unacknowledged
@@ -63,6 +55,7 @@ from proxy.store.base import (
     check_read,
     count_marks,
 )
+from proxy.store.redis_client import Client, check_server, connect, where
 from proxy.store.redis_layout import (
     BUCKETS,
     DEFAULT_TTL_S,
@@ -81,21 +74,7 @@ from proxy.store.redis_lua import ACQUIRE_LUA, COMMIT_LUA, EPOCH_LUA, RELEASE_LU
 
 log = structlog.get_logger("proxy.store")
 
-MIN_MAJOR = 7  # XADD <seq>-1, PEXPIRETIME, SET PXAT, script shebangs
 TAIL_BATCH = 1000  # entries per batch a tail yields
-# Connections per cluster node (each blocked tail holds one): as unbounded as the single
-# server's pool, in effect (redis-py's cluster default, 100, would refuse the 101st tail).
-CLUSTER_MAX_CONNECTIONS = 1 << 20
-
-Client = aioredis.Redis | RedisCluster
-
-
-def _where(url: str) -> str:
-    """Where the server is, for messages: host and port (or socket path), no credentials."""
-    parts = urlsplit(url)
-    if parts.hostname is None:
-        return parts.path or "redis"
-    return f"{parts.hostname}:{parts.port or 6379}"
 
 
 class RedisStore(Store):
@@ -122,41 +101,24 @@ class RedisStore(Store):
         self.timeout = timeout
         self.block = block
         self.cluster = cluster
-        self._where = _where(url)
+        self._where = where(url)
         self._client: Client | None = None
         self._blocking: Client | None = None  # tails' XREAD BLOCK, longer timeout
         self._closed = False
         self._blocked: set[asyncio.Future[Any]] = set()
 
     # ------------------------------------------------------------------ lifetime
-    def _connect(self, socket_timeout: float, *, cluster: bool) -> Client:
-        # One retry on a fresh connection after a broken one (a restarted Redis); none
-        # after a timeout, so that an unresponsive server costs ``timeout``, not more.
-        retry = Retry(ExponentialBackoff(cap=0.2, base=0.02), 1, (RedisConnectionError,))
-        if cluster:
-            return RedisCluster.from_url(
-                self.url,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=self.timeout,
-                retry=retry,
-                max_connections=CLUSTER_MAX_CONNECTIONS,
-            )
-        return aioredis.Redis.from_url(
-            self.url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=self.timeout,
-            retry=retry,
-        )
-
     async def open(self) -> None:
-        self._client = self._connect(self.timeout, cluster=self.cluster)
-        self._blocking = self._connect(self.timeout + self.block, cluster=self.cluster)
+        self._client = connect(self.url, self.timeout, self.timeout, cluster=self.cluster)
+        self._blocking = connect(
+            self.url, self.timeout + self.block, self.timeout, cluster=self.cluster
+        )
         self._commit_script = self._client.register_script(COMMIT_LUA)
         self._epoch_script = self._client.register_script(EPOCH_LUA)
         self._acquire_script = self._client.register_script(ACQUIRE_LUA)
         self._release_script = self._client.register_script(RELEASE_LUA)
         with self._failing("open"):
-            await self._check_server()
+            await check_server(self.url, self.timeout, cluster=self.cluster)
             await self._load_scripts()
         self._epoch = await self.current_epoch()
         with self._failing("open"):
@@ -169,27 +131,6 @@ class RedisStore(Store):
                 note="streams written before the per-session key layout are not read: "
                 "their ids get unknown_stream; their keys expire by their own TTLs",
             )
-
-    async def _check_server(self) -> None:
-        """The node the URL names (one connection of its own): Redis >= 7, and a cluster
-        node exactly when ``cluster`` is set."""
-        probe = self._connect(self.timeout, cluster=False)
-        try:
-            info = await probe.info("server")
-            enabled = (await probe.info("cluster")).get("cluster_enabled", 0)
-        finally:
-            await probe.aclose()
-        version = str(info.get("redis_version", "0"))
-        if int(version.split(".")[0]) < MIN_MAJOR:
-            raise StoreError(
-                f"redis at {self._where} is version {version}: the store needs Redis "
-                f">= {MIN_MAJOR} (or Valkey)"
-            )
-        if bool(int(enabled)) != self.cluster:
-            want = "is a Redis Cluster node: set store.cluster: true"
-            if self.cluster:
-                want = "is not in cluster mode (cluster_enabled:0): set store.cluster: false"
-            raise StoreError(f"redis at {self._where} {want}")
 
     async def _load_scripts(self) -> None:
         """SCRIPT LOAD each script (a cluster client sends it to every master)."""
