@@ -15,9 +15,17 @@ import structlog
 from aiohttp import web
 
 from proxy import __version__
-from proxy.config import Config, ConfigError, config_from_mapping, load_config, override
+from proxy.config import (
+    DRAIN_SECONDS_MAX,
+    Config,
+    ConfigError,
+    config_from_mapping,
+    load_config,
+    override,
+)
 from proxy.context import ProxyContext, token_secret
 from proxy.downstream.app import build_app
+from proxy.downstream.drain import Drain, calls_in_flight
 from proxy.downstream.guard import ConnectionGuard
 from proxy.logs import configure_logging
 from proxy.registry import Registry
@@ -46,13 +54,17 @@ examples:
   mcp-resume-proxy check config/local-stdio.yaml       # validate a config, start nothing
 
 Settings come from defaults, then the config file, then the environment
-(MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _UPSTREAM_URL, _LOG_FORMAT, _LOG_LEVEL), then the
-command line. --port 0 binds any free port; the log line proxy_listening names it.
+(MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _UPSTREAM_URL, _LOG_FORMAT, _LOG_LEVEL,
+_DRAIN_SECONDS), then the command line. --port 0 binds any free port; the log line
+proxy_listening names it.
 
-Stop with Ctrl-C or SIGTERM: the proxy stops accepting, answers every call in flight with
-a JSON-RPC error (code -32000, data.reason "proxy_shutdown") before its stream ends,
-stops every server process, and exits 0. GET /healthz answers 200 while the proxy serves
-(the upstream's state is in the body) and 503 while it stops.
+SIGTERM drains first: /readyz turns 503, new sessions and calls get 503 (data.reason
+"proxy_draining", Retry-After), and calls in flight may finish for up to
+listen.drain_seconds (30; 0: no drain); a second SIGTERM or a Ctrl-C ends the drain. Then,
+as on Ctrl-C at once: the proxy stops accepting, answers every call still in flight with a
+JSON-RPC error (code -32000, data.reason "proxy_shutdown") before its stream ends, stops
+every server process, and exits 0. GET /healthz answers 200 while the proxy serves or
+drains (the upstream's state is in the body) and 503 while it stops.
 
 Documentation: README.md and docs/ (reference, limits, upstreams, clients, errors).
 """
@@ -109,6 +121,22 @@ def _env(name: str) -> str | None:
     return value if value else None
 
 
+def _env_drain_seconds() -> float | None:
+    """``MCP_RESUME_PROXY_DRAIN_SECONDS`` (it wins over ``listen.drain_seconds``), if set."""
+    given = _env("DRAIN_SECONDS")
+    if given is None:
+        return None
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= DRAIN_SECONDS_MAX:  # also NaN
+        raise ConfigError(
+            f"{ENV_PREFIX}DRAIN_SECONDS: expected seconds 0..{DRAIN_SECONDS_MAX:g}, got {given!r}"
+        )
+    return seconds
+
+
 def resolve_config(args: argparse.Namespace) -> Config:
     """Defaults < config file < environment (MCP_RESUME_PROXY_*) < command line."""
     config_path = args.config or _env("CONFIG")
@@ -120,6 +148,7 @@ def resolve_config(args: argparse.Namespace) -> Config:
         config = override(config, "listen", port=int(env_port))
     config = override(config, "listen", host=_env("HOST"))
     config = override(config, "log", format=_env("LOG_FORMAT"), level=_env("LOG_LEVEL"))
+    config = override(config, "listen", drain_seconds=_env_drain_seconds())
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -205,7 +234,8 @@ async def listen_guarded(runner: web.AppRunner, config: Config) -> asyncio.Serve
 
 
 async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
-    """Serve until SIGINT/SIGTERM, then end every session and stop every process."""
+    """Serve until SIGINT/SIGTERM (SIGTERM drains first: :mod:`proxy.downstream.drain`),
+    then end every session and stop every process."""
     _watch_children_with_pidfds()
     # The root: what the whole process shares is built here, once, and handed down.
     context = ProxyContext(config)
@@ -220,10 +250,10 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     )
     await runner.setup()
     listener = await listen_guarded(runner, config)
-    stop = asyncio.Event()
+    drain = Drain(context, calls_in_flight(app))  # SIGTERM drains first (drain.py)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, drain.on_signal, sig)
     host = config.listen.host
     shown = f"[{host}]" if ":" in host else host
     port = bound_port(listener, config.listen.port)
@@ -249,7 +279,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     if ready is not None:
         ready.set()
     try:
-        await stop.wait()
+        await drain.run()  # returns at the first signal, or once its drain ends
     finally:
         log.info("proxy_stopping", sessions=len(registry))
         listener.close()  # stop accepting

@@ -36,6 +36,8 @@ from proxy.core.session import SessionSettings
 __all__ = ["Bound", "ConfigError", "OneOf", "interpolate"]
 
 
+DRAIN_SECONDS_MAX = 3600.0  # listen.drain_seconds (and MCP_RESUME_PROXY_DRAIN_SECONDS)
+
 # The session's knobs: their defaults are the core's (proxy/core/session_state.py).
 _CORE = SessionSettings()
 
@@ -65,6 +67,10 @@ class ListenConfig:
     # A connection idle between requests is closed after this long, so idle keep-alive
     # connections cannot hold max_connections slots (aiohttp's own default is an hour).
     keepalive_timeout_seconds: Annotated[float, Positive] = 75.0
+    # SIGTERM drains first: /readyz turns 503, new sessions and calls get 503
+    # (proxy_draining), calls in flight may finish for up to this long; then what is
+    # left gets proxy_shutdown. 0: no drain. Env MCP_RESUME_PROXY_DRAIN_SECONDS wins.
+    drain_seconds: Annotated[float, Bound(0, DRAIN_SECONDS_MAX)] = 30.0
 
 
 UPSTREAM_TRANSPORTS = ("auto", "stdio", "streamable-http", "sse", "websocket")

@@ -72,8 +72,9 @@ class ProxyContext:
     """The parts of one proxy process that every endpoint and session shares.
 
     Not a frozen value: the persister and the replicas exist only once the store is open,
-    and ``accepting`` turns false when shutdown begins (every endpoint refuses new
-    sessions from then on).
+    ``draining`` turns true when a drain begins (new sessions and calls are refused with
+    503, :mod:`proxy.downstream.drain`), and ``accepting`` turns false when shutdown
+    begins (every endpoint refuses new sessions from then on).
     """
 
     def __init__(self, config: Config) -> None:
@@ -92,6 +93,7 @@ class ProxyContext:
         self.persister: Persister | None = None  # a durable store: set by open()
         self.replicas: Replicas | None = None  # a shared store: the other replicas
         self.accepting = True
+        self.draining = False  # SIGTERM: no new work, calls in flight finish (drain.py)
         self.task_services: list[TaskService] = []  # each server's modern tasks, if on
         self.metrics = Metrics()
         metrics = self.metrics

@@ -110,10 +110,18 @@ Forwarded = SessionRequest | TaskAction
 @dataclass(frozen=True, slots=True)
 class StreamOpened:
     """The request opened stream ``stream`` ("<epoch>.<number>"); the asker serves its
-    events after ``after`` from the shared log."""
+    events after ``after`` from the shared log.
+
+    ``priming``: the id of the priming event the holder opened the stream with (a
+    2025-11-25+ session: transports §Resumability), None when it sent none; the asker
+    writes that event first (with ``retry_ms``, the holder's ``retry:``), so its client
+    holds an id to resume from on any replica before the first event comes. A reply of
+    a replica from before this field has neither (decoded as None: no priming)."""
 
     stream: str
     after: int
+    priming: str | None = None
+    retry_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +196,13 @@ def encode_reply(reply: Reply) -> dict[str, Any]:
     """``reply`` as the JSON object a replica's inbox carries."""
     match reply:
         case StreamOpened():
-            return {"outcome": "sse", "stream": reply.stream, "after": reply.after}
+            return {
+                "outcome": "sse",
+                "stream": reply.stream,
+                "after": reply.after,
+                "priming": reply.priming,
+                "retry_ms": reply.retry_ms,
+            }
         case NoStream():
             return {"outcome": "accepted"}
         case Deleted():
@@ -241,7 +255,15 @@ def decode_reply(wire: object) -> Reply:
         after = fields.get("after")
         if not _is_int(after) or after < 0:
             raise MalformedForward("sse: after must be an integer, at least 0")
-        return StreamOpened(_text(fields, "stream"), after)
+        stream = _text(fields, "stream")
+        priming, retry_ms = fields.get("priming"), fields.get("retry_ms")
+        if priming is not None and not (
+            isinstance(priming, str) and priming.startswith(stream + ".")
+        ):
+            raise MalformedForward("sse: priming must be an event id of the stream, or null")
+        if retry_ms is not None and not (_is_int(retry_ms) and retry_ms >= 0):
+            raise MalformedForward("sse: retry_ms must be an integer, at least 0, or null")
+        return StreamOpened(stream, after, priming, retry_ms)
     simple: dict[object, Reply] = {
         "accepted": NoStream(),
         "deleted": Deleted(),

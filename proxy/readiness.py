@@ -1,6 +1,7 @@
 """``/readyz``: may this proxy be sent traffic? (``/healthz`` only says it is alive.)
 
-Ready means: it is not shutting down, its store takes writes, and every configured
+Ready means: it is not draining (``status: draining`` from SIGTERM on, so that a balancer
+stops sending it work at once) nor shutting down, its store takes writes, and every configured
 upstream server can be started or reached (the body says which is not). The last is
 known without asking when sessions (client sessions, or the modern pool's) are up and
 the transports report no failure (``UpstreamHealth``); otherwise (no session, or a
@@ -51,8 +52,11 @@ class Readiness:
     async def check(self) -> tuple[bool, dict[str, Any]]:
         context = self.context
         reasons: list[str] = []
+        draining = context.draining and context.accepting
         if not context.accepting:
             reasons.append("the proxy is shutting down")
+        elif draining:
+            reasons.append("the proxy is draining (SIGTERM): send new work to another replica")
         store_error = context.store_health().get("last_error")
         if store_error:
             reasons.append(f"the store refuses writes: {store_error}")
@@ -64,7 +68,7 @@ class Readiness:
             if problem is not None:
                 reasons.append(f"{part.server.name}: {problem}" if named else problem)
         body = {
-            "status": "ready" if not reasons else "not_ready",
+            "status": "ready" if not reasons else "draining" if draining else "not_ready",
             "reasons": reasons,
             "upstreams": upstreams,
         }

@@ -18,6 +18,8 @@ import structlog
 
 from proxy.config import Config
 from proxy.context import ProxyContext, token_secret
+from proxy.core import jsonrpc
+from proxy.core.admission import check_draining
 from proxy.core.errors import ProxyError, SessionNotFound, UpstreamStartFailed
 from proxy.core.events import ConnId
 from proxy.core.session_table import (
@@ -227,7 +229,10 @@ class Registry:
                     self._forwarded_to(message).acknowledge(message.last_event_id)
                     return Acked()
                 case ForwardedPost() | ForwardedGet():
-                    return await self._forwarded_to(message).serve_remote(message)
+                    runner = self._forwarded_to(message)
+                    if isinstance(message, ForwardedPost) and self.context.draining:
+                        check_draining(jsonrpc.parse_body(message.body)[0], draining=True)
+                    return await runner.serve_remote(message)
                 case _:
                     assert_never(message)
         except ProxyError as exc:

@@ -90,6 +90,7 @@ class ClientConn:
     replay_clock: float | None = None  # a resume's replay began then (monotonic), for metrics
     last_event_id: str | None = None  # of the last event queued (or priming event seen)
     first_event_id: str | None = None  # of the first event ever queued
+    priming: SendToClient | None = None  # the priming event it was given, if any
     # A durable store: what is queued may be written once batch ``ticket`` is stored.
     gate: Persister | None = None
     ticket: int = 0
@@ -208,7 +209,7 @@ class SessionRunner:
         persister = self._persister
         assert persister is not None and self._journal is not None
         if self._journal:
-            persister.note(self.session, self._journal.take())
+            persister.note(self.session, self._journal.take(), self.server.name)
         ticket = persister.ticket
         if ticket > persister.committed:
             for conn in self._conns.values():
@@ -242,7 +243,12 @@ class SessionRunner:
             await self._persister.wait(self._persister.ticket, hurry=True)
         if conn.outcome != "sse" or number is None:
             return NoStream()
-        return StreamOpened(f"{self.session.epoch}.{number}", after)
+        # The asker opens its client's stream with the priming event the session gave
+        # this connection (2025-11-25 transports §Resumability), as this replica would.
+        key, primed = f"{self.session.epoch}.{number}", conn.priming
+        if primed is None:
+            return StreamOpened(key, after)
+        return StreamOpened(key, after, primed.event_id, primed.retry_ms)
 
     def _upstream_message(self, msg: Message, origin: int | None = None) -> None:
         if not self.session.forgotten:
@@ -267,6 +273,8 @@ class SessionRunner:
         if isinstance(command, SendToClient):
             conn = self._conns.get(command.conn)
             if conn is not None and not conn.closed:
+                if command.payload is None and conn.priming is None:
+                    conn.priming = command
                 item: bytes | Frame
                 if conn.framing == "sse":
                     item = data = encode_event(

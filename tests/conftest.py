@@ -1,4 +1,5 @@
-"""Fixtures of the whole suite: the seed of the randomized tests.
+"""Fixtures of the whole suite: the seed of the randomized tests; the environment every
+proxy the tests start inherits.
 
 Every test that draws random numbers takes the ``seed`` fixture and builds its own
 ``random.Random(seed)``. The seed is ``--seed N`` if given, else ``$TEST_SEED``, else a
@@ -17,6 +18,10 @@ from tests.redis_cluster import redis_cluster, redis_cluster_url  # noqa: F401  
 from tests.redis_server import redis_url  # noqa: F401  (a fixture: pytest finds it here)
 
 SEED_ENV = "TEST_SEED"
+
+# Every proxy a test starts stops at once on SIGTERM, as it did before drains existed
+# (listen.drain_seconds); a test of the drain sets its own in its proxy's environment.
+os.environ["MCP_RESUME_PROXY_DRAIN_SECONDS"] = "0"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

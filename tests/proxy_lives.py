@@ -58,6 +58,7 @@ class Lives:
     store: dict[str, Any] = field(default_factory=dict)  # default: sqlite in tmp_path
     sessions: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # more sections (modern, tasks)
+    env: dict[str, str] = field(default_factory=dict)  # added to each process's environment
 
     def config(self) -> dict[str, Any]:
         return self.extra | {
@@ -81,7 +82,7 @@ class Lives:
                 stdout=log_file,
                 stderr=log_file,
                 cwd=str(ROOT),
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             )
         port = await wait_listening(proc, log_path, "the proxy")
         return Proxy(proc, f"http://127.0.0.1:{port}/mcp", log_path)
@@ -103,11 +104,12 @@ async def lives(
     store: dict[str, Any] | None = None,
     *,
     sessions: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
     **streams: Any,
 ) -> AsyncIterator[tuple[Lives, aiohttp.ClientSession]]:
     """Proxy processes on one store (``store``: its config; default a SQLite file), with
-    ``sessions`` and ``streams`` config sections."""
-    made = Lives(tmp_path, streams, store=store or {}, sessions=sessions or {})
+    ``sessions`` and ``streams`` config sections and ``env`` in their environment."""
+    made = Lives(tmp_path, streams, store=store or {}, sessions=sessions or {}, env=env or {})
     running: list[Proxy] = []
     original = made.start
 

@@ -172,6 +172,27 @@ def test_cli_flags_override_the_file(tmp_path: Path) -> None:
     assert cfg.upstream.command == ["python", "-m", "x", "--flag"]
 
 
+def test_the_drain_seconds_of_the_environment_win_over_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("listen: {drain_seconds: 12}\nupstream: {command: [a]}\n")
+    args = build_parser().parse_args(["--config", str(path)])
+    monkeypatch.delenv("MCP_RESUME_PROXY_DRAIN_SECONDS")  # (tests/conftest.py sets 0)
+    assert resolve_config(args).listen.drain_seconds == 12
+    assert resolve_config(build_parser().parse_args(["--", "a"])).listen.drain_seconds == 30
+    monkeypatch.setenv("MCP_RESUME_PROXY_DRAIN_SECONDS", "0")
+    assert resolve_config(args).listen.drain_seconds == 0
+    monkeypatch.setenv("MCP_RESUME_PROXY_DRAIN_SECONDS", "2.5")
+    assert resolve_config(args).listen.drain_seconds == 2.5
+    for bad in ("soon", "-1", "3601", "nan"):
+        monkeypatch.setenv("MCP_RESUME_PROXY_DRAIN_SECONDS", bad)
+        with pytest.raises(ConfigError, match=r"MCP_RESUME_PROXY_DRAIN_SECONDS: expected seconds"):
+            resolve_config(args)
+    with pytest.raises(ConfigError, match=r"listen\.drain_seconds: must be 0\.\.3600"):
+        config_from_mapping({"listen": {"drain_seconds": 3601}, "upstream": {"command": ["a"]}})
+
+
 def test_no_command_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match=r"upstream: no MCP server"):
         resolve_config(build_parser().parse_args([]))

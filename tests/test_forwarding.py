@@ -47,6 +47,8 @@ REQUESTS: list[Forwarded] = [
 REPLIES: list[Reply] = [
     StreamOpened("e.1", 0),
     StreamOpened("e.4", 17),
+    StreamOpened("e.2", 0, "e.2.0.1", 1000),
+    StreamOpened("e.0", 5, "e.0.5.3"),
     NoStream(),
     Deleted(),
     Acked(),
@@ -77,7 +79,8 @@ def test_the_wire_keeps_the_kinds_and_outcomes_it_had() -> None:
         "post", "post", "post", "get", "delete", "ack", "task_update", "task_cancel",
     ]  # fmt: skip
     assert [encode_reply(r)["outcome"] for r in REPLIES] == [
-        "sse", "sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused",
+        "sse", "sse", "sse", "sse", "accepted", "deleted", "acked", "unknown_task", "done",
+        "refused",
     ]  # fmt: skip
     assert encode_request(REQUESTS[0]) == {
         "kind": "post",
@@ -95,6 +98,12 @@ def test_the_envelope_rides_along() -> None:
     wire = {**encode_request(REQUESTS[3]), "id": 12, "from": "replica-b"}
     assert decode_request(wire) == REQUESTS[3]
     assert decode_reply({**encode_reply(Acked()), "reply_to": 12}) == Acked()
+
+
+def test_a_stream_opened_by_a_replica_from_before_priming_reads_as_unprimed() -> None:
+    """A rolling deploy: a holder that sends no ``priming`` (nor ``retry_ms``)."""
+    wire = {"outcome": "sse", "stream": "e.3", "after": 2}
+    assert decode_reply(wire) == StreamOpened("e.3", 2, None, None)
 
 
 @pytest.mark.parametrize(
@@ -129,6 +138,10 @@ def test_malformed_requests_are_refused(wire: object) -> None:
         {"outcome": "sse", "stream": "e.1"},
         {"outcome": "sse", "stream": "e.1", "after": -1},
         {"outcome": "sse", "stream": "e.1", "after": True},
+        {"outcome": "sse", "stream": "e.1", "after": 0, "priming": "e.2.0.1"},  # another's
+        {"outcome": "sse", "stream": "e.1", "after": 0, "priming": 7},
+        {"outcome": "sse", "stream": "e.1", "after": 0, "retry_ms": -1},
+        {"outcome": "sse", "stream": "e.1", "after": 0, "retry_ms": "1000"},
         {"outcome": "refused", "status": 200, "error": {}},
         {"outcome": "refused", "status": 404, "error": "gone"},
         {"status": 404, "error": {}},  # a refusal says so
@@ -146,7 +159,7 @@ JSON = st.recursive(
 )
 FIELDS = [
     "session", "server", "principal", "body", "last_event_id", "request_id", "task",
-    "responses", "stream", "after", "status", "error",
+    "responses", "stream", "after", "status", "error", "priming", "retry_ms",
 ]  # fmt: skip
 KINDS = ["post", "get", "delete", "ack", "task_update", "task_cancel"]
 OUTCOMES = ["sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused"]

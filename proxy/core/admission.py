@@ -12,6 +12,12 @@ transport keeps its own wire form for a refusal (an HTTP status, or an error fra
   same rule guards the core :class:`~proxy.core.session.Session` itself.
 - **No new session while shutting down.** A proxy that stopped accepting answers an
   ``initialize`` with 404 ``SessionNotFound`` (the client starts over elsewhere).
+- **No new work while draining.** A replica told to stop (SIGTERM, ``listen.drain_seconds``)
+  lets what runs finish and takes nothing new: an ``initialize`` or a new call gets 503
+  ``Draining`` (``proxy_draining``, with ``Retry-After``) so that a balancer or the client
+  takes it to another replica (:func:`check_draining`; 2026-07-28 requests:
+  :func:`check_modern_draining`). What finishes work already here is served: responses and
+  notifications, resumes and polls, task reads and cancels, ``ping``, MRTR retries.
 - **A server that does not read.** ``upstream.max_pending_bytes``: a POST for a session
   whose server has that much unread input is refused (``upstream_busy``) rather than
   queued without bound.
@@ -21,11 +27,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from proxy.core.errors import BadRequest, Overloaded, SessionNotFound
+from proxy.core import seed
+from proxy.core.errors import BadRequest, Draining, Overloaded, SessionNotFound
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.modern_routes import Route, route
 
 INITIALIZE = "initialize"
+
+DRAIN_ACCEPTED = frozenset(
+    {seed.POLL, seed.RESUME, "tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "ping"}
+)
+"""The legacy requests a draining replica still serves: they finish or follow work that
+is already here (or cost nothing), never start any."""
+
+MODERN_DRAIN_REFUSED = frozenset({Route.DISCOVER, Route.START, Route.LISTEN})
+"""What a draining replica refuses of 2026-07-28 requests: a client's first request
+(``server/discover``), a new call, a new listen stream. A retry (``requestState``) and
+the task requests continue a call already here."""
 
 
 def initialize_of(messages: Sequence[Message]) -> Message | None:
@@ -60,18 +80,46 @@ class PostAdmission:
         return self.initialize is not None
 
 
+def check_draining(messages: Sequence[Message], *, draining: bool) -> None:
+    """``Draining`` when the replica is ``draining`` and ``messages`` (a POST body, a
+    frame, a forwarded POST) hold a request that starts work: ``initialize`` or a new
+    call. Responses, notifications and :data:`DRAIN_ACCEPTED` pass; a batch is refused
+    whole (nothing of it is taken)."""
+    if not draining:
+        return
+    for msg in messages:
+        if msg.kind is Kind.REQUEST and msg.method not in DRAIN_ACCEPTED:
+            raise Draining()
+
+
+def check_modern_draining(
+    method: str, params: dict[str, Any], *, tasks_enabled: bool, draining: bool
+) -> None:
+    """``Draining`` for a 2026-07-28 request that starts work while the replica is
+    ``draining`` (:data:`MODERN_DRAIN_REFUSED`, by its route)."""
+    if draining and route(method, params, tasks_enabled=tasks_enabled) in MODERN_DRAIN_REFUSED:
+        raise Draining()
+
+
 def admit_post(
-    messages: Sequence[Message], batch: bool, *, initialized: bool, accepting: bool
+    messages: Sequence[Message],
+    batch: bool,
+    *,
+    initialized: bool,
+    accepting: bool,
+    draining: bool = False,
 ) -> PostAdmission:
     """The first decisions on a POST body, in order: initialize alone and once (see
     :func:`check_initialize`; ``initialized``: the connection names a session already),
-    then no new session once the proxy stopped ``accepting`` (``SessionNotFound``).
+    then no new session once the proxy stopped ``accepting`` (``SessionNotFound``), then
+    no new work while ``draining`` (:func:`check_draining`).
 
     A POST without ``initialize`` goes to its session; finding that session is the
     transport's (a header on ``/mcp``, the socket's own on ``/ws``)."""
     init = check_initialize(messages, batch, initialized=initialized)
     if init is not None and not accepting:
         raise SessionNotFound("the proxy is shutting down")
+    check_draining(messages, draining=draining)
     return PostAdmission(init)
 
 

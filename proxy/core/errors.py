@@ -22,6 +22,7 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     ├── Conflict                    e.g. a second standalone GET stream       -32600 / 409
     ├── Overloaded                  a configured limit refuses new work       -32000 / 503
     ├── RateLimited                 a principal resumes or polls too fast     -32000 / 429
+    ├── Draining                    a draining replica takes no new work      -32000 / 503
     ├── UpstreamStartFailed         upstream cannot start or be reached       -32603 / 502
     ├── ResumeError                 a resume that cannot be served whole      -32602 / 400|410
     │       (``reason`` says why: malformed_event_id, wrong_session, unknown_stream,
@@ -265,6 +266,23 @@ class RateLimited(ProxyError):
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class Draining(ProxyError):
+    """This replica drains before it stops (SIGTERM, ``listen.drain_seconds``): no new
+    session and no new call, so that a balancer or the client takes them to another
+    replica: ``503`` with ``Retry-After`` (RFC 9110 §15.6.4, §10.2.3). What finishes work
+    already here (answers, resumes, polls, task reads) is still served."""
+
+    jsonrpc_code = SERVER_ERROR
+    http_status = 503
+    reason = "proxy_draining"
+    retry_after = 1.0
+
+    def __init__(
+        self, message: str = "the proxy is draining: send this to another replica"
+    ) -> None:
+        super().__init__(message)
 
 
 class UpstreamStartFailed(ProxyError):

@@ -69,7 +69,8 @@ def _host_checked(probe: Probe, operators_only: bool = False) -> Probe:
 
 
 async def _health(request: web.Request) -> web.Response:
-    """The proxy process: 200 while it serves, 503 ("stopping") once it shuts down.
+    """The proxy process: 200 while it serves ("ok", or "draining" after SIGTERM while
+    calls in flight finish), 503 ("stopping") once it shuts down.
 
     The upstream's state (``ok`` / ``failing``, ``last_error``) is in the body only: one
     crashed server process must not get a proxy whose other sessions work killed by its
@@ -86,7 +87,7 @@ async def _health(request: web.Request) -> web.Response:
         }
     ok = context.accepting
     body: dict[str, Any] = {
-        "status": "ok" if ok else "stopping",
+        "status": ("draining" if context.draining else "ok") if ok else "stopping",
         "version": __version__,
         "sessions": len(request.app[REGISTRY_KEY]),
         "buffered_bytes": context.budget.used,

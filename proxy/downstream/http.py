@@ -91,7 +91,11 @@ class StreamableHttp:
         # POST bodies being read: one budget for every server's endpoint (the app's).
         self.bodies = bodies or BodyBudget(config.listen.max_inflight_body_bytes)
         self.stored = StoredStreams(
-            context.store, context.settings.token_secret, config.sse.keepalive_seconds
+            context.store,
+            context.settings.token_secret,
+            config.sse.keepalive_seconds,
+            server.name,
+            sole_server=len(context.servers) == 1,
         )
         self.remote = (
             RemoteSessions(context.replicas, self.stored, server.name)
@@ -236,6 +240,7 @@ class StreamableHttp:
             batch,
             initialized=bool(existing) and existing in self.registry,
             accepting=self.context.accepting,
+            draining=self.context.draining,
         )
         if admission.opens_session:
             runner = await self.registry.create(principal_of(request), self.server)

@@ -23,8 +23,10 @@ from proxy.core import seed
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
+from proxy.core.sse import encode_event
 from proxy.downstream.auth import principal_of
 from proxy.downstream.stored import StoredStreams
+from proxy.downstream.wire import forwarded_refusal
 from proxy.forwarding import (
     Deleted,
     ForwardedAck,
@@ -132,14 +134,17 @@ class RemoteSessions:
         self, request: web.Request, session_id: str, reply: Reply
     ) -> web.StreamResponse:
         match reply:
-            case StreamOpened(stream, after):
-                return await self.stored.follow(request, session_id, stream, after)
+            case StreamOpened(stream, after, priming, retry_ms):
+                opening = b""
+                if priming is not None:  # the holder primed it: so does this replica
+                    opening = encode_event(None, event_id=priming, retry_ms=retry_ms)
+                return await self.stored.follow(request, session_id, stream, after, opening)
             case NoStream():
                 return web.Response(status=202, headers={SESSION_HEADER: session_id})
             case Deleted():
                 return web.Response(status=200)
             case Refused(status, error):
-                return web.json_response(error, status=status)
+                return forwarded_refusal(status, error)
             case _:  # a reply to another kind of request: the holder is confused
                 return web.json_response(
                     ProxyError(

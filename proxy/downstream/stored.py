@@ -11,9 +11,11 @@ store until its retention ends. This serves it:
 
 Inbound authentication: a stream is served only to the principal its session belongs to
 (the record's ``principal``; None when authentication was off), read from the request
-(:func:`~proxy.downstream.auth.principal_of`). A stream of another principal is refused
-exactly as a stream that does not exist (404, ``unknown_stream``), before anything else
-is looked at: nothing tells "exists, but not yours" from "no such stream".
+(:func:`~proxy.downstream.auth.principal_of`), and only at the path of the server its
+session was made at (the record's ``server``; :func:`~proxy.core.stream_access.may_read`).
+A stream of another principal or server is refused exactly as a stream that does not
+exist (404, ``unknown_stream``), before anything else is looked at: nothing tells
+"exists, but not yours" from "no such stream".
 
 The errors are the core's: 404 for a session id the stream does not belong to,
 ``unknown_stream`` / ``history_truncated`` / ``unknown_position`` otherwise. Nothing here
@@ -38,10 +40,11 @@ from proxy.core.protocol import SESSION_HEADER
 from proxy.core.resume_rules import HeldIn, check_resume
 from proxy.core.session_state import STANDALONE
 from proxy.core.sse import encode_event
+from proxy.core.stream_access import may_read
 from proxy.core.tokens import token_matches
 from proxy.downstream.auth import principal_of
 from proxy.sse_writer import SseWriter
-from proxy.store.base import COMPLETED, Entry, Store, StreamRecord
+from proxy.store.base import COMPLETED, Entry, Store, StoreError, StreamRecord
 
 log = structlog.get_logger("proxy.stored")
 
@@ -52,10 +55,26 @@ REPLAY_CHUNK = 1000  # entries read (and written) at a time
 class StoredStreams:
     """Serves what the store holds of streams whose session is not in this process."""
 
-    def __init__(self, store: Store, token_secret: bytes, keepalive: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        token_secret: bytes,
+        keepalive: float,
+        server: str,
+        *,
+        sole_server: bool,
+    ) -> None:
         self.store = store
         self._secret = token_secret
         self._keepalive = keepalive
+        self.server = server  # the server whose path this serves
+        self._sole_server = sole_server  # the proxy fronts no other
+
+    def _readable(self, record: StreamRecord, principal: str | None) -> bool:
+        """Whether the request's principal may read ``record``'s stream at this path."""
+        return may_read(
+            record.principal, record.server, principal, self.server, sole_server=self._sole_server
+        )
 
     @property
     def enabled(self) -> bool:
@@ -72,7 +91,7 @@ class StoredStreams:
         if (
             record is None
             or record.session_id != session_id
-            or record.principal != principal_of(request)
+            or not self._readable(record, principal_of(request))
         ):
             raise SessionNotFound("Session not found")
         check_resume(
@@ -88,16 +107,30 @@ class StoredStreams:
         return await self._serve(request, session_id, record, pos.seq, entries, None)
 
     async def follow(
-        self, request: web.Request, session_id: str, key: str, after: int
+        self, request: web.Request, session_id: str, key: str, after: int, opening: bytes = b""
     ) -> web.StreamResponse:
         """Stream ``key`` after ``after`` until it completes (a request another replica
-        runs: the events reach this replica through the store)."""
+        runs: the events reach this replica through the store). ``opening``: the priming
+        event the holder gave the stream, written before anything else.
+
+        A primed stream whose first read fails (the store restarting) is answered with
+        its priming event alone: the holder runs the request and committed the stream
+        before replying, so the client is better off holding an id to resume from (on
+        any replica, after ``retry:``) than an error for a call that goes on."""
         now = time.time()
-        record = await self.store.get_stream(key, now)
-        if record is None or record.principal != principal_of(request):
-            raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
-        entries = await self.store.read(key, after, now, REPLAY_CHUNK)
-        return await self._serve(request, session_id, record, after, entries, None)
+        try:
+            record = await self.store.get_stream(key, now)
+            if record is None or not self._readable(record, principal_of(request)):
+                raise ResumeError(
+                    "the stream has expired or never existed", reason="unknown_stream"
+                )
+            entries = await self.store.read(key, after, now, REPLAY_CHUNK)
+        except StoreError as exc:
+            if not opening:
+                raise
+            log.warning("stored_stream_primed_only", stream=key, error=str(exc))
+            return await self._writer(request, session_id).end(opening)
+        return await self._serve(request, session_id, record, after, entries, None, opening)
 
     # ------------------------------------------------------------------ stream/poll, stream/resume
     @staticmethod
@@ -133,9 +166,9 @@ class StoredStreams:
     ) -> tuple[StreamRecord, int]:
         ref = seed.read_ref(msg.params)
         record = await self.store.get_stream(ref.stream_id, time.time())
-        if record is None or record.principal != principal:
-            # Another principal's stream is refused as one that does not exist: even its
-            # real token (the token is bound to the principal too) tells nothing more.
+        if record is None or not self._readable(record, principal):
+            # Another principal's (or server's) stream is refused as one that does not
+            # exist: even its real token (bound to the principal too) tells nothing more.
             raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
         if not token_matches(
             self._secret, record.session_id, ref.stream_id, ref.token, principal=principal
@@ -173,16 +206,19 @@ class StoredStreams:
         after: int,
         entries: list[Entry],
         reply: dict[str, Any] | None,
+        opening: bytes = b"",
     ) -> web.StreamResponse:
-        """``entries`` (the first chunk after ``after``, read before the response began so
-        that a refusal is still an HTTP error), the rest and the live tail until the
-        stream completes, then ``reply`` (a ``stream/resume``'s own answer), then the end.
-        Each chunk is written as it is read: the first event never waits for the last."""
+        """``opening`` (a priming event, or nothing), ``entries`` (the first chunk after
+        ``after``, read before the response began so that a refusal is still an HTTP
+        error), the rest and the live tail until the stream completes, then ``reply`` (a
+        ``stream/resume``'s own answer), then the end. Each chunk is written as it is
+        read: the first event never waits for the last."""
         writer = self._writer(request, session_id)
         await writer.open()
         with contextlib.suppress(ConnectionError):
+            if opening or entries:
+                await writer.write(opening + self._frames(record, entries))
             if entries:
-                await writer.write(self._frames(record, entries))
                 after = entries[-1].seq
             # The rest, in chunks as read (a tail of a completed stream ends at its end).
             if await self._follow(writer, record, after):

@@ -149,6 +149,7 @@ class ClientSocket:
             batch,
             initialized=self.runner is not None,
             accepting=self.registry.context.accepting,
+            draining=self.registry.context.draining,
         )
         init = admission.initialize
         if init is not None:

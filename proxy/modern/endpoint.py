@@ -26,6 +26,7 @@ from aiohttp import web
 from proxy import forwarding
 from proxy.context import ProxyContext
 from proxy.core import follow, jsonrpc, reqstate
+from proxy.core.admission import check_modern_draining
 from proxy.core.era import (
     ModernRequest,
     check_param_headers,
@@ -158,6 +159,11 @@ class ModernFacade:
         reply: Reply,
     ) -> web.StreamResponse:
         method = msg.method or ""
+        # A draining replica takes no new work (503 proxy_draining: proxy/downstream/drain.py).
+        draining = self.shared.draining
+        check_modern_draining(
+            method, msg.params, tasks_enabled=self.tasks_enabled, draining=draining
+        )
         match route(method, msg.params, tasks_enabled=self.tasks_enabled):
             case Route.DISCOVER:
                 return await reply.finish(jsonrpc.ok_response(msg.id, await self.discover()))

@@ -76,6 +76,10 @@ class StreamRecord:
     # Who its session belongs to (inbound auth; None: nobody). Only that principal is
     # served the stream; "" is a name like any other, not None.
     principal: str | None = None
+    # The server whose path the session was made on (``servers:`` names; "default" for
+    # ``upstream:`` alone). None: a record written before servers were recorded (see
+    # :func:`proxy.core.stream_access.may_read` for who may read it).
+    server: str | None = None
 
     @property
     def number(self) -> int:
@@ -100,8 +104,8 @@ class Batch:
     """Everything one loop turn of one or more sessions changed, committed at once.
 
     Applied in this order: ``streams`` (a new key: the record as given; a key that has a
-    record: only its ``session_id``, ``principal``, ``owner``, ``request_ids`` and
-    ``announced`` change, its positions, state, expiry and log stay), ``appends`` (per
+    record: only its ``session_id``, ``principal``, ``server``, ``owner``, ``request_ids``
+    and ``announced`` change, its positions, state, expiry and log stay), ``appends`` (per
     key, in seq order; the record's ``last_seq`` follows), ``trimmed`` (per key, the first
     seq the session still keeps: the entries before it go and ``first_seq`` moves up to
     it, never past ``last_seq + 1``; the session decides what is dropped, the store

@@ -71,7 +71,7 @@ class MemoryStore(Store):
             known = self._record(record.key, now)
             if known is not None:
                 known.session_id, known.owner = record.session_id, record.owner
-                known.principal = record.principal
+                known.principal, known.server = record.principal, record.server
                 known.request_ids, known.announced = list(record.request_ids), record.announced
                 continue
             expires_at = record.expires_at if record.expires_at is not None else live_until

@@ -66,14 +66,20 @@ class Persister:
         """What a client must wait for to see everything noted so far."""
         return self._open if self._inflight is not None or self._batch else self.committed
 
-    def note(self, session: Session, j: Journal) -> None:
-        """Add what ``session`` noted (a :meth:`Journal.take`) to the open batch."""
+    def note(self, session: Session, j: Journal, server: str) -> None:
+        """Add what ``session`` noted (a :meth:`Journal.take`) to the open batch;
+        ``server``: the name of the server it was made at (its streams' records say so)."""
         sid, epoch = session.session_id, session.epoch
         batch = self._batch
         for number, announced in [(n, False) for n in j.opened] + [(n, True) for n in j.announced]:
             ids = session.client_ids(number)
             record = StreamRecord(
-                f"{epoch}.{number}", sid, self.owner, request_ids=ids, principal=session.principal
+                f"{epoch}.{number}",
+                sid,
+                self.owner,
+                request_ids=ids,
+                principal=session.principal,
+                server=server,
             )
             record.announced = announced
             batch.streams.append(record)

@@ -24,7 +24,9 @@ key                              type    what, and its TTL
 ``<ns>:{b<n>}:rec:<key>``        hash    a stream's record: ``session owner state
                                          first last rids`` (JSON) ``ann`` (0/1)
                                          ``exp`` (unix ms) ``who`` (the principal,
-                                         JSON: ``null`` or a string; absent: ``null``);
+                                         JSON: ``null`` or a string; absent: ``null``)
+                                         ``srv`` (the server, JSON: ``null`` or a
+                                         string; absent: ``null``);
                                          until ``exp``: now + ``live_ttl`` on every
                                          append while LIVE, the given ``expires_at``
                                          once COMPLETED
@@ -166,6 +168,7 @@ def record_of(key: str, fields: dict[bytes, bytes], now: float) -> StreamRecord 
     if expires_at <= now:
         return None
     who = json.loads(fields.get(b"who", b"null"))
+    srv = json.loads(fields.get(b"srv", b"null"))
     return StreamRecord(
         key,
         fields[b"session"].decode(),
@@ -177,6 +180,7 @@ def record_of(key: str, fields: dict[bytes, bytes], now: float) -> StreamRecord 
         fields[b"ann"] == b"1",
         expires_at,
         who if isinstance(who, str) else None,
+        srv if isinstance(srv, str) else None,
     )
 
 
@@ -195,6 +199,7 @@ def commit_call(
         expires = "" if r.expires_at is None else ms(r.expires_at)
         puts += (slot(r.key), r.session_id, r.owner, r.state, r.first_seq, r.last_seq)
         puts += (json.dumps(r.request_ids), int(r.announced), expires, json.dumps(r.principal))
+        puts.append(json.dumps(r.server))
     appends: list[Any] = []
     appended = [(key, entries) for key, entries in batch.appends.items() if entries]
     for key, entries in appended:

@@ -4,9 +4,9 @@ server, so a batch is applied whole or not at all."""
 # Commit one bucket's part of a Batch (redis_layout.by_bucket: every key in one slot).
 # KEYS: 1 the bucket's live index, then per stream i (1-based): 3i-1 record, 3i log,
 # 3i+1 wake. ARGV: now_ms, live_until_ms, max_events, wake_ttl_ms, n, n stream keys;
-# then puts (count, 10 fields each: i session owner state
-# first last rids ann exp_ms|'' who), appends (count, then per stream: i, n, n x (seq payload
-# mark)), trimmed (count, i first each), completed (count, i exp_ms each), dropped (count,
+# then puts (count, 11 fields each: i session owner state first last rids ann exp_ms|''
+# who srv), appends (count, then per stream: i, n, n x (seq payload mark)), trimmed
+# (count, i first each), completed (count, i exp_ms each), dropped (count,
 # i each).
 COMMIT_LUA = """#!lua
 local now, live_until = tonumber(ARGV[1]), ARGV[2]
@@ -93,13 +93,15 @@ end
 for _ = 1, tonumber(take()) do
   local i, session, owner, state = tonumber(take()), take(), take(), take()
   local first, last, rids, ann, at, who = take(), take(), take(), take(), take(), take()
+  local srv = take()
   if load(i) then -- known: positions, state, expiry and log stay
     redis.call('HSET', rec(i), 'session', session, 'owner', owner, 'rids', rids, 'ann', ann,
-      'who', who)
+      'who', who, 'srv', srv)
   else
     if at == '' then at = live_until end
     redis.call('HSET', rec(i), 'session', session, 'owner', owner, 'state', state,
-      'first', first, 'last', last, 'rids', rids, 'ann', ann, 'exp', at, 'who', who)
+      'first', first, 'last', last, 'rids', rids, 'ann', ann, 'exp', at, 'who', who,
+      'srv', srv)
     expire(i, state, at)
   end
   wake(i)

@@ -5,7 +5,7 @@ Schema (``PRAGMA user_version`` = 1)::
 
     meta(name PRIMARY KEY, value)                   -- 'epoch': minted with the file
     streams(key PRIMARY KEY, session_id, owner, state, first_seq, last_seq,
-            request_ids JSON, announced, expires_at, principal)
+            request_ids JSON, announced, expires_at, principal, server)
     events(key, seq, mark, payload BLOB, PRIMARY KEY(key, seq))
     sessions(session_id PRIMARY KEY, epoch, owner, protocol_version, expires_at)
     leases(name PRIMARY KEY, owner, expires_at)
@@ -16,9 +16,10 @@ Pages are 16 KB and ``events`` is a rowid table, so events of a few KB stay on t
 treated as absent by every read and deleted by :meth:`SqliteStore.sweep` (a stream with
 its events).
 
-Columns added after version 1 was first written (``streams.principal``: NULL, nobody's)
-are nullable and added when a file without them is opened (:data:`_ADDED_COLUMNS`); every
-statement names its columns, so a file stays readable by the versions on either side.
+Columns added after version 1 was first written (``streams.principal``: NULL, nobody's;
+``streams.server``: NULL, made before servers were recorded) are nullable and added when
+a file without them is opened (:data:`_ADDED_COLUMNS`); every statement names its
+columns, so a file stays readable by the versions on either side.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ _SCHEMA = (
     "CREATE TABLE streams (key TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
     " owner TEXT NOT NULL, state TEXT NOT NULL, first_seq INTEGER NOT NULL,"
     " last_seq INTEGER NOT NULL, request_ids TEXT NOT NULL, announced INTEGER NOT NULL,"
-    " expires_at REAL, principal TEXT) WITHOUT ROWID",
+    " expires_at REAL, principal TEXT, server TEXT) WITHOUT ROWID",
     # A rowid table (and its (key, seq) index), not WITHOUT ROWID: there a row over about
     # a quarter of a page spills into an overflow page of its own, which made 1 KB
     # events four times slower; small events commit about as fast either way.
@@ -73,18 +74,18 @@ _SCHEMA = (
 )
 
 # (table, column, its declaration): added on open to a file made before they existed.
-_ADDED_COLUMNS = (("streams", "principal", "TEXT"),)
+_ADDED_COLUMNS = (("streams", "principal", "TEXT"), ("streams", "server", "TEXT"))
 
 _ALIVE = "(expires_at IS NULL OR expires_at > :now)"
 _STREAM_COLUMNS = (
     "key, session_id, owner, state, first_seq, last_seq, request_ids, announced, expires_at,"
-    " principal"
+    " principal, server"
 )
-_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _MAKE_STREAM = (
-    f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+    f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id,"
-    " principal = excluded.principal, owner = excluded.owner,"
+    " principal = excluded.principal, server = excluded.server, owner = excluded.owner,"
     " request_ids = excluded.request_ids, announced = excluded.announced"
 )
 _LOAD_FOR_APPEND = (
@@ -114,14 +115,16 @@ def _stream_row(record: StreamRecord) -> tuple[Any, ...]:
         int(record.announced),
         record.expires_at,
         record.principal,
+        record.server,
     )
 
 
 def _stream_record(row: Sequence[Any]) -> StreamRecord:
-    key, session_id, owner, state, first, last, request_ids, announced, expires, principal = row
+    key, session_id, owner, state, first, last, request_ids, announced, expires, *whose = row
+    principal, server = whose
     ids = json.loads(request_ids)
     return StreamRecord(
-        key, session_id, owner, state, first, last, ids, bool(announced), expires, principal
+        key, session_id, owner, state, first, last, ids, bool(announced), expires, principal, server
     )
 
 

@@ -10,11 +10,13 @@ from proxy.core import jsonrpc
 from proxy.core.admission import (
     PostAdmission,
     admit_post,
+    check_draining,
     check_initialize,
+    check_modern_draining,
     check_upstream_reading,
     initialize_of,
 )
-from proxy.core.errors import BadRequest, Overloaded, SessionNotFound
+from proxy.core.errors import BadRequest, Draining, Overloaded, SessionNotFound
 from proxy.core.jsonrpc import Message
 from tests.core.playbook import Playbook, note, ok, req
 
@@ -90,3 +92,88 @@ def test_the_session_applies_the_same_rule() -> None:
     pb.initialize()
     with pytest.raises(BadRequest, match="already initialized"):
         pb.post(pb.conn(), req(1, "initialize", {}))
+
+
+# ---------------------------------------------------------------------- draining
+def _refused_while_draining(
+    messages: list[Message], batch: bool = False, *, initialized: bool = True
+) -> Draining:
+    with pytest.raises(Draining) as refused:
+        admit_post(messages, batch, initialized=initialized, accepting=True, draining=True)
+    return refused.value
+
+
+def test_a_draining_replica_refuses_new_sessions_with_503_and_retry_after() -> None:
+    init = msgs(req(0, "initialize", {}))
+    refused = _refused_while_draining(init, initialized=False)
+    assert (refused.http_status, refused.jsonrpc_code) == (503, -32000)
+    assert refused.retry_after >= 1
+    assert refused.to_jsonrpc(0)["error"]["data"] == {"reason": "proxy_draining"}
+    # Not draining: the same initialize opens its session.
+    assert admit_post(init, False, initialized=False, accepting=True, draining=False).initialize
+
+
+@pytest.mark.parametrize("method", ["tools/call", "tools/list", "resources/read", "prompts/get"])
+def test_a_draining_replica_refuses_new_calls(method: str) -> None:
+    _refused_while_draining(msgs(req(1, method, {})))
+
+
+def test_a_batch_with_one_new_call_is_refused_whole() -> None:
+    _refused_while_draining(msgs(ok(7), req(1, "tools/call", {})), batch=True)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        ok(7),  # the answer to a server's question: it finishes a call in flight
+        {"jsonrpc": "2.0", "id": 8, "error": {"code": -1, "message": "declined"}},
+        note("notifications/cancelled", {"requestId": 1}),
+        note("notifications/initialized"),
+        req(2, "stream/poll", {"streamId": "s", "resumeToken": "t"}),
+        req(3, "stream/resume", {"streamId": "s", "resumeToken": "t"}),
+        req(4, "tasks/get", {"taskId": "x"}),
+        req(5, "tasks/result", {"taskId": "x"}),
+        req(6, "tasks/list", {}),
+        req(7, "tasks/cancel", {"taskId": "x"}),
+        req(8, "ping"),
+    ],
+)
+def test_what_finishes_work_in_flight_passes_a_drain(message: dict[str, Any]) -> None:
+    admission = admit_post(msgs(message), False, initialized=True, accepting=True, draining=True)
+    assert not admission.opens_session
+    check_draining(msgs(message), draining=True)
+
+
+def test_nothing_is_refused_when_not_draining() -> None:
+    check_draining(msgs(req(1, "tools/call", {}), req(0, "initialize", {})), draining=False)
+
+
+def test_shutting_down_comes_before_draining() -> None:
+    """Once the proxy stops accepting, an initialize gets the 404 of shutdown, as before."""
+    with pytest.raises(SessionNotFound):
+        admit_post(
+            msgs(req(0, "initialize", {})), False, initialized=False, accepting=False, draining=True
+        )
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "refused"),
+    [
+        ("server/discover", {}, True),  # a modern client's first request
+        ("tools/call", {"name": "slow"}, True),  # a new call
+        ("tools/list", {}, True),
+        ("subscriptions/listen", {}, True),  # a new listen stream
+        ("tools/call", {"name": "ask", "requestState": "s"}, False),  # an MRTR retry
+        ("tasks/get", {"taskId": "x"}, False),
+        ("tasks/update", {"taskId": "x", "inputResponses": {}}, False),
+        ("tasks/cancel", {"taskId": "x"}, False),
+        ("no/such/method", {}, False),  # answered -32601 as ever
+    ],
+)
+def test_modern_requests_while_draining(method: str, params: dict[str, Any], refused: bool) -> None:
+    check_modern_draining(method, params, tasks_enabled=True, draining=False)
+    if refused:
+        with pytest.raises(Draining):
+            check_modern_draining(method, params, tasks_enabled=True, draining=True)
+    else:
+        check_modern_draining(method, params, tasks_enabled=True, draining=True)

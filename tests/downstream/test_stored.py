@@ -1,0 +1,76 @@
+"""StoredStreams.follow (proxy/downstream/stored.py): the stream of a request another
+replica runs, served from the store, opens with the holder's priming event; when the
+store cannot be read at that moment the client still gets that event (an id to resume
+from), never an error for a call that goes on. Over a real aiohttp server."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from proxy.core.sse import SSEDecoder, encode_event
+from proxy.downstream.stored import StoredStreams
+from proxy.store.base import Batch, Entry, StoreError, StoreLimits, StreamRecord
+from proxy.store.memory import MemoryStore
+
+KEY = "e1e1.3"
+OPENING = encode_event(None, event_id=f"{KEY}.0.1", retry_ms=500)
+
+
+class UnreadableStore(MemoryStore):
+    """A store that is restarting: every read fails."""
+
+    async def get_stream(self, key: str, now: float) -> StreamRecord | None:
+        raise StoreError("connection refused")
+
+
+async def follow(aiohttp_client: Any, store: MemoryStore, opening: bytes) -> tuple[int, bytes]:
+    """``StoredStreams.follow`` of :data:`KEY` from its start: the status and body its
+    client reads (status -1: it raised StoreError, which the endpoint then answers)."""
+    stored = StoredStreams(store, b"secret", 10.0, "default", sole_server=True)
+    raised: list[StoreError] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        try:
+            return await stored.follow(request, "s1", KEY, 0, opening)
+        except StoreError as exc:
+            raised.append(exc)
+            return web.Response(status=503)
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    client = await aiohttp_client(app)
+    async with client.get("/") as resp:
+        status, body = resp.status, await resp.read()
+    return (-1 if raised else status), body
+
+
+async def test_the_priming_event_comes_first_then_the_events_then_the_end(
+    aiohttp_client: Any,
+) -> None:
+    store = MemoryStore(StoreLimits())
+    await store.open()
+    now = time.time()
+    entries = [Entry(1, b'{"a":1}'), Entry(2, b'{"b":2}')]
+    batch = Batch([StreamRecord(KEY, "s1", server="default")], {KEY: entries}, {KEY: now + 60})
+    await store.commit(batch, now)
+    status, body = await follow(aiohttp_client, store, OPENING)
+    assert status == 200
+    events = SSEDecoder().feed(body)
+    assert [(e.id, e.data, e.retry) for e in events] == [
+        (f"{KEY}.0.1", "", 500),
+        (f"{KEY}.1", '{"a":1}', None),
+        (f"{KEY}.2", '{"b":2}', None),
+    ]
+
+
+async def test_a_store_that_cannot_be_read_still_gives_the_priming_event(
+    aiohttp_client: Any,
+) -> None:
+    store = UnreadableStore(StoreLimits())
+    await store.open()
+    assert await follow(aiohttp_client, store, OPENING) == (200, OPENING)
+    # Unprimed (a session before 2025-11-25): nothing to resume from, the error stands.
+    assert (await follow(aiohttp_client, store, b""))[0] == -1
