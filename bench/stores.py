@@ -30,6 +30,8 @@ from pathlib import Path
 
 import redis  # the proxy's own dependency
 
+from proxy.store.redis_layout import Layout
+
 HOST = "127.0.0.1"
 KINDS = ("memory", "sqlite", "redis")
 TOKEN_SECRET = "bench-token-secret-0123456789"  # >= 16 characters; a benchmark, not a secret
@@ -210,10 +212,10 @@ def _sqlite(path: str) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
 
 
-def _redis(probe: str) -> tuple[redis.Redis, str]:
-    """A client for a ``redis://…#NAMESPACE`` probe, and the namespace's key prefix."""
+def _redis(probe: str) -> tuple[redis.Redis, Layout]:
+    """A client for a ``redis://…#NAMESPACE`` probe, and the namespace's key layout."""
     url, _, ns = probe.partition("#")
-    return redis.Redis.from_url(url), f"mrp:{{{ns}}}"
+    return redis.Redis.from_url(url), Layout(ns)
 
 
 def _file_bytes(path: str) -> int:
@@ -231,13 +233,13 @@ def footprint(probe: str) -> Footprint:
             pages = db.execute("PRAGMA page_count").fetchone()[0]
             page_size = db.execute("PRAGMA page_size").fetchone()[0]
         return Footprint(_file_bytes(path), int(events), int(payload), pages * page_size)
-    client, prefix = _redis(probe)
+    client, layout = _redis(probe)
     events = payload = data = 0
     with contextlib.closing(client):
         used = int(client.info("memory")["used_memory"])
-        for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        for key in client.scan_iter(match=f"{layout.prefix}*", count=1000):
             data += int(client.memory_usage(key, samples=0) or 0)
-        for log in client.scan_iter(match=f"{prefix}:log:*", count=1000):
+        for log in client.scan_iter(match=f"{layout.prefix}{{b*}}:log:*", count=1000):
             start = "-"
             while True:
                 chunk = client.xrange(log, min=start, max="+", count=10_000)
@@ -265,9 +267,9 @@ def stream_state(probe: str, key: str) -> str | None:
         with contextlib.closing(_sqlite(probe.removeprefix("sqlite:"))) as db:
             row = db.execute("SELECT state FROM streams WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
-    client, prefix = _redis(probe)
+    client, layout = _redis(probe)
     with contextlib.closing(client):
-        state = client.hget(f"{prefix}:rec:{key}", "state")
+        state = client.hget(layout.stream(key).record, "state")
     return None if state is None else bytes(state).decode()
 
 

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -208,6 +209,9 @@ class StoreConfig:
     url: str = "redis://127.0.0.1:6379/0"
     # redis: every key is prefixed with it: one namespace per deployment.
     namespace: str = "mcp-resume-proxy"
+    # redis: url names a node of a Redis Cluster (the others are discovered from it);
+    # the start fails when this and the server's cluster_enabled disagree.
+    cluster: bool = False
     # redis: a replica that has not renewed its lease for this long is dead: its
     # sessions end (404) and its live streams end with data.reason owner_lost.
     lease_seconds: Annotated[float, Positive] = 10.0
@@ -355,6 +359,22 @@ def _with_defaults(data: Any) -> Any:
     return {**data, "servers": merged}
 
 
+def _check_store(store: StoreConfig) -> None:
+    """A Redis namespace holds no hash tag (the store's own keys do: docs/stores.md); a
+    Redis Cluster is reached over TCP and has only database 0."""
+    if "{" in store.namespace or "}" in store.namespace or not store.namespace:
+        raise ConfigError(f"store.namespace: non-empty, without braces: {store.namespace!r}")
+    if store.kind == "redis" and store.cluster:
+        url = urlsplit(store.url)
+        if url.scheme not in ("redis", "rediss") or not url.hostname:
+            raise ConfigError(
+                f"store.url: with store.cluster, a redis:// or rediss:// URL naming a node "
+                f"(host and port), got {store.url!r}"
+            )
+        if url.path.strip("/") not in ("", "0"):
+            raise ConfigError(f"store.url: a Redis Cluster has only database 0, got {url.path!r}")
+
+
 def config_from_mapping(data: Any) -> Config:
     config: Config = build("", Config, _with_defaults(data))
     interval = config.streams.resume_interval
@@ -378,6 +398,7 @@ def config_from_mapping(data: Any) -> Config:
         _check_upstream(config.upstream, "upstream")
     if not config.listen.path.startswith("/"):
         raise ConfigError(f"listen.path: must start with '/', got {config.listen.path!r}")
+    _check_store(config.store)
     check_auth(config.auth)
     pool = config.modern.pool
     if pool.max_size < pool.size:

@@ -14,6 +14,7 @@ import random
 
 import pytest
 
+from tests.redis_cluster import redis_cluster, redis_cluster_url  # noqa: F401  (fixtures)
 from tests.redis_server import redis_url  # noqa: F401  (a fixture: pytest finds it here)
 
 SEED_ENV = "TEST_SEED"

@@ -47,6 +47,16 @@ def test_examples_load() -> None:
         ({"listen": {"path": "/ws"}}, "listen.path: /ws is taken"),
         ({"sse": {"max_stream_seconds": 0}}, "sse.max_stream_seconds: must be greater than 0"),
         ({"sessions": {"overflow": "drop"}}, "sessions.overflow: must be one of block, truncate"),
+        ({"store": {"cluster": "yes"}}, "store.cluster: expected"),
+        ({"store": {"namespace": "a{b}"}}, "store.namespace: non-empty, without braces"),
+        (
+            {"store": {"kind": "redis", "cluster": True, "url": "redis://h:7000/2"}},
+            "store.url: a Redis Cluster has only database 0",
+        ),
+        (
+            {"store": {"kind": "redis", "cluster": True, "url": "unix:///tmp/r.sock"}},
+            "store.url: with store.cluster, a redis:// or rediss:// URL",
+        ),
         # Once accepted: a negative grace or retention is a slip (0 is "at once").
         (
             {"sessions": {"completed_retention_seconds": -1}},

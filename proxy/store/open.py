@@ -28,7 +28,7 @@ def make_store(config: StoreConfig, limits: StoreLimits) -> Store:
     elif config.kind == "redis":
         from proxy.store.redis import RedisStore
 
-        store = RedisStore(config.url, config.namespace, limits)
+        store = RedisStore(config.url, config.namespace, limits, cluster=config.cluster)
     else:
         store = MemoryStore(limits)
     store.unavailable_wait = config.unavailable_wait_seconds

@@ -1,18 +1,27 @@
-"""The Redis store: Redis ≥ 7 or Valkey, shared by every replica of a deployment.
+"""The Redis store: Redis ≥ 7 or Valkey, one server or a Redis Cluster, shared by every
+replica of a deployment.
 
 Its keys, what each holds and for how long, and how records and batches are encoded in
 them are in :mod:`proxy.store.redis_layout`; the Lua scripts in :mod:`proxy.store.redis_lua`.
 
-A :class:`~proxy.store.base.Batch` is applied by one Lua script (``EVALSHA``, loaded again
-on ``NOSCRIPT``), so replicas and readers see all of it or none of it. ``commit`` returns
-once Redis has applied it: the store is as durable as the server is configured
-(``appendonly yes`` with ``appendfsync always`` survives a crash of Redis itself; the
-default ``everysec`` may lose the last second; ``--save ''`` without AOF keeps nothing).
+A :class:`~proxy.store.base.Batch` is split by bucket (a bucket holds whole sessions, in
+one cluster slot: :func:`~proxy.store.redis_layout.by_bucket`) and each part is applied by
+one Lua script (``EVALSHA``, loaded again on ``NOSCRIPT``; the parts of one batch go in one
+pipeline), so replicas and readers see all of what a batch does to a session or none of
+it. ``commit`` returns once Redis has applied every part (a part that fails fails the
+commit, which the caller retries whole: every part is idempotent). The store is as
+durable as the server is configured (``appendonly yes`` with ``appendfsync always``
+survives a crash of Redis itself; the default ``everysec`` may lose the last second;
+``--save ''`` without AOF keeps nothing).
 
 Tails block in ``XREAD BLOCK`` on the stream's log *and* its wake key, each on a pooled
 connection of their own: an append wakes them through the log, a completion or a drop
 through the wake key. A key that expires or is flushed wakes nobody; a tail sees it when
 its blocking read times out (``block`` seconds, 2 by default) and checks the record again.
+
+``cluster=True`` (``store.cluster: true``) talks to a Redis Cluster
+(:mod:`proxy.store.redis_client`): every command and script touches keys of one slot
+(blocking reads too: a tail's two keys share a slot).
 
 Network and server errors come out as :class:`~proxy.store.base.StoreError`; an outage is
 bounded by ``timeout`` (a socket timeout, 5 s by default; a broken connection is retried
@@ -28,13 +37,9 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, cast
-from urllib.parse import urlsplit
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+import structlog
+from redis.exceptions import NoScriptError, RedisError
 
 from proxy.core.stream import Unacknowledged
 from proxy.store.base import (
@@ -50,12 +55,15 @@ from proxy.store.base import (
     check_read,
     count_marks,
 )
+from proxy.store.redis_client import Client, check_server, connect, where
 from proxy.store.redis_layout import (
+    BUCKETS,
     DEFAULT_TTL_S,
     EPOCH_TTL_S,
     INBOX_TTL_MS,
     Layout,
     StreamKeys,
+    by_bucket,
     commit_call,
     entry_of,
     ms,
@@ -64,16 +72,9 @@ from proxy.store.redis_layout import (
 )
 from proxy.store.redis_lua import ACQUIRE_LUA, COMMIT_LUA, EPOCH_LUA, RELEASE_LUA, RENEW_LUA
 
-MIN_MAJOR = 7  # XADD <seq>-1, PEXPIRETIME, SET PXAT, script shebangs
+log = structlog.get_logger("proxy.store")
+
 TAIL_BATCH = 1000  # entries per batch a tail yields
-
-
-def _where(url: str) -> str:
-    """Where the server is, for messages: host and port (or socket path), no credentials."""
-    parts = urlsplit(url)
-    if parts.hostname is None:
-        return parts.path or "redis"
-    return f"{parts.hostname}:{parts.port or 6379}"
 
 
 class RedisStore(Store):
@@ -91,6 +92,7 @@ class RedisStore(Store):
         *,
         timeout: float = 5.0,
         block: float = 2.0,
+        cluster: bool = False,
     ) -> None:
         super().__init__(limits or StoreLimits())
         self._layout = Layout(namespace)
@@ -98,43 +100,43 @@ class RedisStore(Store):
         self.namespace = namespace
         self.timeout = timeout
         self.block = block
-        self._where = _where(url)
-        self._client: aioredis.Redis | None = None
-        self._blocking: aioredis.Redis | None = None  # tails' XREAD BLOCK, longer timeout
+        self.cluster = cluster
+        self._where = where(url)
+        self._client: Client | None = None
+        self._blocking: Client | None = None  # tails' XREAD BLOCK, longer timeout
         self._closed = False
         self._blocked: set[asyncio.Future[Any]] = set()
 
     # ------------------------------------------------------------------ lifetime
-    def _connect(self, socket_timeout: float) -> aioredis.Redis:
-        # One retry on a fresh connection after a broken one (a restarted Redis); none
-        # after a timeout, so that an unresponsive server costs ``timeout``, not more.
-        retry = Retry(ExponentialBackoff(cap=0.2, base=0.02), 1, (RedisConnectionError,))
-        return aioredis.Redis.from_url(
-            self.url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=self.timeout,
-            retry=retry,
-        )
-
     async def open(self) -> None:
-        self._client = self._connect(self.timeout)
-        self._blocking = self._connect(self.timeout + self.block)
+        self._client = connect(self.url, self.timeout, self.timeout, cluster=self.cluster)
+        self._blocking = connect(
+            self.url, self.timeout + self.block, self.timeout, cluster=self.cluster
+        )
         self._commit_script = self._client.register_script(COMMIT_LUA)
         self._epoch_script = self._client.register_script(EPOCH_LUA)
         self._acquire_script = self._client.register_script(ACQUIRE_LUA)
         self._release_script = self._client.register_script(RELEASE_LUA)
         self._renew_script = self._client.register_script(RENEW_LUA)
         with self._failing("open"):
-            info = await self._client.info("server")
-            version = str(info.get("redis_version", "0"))
-            if int(version.split(".")[0]) < MIN_MAJOR:
-                raise StoreError(
-                    f"redis at {self._where} is version {version}: the store needs Redis "
-                    f">= {MIN_MAJOR} (or Valkey)"
-                )
-            for script in (COMMIT_LUA, EPOCH_LUA, ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA):
-                await self._client.script_load(script)
+            await check_server(self.url, self.timeout, cluster=self.cluster)
+            await self._load_scripts()
         self._epoch = await self.current_epoch()
+        with self._failing("open"):
+            old_layout = await self._redis.exists(self._layout.old_epoch)
+        if old_layout:
+            log.warning(
+                "store_old_layout_ignored",
+                namespace=self.namespace,
+                epoch=self._epoch,
+                note="streams written before the per-session key layout are not read: "
+                "their ids get unknown_stream; their keys expire by their own TTLs",
+            )
+
+    async def _load_scripts(self) -> None:
+        """SCRIPT LOAD each script (a cluster client sends it to every master)."""
+        for script in (COMMIT_LUA, EPOCH_LUA, ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA):
+            await self._redis.script_load(script)
 
     async def close(self) -> None:
         self._closed = True
@@ -150,7 +152,7 @@ class RedisStore(Store):
         one seen at :meth:`open`, so a caller compares the two."""
         with self._failing("read the epoch"):
             epoch = await self._epoch_script(
-                [self._key("epoch")], [secrets.token_hex(6), ms(EPOCH_TTL_S)]
+                [self._layout.epoch], [secrets.token_hex(6), ms(EPOCH_TTL_S)]
             )
         return text(epoch)
 
@@ -167,12 +169,12 @@ class RedisStore(Store):
             raise StoreError(f"redis at {self._where}: {doing} failed: {exc}") from exc
 
     @property
-    def _redis(self) -> aioredis.Redis:
+    def _redis(self) -> Client:
         assert self._client is not None, "used only inside _failing, which checks it"
         return self._client
 
-    def _key(self, *parts: str) -> str:
-        return self._layout.key(*parts)
+    def _key(self, kind: str, name: str) -> str:
+        return self._layout.key(kind, name)
 
     def _stream_keys(self, key: str) -> StreamKeys:
         return self._layout.stream(key)
@@ -181,10 +183,33 @@ class RedisStore(Store):
     async def commit(self, batch: Batch, now: float) -> list[str]:
         if not batch:
             return []
-        keys, args = commit_call(self._layout, batch, now, self.limits)
+        replies = await self._commit_parts(
+            [
+                commit_call(self._layout, bucket, part, now, self.limits)
+                for bucket, part in by_bucket(batch).items()
+            ]
+        )
+        # Each part's reply: the keys fencing refused in it (nothing applied to them).
+        return [text(key) for reply in replies for key in cast(list[bytes], reply)]
+
+    async def _commit_parts(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run ``COMMIT_LUA`` once per part (bucket); their replies, in order. Several
+        parts go as EVALSHAs in one pipeline (a cluster client: one per master), their
+        scripts loaded again on NOSCRIPT (a restarted or flushed server, a new master)."""
         with self._failing("commit"):
-            refused = await self._commit_script(keys, args)
-        return [text(key) for key in cast(list[bytes], refused)]
+            if len(calls) == 1:
+                return [await self._commit_script(*calls[0])]
+            try:
+                return await self._commit_pipelined(calls)
+            except NoScriptError:
+                await self._load_scripts()
+                return await self._commit_pipelined(calls)
+
+    async def _commit_pipelined(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        pipe = self._redis.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.evalsha(self._commit_script.sha, len(keys), *keys, *args)
+        return list(await pipe.execute())
 
     async def get_stream(self, key: str, now: float) -> StreamRecord | None:
         with self._failing("read a stream record"):
@@ -237,9 +262,7 @@ class RedisStore(Store):
             "tail a stream", lambda r: r.xread(streams, count=1, block=ms(self.block))
         )
 
-    async def _blocking_call(
-        self, doing: str, call: Callable[[aioredis.Redis], Awaitable[Any]]
-    ) -> Any:
+    async def _blocking_call(self, doing: str, call: Callable[[Client], Awaitable[Any]]) -> Any:
         """A blocking command on the blocking connections; :meth:`close` ends it with
         StoreError (a cancellation from elsewhere stays one)."""
         with self._failing(doing):
@@ -275,13 +298,15 @@ class RedisStore(Store):
                 yield json.loads(popped[1])
 
     async def live_streams(self, owner: str | None, now: float) -> list[StreamRecord]:
-        """The index's keys that expire after ``now`` (one ZRANGE), then their records
-        (one pipelined HGETALL each): the cost is the number of live streams."""
+        """Each bucket's index's keys that expire after ``now`` (one pipelined ZRANGE per
+        bucket), then their records (one pipelined HGETALL each): the cost is
+        :data:`~proxy.store.redis_layout.BUCKETS` small reads plus the live streams."""
         with self._failing("list live streams"):
-            members = await self._redis.zrange(
-                self._key("live"), f"({ms(now)}", "+inf", byscore=True
-            )
-            keys = [text(member) for member in cast(list[bytes], members)]
+            pipe = self._redis.pipeline(transaction=False)
+            for bucket in range(BUCKETS):
+                pipe.zrange(self._layout.live(bucket), f"({ms(now)}", "+inf", byscore=True)
+            found = cast(list[list[bytes]], await pipe.execute())
+            keys = [text(member) for members in found for member in members]
             pipe = self._redis.pipeline(transaction=False)
             for key in keys:
                 pipe.hgetall(self._stream_keys(key).record)

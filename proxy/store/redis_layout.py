@@ -2,11 +2,15 @@
 encoded in them (:mod:`proxy.store.redis` talks to the server; :mod:`proxy.store.redis_lua`
 applies a batch on it).
 
-Every key of a deployment starts with ``<ns>`` = ``mrp:{<namespace>}``: the braces are a
-hash tag, so all of them live in one cluster slot and one script may touch any of them.
-Every key has a TTL, so nothing grows without bound:
+Every key of a deployment starts with ``<ns>`` = ``mrp:<namespace>``, then a hash tag in
+braces that decides its cluster slot (Redis Cluster hashes only what is inside the first
+``{…}``; the namespace may hold no braces). A stream's keys are in its session's
+**bucket** ``{b<n>}``, ``n`` = CRC-32 of the session's part of the stream key (``<epoch>``
+of ``<epoch>.<number>``) mod :data:`BUCKETS`: every key of one session, and the bucket's
+index of live streams, share one slot, so one script applies everything a batch does to
+a session, and a cluster spreads the sessions over its masters. Every other key has a
+tag of its own. Every key has a TTL, so nothing grows without bound:
 
-=======================  ======  ====================================================
 key                      type    what, and its TTL
 =======================  ======  ====================================================
 ``<ns>:epoch``           string  the epoch (see :mod:`proxy.store.base`); 30 days,
@@ -33,20 +37,63 @@ key                      type    what, and its TTL
 ``<ns>:task:<id>``       string  a task record, JSON; its ``expires_at``
 ``<ns>:inbox:<owner>``   list    messages for a replica, JSON; 60 s after the last
 =======================  ======  ====================================================
+=======
+===============================  ======  ============================================
+key                              type    what, and its TTL
+===============================  ======  ============================================
+``<ns>:{epoch}``                 string  the epoch (see :mod:`proxy.store.base`); 30
+                                         days, refreshed by ``open`` and
+                                         ``current_epoch`` (each replica's lease)
+``<ns>:{b<n>}:live``             zset    keys of the bucket's LIVE streams scored by
+                                         their expiry (unix ms), for
+                                         :meth:`RedisStore.live_streams`; until the
+                                         latest score
+``<ns>:{b<n>}:rec:<key>``        hash    a stream's record: ``session owner state
+                                         first last rids`` (JSON) ``ann`` (0/1)
+                                         ``exp`` (unix ms) ``who`` (the principal,
+                                         JSON: ``null`` or a string; absent: ``null``)
+                                         ``srv`` (the server, JSON: ``null`` or a
+                                         string; absent: ``null``) ``fence`` (its
+                                         writer's fencing token; absent: "");
+                                         until ``exp``: now + ``live_ttl`` on every
+                                         append while LIVE, the given ``expires_at``
+                                         once COMPLETED
+``<ns>:{b<n>}:log:<key>``        stream  its entries, id ``<seq>-1``, fields ``p``
+                                         (payload) and ``m`` (mark, absent when 0);
+                                         the record's TTL
+``<ns>:{b<n>}:wake:<key>``       stream  one entry per put, completion or drop of the
+                                         stream: wakes blocked tails; 60 s
+``<ns>:{session:<id>}``          string  a session record, JSON; its ``expires_at``
+                                         (30 days when it has none)
+``<ns>:{lease:<name>}``          string  the owner; ``ttl`` on the Redis server's clock
+``<ns>:{task:<id>}``             string  a task record, JSON; its ``expires_at``
+``<ns>:{inbox:<owner>}``         list    messages for a replica, JSON; 60 s after the
+                                         last
+===============================  ======  ============================================
+
+Before this layout every key was ``mrp:{<namespace>}:…`` (one slot). This one does not
+read those: its epoch key is new, so a store opened on such a namespace mints a new epoch,
+and an event id from before gets what any id of a lost history gets (``unknown_stream``);
+the old keys expire by their own TTLs (:data:`OLD_LAYOUT_EPOCH` is only looked at, to say
+so in the log).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
 
-EPOCH_TTL_S = 30 * 24 * 3600.0  # the epoch outlives any record; refreshed by every commit
+EPOCH_TTL_S = 30 * 24 * 3600.0  # the epoch outlives any record; refreshed by each lease
 DEFAULT_TTL_S = EPOCH_TTL_S  # a session record with no expires_at still expires
 WAKE_TTL_MS = 60_000  # a wake entry only matters to tails blocked at that moment
 INBOX_TTL_MS = 60_000  # a message nobody takes within a minute is dropped
+BUCKETS = 256  # slots a deployment's streams spread over; live_streams reads each index
+OLD_LAYOUT_EPOCH = "mrp:{{{namespace}}}:epoch"  # the epoch key of the one-slot layout
 
 
 def ms(seconds: float) -> int:
@@ -68,19 +115,71 @@ class StreamKeys:
     wake: str
 
 
+def session_part(key: str) -> str:
+    """The part of a stream key ``<epoch>.<number>`` that names its session (the whole
+    key when it has no dot)."""
+    return key.rpartition(".")[0] or key
+
+
+def bucket_of(key: str) -> int:
+    """The bucket of a stream key: every stream of one session is in the same one."""
+    return zlib.crc32(session_part(key).encode()) % BUCKETS
+
+
 class Layout:
     """The key names of one deployment (its namespace)."""
 
     def __init__(self, namespace: str) -> None:
         if not namespace or "{" in namespace or "}" in namespace:
             raise ValueError(f"a Redis namespace must be non-empty, without braces: {namespace!r}")
-        self.prefix = f"mrp:{{{namespace}}}:"
+        self.prefix = f"mrp:{namespace}:"
+        self.epoch = f"{self.prefix}{{epoch}}"
+        self.old_epoch = OLD_LAYOUT_EPOCH.format(namespace=namespace)
 
-    def key(self, *parts: str) -> str:
-        return self.prefix + ":".join(parts)
+    def key(self, kind: str, name: str) -> str:
+        """A deployment-wide key (``session``, ``lease``, ``task``, ``inbox``), each
+        ``name`` in a slot of its own."""
+        return f"{self.prefix}{{{kind}:{name}}}"
+
+    def live(self, bucket: int) -> str:
+        """The index of a bucket's LIVE streams."""
+        return f"{self.prefix}{{b{bucket}}}:live"
 
     def stream(self, key: str) -> StreamKeys:
-        return StreamKeys(self.key("rec", key), self.key("log", key), self.key("wake", key))
+        tag = f"{self.prefix}{{b{bucket_of(key)}}}"
+        return StreamKeys(f"{tag}:rec:{key}", f"{tag}:log:{key}", f"{tag}:wake:{key}")
+
+
+def by_bucket(batch: Batch) -> dict[int, Batch]:
+    """``batch`` split into one batch per bucket (each applied by one script, in one
+    slot). A session's streams share a bucket, so each part holds whole sessions.
+
+    Field by field, whatever fields :class:`Batch` has: a dict keyed by stream key is
+    split by key, a list of stream keys or of records (``.key``) by item, and any other
+    value (one for the whole batch) is copied into every part."""
+    names = [f.name for f in dataclasses.fields(batch)]
+    whole = {
+        name: getattr(batch, name)
+        for name in names
+        if not isinstance(getattr(batch, name), (dict, list))
+    }
+    parts: dict[int, Batch] = {}
+
+    def part(key: str) -> Batch:
+        found = parts.get(bucket := bucket_of(key))
+        if found is None:
+            found = parts[bucket] = Batch(**whole)
+        return found
+
+    for name in names:
+        value = getattr(batch, name)
+        if isinstance(value, dict):
+            for key, item in value.items():
+                getattr(part(key), name)[key] = item
+        elif isinstance(value, list):
+            for item in value:
+                getattr(part(item if isinstance(item, str) else item.key), name).append(item)
+    return parts
 
 
 def entry_of(item: tuple[bytes, dict[bytes, bytes]]) -> Entry:
@@ -115,9 +214,10 @@ def record_of(key: str, fields: dict[bytes, bytes], now: float) -> StreamRecord 
 
 
 def commit_call(
-    layout: Layout, batch: Batch, now: float, limits: StoreLimits
+    layout: Layout, bucket: int, batch: Batch, now: float, limits: StoreLimits
 ) -> tuple[list[str], list[Any]]:
-    """The KEYS and ARGV of ``COMMIT_LUA`` for ``batch`` (its header comment has the layout)."""
+    """The KEYS and ARGV of ``COMMIT_LUA`` for ``batch``, whose keys are all in ``bucket``
+    (:func:`by_bucket`; the script's header comment has the layout)."""
     slots: dict[str, int] = {}
 
     def slot(key: str) -> int:
@@ -141,12 +241,12 @@ def commit_call(
     trimmed = [x for key, first in batch.trimmed.items() for x in (slot(key), first)]
     completed = [x for key, at in batch.completed.items() for x in (slot(key), ms(at))]
     dropped = [slot(key) for key in batch.dropped]
-    keys = [layout.key("epoch"), layout.key("live")]
+    keys = [layout.live(bucket)]
     for key in slots:
         names = layout.stream(key)
         keys += (names.record, names.log, names.wake)
     header: list[Any] = [ms(now), ms(now + limits.live_ttl), limits.max_events]
-    header += (ms(EPOCH_TTL_S), WAKE_TTL_MS, len(slots), *slots)
+    header += (WAKE_TTL_MS, len(slots), *slots)
     fencing = [batch.fence, batch.owner, len(batch.takeovers), *takeovers]
     args = [*header, *fencing, len(batch.streams), *puts, len(appended), *appends]
     args += (len(batch.trimmed), *trimmed, len(batch.completed), *completed)

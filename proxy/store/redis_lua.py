@@ -1,26 +1,28 @@
 """The Redis store's Lua scripts (:mod:`proxy.store.redis`): each runs atomically on the
 server, so a batch is applied whole or not at all."""
 
-# Commit one Batch. KEYS: 1 epoch, 2 live index, then per stream i (1-based):
-# 3i record, 3i+1 log, 3i+2 wake. ARGV: now_ms, live_until_ms, max_events, epoch_ttl_ms,
-# wake_ttl_ms, n, n stream keys; then fencing (the writer's token, the writer, takeovers:
-# count, then i fence last each); then puts (count, 11 fields each: i session owner state
-# first last rids ann exp_ms|'' who srv), appends (count, then per stream: i, n, n x (seq payload
-# mark)), trimmed (count, i first each), completed (count, i exp_ms each), dropped (count,
-# i each). Returns the names of the keys fencing refused (nothing was applied to them).
+# Commit one bucket's part of a Batch (redis_layout.by_bucket: every key in one slot).
+# KEYS: 1 the bucket's live index, then per stream i (1-based): 3i-1 record, 3i log,
+# 3i+1 wake. ARGV: now_ms, live_until_ms, max_events, wake_ttl_ms, n, n stream keys;
+# then fencing (the writer's token, the writer, takeovers: count, then i fence last each;
+# the token is checked against each stream's own record, so the script stays in one slot);
+# then puts (count, 11 fields each: i session owner state first last rids ann exp_ms|''
+# who srv), appends (count, then per stream: i, n, n x (seq payload mark)), trimmed
+# (count, i first each), completed (count, i exp_ms each), dropped (count, i each).
+# Returns the names of the keys fencing refused (nothing was applied to them).
 COMMIT_LUA = """#!lua
 local now, live_until = tonumber(ARGV[1]), ARGV[2]
-local max_events, wake_ttl = tonumber(ARGV[3]), ARGV[5]
-local nkeys = tonumber(ARGV[6])
-local live = KEYS[2]
-local pos = 6 + nkeys
+local max_events, wake_ttl = tonumber(ARGV[3]), ARGV[4]
+local nkeys = tonumber(ARGV[5])
+local live = KEYS[1]
+local pos = 5 + nkeys
 local function take() pos = pos + 1; return ARGV[pos] end
-local function name(i) return ARGV[6 + i] end
-local function rec(i) return KEYS[3 * i] end
-local function log(i) return KEYS[3 * i + 1] end
+local function name(i) return ARGV[5 + i] end
+local function rec(i) return KEYS[3 * i - 1] end
+local function log(i) return KEYS[3 * i] end
 
 local function wake(i)
-  local w = KEYS[3 * i + 2]
+  local w = KEYS[3 * i + 1]
   redis.call('XADD', w, 'MAXLEN', '1', '*', 'w', '1')
   redis.call('PEXPIRE', w, wake_ttl)
 end
@@ -168,7 +170,6 @@ for _ = 1, tonumber(take()) do
   end
 end
 redis.call('ZREMRANGEBYSCORE', live, '-inf', ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return refused_names
 """
 

@@ -1,7 +1,9 @@
 """One contract, three stores: the ``maker`` fixture gives each test every store kind.
 
 ``redis`` runs against a real ``redis-server`` that :mod:`tests.redis_server` starts (and
-``scripts/test`` installs when it is missing); each test gets its own key namespace.
+``scripts/test`` installs when it is missing), ``redis-cluster`` against a real local
+three-master Redis Cluster (:mod:`tests.redis_cluster`); each test gets its own key
+namespace.
 
 Each maker has a ``clock``. Memory and SQLite take every ``now`` from their caller, so a
 :class:`FakeClock` moves time at once (an expiry is checked at ``now + ttl``, no wait);
@@ -124,38 +126,47 @@ class SqliteMaker(Maker):
 class RedisMaker(Maker):
     kind = "redis"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, cluster: bool = False) -> None:
         super().__init__()
         self.clock = WallClock()
         self.url = url
+        self.cluster = cluster
         self.namespace = f"contract{next(_names)}"
 
     async def _build(self, limits: StoreLimits) -> Store:
         from proxy.store.redis import RedisStore
 
-        return RedisStore(self.url, self.namespace, limits)
+        return RedisStore(self.url, self.namespace, limits, cluster=self.cluster)
 
     async def lose(self, store: Store) -> Store:
-        import redis.asyncio as aioredis
-
-        client = aioredis.from_url(self.url)
-        try:
-            await client.flushall()
-        finally:
-            await client.aclose()
+        await flushall(self.url, cluster=self.cluster)
         await store.close()
         return await self.make(store.limits)
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+async def flushall(url: str, *, cluster: bool = False) -> None:
+    """FLUSHALL the server (a cluster: every master)."""
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster
+
+    client = RedisCluster.from_url(url) if cluster else aioredis.from_url(url)
+    try:
+        await client.flushall()
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis", "redis-cluster"])
 async def maker(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Maker]:
     made: Maker
     if request.param == "memory":
         made = MemoryMaker()
     elif request.param == "sqlite":
         made = SqliteMaker(tmp_path / "store.db")
-    else:
+    elif request.param == "redis":
         made = RedisMaker(request.getfixturevalue("redis_url"))
+    else:
+        made = RedisMaker(request.getfixturevalue("redis_cluster_url"), cluster=True)
     try:
         yield made
     finally:

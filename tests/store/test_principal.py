@@ -14,6 +14,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
+from proxy.store.redis_layout import Layout
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_db import _STREAM_COLUMNS
 from tests.store.conftest import Maker, RedisMaker
@@ -132,7 +133,8 @@ async def test_a_redis_record_written_before_principals_belongs_to_nobody(
         await store.commit(Batch(streams=[record("e4.1", "alice")]), now)
         client = aioredis.from_url(redis_url)
         try:  # what an earlier version wrote: the same hash without the field
-            removed = await client.hdel(f"mrp:{{{maker.namespace}}}:rec:e4.1", "who")
+            record_key = Layout(maker.namespace).stream("e4.1").record
+            removed = await client.hdel(record_key, "who")
         finally:
             await client.aclose()
         assert removed == 1

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from structlog.testing import capture_logs
 
 from proxy.core.errors import ResumeError
 from proxy.core.stream import Mark, Unacknowledged
@@ -26,10 +27,9 @@ from proxy.store.base import (
 )
 from proxy.store.redis import RedisStore
 from tests.redis_server import RedisServer
-from tests.support import eventually
+from tests.store.redis_support import KINDS, Follower, kind_of
 
 KEY = "e0e0e0.1"
-WAIT_S = 10.0  # a wake-up arrives within milliseconds; the deadline only guards a hang
 
 
 def entries(first: int, last: int, mark: int = 0) -> list[Entry]:
@@ -72,27 +72,6 @@ def server(tmp_path: Path) -> Iterator[RedisServer]:
     """A redis-server of this test's own, to flush, stop, pause and restart."""
     with RedisServer(tmp_path / "redis") as running:
         yield running
-
-
-class Follower:
-    """Runs ``store.tail(key, after)`` in a task and keeps the seqs it yields."""
-
-    def __init__(self, store: RedisStore, key: str, after: int) -> None:
-        self.seqs: list[int] = []
-        self.task = asyncio.create_task(self._follow(store, key, after))
-
-    async def _follow(self, store: RedisStore, key: str, after: int) -> None:
-        async for batch in store.tail(key, after):
-            self.seqs.extend(e.seq for e in batch)
-
-    async def has(self, seqs: list[int]) -> None:
-        await eventually(lambda: self.seqs == seqs, timeout=WAIT_S, what=f"the tail at {seqs}")
-
-    async def end(self) -> None:
-        await asyncio.wait_for(self.task, WAIT_S)
-
-    def stop(self) -> None:
-        self.task.cancel()
 
 
 async def flushall(url: str) -> None:
@@ -271,12 +250,11 @@ async def test_every_key_the_store_makes_has_a_ttl(redis_url: str, stores: Store
     await store.put_task("t1", {"status": "working"}, now + 60)
     client = aioredis.Redis.from_url(redis_url)
     try:
-        found = [k.decode() async for k in client.scan_iter(match=f"mrp:{{{namespace}}}:*")]
+        found = [k.decode() async for k in client.scan_iter(match=f"mrp:{namespace}:*")]
         ttls = {key: await client.pttl(key) for key in found}
     finally:
         await client.aclose()
-    kinds = {key.split(":")[2] for key in found}
-    assert kinds == {"epoch", "live", "rec", "log", "wake", "session", "lease", "task"}
+    assert {kind_of(key) for key in found} == KINDS
     assert all(ttl > 0 for ttl in ttls.values()), ttls
 
 
@@ -309,10 +287,38 @@ async def test_namespaces_do_not_see_each_other(redis_url: str, stores: Stores) 
     assert [e.seq for e in await a.read(KEY, 0, now)] == [1, 2, 3]
 
 
-def test_a_namespace_must_be_one_hash_tag() -> None:
+def test_a_namespace_holds_no_hash_tag() -> None:
     for bad in ("", "a{b", "a}b"):
         with pytest.raises(ValueError):
             RedisStore("redis://127.0.0.1:1/0", bad)
+
+
+async def test_a_namespace_of_the_one_slot_layout_starts_afresh_with_a_new_epoch(
+    redis_url: str, stores: Stores
+) -> None:
+    """Keys an earlier version wrote (``mrp:{<ns>}:…``) are not read: a new epoch, and an
+    old stream's id gets unknown_stream (as after a flush); the log says so."""
+    namespace = stores.namespace()
+    old = f"mrp:{{{namespace}}}:"
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.set(old + "epoch", "0ld0ld0ld0ld", px=60_000)
+        fields = {"session": "s1", "owner": "a", "state": "live", "first": 1, "last": 1}
+        await client.hset(old + f"rec:{KEY}", mapping={**fields, "rids": "[]", "ann": 0})
+        await client.hset(old + f"rec:{KEY}", "exp", round((time.time() + 60) * 1000))
+        await client.pexpire(old + f"rec:{KEY}", 60_000)
+        await client.xadd(old + f"log:{KEY}", {"p": b"{}"}, id="1-1")
+        await client.pexpire(old + f"log:{KEY}", 60_000)
+        with capture_logs() as logged:
+            store = await stores.open(redis_url, namespace)
+    finally:
+        await client.aclose()
+    assert store.epoch != "0ld0ld0ld0ld"
+    with pytest.raises(ResumeError) as caught:
+        await store.read(KEY, 0, time.time())
+    assert caught.value.reason == "unknown_stream"
+    assert await store.live_streams(None, time.time()) == []
+    assert [e["event"] for e in logged] == ["store_old_layout_ignored"]
 
 
 async def test_messages_cross_replicas_and_close_ends_a_receiver(

@@ -16,6 +16,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
+from proxy.store.redis_layout import Layout
 from proxy.store.sqlite import SqliteStore
 from tests.store.conftest import Maker, RedisMaker
 
@@ -126,7 +127,8 @@ async def test_a_redis_record_written_before_servers_names_none(redis_url: str) 
         await store.commit(Batch(streams=[record("e9.1", "a")]), now)
         client = aioredis.from_url(redis_url)
         try:  # what an earlier version wrote: the same hash without the field
-            removed = await client.hdel(f"mrp:{{{maker.namespace}}}:rec:e9.1", "srv")
+            record_key = Layout(maker.namespace).stream("e9.1").record
+            removed = await client.hdel(record_key, "srv")
         finally:
             await client.aclose()
         assert removed == 1

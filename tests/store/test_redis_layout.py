@@ -1,0 +1,65 @@
+"""The Redis layout's pure parts: bucket of a stream key, key names, and a batch split by
+bucket (each part one single-slot script) that loses, adds and moves nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from proxy.store.base import Batch, Entry, StreamRecord
+from proxy.store.redis_layout import BUCKETS, Layout, bucket_of, by_bucket
+
+SESSIONS = [f"{n:012x}" for n in range(0, 30 * 7919, 7919)]
+
+
+def hash_tag(key: str) -> str:
+    """What Redis Cluster hashes: the first ``{…}`` with something in it."""
+    return key.partition("{")[2].partition("}")[0]
+
+
+def test_a_sessions_streams_share_a_bucket_and_sessions_spread() -> None:
+    for session in SESSIONS:
+        assert len({bucket_of(f"{session}.{n}") for n in range(1, 6)}) == 1
+    assert len({bucket_of(f"{session}.1") for session in SESSIONS}) > 20
+    assert all(0 <= bucket_of(f"{s}.1") < BUCKETS for s in SESSIONS)
+    assert bucket_of("nodot") == bucket_of("nodot")
+
+
+def test_each_streams_keys_and_its_live_index_have_one_hash_tag() -> None:
+    layout = Layout("ns:with:colons")
+    keys = layout.stream("abc.7")
+    tags = {hash_tag(k) for k in (keys.record, keys.log, keys.wake)}
+    assert tags == {hash_tag(layout.live(bucket_of("abc.7")))} == {f"b{bucket_of('abc.7')}"}
+    assert keys.record == f"mrp:ns:with:colons:{{b{bucket_of('abc.7')}}}:rec:abc.7"
+    assert hash_tag(layout.epoch) == "epoch"
+    assert hash_tag(layout.key("lease", "replica:a")) == "lease:replica:a"
+
+
+def test_a_batch_split_by_bucket_keeps_everything_once_in_its_own_bucket() -> None:
+    keys = [f"{session}.{n}" for session in SESSIONS for n in (1, 2)]
+    batch = Batch(
+        streams=[StreamRecord(k, "s", "o") for k in keys[::3]],
+        appends={k: [Entry(1, b"{}")] for k in keys[::2]},
+        completed={k: 1.0 for k in keys[1::4]},
+        dropped=keys[2::5],
+        trimmed={k: 2 for k in keys[::7]},
+    )
+    parts = by_bucket(batch)
+    assert len(parts) > 1
+    for bucket, part in parts.items():
+        touched = {r.key for r in part.streams} | set(part.appends) | set(part.completed)
+        touched |= set(part.dropped) | set(part.trimmed)
+        assert {bucket_of(k) for k in touched} == {bucket}
+    for field in dataclasses.fields(Batch):  # every field, also those Batch gains later
+        values = [getattr(part, field.name) for part in parts.values()]
+        whole = getattr(batch, field.name)
+        if isinstance(whole, dict):
+            merged: dict[str, object] = {}
+            for value in values:
+                assert not set(merged) & set(value)
+                merged.update(value)
+            assert merged == whole, field.name
+        elif isinstance(whole, list):
+            items = [item for value in values for item in value]
+            assert sorted(map(repr, items)) == sorted(map(repr, whole)), field.name
+        else:
+            assert all(value == whole for value in values), field.name
