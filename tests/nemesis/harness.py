@@ -240,7 +240,8 @@ async def drive(
             await faults.run(schedule, clock)
             await faults.heal()
             log(f"nemesis: t={clock():.1f}s faults done, waiting for the calls to end")
-            _, pending = await asyncio.wait(running, timeout=settings.bound + 5)
+            left = max(0.0, settings.seconds - clock()) + settings.bound + 5
+            _, pending = await asyncio.wait(running, timeout=left)
             for task in pending:  # a client past every bound: its calls stay open
                 task.cancel()
             ends = await asyncio.gather(*running, return_exceptions=True)

@@ -147,7 +147,7 @@ class WsClient:
             msg = json.loads(await asyncio.wait_for(ws.recv(), self.bound))
             if msg.get("id") == 0:
                 if "result" not in msg:
-                    return f"initialize: {reason_of(msg)}"
+                    return reason_of(msg)
                 self.session_id = msg["result"]["_meta"][SESSION_META]
                 break
         await send(ws, {"method": "notifications/initialized"})
