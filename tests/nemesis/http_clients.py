@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -51,6 +51,18 @@ async def json_body(resp: aiohttp.ClientResponse) -> Any:
         return json.loads(await resp.text())
     except ValueError:
         return None
+
+
+async def within(bound: float, work: Awaitable[None], calls: list[Call]) -> bool:
+    """Run one call's work for at most ``bound`` seconds; False if it had to be given up
+    (the call stays open: the checker's ``ended`` rule reports the hang)."""
+    try:
+        await asyncio.wait_for(work, bound)
+    except TimeoutError:
+        if calls:
+            calls[-1].notes.append("the client gave up at the bound")
+        return False
+    return True
 
 
 class Broken(Exception):
@@ -105,7 +117,8 @@ class LegacyClient:
         while self.clock() < until:
             if not self.session_id and not await self.initialize(until):
                 return
-            await self.one_call()
+            if not await within(self.bound + 2, self.one_call(), self.calls):
+                self.session_id = ""  # start afresh
 
     async def one_call(self) -> None:
         self._rid += 1
@@ -124,7 +137,9 @@ class LegacyClient:
         try:
             while await self.unserved(body, deadline):  # haproxy 503: no replica in rotation
                 await asyncio.sleep(RETRY_S)
+            call.notes.append("POST")
             async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
+                call.notes.append(f"POST: {resp.status}")
                 if resp.status != 200:
                     got = await json_body(resp)
                     reason = reason_of(got, resp.status)
@@ -209,9 +224,10 @@ class LegacyClient:
         elif msg.get("method") == "elicitation/create" and "id" in msg:
             answer = {"action": "accept", "content": {"answer": f"answer {rid}"}}
             reply = {"jsonrpc": "2.0", "id": msg["id"], "result": answer}
+            call.notes.append("answer POST")
             try:
-                async with self.http.post(self.url, json=reply, headers=self.headers()):
-                    pass
+                async with self.http.post(self.url, json=reply, headers=self.headers()) as r:
+                    call.notes.append(f"answer POST: {r.status}")
             except aiohttp.ClientError:
                 call.notes.append("answer not delivered")
         elif msg.get("id") == rid and "method" not in msg:
@@ -240,10 +256,8 @@ class ModernClient:
     async def run(self, until: float) -> None:
         while self.clock() < until:
             self._n += 1
-            if self.rng.random() < 0.6:
-                await self.task_call()
-            else:
-                await self.ask_call()
+            work = self.task_call() if self.rng.random() < 0.6 else self.ask_call()
+            await within(self.bound + 2, work, self.calls)
 
     async def send(self, method: str, params: dict[str, Any], deadline: float) -> Answer:
         """One request, sent again while the balancer answers 503 itself (no replica in

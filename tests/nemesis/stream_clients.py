@@ -27,7 +27,7 @@ from websockets.typing import Subprotocol
 
 from tests.balanced import shim_host
 from tests.nemesis.history import Call
-from tests.nemesis.http_clients import RETRY_S, SILENT_S, reason_of
+from tests.nemesis.http_clients import RETRY_S, SILENT_S, reason_of, within
 
 SESSION_META = "io.github.mcp-resume-proxy/sessionId"
 EVENT_META = "io.github.mcp-resume-proxy/eventId"
@@ -51,7 +51,8 @@ class WsClient:
 
     async def run(self, until: float) -> None:
         while self.clock() < until:
-            await self.one_call()
+            if not await within(self.bound + 2, self.one_call(), self.calls):
+                self.session_id = ""  # start afresh
 
     def _connect(self, resume: bool) -> Any:
         headers = {"Mcp-Session-Id": self.session_id} if resume else {}

@@ -7,7 +7,7 @@ checker over every client's history and the store's audit, and nothing left behi
 
 Replay a run with ``pytest --seed N tests/nemesis/test_nemesis.py`` (the seed is
 printed). Choose the faults with ``NEMESIS_KINDS=cut,kill,pause,redis,drain`` (default:
-all) and their number with ``NEMESIS_FAULTS`` (default 6), to see which fault causes
+all) and their number with ``NEMESIS_FAULTS`` (default 5: each kind once), to see which fault causes
 which violation. The longer run is bench/nemesis.py.
 """
 
@@ -25,8 +25,8 @@ WALL_S = 90.0
 
 def settings_from_env() -> Settings:
     return Settings(
-        seconds=35.0,
-        faults=int(os.environ.get("NEMESIS_FAULTS", "6")),
+        seconds=30.0,
+        faults=int(os.environ.get("NEMESIS_FAULTS", "5")),
         kinds=parse_kinds(os.environ.get("NEMESIS_KINDS", "all")),
         bound=20.0,
     )
