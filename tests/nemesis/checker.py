@@ -36,6 +36,8 @@ DOCUMENTED: frozenset[str] = frozenset(
         "history_truncated",
         "store_unavailable",
         "session_not_found",
+        "session_expired",
+        "upstream_start_failed",
         "upstream_closed",
         "upstream_restarted",
         "outcome_unknown",
