@@ -104,7 +104,9 @@ class WsClient:
                         if msg.get("method") == "notifications/stream/create":
                             stream = msg["params"]["stream"]
                             ref = {k: stream[k] for k in ("streamId", "resumeToken")}
-                            call.stream = {"session": self.session_id, **ref}
+                            # The audit replays it with GET on /mcp, from before seq 1.
+                            start = f"{stream['streamId']}.0"
+                            call.stream = {"session": self.session_id, "event": start, **ref}
                         elif msg.get("method") == "notifications/progress":
                             call.progress.append(int(msg["params"]["progress"]))
                         elif msg.get("method") == "elicitation/create":
