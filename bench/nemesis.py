@@ -22,6 +22,7 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,16 +70,14 @@ def as_json(report: Report, took: float) -> dict[str, object]:
         "seconds": round(took, 1),
         "calls": len(report.calls),
         "faults": dict(report.faults_done),
-        "outcomes": {
-            f"{c.kind} {c.outcome}": sum(
-                1 for d in report.calls if (d.kind, d.outcome) == (c.kind, c.outcome)
-            )
-            for c in report.calls
-        },
+        "outcomes": dict(Counter(f"{c.kind}/{c.tool} {c.outcome}" for c in report.calls)),
         "max_time_to_end_s": max(
             (c.ended - c.started for c in report.calls if c.ended is not None), default=0.0
         ),
-        "violations": [str(v) for v in report.violations],
+        "violations": [
+            {"violation": str(v), "faults_during": report.faults_during(v.label)}
+            for v in report.violations
+        ],
     }
 
 

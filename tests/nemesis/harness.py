@@ -70,9 +70,21 @@ class Report:
     audits: dict[str, Audit]
     violations: list[Violation]
     faults_done: Counter[str]
+    fault_spans: list[tuple[float, float, str]] = field(default_factory=list)
+
+    def faults_during(self, label: str) -> str:
+        """The kinds of the faults that overlapped a call's life (a hint at a cause)."""
+        call = next((c for c in self.calls if c.label == label), None)
+        if call is None:
+            return ""
+        end = call.ended if call.ended is not None else float("inf")
+        kinds = sorted(
+            {k for start, stop, k in self.fault_spans if start <= end and stop >= call.started}
+        )
+        return ",".join(kinds) or "none"
 
     def figures(self) -> str:
-        outcomes: Counter[str] = Counter(f"{c.kind} {c.outcome}" for c in self.calls)
+        outcomes: Counter[str] = Counter(f"{c.kind}/{c.tool} {c.outcome}" for c in self.calls)
         ended = [c.ended - c.started for c in self.calls if c.ended is not None]
         rules = Counter(v.rule for v in self.violations)
         gone = sum(1 for a in self.audits.values() if a.gone)
@@ -90,7 +102,9 @@ class Report:
         return "\n".join(lines)
 
     def details(self, limit: int = 40) -> str:
-        shown = [str(v) for v in self.violations[:limit]]
+        shown = [
+            f"{v} [faults during: {self.faults_during(v.label)}]" for v in self.violations[:limit]
+        ]
         more = len(self.violations) - limit
         return "\n".join(shown + ([f"... {more} more"] if more > 0 else []))
 
@@ -101,6 +115,7 @@ class FaultRunner:
     def __init__(self, c: Cluster, redis: RedisServer, cutters: list[CutProxy], log: Log):
         self.c, self.redis, self.cutters, self.log = c, redis, cutters, log
         self.done: Counter[str] = Counter()
+        self.spans: list[tuple[float, float, str]] = []
 
     async def run(self, schedule: list[Fault], clock: Callable[[], float]) -> None:
         for fault in schedule:
@@ -108,7 +123,10 @@ class FaultRunner:
             if wait > 0:
                 await asyncio.sleep(wait)  # the schedule's own timing, not a synchronisation
             self.log(f"nemesis: {fault.describe()}")
+            began = clock()
             await self.apply(fault)
+            # a cut lands on the next bytes; the others act while apply runs
+            self.spans.append((began, clock() + (2.0 if fault.kind == "cut" else 0.0), fault.kind))
             self.done[fault.kind] += 1
 
     async def apply(self, fault: Fault) -> None:
@@ -173,7 +191,7 @@ async def run_nemesis(directory: Path, seed: int, settings: Settings, log: Log =
             "sse": {"keepalive_seconds": 1.0},
         }
         async with cluster(directory, store, 3, env, **sections) as c:
-            calls, audits, faults_done, crashed = await drive(
+            calls, audits, faults, crashed = await drive(
                 c, redis, directory, rng, schedule, settings, log
             )
         loose_keys = await keys_without_ttl(redis.url)
@@ -187,7 +205,7 @@ async def run_nemesis(directory: Path, seed: int, settings: Settings, log: Log =
         keys_without_ttl=loose_keys,
         leftover_processes=leftovers,
     )
-    return Report(seed, schedule, calls, audits, violations, faults_done)
+    return Report(seed, schedule, calls, audits, violations, faults.done, faults.spans)
 
 
 async def drive(
@@ -198,7 +216,7 @@ async def drive(
     schedule: list[Fault],
     settings: Settings,
     log: Log,
-) -> tuple[list[Call], dict[str, Audit], Counter[str], list[str]]:
+) -> tuple[list[Call], dict[str, Audit], FaultRunner, list[str]]:
     loop = asyncio.get_running_loop()
     t0 = loop.time()
 
@@ -260,7 +278,7 @@ async def drive(
             audits = await audit_all(http, c.lb.url, calls)
             await delete_sessions(http, c.lb.url, clients)
             log(f"nemesis: t={clock():.1f}s audited, stopping")
-            return calls, audits, faults.done, crashed
+            return calls, audits, faults, crashed
         finally:
             for cutter in cutters:
                 await cutter.stop()
