@@ -22,7 +22,7 @@ from tests.balanced import cluster, shim_host, ws_connect
 from tests.downstream.sse_client import RawSession, messages, read_events
 from tests.downstream.ws_client import request, tool
 from tests.e2e.sdk_client import text_of
-from tests.modern.client import Modern
+from tests.modern.client import Answer, Modern, read_answer
 from tests.proxy_lives import progress_of, read_some
 from tests.support import eventually, tool_call
 
@@ -141,16 +141,21 @@ async def test_legacy_tasks_through_the_balancer(tmp_path: Path, redis_url: str)
     async with cluster(tmp_path, store(redis_url)) as c, aiohttp.ClientSession() as http:
         client = RawSession(http, c.lb.url)
         await client.initialize_with({"tasks": {}})
-        params = {"name": "slow", "arguments": {"steps": 5, "delay": 0.1}, "task": {}}
-        created = messages(await client.request(1, "tools/call", params))
-        assert "task" in created[-1].get("result", {}), created[-1]  # not run as a plain call
-        task_id = created[-1]["result"]["task"]["taskId"]
+
+        async def ask(rid: int, method: str, **params: Any) -> Answer:
+            body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+            async with http.post(c.lb.url, json=body, headers=client.headers()) as resp:
+                return await read_answer(resp)
+
+        args = {"steps": 5, "delay": 0.1}
+        created = await ask(1, "tools/call", name="slow", arguments=args, task={})
+        assert "task" in created.result, created.body  # not run as a plain call
+        task_id = created.result["task"]["taskId"]
         for rid in range(2, 5):  # lands on every replica
-            got = messages(await client.request(rid, "tasks/get", {"taskId": task_id}))
-            assert "result" in got[-1], got[-1]
-            assert got[-1]["result"]["taskId"] == task_id
-        result = messages(await client.request(9, "tasks/result", {"taskId": task_id}))
-        assert result[-1]["result"]["content"][0]["text"] == "done 5", result[-1]
+            got = await ask(rid, "tasks/get", taskId=task_id)
+            assert got.result["taskId"] == task_id, got.body
+        result = await ask(9, "tasks/result", taskId=task_id)
+        assert result.result["content"][0]["text"] == "done 5", result.body
 
 
 async def test_websocket_session_resumed_on_another_socket(tmp_path: Path, redis_url: str) -> None:
