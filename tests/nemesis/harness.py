@@ -290,7 +290,7 @@ async def audit_all(http: aiohttp.ClientSession, url: str, calls: list[Call]) ->
     for call in calls:
         if call.stream is None:
             continue
-        if call.kind in ("legacy", "ws"):  # a /ws session's streams are read on /mcp too
+        if call.kind in ("legacy", "ws") and "event" in call.stream:  # /ws's too, on /mcp
             audits[call.label] = await audit_legacy(http, url, call)
         elif call.kind == "modern":
             audits[call.label] = await audit_task(modern, call)

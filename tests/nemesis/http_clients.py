@@ -1,8 +1,9 @@
 """The nemesis's HTTP clients, each recording what it was told (tests/nemesis/history.py):
 
 - :class:`LegacyClient`: a 2025-11-25 session over Streamable HTTP through a cutter
-  (tests/cut_proxy.py) in front of the balancer. Its calls stream progress (``slow``) or
-  ask a question (``ask``, answered with a POST); a broken stream is resumed with ``GET``
+  (tests/cut_proxy.py) in front of the balancer. Its calls stream progress (``slow``),
+  ask a question (``ask``, answered with a POST) or are 2025-11-25 tasks (``params.task``,
+  ``tasks/get``, ``tasks/result``); a broken stream is resumed with ``GET``
   + ``Last-Event-ID`` (on whichever replica the balancer picks) until the call ends or
   the bound passes. A stream silent for :data:`SILENT_S` is taken for broken (a paused
   replica holds a connection open and says nothing; the proxy's keepalives come every
@@ -95,7 +96,7 @@ class LegacyClient:
     async def initialize(self, deadline: float) -> bool:
         self.session_id = ""
         body = initialize_request(0, client=self.name)
-        body["params"]["capabilities"] = {"elicitation": {}}
+        body["params"]["capabilities"] = {"elicitation": {}, "tasks": {}}
         while self.clock() < deadline:
             try:
                 async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
@@ -123,7 +124,11 @@ class LegacyClient:
     async def one_call(self) -> None:
         self._rid += 1
         rid = self._rid
-        if self.rng.random() < 0.7:
+        draw = self.rng.random()
+        if draw < 0.15:
+            await self.task_call(rid)
+            return
+        if draw < 0.7:
             steps = self.rng.randrange(10, 40)
             tool, args, expect = "slow", {"steps": steps, "delay": 0.05}, f"done {steps}"
         else:
@@ -179,6 +184,66 @@ class LegacyClient:
             except (aiohttp.ClientError, Broken, TimeoutError):
                 last_id = call.stream["last"] if call.stream else last_id
                 await asyncio.sleep(RETRY_S)
+
+    async def task_call(self, rid: int) -> None:
+        """A 2025-11-25 task (``params.task``): ``tasks/get`` until it ends, then
+        ``tasks/result`` for its answer; each request on whichever replica."""
+        steps = self.rng.randrange(10, 30)
+        label = f"{self.name}#{rid}"
+        call = Call(self.name, "legacy", label, "task", f"done {steps}", self.clock())
+        self.calls.append(call)
+        deadline = call.started + self.bound
+        args = {"steps": steps, "delay": 0.05}
+        params = {"name": "slow", "arguments": args, "task": {}}
+        created = await self.ask(rid, "tools/call", params, deadline)
+        if created is None:
+            return  # left open: the checker reports it
+        if "error" in created.body:
+            call.answer("error", reason_of(created.body, created.status), self.clock())
+            return
+        if "task" not in created.result:  # answered as a plain call: not what was asked
+            call.answer("error", "a plain answer to a task request", self.clock())
+            return
+        task_id = created.result["task"]["taskId"]
+        call.stream = {"task": task_id}
+        while self.clock() < deadline:
+            await asyncio.sleep(0.2)
+            got = await self.ask(rid, "tasks/get", {"taskId": task_id}, deadline)
+            if got is None:
+                continue
+            if "error" in got.body:
+                call.answer("error", reason_of(got.body, got.status), self.clock())
+                return
+            if got.result.get("status") in ("completed", "failed", "cancelled"):
+                break
+        done = await self.ask(rid, "tasks/result", {"taskId": task_id}, deadline)
+        if done is None:
+            return
+        if "result" in done.body:
+            text = (done.body["result"].get("content") or [{}])[0].get("text")
+            call.answer("result", str(text), self.clock())
+        else:
+            call.answer("error", reason_of(done.body, done.status), self.clock())
+
+    async def ask(
+        self, rid: int, method: str, params: dict[str, Any], deadline: float
+    ) -> Answer | None:
+        """One request of a task's (JSON or SSE answer); None if it broke before an
+        answer or the balancer had no replica (retried while the deadline allows)."""
+        message = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        while self.clock() < deadline:
+            try:
+                async with self.http.post(self.url, json=message, headers=self.headers()) as r:
+                    if r.status in BALANCER_GAVE_UP and "json" not in r.headers.get(
+                        "Content-Type", ""
+                    ):
+                        await r.read()
+                        await asyncio.sleep(RETRY_S)
+                        continue
+                    return await asyncio.wait_for(read_answer(r), SILENT_S * 4)
+            except (aiohttp.ClientError, TimeoutError, ValueError, AssertionError):
+                await asyncio.sleep(RETRY_S)
+        return None
 
     async def unserved(self, body: dict[str, Any], deadline: float) -> bool:
         """Whether the balancer has no replica in rotation now (503 of its own to a
