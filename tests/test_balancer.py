@@ -37,21 +37,25 @@ def store(redis_url: str) -> dict[str, Any]:
     return {"kind": "redis", "url": redis_url, "namespace": namespace, "lease_seconds": 3}
 
 
-async def test_requests_are_spread_over_every_replica(tmp_path: Path, redis_url: str) -> None:
-    """Round robin with no stickiness: one client's requests reach every replica."""
+async def test_a_paused_replica_leaves_the_rotation_and_comes_back(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The health check (``GET /readyz``) takes a replica that does not answer out of
+    the rotation: new sessions and their requests all land on the others meanwhile."""
     async with cluster(tmp_path, store(redis_url)) as c, aiohttp.ClientSession() as http:
-        client = RawSession(http, c.lb.url)
-        await client.initialize()
-        for rid in range(6):
-            params = {"name": "echo", "arguments": {"text": f"{rid}"}}
-            echo = messages(await client.request(rid, "tools/call", params))
-            assert echo[-1]["result"]["content"][0]["text"] == f"{rid}"
-        served = {
-            row["svname"]: int(row["stot"])
-            for row in await c.lb.stats()
-            if row["svname"].startswith("r")
-        }
-        assert len(served) == 3 and all(served.values()), served
+        paused = c.replicas.replicas[0]
+        paused.pause()
+        try:
+            await c.lb.wait_down(paused.port)
+            client = RawSession(http, c.lb.url)
+            await asyncio.wait_for(client.initialize(), DEADLINE)
+            for rid in range(4):
+                params = {"name": "echo", "arguments": {"text": f"{rid}"}}
+                got = await asyncio.wait_for(client.request(rid, "tools/call", params), DEADLINE)
+                assert messages(got)[-1]["result"]["content"][0]["text"] == f"{rid}"
+        finally:
+            paused.resume()
+        await c.lb.wait_up()
 
 
 async def test_legacy_client_cut_and_resumed_through_the_balancer(
@@ -59,7 +63,7 @@ async def test_legacy_client_cut_and_resumed_through_the_balancer(
 ) -> None:
     """initialize, a call streaming progress, cut four times, each resume a ``GET`` with
     ``Last-Event-ID`` that the balancer sends to whichever replica: every progress once,
-    in order, and one answer."""
+    in order, and one answer; the client's requests spread over every replica."""
     steps = 40
     async with cluster(tmp_path, store(redis_url)) as c, aiohttp.ClientSession() as http:
         client = RawSession(http, c.lb.url)
@@ -83,6 +87,13 @@ async def test_legacy_client_cut_and_resumed_through_the_balancer(
         answers = [m for m in received if "id" in m]
         assert answers == [received[-1]]
         assert answers[0]["result"]["content"][0]["text"] == f"done {steps}"
+        # Round robin with no stickiness: this one client's requests reached every replica.
+        served = {
+            row["svname"]: int(row["stot"])
+            for row in await c.lb.stats()
+            if row["svname"].startswith("r")
+        }
+        assert len(served) == 3 and all(served.values()), served
 
 
 async def test_modern_client_task_polled_through_the_balancer(
