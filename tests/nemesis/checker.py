@@ -73,7 +73,7 @@ def check_call(
     if len(call.answers) > 1:
         bad("one_answer", f"told {call.answers}")
     if not call.answers:
-        bad("ended", f"never ended; its last steps: {call.notes[-4:]}")
+        bad("ended", f"{call.tool} never ended; its last steps: {call.notes[-4:]}")
     else:
         kind, value = call.answers[0]
         if kind == "result" and value != call.expect:
