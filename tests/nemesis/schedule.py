@@ -1,0 +1,88 @@
+"""The nemesis's fault schedule: seeded, pure (no clock, no I/O), configurable.
+
+A schedule is a list of :class:`Fault`, each at an offset in seconds from the start of
+the run, in order. :func:`make_schedule` draws one from a seed: ``count`` faults spread
+over ``seconds``, their kinds drawn from ``kinds`` (each kind at least once while
+``count`` allows, so a short run still meets every fault it was given), the target
+replica and the fault's own parameter (where a cut lands, how long a pause or an outage
+lasts) drawn too. The same seed and arguments give the same schedule: print the seed,
+replay with ``--seed``.
+
+Kinds (the harness carries them out, tests/nemesis/harness.py):
+
+- ``cut``: every client connection through the cutters is cut after a random number of
+  bytes (``value``: the byte offset, counted from the fault on);
+- ``kill``: SIGKILL a replica, start it again after ``value`` seconds;
+- ``pause``: SIGSTOP a replica for ``value`` seconds (past its lease), then SIGCONT;
+- ``redis``: restart Redis (it keeps nothing: every key is lost), down ``value`` seconds;
+- ``drain``: SIGTERM a replica whose env sets ``MCP_RESUME_PROXY_DRAIN_SECONDS``, and
+  start it again once it has exited.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+KINDS: tuple[str, ...] = ("cut", "kill", "pause", "redis", "drain")
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float  # seconds from the start of the run
+    kind: str
+    target: int  # replica index (unused by cut and redis)
+    value: float  # cut: byte offset; kill/redis: seconds down; pause: seconds paused
+
+    def describe(self) -> str:
+        what = {
+            "cut": f"cut client connections after {int(self.value)} bytes",
+            "kill": f"SIGKILL replica {self.target}, restart after {self.value:.1f}s",
+            "pause": f"SIGSTOP replica {self.target} for {self.value:.1f}s",
+            "redis": f"restart Redis ({self.value:.1f}s down)",
+            "drain": f"drain replica {self.target} (SIGTERM), then restart it",
+        }[self.kind]
+        return f"t={self.at:5.1f}s {what}"
+
+
+def parse_kinds(text: str) -> tuple[str, ...]:
+    """``"cut,kill"`` -> ``("cut", "kill")``; ``"all"`` or ``""`` -> every kind."""
+    if text.strip() in ("", "all"):
+        return KINDS
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(KINDS)}")
+    return kinds
+
+
+def make_schedule(
+    seed: int,
+    *,
+    seconds: float,
+    count: int,
+    kinds: tuple[str, ...] = KINDS,
+    replicas: int = 3,
+    lease: float = 2.0,
+    start: float = 2.0,
+) -> list[Fault]:
+    """``count`` faults between ``start`` and ``seconds``, evenly spaced with jitter."""
+    if count <= 0 or not kinds:
+        return []
+    rng = random.Random(seed)
+    chosen = list(kinds) * (count // len(kinds)) + rng.sample(list(kinds), count % len(kinds))
+    rng.shuffle(chosen)
+    span = max(seconds - start, 1.0) / count
+    faults = []
+    for i, kind in enumerate(chosen):
+        at = start + span * i + rng.uniform(0, span * 0.5)
+        target = rng.randrange(replicas)
+        value = {
+            "cut": float(rng.randrange(1, 6000)),
+            "kill": rng.uniform(0.5, 2.0),
+            "pause": lease * rng.uniform(1.5, 2.5),
+            "redis": rng.uniform(0.2, 1.5),
+            "drain": 0.0,
+        }[kind]
+        faults.append(Fault(round(at, 2), kind, target, round(value, 2)))
+    return faults
