@@ -150,6 +150,12 @@ class CutProxy:
                 asyncio.create_task(self._down(link, up_reader, writer)),
             ]
             await asyncio.gather(*link.tasks, return_exceptions=True)
+        except asyncio.CancelledError:
+            # A cut cancels the link's pumps; a CancelledError reaching here without this
+            # handler being cancelled would end it "with an exception" that asyncio's
+            # stream callback then logs as an error. Only a real cancel goes on.
+            if task.cancelling():
+                raise
         finally:
             self._links.discard(link)
             for w in (writer, link.server):

@@ -100,6 +100,30 @@ def error_of(status: int, body: bytes) -> dict[str, Any]:
     return error_object(SERVER_ERROR, message, {"reason": "http_error", "status": status})
 
 
+# Refusals that say the request was not run, so it may be sent again (to the same URL: a
+# balancer takes it to another replica): a replica draining before it stops, a store that
+# did not answer in time (docs/errors.md). A 503 with no JSON-RPC body is not the proxy's
+# (a balancer with no replica in rotation) and ran nothing either. Any other 503
+# (owner_unreachable: the holder may have run it) is an answer.
+_NOT_RUN_REASONS = frozenset({"proxy_draining", "store_unavailable"})
+MAX_RETRY_AFTER_SECONDS = 5.0
+
+
+def retry_after_refusal(status: int, body: bytes, retry_after: str | None) -> float | None:
+    """Seconds to wait before sending again a request refused with ``status``/``body``
+    before it ran, or None when the refusal is the request's answer."""
+    if status != 503:
+        return None
+    error = error_of(status, body)
+    if reason_of(error) not in _NOT_RUN_REASONS and "status" not in (error.get("data") or {}):
+        return None
+    try:
+        wait = float(retry_after) if retry_after is not None else 0.0
+    except ValueError:
+        wait = 0.0
+    return min(max(wait, 0.0), MAX_RETRY_AFTER_SECONDS)
+
+
 def reason_of(error: dict[str, Any]) -> str:
     data = error.get("data")
     reason = data.get("reason") if isinstance(data, dict) else None

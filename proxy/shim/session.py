@@ -31,6 +31,7 @@ from proxy.shim.http import (
     error_of,
     is_sse,
     reason_of,
+    retry_after_refusal,
 )
 from proxy.shim.stdio import HostPipe
 from proxy.shim.streams import (
@@ -175,7 +176,19 @@ class ShimSession:
             self.calls[call.id] = call
             try:
                 response = await self.link.post(msg.encoded(), fresh=fresh)
-                break
+                wait = await self._refused_before_it_ran(response)
+                if wait is None:
+                    break
+                if time.monotonic() - started > self.budget:
+                    self.answer_error(
+                        call,
+                        UNAVAILABLE_CODE,
+                        "the proxy refused the request for longer than the reconnect budget",
+                        "proxy_unreachable",
+                    )
+                    return
+                await asyncio.sleep(max(wait, backoff.next_delay()))
+                continue
             except NotSent as exc:
                 if time.monotonic() - started > self.budget:
                     self.answer_error(
@@ -202,6 +215,26 @@ class ShimSession:
                 self.answer_error(call, SESSION_EXPIRED_CODE, SESSION_EXPIRED, "session_expired")
             return
         await self._take_response(call, response, fresh)
+
+    async def _refused_before_it_ran(self, response: aiohttp.ClientResponse) -> float | None:
+        """When ``response`` refuses the request before it ran (a draining replica, a
+        store that did not answer, a balancer with no replica up): it is released and
+        the seconds to wait before sending it again are returned; otherwise None (the
+        response is the request's, untouched)."""
+        if response.status != 503 or is_sse(response):
+            return None
+        try:
+            body = await response.read()
+        except (aiohttp.ClientError, TimeoutError):
+            body = b""
+        wait = retry_after_refusal(503, body, response.headers.get("Retry-After"))
+        if wait is None:
+            response.release()
+            # Hand the body back for _take_response (already read: aiohttp keeps it).
+            return None
+        response.release()
+        log.info("request_refused_retry", session=self.link.session_label, wait=wait)
+        return wait
 
     async def _take_response(
         self, call: Call, response: aiohttp.ClientResponse, fresh: bool

@@ -34,6 +34,7 @@ from tests.support import (
     initialize_request,
     process_table,
     run_proxy,
+    run_proxy_on,
 )
 
 N = 2000
@@ -358,3 +359,111 @@ async def test_help_explains_the_shim() -> None:
     text = out.decode()
     for word in ("URL", "--header", "--reconnect-max-seconds", "--log-level", "Last-Event-ID"):
         assert word in text, word
+
+
+async def test_a_request_a_draining_proxy_refuses_is_sent_again_until_a_replica_takes_it(
+    tmp_path: Path,
+) -> None:
+    """A rolling deploy under the shim: the replica it talks to drains (SIGTERM) while
+    another host's call runs there. The shim's new call is refused (503 proxy_draining:
+    not run), so the shim sends it again, honouring Retry-After, until the "balancer" (the
+    forwarder, pointed at the new replica) takes it there (a new session: the old one's
+    server stays on the old replica); the call in flight on the draining one finishes
+    with its result. Nothing is answered with an error."""
+    config: dict[str, Any] = {
+        "listen": {"host": "127.0.0.1", "port": 0},
+        "upstream": {"command": FIXTURE, "stop_grace_seconds": 3},
+        "log": {"format": "json", "level": "debug"},
+    }
+    other = tmp_path / "other"
+    for sub in ("old", "new", "other"):
+        (tmp_path / sub).mkdir()
+    drain = {"MCP_RESUME_PROXY_DRAIN_SECONDS": "60"}
+    async with (
+        run_proxy_on(tmp_path / "old", config, env=drain) as old,
+        run_proxy_on(tmp_path / "new", config) as new,
+        forwarder(old) as cut,
+        forwarder(old) as other_cut,
+        sdk_host(tmp_path, cut.url()) as host,
+        sdk_host(other, other_cut.url()) as other_host,
+    ):
+        progress: list[float] = []
+
+        async def note(value: float, total: float | None, message: str | None) -> None:
+            progress.append(value)
+
+        await other_host.list_tools()  # the SDK checks a result against it: not after
+        slow = asyncio.ensure_future(
+            other_host.call_tool("slow", {"steps": 12, "delay": 0.25}, progress_callback=note)
+        )
+        echo: asyncio.Future[types.CallToolResult] | None = None
+        try:
+            await eventually(lambda: bool(progress), what="the slow call to run")
+            old.process.send_signal(signal.SIGTERM)
+            await eventually(lambda: "proxy_draining" in old.log_text(), what="the drain")
+            echo = asyncio.ensure_future(host.call_tool("echo", {"text": "moved"}))
+            await eventually(
+                lambda: "request_refused_retry" in shim_log(tmp_path), what="a refusal retried"
+            )
+            assert not echo.done()
+            cut.target_port = new.port  # the balancer takes the old replica out
+            moved = await asyncio.wait_for(echo, DEADLINE)
+            finished = await asyncio.wait_for(slow, DEADLINE)
+        finally:
+            slow.cancel()
+            if echo is not None:
+                echo.cancel()
+        assert text_of(moved) == "moved"
+        assert text_of(finished) == "done 12"
+        assert "request_failed" not in shim_log(tmp_path)
+        assert await asyncio.wait_for(old.process.wait(), DEADLINE) == 0
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "retry_after", "wait"),
+    [
+        (
+            503,
+            b'{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"x",'
+            b'"data":{"reason":"proxy_draining"}}}',
+            "1",
+            1.0,
+        ),
+        (
+            503,
+            b'{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"x",'
+            b'"data":{"reason":"store_unavailable"}}}',
+            "120",
+            5.0,
+        ),  # bounded
+        (503, b"<html><body><h1>503 Service Unavailable</h1>", None, 0.0),  # a balancer's
+        (
+            503,
+            b'{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"x",'
+            b'"data":{"reason":"owner_unreachable"}}}',
+            "1",
+            None,
+        ),  # may have run
+        (502, b"<html>bad gateway</html>", None, None),  # may have reached a replica
+        (
+            429,
+            b'{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"x",'
+            b'"data":{"reason":"rate_limited"}}}',
+            "3",
+            None,
+        ),
+        (
+            503,
+            b'{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"x",'
+            b'"data":{"reason":"proxy_draining"}}}',
+            "soon",
+            0.0,
+        ),  # unreadable: at once
+    ],
+)
+def test_which_refusals_say_the_request_did_not_run(
+    status: int, body: bytes, retry_after: str | None, wait: float | None
+) -> None:
+    from proxy.shim.http import retry_after_refusal
+
+    assert retry_after_refusal(status, body, retry_after) == wait
