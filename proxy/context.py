@@ -22,7 +22,7 @@ import structlog
 from proxy.config import Config, ConfigError
 from proxy.core.session import SessionSettings
 from proxy.core.stream import ByteBudget
-from proxy.forwarding import TaskAction, TaskReply
+from proxy.forwarding import ForwardedRetry, Reply, TaskAction, TaskReply
 from proxy.metrics import Metrics
 from proxy.replicas import Replicas, Serve
 from proxy.servers import Server, servers_of
@@ -68,6 +68,13 @@ class TaskService(Protocol):
     async def serve_forwarded(self, message: TaskAction) -> TaskReply: ...
 
 
+class RetryService(Protocol):
+    """What continues the MRTR retries other replicas forward here
+    (proxy/modern/endpoint.py: a server's modern side)."""
+
+    async def serve_forwarded_retry(self, message: ForwardedRetry) -> Reply: ...
+
+
 class ProxyContext:
     """The parts of one proxy process that every endpoint and session shares.
 
@@ -93,6 +100,7 @@ class ProxyContext:
         self.replicas: Replicas | None = None  # a shared store: the other replicas
         self.accepting = True
         self.task_services: list[TaskService] = []  # each server's modern tasks, if on
+        self.retry_services: dict[str, RetryService] = {}  # each server's modern side, if on
         self.metrics = Metrics()
         metrics = self.metrics
         for server in self.servers.values():

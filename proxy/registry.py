@@ -36,6 +36,7 @@ from proxy.forwarding import (
     ForwardedDelete,
     ForwardedGet,
     ForwardedPost,
+    ForwardedRetry,
     Refused,
     Reply,
     SessionRequest,
@@ -220,6 +221,11 @@ class Registry:
                         if not isinstance(answer, UnknownTask):
                             return answer
                     return UnknownTask()
+                case ForwardedRetry():
+                    modern = self.context.retry_services.get(message.server)
+                    if modern is None:
+                        raise SessionNotFound("no 2026-07-28 side at that server")
+                    return await modern.serve_forwarded_retry(message)
                 case ForwardedDelete():
                     await self._forwarded_to(message).end("deleted by client")
                     return Deleted()

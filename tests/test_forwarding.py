@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 
 from proxy.forwarding import (
     Acked,
+    Answered,
     Deleted,
     Forwarded,
     ForwardedAck,
     ForwardedDelete,
     ForwardedGet,
     ForwardedPost,
+    ForwardedRetry,
     MalformedForward,
     NoStream,
     Refused,
@@ -42,6 +44,8 @@ REQUESTS: list[Forwarded] = [
     ForwardedAck("s1", "default", "bob", "e.1.9"),
     TaskUpdate("t" * 32, {"q1": {"action": "accept"}}),
     TaskCancel("t" * 32),
+    ForwardedRetry("default", "alice", '{"jsonrpc":"2.0","id":2}', {"Mcp-Method": "tools/call"}),
+    ForwardedRetry("other", None, "{}", {}),
 ]
 
 REPLIES: list[Reply] = [
@@ -53,6 +57,8 @@ REPLIES: list[Reply] = [
     UnknownTask(),
     TaskActed(),
     Refused(404, {"jsonrpc": "2.0", "id": 3, "error": {"code": -32001, "message": "gone"}}),
+    Answered(200, [{"jsonrpc": "2.0", "id": 3, "result": {}}]),
+    Answered(503, [{"jsonrpc": "2.0", "method": "n"}, {"jsonrpc": "2.0", "id": 3, "error": {}}]),
 ]
 
 
@@ -75,9 +81,11 @@ def test_the_wire_keeps_the_kinds_and_outcomes_it_had() -> None:
     """The shape on the wire: one ``kind`` per request, one ``outcome`` per reply."""
     assert [encode_request(r)["kind"] for r in REQUESTS] == [
         "post", "post", "post", "get", "delete", "ack", "task_update", "task_cancel",
+        "retry", "retry",
     ]  # fmt: skip
     assert [encode_reply(r)["outcome"] for r in REPLIES] == [
         "sse", "sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused",
+        "answered", "answered",
     ]  # fmt: skip
     assert encode_request(REQUESTS[0]) == {
         "kind": "post",
@@ -113,6 +121,9 @@ def test_the_envelope_rides_along() -> None:
         {"kind": "ack", "session": "s", "server": "d", "principal": None},  # no event id
         {"kind": "task_update", "task": "t", "responses": []},
         {"kind": "task_cancel"},
+        {"kind": "retry", "server": "d", "principal": None, "body": "{}"},  # no headers
+        {"kind": "retry", "server": "d", "principal": None, "body": "{}", "headers": {"a": 1}},
+        {"kind": "retry", "server": "d", "body": "{}", "headers": {}},  # principal absent
     ],
 )  # fmt: skip
 def test_malformed_requests_are_refused(wire: object) -> None:
@@ -132,6 +143,10 @@ def test_malformed_requests_are_refused(wire: object) -> None:
         {"outcome": "refused", "status": 200, "error": {}},
         {"outcome": "refused", "status": 404, "error": "gone"},
         {"status": 404, "error": {}},  # a refusal says so
+        {"outcome": "answered", "status": 200, "messages": []},  # no answer in it
+        {"outcome": "answered", "status": 200, "messages": ["x"]},
+        {"outcome": "answered", "status": 100, "messages": [{}]},
+        {"outcome": "answered", "status": True, "messages": [{}]},
     ],
 )
 def test_malformed_replies_are_refused(wire: object) -> None:
@@ -146,10 +161,10 @@ JSON = st.recursive(
 )
 FIELDS = [
     "session", "server", "principal", "body", "last_event_id", "request_id", "task",
-    "responses", "stream", "after", "status", "error",
+    "responses", "stream", "after", "status", "error", "headers", "messages",
 ]  # fmt: skip
-KINDS = ["post", "get", "delete", "ack", "task_update", "task_cancel"]
-OUTCOMES = ["sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused"]
+KINDS = ["post", "get", "delete", "ack", "task_update", "task_cancel", "retry"]
+OUTCOMES = ["sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused", "answered"]
 
 
 def _near_misses(key: str, names: list[str]) -> st.SearchStrategy[dict[str, Any]]:

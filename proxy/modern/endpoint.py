@@ -9,8 +9,9 @@ log messages, then the answer; keepalive comments while nothing happens). Closin
 response cancels the request upstream, unless it became a task. A server→client request
 raised during the call becomes an ``input_required`` result with a signed
 ``requestState`` (:mod:`proxy.core.reqstate`); the client's retry continues the same
-upstream call. ``tools/call`` of a client that declares the Tasks extension may become a
-task (``tasks.mode``): :mod:`proxy.modern.tasks`.
+upstream call, on whichever replica the retry reaches (the state names the replica holding
+the call: :mod:`proxy.modern.retry_forward`). ``tools/call`` of a client that declares
+the Tasks extension may become a task (``tasks.mode``): :mod:`proxy.modern.tasks`.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from proxy.modern.legacy_tasks import LegacyTasks
 from proxy.modern.listen import listen
 from proxy.modern.pool import UpstreamPool
 from proxy.modern.reply import Reply
+from proxy.modern.retry_forward import forward_retry, serve_retry
 from proxy.modern.tasks import TaskKeeper
 from proxy.modern.tools import ToolIndex, task_support
 from proxy.servers import Server
@@ -80,6 +82,7 @@ class ModernFacade:
             server=server.name,
         )
         context.task_services.append(self.tasks)
+        context.retry_services[server.name] = self
         metrics = context.metrics
         name = server.name
         metrics.watch(metrics.tasks_running.labels(name), lambda: self.tasks.running)
@@ -170,7 +173,7 @@ class ModernFacade:
                 return await listen(self.context, reply, msg, client, principal)
             case Route.RETRY:
                 state = msg.params["requestState"]
-                return await self._retry(msg, client, principal, state, reply)
+                return await self._retry(msg, client, principal, state, headers, reply)
             case Route.START:
                 return await self._start(msg, client, principal, headers, reply)
             case Route.NOT_FOUND:
@@ -238,12 +241,19 @@ class ModernFacade:
         client: ModernRequest,
         principal: str | None,
         state: object,
+        headers: Mapping[str, str],
         reply: Reply,
     ) -> web.StreamResponse:
         method = msg.method or ""
         name = msg.params.get("uri" if method == "resources/read" else "name")
-        call_id = reqstate.verify(self.secret, state, method, name, principal, time.time())
-        run = self.parked.pop(call_id, None)
+        parked = reqstate.read(self.secret, state, method, name, principal, time.time())
+        replicas = self.shared.replicas
+        if replicas is not None and not reqstate.served_here(parked, replicas.owner):
+            assert parked.holder is not None
+            return await forward_retry(
+                replicas, self.server.name, parked.holder, msg, principal, headers, reply
+            )
+        run = self.parked.pop(parked.call_id, None)
         if run is None:
             raise invalid_params(
                 "Invalid params: the request this requestState continues is gone "
@@ -329,7 +339,8 @@ class ModernFacade:
         expires = time.time() + ttl
         method = msg.method or ""
         name = msg.params.get("uri" if method == "resources/read" else "name")
-        state = reqstate.mint(self.secret, run.id, method, name, run.principal, expires)
+        holder = self.shared.owner if self.shared.replicas is not None else None
+        state = reqstate.mint(self.secret, run.id, method, name, run.principal, expires, holder)
         run.call.parked_until = expires
         self.parked[run.id] = run
         asyncio.get_running_loop().call_later(ttl, self._unpark, run)
@@ -341,6 +352,10 @@ class ModernFacade:
         if parked_until is not None and time.time() >= parked_until - 0.001:
             self.parked.pop(run.id, None)
             run.cancel("the client did not send the input in time (modern.input_ttl_seconds)")
+
+    async def serve_forwarded_retry(self, message: forwarding.ForwardedRetry) -> forwarding.Reply:
+        """A retry another replica received for a call parked here."""
+        return await serve_retry(self.post, message)
 
     # ------------------------------------------------------------------ tasks
     async def _task_request(

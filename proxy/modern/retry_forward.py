@@ -1,0 +1,137 @@
+"""MRTR retries that reach a replica other than the one holding the call (issue 19).
+
+A 2026-07-28 call that asked its client something is parked on the replica that runs it;
+its ``requestState`` names that replica (:mod:`proxy.core.reqstate`). Behind a balancer
+without stickiness the retry may reach any replica:
+
+- **Asker** (:func:`forward_retry`): the state names another replica. If that replica's
+  lease lapsed, the call is gone with it: the answer is the error a lost call gets
+  (-32000, ``data.reason: owner_lost``; docs/errors.md), not -32602. Else the retry is
+  sent to it (:class:`~proxy.forwarding.ForwardedRetry`) and what it answers
+  (:class:`~proxy.forwarding.Answered`: the notes streamed, then the answer) is written
+  to the client as if served here: JSON for a lone answer, SSE when notes came first.
+- **Holder** (:func:`serve_retry`): checks the request again (headers, state, principal)
+  and continues its parked call on a :class:`GatheredReply`, which keeps what the call
+  would have written for the asker to write.
+
+The holder answers once the call answers, asks again, or becomes a task, within the
+forwarding timeout (:data:`proxy.replicas.FORWARD_TIMEOUT_SECONDS`, else 503
+``owner_unreachable``); its progress reaches the client with the answer, not before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from proxy.core import jsonrpc
+from proxy.core.era import METHOD_HEADER, NAME_HEADER
+from proxy.core.errors import LostReason, ProxyError, lost_answer
+from proxy.core.jsonrpc import Message
+from proxy.forwarding import Answered, ForwardedRetry, Refused, Reply
+from proxy.modern.reply import Reply as HttpReply
+from proxy.replicas import OwnerUnreachable, Replicas
+
+log = structlog.get_logger("proxy.modern")
+
+VERSION_HEADER = "MCP-Protocol-Version"
+RETRY_HEADERS = (VERSION_HEADER, METHOD_HEADER, NAME_HEADER)
+"""The headers a modern request mirrors (proxy.core.era.check_request), as it reads them."""
+
+# The façade's entry: answer one modern request of a principal on a reply.
+Post = Callable[[Message, str | None, Mapping[str, str], HttpReply], Awaitable[web.StreamResponse]]
+
+
+class GatheredReply(HttpReply):
+    """A reply nobody reads yet: what the call streams and its answer are kept, for the
+    replica that asked (an :class:`~proxy.forwarding.Answered`)."""
+
+    def __init__(self) -> None:  # no HTTP request behind it: nothing of the base is used
+        self.messages: list[dict[str, Any]] = []
+        self.status = 200
+        self.answered = False
+
+    def add_headers(self, headers: dict[str, str]) -> None:
+        pass
+
+    @property
+    def sse(self) -> web.StreamResponse | None:
+        return None
+
+    @property
+    def gone(self) -> bool:
+        return False
+
+    async def stream(self, messages: list[dict[str, Any]]) -> None:
+        self.messages.extend(messages)  # a keepalive (none) is nothing to keep
+
+    def due(self) -> float:
+        return 3600.0  # no keepalives: nothing is written until the answer
+
+    async def finish(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
+        self.messages.append(message)
+        self.status = status
+        self.answered = True
+        return web.Response(status=status)
+
+
+def retry_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The mirrored headers of a request, keyed as :func:`check_request` reads them."""
+    return {name: headers[name] for name in RETRY_HEADERS if name in headers}
+
+
+async def forward_retry(
+    replicas: Replicas,
+    server: str,
+    holder: str,
+    msg: Message,
+    principal: str | None,
+    headers: Mapping[str, str],
+    reply: HttpReply,
+) -> web.StreamResponse:
+    """Continue, on ``holder``, the parked call ``msg`` retries; answer on ``reply``."""
+    if not await replicas.owner_alive(holder):
+        log.info("mrtr_holder_gone", holder=holder)
+        lost = lost_answer(
+            msg.id,
+            LostReason.OWNER_LOST,
+            "the proxy replica running this call is gone; send the request anew",
+        )
+        return await reply.finish(lost)
+    body = json.dumps(msg.raw, separators=(",", ":"))
+    forwarded = ForwardedRetry(server, principal, body, retry_headers(headers))
+    answer = await replicas.forward(holder, forwarded)
+    match answer:
+        case Answered(status, messages):
+            if len(messages) > 1:
+                await reply.stream(messages[:-1])
+            return await reply.finish(messages[-1], status=status)
+        case Refused(status, error):
+            return web.json_response(error, status=status)
+        case _:  # a reply to another kind of request: as good as no answer
+            raise OwnerUnreachable("the proxy replica holding this call answered out of turn")
+
+
+async def serve_retry(post: Post, message: ForwardedRetry) -> Reply:
+    """The holder's side: ``message``'s request, served by the façade's ``post``."""
+    try:
+        messages, batch = jsonrpc.parse_body(message.body)
+    except ProxyError as exc:
+        return Refused(exc.http_status, exc.to_jsonrpc())
+    if batch or len(messages) != 1:
+        return Refused(400, ProxyError("a forwarded retry is one request").to_jsonrpc())
+    msg = messages[0]
+    gathered = GatheredReply()
+    try:
+        await post(msg, message.principal, message.headers, gathered)
+    except ProxyError as exc:
+        request_id = exc.request_id if exc.request_id is not None else msg.id
+        return Refused(exc.http_status, exc.to_jsonrpc(request_id))
+    if not gathered.answered:
+        error = ProxyError("the call ended without an answer")
+        return Refused(error.http_status, error.to_jsonrpc(msg.id))
+    return Answered(gathered.status, gathered.messages)
