@@ -222,7 +222,7 @@ class Registry:
                             return answer
                     return UnknownTask()
                 case ForwardedRetry():
-                    modern = self.context.retry_services.get(message.server)
+                    modern = self.context.modern_sides.get(message.server)
                     if modern is None:
                         raise SessionNotFound("no 2026-07-28 side at that server")
                     return await modern.serve_forwarded_retry(message)
@@ -233,7 +233,13 @@ class Registry:
                     self._forwarded_to(message).acknowledge(message.last_event_id)
                     return Acked()
                 case ForwardedPost() | ForwardedGet():
-                    return await self._forwarded_to(message).serve_remote(message)
+                    runner = self._forwarded_to(message)
+                    side = self.context.modern_sides.get(message.server)
+                    if isinstance(message, ForwardedPost) and side is not None:
+                        served = await side.serve_forwarded_post(runner, message)
+                        if served is not None:  # a 2025-11-25 task request the proxy serves
+                            return served
+                    return await runner.serve_remote(message)
                 case _:
                     assert_never(message)
         except ProxyError as exc:

@@ -58,6 +58,10 @@ class StoredStreams:
         self._keepalive = keepalive
 
     @property
+    def keepalive(self) -> float:
+        return self._keepalive
+
+    @property
     def enabled(self) -> bool:
         return self.store.durable
 

@@ -42,9 +42,11 @@ from proxy.core.modern_results import discover_result, final_answer, input_requi
 from proxy.core.modern_routes import Route, route
 from proxy.core.protocol import INTERNAL_ERROR
 from proxy.core.taskrecord import created, detailed
+from proxy.modern import legacy_remote
 from proxy.modern.call import CallRun
 from proxy.modern.context import ModernContext
 from proxy.modern.hub import Hub
+from proxy.modern.legacy_remote import RemoteLegacyTasks
 from proxy.modern.legacy_tasks import LegacyTasks
 from proxy.modern.listen import listen
 from proxy.modern.pool import UpstreamPool
@@ -52,6 +54,7 @@ from proxy.modern.reply import Reply
 from proxy.modern.retry_forward import forward_retry, serve_retry
 from proxy.modern.tasks import TaskKeeper
 from proxy.modern.tools import ToolIndex, task_support
+from proxy.runtime import SessionRunner
 from proxy.servers import Server
 from proxy.store.base import StoreError
 
@@ -82,7 +85,7 @@ class ModernFacade:
             server=server.name,
         )
         context.task_services.append(self.tasks)
-        context.retry_services[server.name] = self
+        context.modern_sides[server.name] = self
         metrics = context.metrics
         name = server.name
         metrics.watch(metrics.tasks_running.labels(name), lambda: self.tasks.running)
@@ -100,6 +103,7 @@ class ModernFacade:
             tasks_enabled=self.tasks_enabled,
         )
         self.legacy = LegacyTasks(self.context)
+        self.legacy_remote = RemoteLegacyTasks(self.tasks)  # sessions other replicas hold
 
     def health(self) -> dict[str, Any]:
         """The modern side for ``/healthz``: what it holds right now."""
@@ -356,6 +360,12 @@ class ModernFacade:
     async def serve_forwarded_retry(self, message: forwarding.ForwardedRetry) -> forwarding.Reply:
         """A retry another replica received for a call parked here."""
         return await serve_retry(self.post, message)
+
+    async def serve_forwarded_post(
+        self, runner: SessionRunner, message: forwarding.ForwardedPost
+    ) -> forwarding.Reply | None:
+        """A 2025-11-25 task request another replica received for a session held here."""
+        return await legacy_remote.serve_forwarded(self.legacy, runner, message)
 
     # ------------------------------------------------------------------ tasks
     async def _task_request(

@@ -106,14 +106,21 @@ async def forward_retry(
     forwarded = ForwardedRetry(server, principal, body, retry_headers(headers))
     answer = await replicas.forward(holder, forwarded)
     match answer:
-        case Answered(status, messages):
-            if len(messages) > 1:
-                await reply.stream(messages[:-1])
-            return await reply.finish(messages[-1], status=status)
+        case Answered():
+            return await write_answered(reply, answer)
         case Refused(status, error):
             return web.json_response(error, status=status)
         case _:  # a reply to another kind of request: as good as no answer
             raise OwnerUnreachable("the proxy replica holding this call answered out of turn")
+
+
+async def write_answered(reply: HttpReply, answered: Answered) -> web.StreamResponse:
+    """What the holder answered, written as it would have written it: JSON for a lone
+    answer, else SSE (its notes, then the answer)."""
+    *notes, last = answered.messages
+    if notes:
+        await reply.stream(notes)
+    return await reply.finish(last, status=answered.status)
 
 
 async def serve_retry(post: Post, message: ForwardedRetry) -> Reply:
