@@ -11,14 +11,19 @@ it names works exactly as on the holder.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import redis.asyncio as aioredis
+from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 from tests.downstream.sse_client import RawSession
+from tests.downstream.ws_client import Client, initialize, request, tool
 from tests.modern.client import Answer, Modern, read_answer
 from tests.modern.support import SERVER
 from tests.proxy_lives import Proxy, lives, shared
@@ -157,3 +162,79 @@ async def test_legacy_tasks_of_a_session_on_a_are_served_by_b(
             assert (await ask(other, 12, method, taskId=task_id)).error["code"] == -32602
         assert (await ask(other, 13, "tasks/list")).result["tasks"] == []
         assert b.upstream_pids() == []
+
+
+def meta_id(msg: dict[str, Any]) -> str:
+    body = msg.get("params") if "method" in msg else msg.get("result")
+    assert isinstance(body, dict), msg
+    return str(body["_meta"]["io.github.mcp-resume-proxy/eventId"])
+
+
+def _stream_of(msg: dict[str, Any]) -> str:
+    return meta_id(msg).rsplit(".", 1)[0]
+
+
+def _ws_url(proxy: Proxy) -> str:
+    return proxy.url.replace("http://", "ws://", 1).removesuffix("/mcp") + "/ws"
+
+
+@contextlib.asynccontextmanager
+async def _socket(proxy: Proxy, session_id: str | None = None) -> AsyncIterator[Client]:
+    headers = {"Mcp-Session-Id": session_id} if session_id else {}
+    async with connect(
+        _ws_url(proxy),
+        subprotocols=[Subprotocol("mcp")],
+        additional_headers=headers,
+        proxy=None,
+        open_timeout=30,
+    ) as ws:
+        yield Client(ws)
+
+
+async def _until(c: Client, rid: int) -> list[dict[str, Any]]:
+    """Frames up to and with the answer to ``rid``."""
+    got = []
+    while not got or got[-1].get("id") != rid or "method" in got[-1]:
+        got.append(await c.recv())
+    return got
+
+
+async def test_ws_on_the_other_replica_continues_the_session_and_its_streams(
+    tmp_path: Path, redis_url: str
+) -> None:
+    steps = 20
+    async with lives(tmp_path, shared(redis_url), event_id_in_meta=True) as (proxies, _):
+        a, b = await asyncio.gather(proxies.start(), proxies.start())
+        async with _socket(a) as c:
+            session_id = await initialize(c, "2025-06-18", caps={"streams": {}})
+            await c.send(
+                request(1, "tools/call", tool("slow", {"steps": steps, "delay": 0.03}, "p"))
+            )
+            first = [await c.recv() for _ in range(4)]  # create, then progress 1..3
+        create = first[0]["params"]["stream"]
+        ref = {"streamId": create["streamId"], "resumeToken": create["resumeToken"]}
+        # The socket reconnects to B: the session goes on there (A holds it).
+        async with _socket(b, session_id) as c:
+            echo, _ = await c.call(2, "tools/call", tool("echo", {"text": "via B"}))
+            assert echo["result"]["content"][0]["text"] == "via B", echo
+            await c.send(request(3, "stream/resume", {**ref, "lastEventId": meta_id(first[-1])}))
+            rest = await _until(c, 3)
+        assert rest[-1] == {"jsonrpc": "2.0", "id": 3, "result": {}}
+        # (the echo's stream ends on this socket too: only the call's stream is compared)
+        got = first + [m for m in rest[:-1] if _stream_of(m) == ref["streamId"]]
+        progress = [
+            m["params"]["progress"] for m in got if m.get("method") == "notifications/progress"
+        ]
+        assert progress == list(range(1, steps + 1))
+        assert got[-2]["id"] == 1 and got[-2]["result"]["content"][0]["text"] == f"done {steps}"
+        seqs = [int(meta_id(m).rsplit(".", 1)[1]) for m in got]
+        assert seqs == list(range(1, len(got) + 1))
+        assert b.upstream_pids() == []  # B ran nothing: A's session answered through it
+        # A new session on B resumes A's stream with its token, as an HTTP session there does.
+        async with _socket(b) as c:
+            await initialize(c, "2025-06-18", caps={"streams": {}})
+            polled, _ = await c.call(4, "stream/poll", ref)
+            assert polled["result"]["status"] == "completed", polled
+            await c.send(request(5, "stream/resume", {**ref, "lastEventId": meta_id(got[9])}))
+            again = await _until(c, 5)
+        assert again[:-1] == got[10:]

@@ -132,6 +132,13 @@ class StoredStreams:
         reply = jsonrpc.ok_response(msg.id, {})
         return await self._serve(request, session_id, record, after, entries, reply)
 
+    async def target(
+        self, msg: Message, header_id: str | None, principal: str | None
+    ) -> tuple[StreamRecord, int]:
+        """The stream a ``stream/poll`` / ``stream/resume`` names and the position to serve
+        it from, checked (token, principal, position); ``ResumeError`` if it may not be."""
+        return await self._target(msg, header_id, principal)
+
     async def _target(
         self, msg: Message, header_id: str | None, principal: str | None
     ) -> tuple[StreamRecord, int]:

@@ -19,10 +19,11 @@ served by :class:`proxy.downstream.ws_socket.ClientSocket`.
   carries the id in ``result._meta["io.github.mcp-resume-proxy/sessionId"]`` (on this
   socket's copy only). A new socket continues a session given header ``Mcp-Session-Id``
   or query parameter ``mcp-session-id`` (browsers); the upgrade response then carries
-  ``Mcp-Session-Id``. Unknown session: the socket is closed at once with 4404 "Session
-  not found" (browsers see close codes, not handshake statuses). A session that ends
-  while its socket is open closes it with 4404 once in-flight answers are out; proxy
-  shutdown closes every socket with 1001.
+  ``Mcp-Session-Id``. A session another replica holds (a shared store) is served through
+  it (:mod:`proxy.downstream.ws_remote`). Unknown session: the socket is closed at once
+  with 4404 "Session not found" (browsers see close codes, not handshake statuses). A
+  session that ends while its socket is open closes it with 4404 once in-flight answers
+  are out; proxy shutdown closes every socket with 1001.
 - **Delivery.** Each client request gets a virtual connection (``ClientConn`` with
   ``framing="message"``) and one pump task: requests interleave, each keeps its order.
   The socket also carries the standalone stream; a session's newest socket takes it.
@@ -51,7 +52,10 @@ from proxy.core.errors import BadRequest, MethodNotAllowed, ProxyError, SessionN
 from proxy.core.protocol import SESSION_HEADER, VERSION_HEADER
 from proxy.downstream.auth import limit_resumes, principal_of
 from proxy.downstream.entry import endpoint_entry
+from proxy.downstream.remote import RemoteSessions
+from proxy.downstream.stored import StoredStreams
 from proxy.downstream.wire import error_response
+from proxy.downstream.ws_remote import RemoteSocket
 from proxy.downstream.ws_socket import CLOSE_SESSION_NOT_FOUND, SESSION_META, ClientSocket
 from proxy.registry import Registry
 from proxy.runtime import SessionRunner
@@ -80,8 +84,16 @@ class WebSocketEndpoint:
         self.server = server
         self.config = server.config
         self.registry = registry
-        self.sockets: set[ClientSocket] = set()
+        self.sockets: set[ClientSocket | RemoteSocket] = set()
         self.standalone_holders: dict[str, ClientSocket] = {}  # session id → socket
+        context = registry.context
+        keepalive = self.config.sse.keepalive_seconds
+        self.stored = StoredStreams(context.store, context.settings.token_secret, keepalive)
+        self.remote = (
+            RemoteSessions(context.replicas, self.stored, server.name)
+            if context.replicas is not None
+            else None
+        )
 
     async def refuse(self, request: web.Request, exc: ProxyError) -> web.StreamResponse:
         """A refused upgrade: its HTTP status and JSON-RPC error (before any socket)."""
@@ -115,32 +127,50 @@ class WebSocketEndpoint:
             return await self.refuse(request, exc)
         session_id = request.headers.get(SESSION_HEADER) or request.query.get(SESSION_QUERY)
         runner: SessionRunner | None = None
+        holder: str | None = None  # another replica holding the session
         if session_id:
             try:
                 runner = self.registry.get(session_id, principal_of(request), self.server)
                 ws.headers[SESSION_HEADER] = runner.session_id
             except SessionNotFound:
-                runner = None
+                holder = await self._holder(session_id)
+                if holder is not None:
+                    ws.headers[SESSION_HEADER] = session_id
         await ws.prepare(request)
-        if session_id and runner is None:
+        socket: ClientSocket | RemoteSocket
+        if session_id and holder is not None and self.remote is not None:
+            socket = RemoteSocket(ws, session_id, holder, self.remote, principal_of(request))
+        elif session_id and runner is None:
             log.info("ws_session_not_found")
             await ws.close(code=CLOSE_SESSION_NOT_FOUND, message=b"Session not found")
             return ws
-        socket = ClientSocket(
-            ws,
-            runner,
-            config=self.config,
-            registry=self.registry,
-            server=self.server,
-            standalone_holders=self.standalone_holders,
-            principal=principal_of(request),
-        )
+        else:
+            socket = ClientSocket(
+                ws,
+                runner,
+                config=self.config,
+                registry=self.registry,
+                server=self.server,
+                standalone_holders=self.standalone_holders,
+                principal=principal_of(request),
+                stored=self.stored if self.stored.enabled else None,
+            )
         self.sockets.add(socket)
         try:
             await socket.serve()
         finally:
             self.sockets.discard(socket)
         return ws
+
+    async def _holder(self, session_id: str) -> str | None:
+        """The live replica holding ``session_id`` when it is not this one (else None)."""
+        if self.remote is None or session_id in self.registry:
+            return None
+        try:
+            owner = await self.remote.replicas.owner_of(session_id)
+        except SessionNotFound:
+            return None
+        return owner if owner != self.remote.replicas.owner else None
 
     async def close_all(self, app: web.Application) -> None:
         """aiohttp ``on_shutdown``: close every open socket (1001 Going Away)."""
