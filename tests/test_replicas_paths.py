@@ -2,8 +2,9 @@
 replicas on one real Redis, and each request sent to the replica that does not hold what
 it names works exactly as on the holder.
 
-- an MRTR retry (2026-07-28) reaching the other replica continues the call parked on the
-  first (the ``requestState`` names its holder); the holder gone, ``owner_lost``;
+- MRTR retries (2026-07-28): the official SDK client behind round robin
+  (tests/e2e/round_robin_client.py), each retry reaching the replica that does not hold
+  the call, gets every answer; a retry whose holder is gone, ``owner_lost``;
 - legacy 2025-11-25 tasks of a session held by A, served by B;
 - ``/ws`` on B for a session A holds, and a resume token of A's on a ``/ws`` of B's.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from tests.downstream.ws_client import Client, initialize, request, tool
 from tests.modern.client import Answer, Modern, read_answer
 from tests.modern.support import SERVER
 from tests.proxy_lives import Proxy, lives, shared
-from tests.support import eventually, log_events
+from tests.support import ROOT, eventually, log_events
 
 
 async def ask(client: RawSession, rid: int, method: str, **params: Any) -> Answer:
@@ -57,26 +59,6 @@ def _retry(state: str, key: str, answer: str) -> dict[str, object]:
         "requestState": state,
         "inputResponses": {key: {"action": "accept", "content": {"answer": answer}}},
     }
-
-
-async def test_an_mrtr_retry_on_the_other_replica_continues_the_call(
-    tmp_path: Path, redis_url: str
-) -> None:
-    async with lives(tmp_path, shared(redis_url)) as (proxies, http):
-        proxies.command = SERVER
-        a, b = await asyncio.gather(proxies.start(), proxies.start())
-        on_a, on_b = Modern(http, a.url), Modern(http, b.url)
-        first = await on_a.call("ask_twice")
-        assert first.result["resultType"] == "input_required"
-        (key,) = first.result["inputRequests"]
-        second = await on_b.send("tools/call", _retry(first.result["requestState"], key, "A"))
-        assert second.result["resultType"] == "input_required", second.body
-        (key2,) = second.result["inputRequests"]
-        assert second.result["inputRequests"][key2]["params"]["message"] == "two"
-        done = await on_b.send("tools/call", _retry(second.result["requestState"], key2, "B"))
-        answers = json.loads(done.result["content"][0]["text"])
-        assert [a["content"]["answer"] for a in answers] == ["A", "B"]
-        assert b.upstream_pids() == []  # B ran nothing: A's call answered through it
 
 
 async def test_an_mrtr_retry_for_a_dead_holder_gets_owner_lost(
@@ -238,3 +220,41 @@ async def test_ws_on_the_other_replica_continues_the_session_and_its_streams(
             await c.send(request(5, "stream/resume", {**ref, "lastEventId": meta_id(got[9])}))
             again = await _until(c, 5)
         assert again[:-1] == got[10:]
+
+
+async def test_the_sdk_client_behind_round_robin_answers_every_question(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The official SDK client, each POST to the next replica: every MRTR retry reaches
+    the replica that does not hold the call, and every call ends with its answer."""
+    async with lives(tmp_path, shared(redis_url)) as (proxies, _):
+        proxies.command = SERVER
+        a, b = await asyncio.gather(proxies.start(), proxies.start())
+        client = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(ROOT / "tests" / "e2e" / "round_robin_client.py"),
+            a.url,
+            b.url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=ROOT,
+        )
+        try:
+            async with asyncio.timeout(60):
+                out, err = await client.communicate()
+        finally:
+            if client.returncode is None:
+                client.kill()
+                await client.wait()
+        assert client.returncode == 0, err.decode()[-3000:]
+    run = json.loads(out)
+    assert run["asked"] == ["Q1", "one", "two", "?"]
+    assert [json.loads(text) for text in run["answers"]] == [
+        {"action": "accept", "content": {"answer": "re Q1"}},
+        [
+            {"action": "accept", "content": {"answer": "re one"}},
+            {"action": "accept", "content": {"answer": "re two"}},
+        ],
+        {"action": "accept", "content": {"answer": "re ?"}},
+    ]
+    assert len(set(run["ports"])) == 2  # both replicas were asked
