@@ -21,7 +21,8 @@ served by :class:`proxy.downstream.ws_socket.ClientSocket`.
   or query parameter ``mcp-session-id`` (browsers); the upgrade response then carries
   ``Mcp-Session-Id``. A session another replica holds (a shared store) is served through
   it (:mod:`proxy.downstream.ws_remote`). Unknown session: the socket is closed at once
-  with 4404 "Session not found" (browsers see close codes, not handshake statuses). A
+  with 4404 "Session not found" (browsers see close codes, not handshake statuses); a
+  store that cannot say who holds it, with 1013 (try again later). A
   session that ends while its socket is open closes it with 4404 once in-flight answers
   are out; proxy shutdown closes every socket with 1001.
 - **Delivery.** Each client request gets a virtual connection (``ClientConn`` with
@@ -60,6 +61,7 @@ from proxy.downstream.ws_socket import CLOSE_SESSION_NOT_FOUND, SESSION_META, Cl
 from proxy.registry import Registry
 from proxy.runtime import SessionRunner
 from proxy.servers import Server
+from proxy.store.base import StoreError
 
 __all__ = [
     "CLOSE_SESSION_NOT_FOUND",
@@ -133,7 +135,13 @@ class WebSocketEndpoint:
                 runner = self.registry.get(session_id, principal_of(request), self.server)
                 ws.headers[SESSION_HEADER] = runner.session_id
             except SessionNotFound:
-                holder = await self._holder(session_id)
+                try:
+                    holder = await self._holder(session_id)
+                except StoreError as exc:  # live or not, nobody can tell now: come back
+                    log.warning("ws_holder_unknown", error=str(exc))
+                    await ws.prepare(request)
+                    await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=b"store unavailable")
+                    return ws
                 if holder is not None:
                     ws.headers[SESSION_HEADER] = session_id
         await ws.prepare(request)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import structlog
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSMsgType, web
 
 from proxy.core import jsonrpc, seed
 from proxy.core.errors import InvalidMessage, ProxyError, ResumeError
@@ -44,7 +44,8 @@ from proxy.forwarding import (
     Reply,
     StreamOpened,
 )
-from proxy.store.base import COMPLETED, Store
+from proxy.replicas import OwnerUnreachable
+from proxy.store.base import COMPLETED, Store, StoreError
 
 log = structlog.get_logger("proxy.ws")
 
@@ -147,7 +148,10 @@ class RemoteSocket:
         batch = False
         try:
             messages, batch = jsonrpc.parse_body(data.encode())
-            await self._client_messages(messages, batch)
+            try:
+                await self._client_messages(messages, batch)
+            except StoreError as exc:  # the holder cannot be reached now
+                raise OwnerUnreachable(f"the store is unavailable: {exc}") from None
         except ProxyError as exc:
             lone = messages[0] if len(messages) == 1 and not batch else None
             if exc.request_id is None and lone is not None and lone.kind is Kind.REQUEST:
@@ -176,7 +180,11 @@ class RemoteSocket:
 
     async def _open_standalone(self) -> None:
         forwarded = ForwardedGet(self.session_id, self.remote.server, self.principal)
-        reply = await self.remote.replicas.forward(self.owner, forwarded)
+        try:
+            reply = await self.remote.replicas.forward(self.owner, forwarded)
+        except (ProxyError, StoreError) as exc:  # requests still go through; no standalone
+            self.log.warning("ws_standalone_not_opened", error=str(exc))
+            return
         if isinstance(reply, Refused) and reply.status == 409:  # an HTTP GET holds it
             self.log.info("ws_standalone_busy")
             return
@@ -229,8 +237,8 @@ class RemoteSocket:
             await work
         except ConnectionError as exc:
             self.log.debug("client_gone", error=repr(exc))
-        except ProxyError as exc:  # the store failed us mid-stream: the client resumes
-            self.log.warning("ws_remote_follow_failed", reason=exc.reason, error=exc.message)
+        except (ProxyError, StoreError) as exc:  # the store failed us: the client resumes
+            self.log.warning("ws_remote_follow_failed", error=str(exc))
 
     # ------------------------------------------------------------------ ending
     def _session_over(self) -> None:
@@ -254,6 +262,3 @@ class RemoteSocket:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.log.info("ws_closed", code=self.ws.close_code)
-
-    async def going_away(self) -> None:
-        await self.ws.close(code=WSCloseCode.GOING_AWAY, message=b"proxy shutting down")
