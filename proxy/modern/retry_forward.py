@@ -14,13 +14,15 @@ without stickiness the retry may reach any replica:
   and continues its parked call on a :class:`GatheredReply`, which keeps what the call
   would have written for the asker to write.
 
-The holder answers once the call answers, asks again, or becomes a task, within the
-forwarding timeout (:data:`proxy.replicas.FORWARD_TIMEOUT_SECONDS`, else 503
-``owner_unreachable``); its progress reaches the client with the answer, not before.
+The holder answers once the call answers, asks again, or becomes a task, however long
+that takes; meanwhile the asker sends the client keepalives and looks at the holder's
+lease every half lease (lapsed: ``owner_lost``). The call's progress reaches the client
+with the answer, not before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -32,7 +34,7 @@ from proxy.core import jsonrpc
 from proxy.core.era import METHOD_HEADER, NAME_HEADER
 from proxy.core.errors import LostReason, ProxyError, lost_answer
 from proxy.core.jsonrpc import Message
-from proxy.forwarding import Answered, ForwardedRetry, Refused, Reply
+from proxy.forwarding import Answered, ForwardedRetry, NoStream, Refused, Reply
 from proxy.modern.reply import Reply as HttpReply
 from proxy.replicas import OwnerUnreachable, Replicas
 
@@ -104,7 +106,15 @@ async def forward_retry(
         return await reply.finish(lost)
     body = json.dumps(msg.raw, separators=(",", ":"))
     forwarded = ForwardedRetry(server, principal, body, retry_headers(headers))
-    answer = await replicas.forward(holder, forwarded)
+    answer = await _wait_for_holder(replicas, holder, forwarded, reply)
+    if answer is None:  # the holder died while the call ran on
+        log.info("mrtr_holder_lost", holder=holder)
+        lost = lost_answer(
+            msg.id, LostReason.OWNER_LOST, "the proxy replica running this call is gone"
+        )
+        return await reply.finish(lost)
+    if reply.gone:
+        return reply.sse or web.Response(status=499)
     match answer:
         case Answered():
             return await write_answered(reply, answer)
@@ -112,6 +122,35 @@ async def forward_retry(
             return web.json_response(error, status=status)
         case _:  # a reply to another kind of request: as good as no answer
             raise OwnerUnreachable("the proxy replica holding this call answered out of turn")
+
+
+async def _wait_for_holder(
+    replicas: Replicas, holder: str, forwarded: ForwardedRetry, reply: HttpReply
+) -> Reply | None:
+    """The holder's reply, however long the call runs there; meanwhile keepalives to the
+    client (as the holder would send them) and, every half lease, a look at the holder's
+    lease: None once it lapsed. The client leaving ends the wait (the call runs on)."""
+    asking = asyncio.ensure_future(replicas.forward(holder, forwarded, timeout=None))
+    loop = asyncio.get_running_loop()
+    every = replicas.lease_seconds / 2
+    looked = loop.time()
+    try:
+        while True:
+            done, _ = await asyncio.wait({asking}, timeout=max(0.05, min(every, reply.due())))
+            if done:
+                return asking.result()
+            if reply.gone:
+                return asking.result() if asking.done() else NoStream()
+            if reply.due() <= 0:
+                await reply.stream([])  # a keepalive: the response turns SSE, as on the holder
+            if loop.time() - looked >= every:
+                looked = loop.time()
+                if not await replicas.owner_alive(holder):
+                    return None
+    finally:
+        if not asking.done():
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)
 
 
 async def write_answered(reply: HttpReply, answered: Answered) -> web.StreamResponse:
