@@ -28,6 +28,7 @@ from tests.downstream.ws_client import Client, initialize, request, tool
 from tests.modern.client import Answer, Modern, read_answer
 from tests.modern.support import SERVER
 from tests.proxy_lives import Proxy, lives, shared
+from tests.redis_server import RedisServer
 from tests.support import ROOT
 
 
@@ -247,3 +248,19 @@ async def test_the_sdk_client_behind_round_robin_answers_every_question(
         {"action": "accept", "content": {"answer": "re ?"}},
     ]
     assert len(set(run["ports"])) == 2  # both replicas were asked
+
+
+async def test_ws_for_a_session_nobody_can_place_is_told_to_come_back(tmp_path: Path) -> None:
+    """Redis down at the upgrade: the session named may be live on another replica, so
+    the socket is closed 1013 (try again), not 4404 (ended); with Redis back, an unknown
+    session is 4404."""
+    with RedisServer(tmp_path / "redis") as server:
+        store = {"kind": "redis", "url": server.url, "namespace": "ws1013", "lease_seconds": 5}
+        async with lives(tmp_path, store) as (proxies, _):
+            a = await proxies.start()
+            server.stop()
+            async with _socket(a, "some-session-elsewhere") as c:
+                assert (await c.closed_with())[0] == 1013
+            server.start()
+            async with _socket(a, "some-session-elsewhere") as c:
+                assert await c.closed_with() == (4404, "Session not found")
