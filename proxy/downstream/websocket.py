@@ -51,6 +51,7 @@ from aiohttp import WSCloseCode, web
 from proxy.core import httprules
 from proxy.core.errors import BadRequest, MethodNotAllowed, ProxyError, SessionNotFound
 from proxy.core.protocol import SESSION_HEADER, VERSION_HEADER
+from proxy.core.socket_route import CLOSE_TRY_AGAIN_LATER, SocketRoute, socket_route
 from proxy.downstream.auth import limit_resumes, principal_of
 from proxy.downstream.entry import endpoint_entry
 from proxy.downstream.remote import RemoteSessions
@@ -130,39 +131,45 @@ class WebSocketEndpoint:
         session_id = request.headers.get(SESSION_HEADER) or request.query.get(SESSION_QUERY)
         runner: SessionRunner | None = None
         holder: str | None = None  # another replica holding the session
+        answered = True  # whether the store could say who holds it
         if session_id:
             try:
                 runner = self.registry.get(session_id, principal_of(request), self.server)
-                ws.headers[SESSION_HEADER] = runner.session_id
             except SessionNotFound:
                 try:
                     holder = await self._holder(session_id)
-                except StoreError as exc:  # live or not, nobody can tell now: come back
+                except StoreError as exc:  # live or not, nobody can tell now
                     log.warning("ws_holder_unknown", error=str(exc))
-                    await ws.prepare(request)
-                    await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=b"store unavailable")
-                    return ws
-                if holder is not None:
-                    ws.headers[SESSION_HEADER] = session_id
+                    answered = False
+        me = self.remote.replicas.owner if self.remote is not None else None
+        route = socket_route(bool(session_id), runner is not None, holder, me, answered)
+        if route in (SocketRoute.LOCAL, SocketRoute.REMOTE):
+            ws.headers[SESSION_HEADER] = str(session_id)
         await ws.prepare(request)
         socket: ClientSocket | RemoteSocket
-        if session_id and holder is not None and self.remote is not None:
-            socket = RemoteSocket(ws, session_id, holder, self.remote, principal_of(request))
-        elif session_id and runner is None:
-            log.info("ws_session_not_found")
-            await ws.close(code=CLOSE_SESSION_NOT_FOUND, message=b"Session not found")
-            return ws
-        else:
-            socket = ClientSocket(
-                ws,
-                runner,
-                config=self.config,
-                registry=self.registry,
-                server=self.server,
-                standalone_holders=self.standalone_holders,
-                principal=principal_of(request),
-                stored=self.stored if self.stored.enabled else None,
-            )
+        match route:
+            case SocketRoute.UNKNOWN:
+                await ws.close(code=CLOSE_TRY_AGAIN_LATER, message=b"store unavailable")
+                return ws
+            case SocketRoute.NOT_FOUND:
+                log.info("ws_session_not_found")
+                await ws.close(code=CLOSE_SESSION_NOT_FOUND, message=b"Session not found")
+                return ws
+            case SocketRoute.REMOTE:
+                assert self.remote is not None and session_id and holder is not None
+                principal = principal_of(request)
+                socket = RemoteSocket(ws, session_id, holder, self.remote, principal)
+            case SocketRoute.NEW | SocketRoute.LOCAL:
+                socket = ClientSocket(
+                    ws,
+                    runner,
+                    config=self.config,
+                    registry=self.registry,
+                    server=self.server,
+                    standalone_holders=self.standalone_holders,
+                    principal=principal_of(request),
+                    stored=self.stored if self.stored.enabled else None,
+                )
         self.sockets.add(socket)
         try:
             await socket.serve()
@@ -171,14 +178,13 @@ class WebSocketEndpoint:
         return ws
 
     async def _holder(self, session_id: str) -> str | None:
-        """The live replica holding ``session_id`` when it is not this one (else None)."""
-        if self.remote is None or session_id in self.registry:
+        """The live replica holding ``session_id`` (None: none, or no replicas)."""
+        if self.remote is None:
             return None
         try:
-            owner = await self.remote.replicas.owner_of(session_id)
+            return await self.remote.replicas.owner_of(session_id)
         except SessionNotFound:
             return None
-        return owner if owner != self.remote.replicas.owner else None
 
     async def close_all(self, app: web.Application) -> None:
         """aiohttp ``on_shutdown``: close every open socket (1001 Going Away)."""

@@ -33,6 +33,7 @@ from proxy.core import jsonrpc, seed
 from proxy.core.errors import InvalidMessage, ProxyError, ResumeError
 from proxy.core.eventid import format_event_id
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.socket_route import CLOSE_SESSION_NOT_FOUND
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
 from proxy.forwarding import (
@@ -49,7 +50,6 @@ from proxy.store.base import COMPLETED, Store, StoreError
 
 log = structlog.get_logger("proxy.ws")
 
-CLOSE_SESSION_NOT_FOUND = 4404  # as proxy.downstream.ws_socket's
 ACK_SECONDS = 1.0
 """How often a followed stream tells the holder how far its client has it."""
 
