@@ -66,7 +66,7 @@ async def test_an_mrtr_retry_for_a_dead_holder_gets_owner_lost(
         proxies.command = SERVER
         a, b = await asyncio.gather(proxies.start(), proxies.start())
         on_a, on_b = Modern(http, a.url), Modern(http, b.url)
-        parked = [await on_a.call("ask_twice") for _ in range(2)]
+        parked = await asyncio.gather(*(on_a.call("ask_twice") for _ in range(2)))
         await proxies.kill(a)
         loop = asyncio.get_running_loop()
         for first in parked:
@@ -86,7 +86,10 @@ async def test_legacy_tasks_of_a_session_on_a_are_served_by_b(
     async with lives(tmp_path, shared(redis_url)) as (proxies, http):
         proxies.command = SERVER
         a, b = await asyncio.gather(proxies.start(), proxies.start())
-        on_a = await legacy(http, a.url, {"tasks": {}, "elicitation": {}})
+        on_a, elsewhere = await asyncio.gather(
+            legacy(http, a.url, {"tasks": {}, "elicitation": {}}),
+            legacy(http, a.url, {"tasks": {}}),
+        )
         on_b = RawSession(http, b.url, session_id=on_a.session_id)
         # Created through B (the holder runs it), then read through B from the store.
         created = await ask(
@@ -127,9 +130,7 @@ async def test_legacy_tasks_of_a_session_on_a_are_served_by_b(
         assert result.error["data"]["reason"] == "task_cancelled"
         assert (await ask(on_b, 11, "tasks/cancel", taskId=task_id)).error["code"] == -32602
         # Another session sees none of them, on either replica.
-        other = RawSession(
-            http, b.url, session_id=(await legacy(http, a.url, {"tasks": {}})).session_id
-        )
+        other = RawSession(http, b.url, session_id=elsewhere.session_id)
         for method in ("tasks/get", "tasks/result", "tasks/cancel"):
             assert (await ask(other, 12, method, taskId=task_id)).error["code"] == -32602
         assert (await ask(other, 13, "tasks/list")).result["tasks"] == []
@@ -175,14 +176,20 @@ async def test_ws_on_the_other_replica_continues_the_session_and_its_streams(
     tmp_path: Path, redis_url: str
 ) -> None:
     steps = 20
-    async with lives(tmp_path, shared(redis_url), event_id_in_meta=True) as (proxies, _):
+    async with (
+        lives(tmp_path, shared(redis_url), event_id_in_meta=True) as (proxies, _),
+        contextlib.AsyncExitStack() as sockets,
+    ):
         a, b = await asyncio.gather(proxies.start(), proxies.start())
-        async with _socket(a) as c:
-            session_id = await initialize(c, "2025-06-18", caps={"streams": {}})
-            await c.send(
-                request(1, "tools/call", tool("slow", {"steps": steps, "delay": 0.03}, "p"))
-            )
-            first = [await c.recv() for _ in range(4)]  # create, then progress 1..3
+        c = await sockets.enter_async_context(_socket(a))
+        own = await sockets.enter_async_context(_socket(b))  # a session of B's own
+        session_id, _ = await asyncio.gather(
+            initialize(c, "2025-06-18", caps={"streams": {}}),
+            initialize(own, "2025-06-18", caps={"streams": {}}),
+        )
+        await c.send(request(1, "tools/call", tool("slow", {"steps": steps, "delay": 0.03}, "p")))
+        first = [await c.recv() for _ in range(4)]  # create, then progress 1..3
+        await c.ws.close()
         create = first[0]["params"]["stream"]
         ref = {"streamId": create["streamId"], "resumeToken": create["resumeToken"]}
         # The socket reconnects to B: the session goes on there (A holds it).
@@ -201,14 +208,12 @@ async def test_ws_on_the_other_replica_continues_the_session_and_its_streams(
         assert got[-2]["id"] == 1 and got[-2]["result"]["content"][0]["text"] == f"done {steps}"
         seqs = [int(meta_id(m).rsplit(".", 1)[1]) for m in got]
         assert seqs == list(range(1, len(got) + 1))
-        assert b.upstream_pids() == []  # B ran nothing: A's session answered through it
-        # A new session on B resumes A's stream with its token, as an HTTP session there does.
-        async with _socket(b) as c:
-            await initialize(c, "2025-06-18", caps={"streams": {}})
-            polled, _ = await c.call(4, "stream/poll", ref)
-            assert polled["result"]["status"] == "completed", polled
-            await c.send(request(5, "stream/resume", {**ref, "lastEventId": meta_id(got[9])}))
-            again = await _until(c, 5)
+        assert len(b.upstream_pids()) == 1  # B's own session's: A's answered through B
+        # B's own session resumes A's stream with its token, as an HTTP session there does.
+        polled, _ = await own.call(4, "stream/poll", ref)
+        assert polled["result"]["status"] == "completed", polled
+        await own.send(request(5, "stream/resume", {**ref, "lastEventId": meta_id(got[9])}))
+        again = await _until(own, 5)
         assert again[:-1] == got[10:]
 
 
