@@ -33,11 +33,12 @@ from proxy.core.era import ModernError, invalid_params
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.legacy_tasks import REMOTE_METHODS, final, question, task_principal
 from proxy.core.taskrecord import TERMINAL, legacy_task
-from proxy.forwarding import Answered, ForwardedPost, NoStream, Reply
+from proxy.forwarding import Answered, ForwardedPost, NoStream, Refused, Reply
 from proxy.modern.legacy_tasks import LegacyTasks
 from proxy.modern.reply import Reply as HttpReply
 from proxy.modern.retry_forward import GatheredReply
 from proxy.modern.tasks import TaskKeeper
+from proxy.replicas import OwnerUnreachable
 from proxy.runtime import SessionRunner
 
 FOLLOW_SECONDS = 0.1
@@ -121,10 +122,13 @@ async def serve_forwarded(
     if not runner.session.offers_tasks:
         return None
     messages, batch = jsonrpc.parse_body(message.body)
-    gathered = GatheredReply()
+    gathered = GatheredReply(waits=False)  # the asker serves the waits itself
     served = await legacy.post(runner, messages, batch, gathered)
     if served is None:
         return None
-    if not gathered.answered:  # the client's answer to a task's question: 202
-        return NoStream()
-    return Answered(gathered.status, gathered.messages)
+    if gathered.answered:
+        return Answered(gathered.status, gathered.messages)
+    if message.request_id is not None:  # a tasks/result the asker could not serve itself
+        busy = OwnerUnreachable("the task runs on; ask for its result again")
+        return Refused(busy.http_status, busy.to_jsonrpc(message.request_id))
+    return NoStream()  # the client's answer to a task's question: 202

@@ -37,6 +37,7 @@ from proxy.core.jsonrpc import Message
 from proxy.forwarding import Answered, ForwardedRetry, NoStream, Refused, Reply
 from proxy.modern.reply import Reply as HttpReply
 from proxy.replicas import OwnerUnreachable, Replicas
+from proxy.store.base import StoreError
 
 log = structlog.get_logger("proxy.modern")
 
@@ -52,10 +53,13 @@ class GatheredReply(HttpReply):
     """A reply nobody reads yet: what the call streams and its answer are kept, for the
     replica that asked (an :class:`~proxy.forwarding.Answered`)."""
 
-    def __init__(self) -> None:  # no HTTP request behind it: nothing of the base is used
+    def __init__(self, waits: bool = True) -> None:
+        # No HTTP request behind it: nothing of the base is used. ``waits=False``: as a
+        # client already gone, so that nothing waits on it (a tasks/result of a running task).
         self.messages: list[dict[str, Any]] = []
         self.status = 200
         self.answered = False
+        self._waits = waits
 
     def add_headers(self, headers: dict[str, str]) -> None:
         pass
@@ -66,7 +70,7 @@ class GatheredReply(HttpReply):
 
     @property
     def gone(self) -> bool:
-        return False
+        return not self._waits
 
     async def stream(self, messages: list[dict[str, Any]]) -> None:
         self.messages.extend(messages)  # a keepalive (none) is nothing to keep
@@ -118,8 +122,8 @@ async def forward_retry(
     match answer:
         case Answered():
             return await write_answered(reply, answer)
-        case Refused(status, error):
-            return web.json_response(error, status=status)
+        case Refused(status, error):  # (on the stream if keepalives opened one)
+            return await reply.finish(error, status=status)
         case _:  # a reply to another kind of request: as good as no answer
             raise OwnerUnreachable("the proxy replica holding this call answered out of turn")
 
@@ -145,8 +149,11 @@ async def _wait_for_holder(
                 await reply.stream([])  # a keepalive: the response turns SSE, as on the holder
             if loop.time() - looked >= every:
                 looked = loop.time()
-                if not await replicas.owner_alive(holder):
-                    return None
+                try:
+                    if not await replicas.owner_alive(holder):
+                        return None
+                except StoreError as exc:  # cannot tell now: the reply may still come
+                    log.warning("mrtr_holder_unknown", holder=holder, error=str(exc))
     finally:
         if not asking.done():
             asking.cancel()
