@@ -18,7 +18,9 @@ server answered ``-32601`` for a capability the proxy advertised. Now:
 - **The holder** serves what else the façade serves, forwarded as a POST (task creation,
   ``tasks/list``, the client's answers to a task's questions): :func:`serve_forwarded`
   answers it as the façade does on its own endpoint, as an
-  :class:`~proxy.forwarding.Answered` (or 202, :class:`~proxy.forwarding.NoStream`).
+  :class:`~proxy.forwarding.Answered` (or 202, :class:`~proxy.forwarding.NoStream`). It
+  never waits on the asker's behalf: a ``tasks/result`` of a running task that reaches it
+  (the asker could not read the record) gets 503 ``owner_unreachable``, asked again.
 """
 
 from __future__ import annotations
