@@ -22,7 +22,14 @@ import structlog
 from proxy.config import Config, ConfigError
 from proxy.core.session import SessionSettings
 from proxy.core.stream import ByteBudget
-from proxy.forwarding import ForwardedPost, ForwardedRetry, Reply, TaskAction, TaskReply
+from proxy.forwarding import (
+    ForwardedPost,
+    ForwardedRetry,
+    Reply,
+    RetryCancel,
+    TaskAction,
+    TaskReply,
+)
 from proxy.metrics import Metrics
 from proxy.replicas import Replicas, Serve
 from proxy.servers import Server, servers_of
@@ -77,6 +84,8 @@ class ModernSide(Protocol):
     held here (None: the session serves it)."""
 
     async def serve_forwarded_retry(self, message: ForwardedRetry) -> Reply: ...
+
+    def cancel_forwarded_retry(self, message: RetryCancel) -> None: ...
 
     async def serve_forwarded_post(
         self, runner: SessionRunner, message: ForwardedPost

@@ -1,7 +1,7 @@
 """What one replica asks of another, and what it is told back (:mod:`proxy.replicas`).
 
 A client request for a session (or a task) held by another replica is sent to that
-replica's inbox as one of seven requests, and comes back as one of eight replies:
+replica's inbox as one of eight requests, and comes back as one of eight replies:
 
 - :class:`ForwardedPost` (``post``): the holder feeds the body to the session, and
   replies :class:`StreamOpened` (``sse``) or :class:`NoStream` (``accepted``);
@@ -15,7 +15,9 @@ replica's inbox as one of seven requests, and comes back as one of eight replies
 - :class:`ForwardedRetry` (``retry``): a 2026-07-28 MRTR retry whose ``requestState``
   names the holder (:mod:`proxy.core.reqstate`); the holder continues its parked call and
   replies :class:`Answered` (``answered``: the notes it streamed, then the answer, and the
-  HTTP status), which the asker writes to its client as if it had served the call.
+  HTTP status), which the asker writes to its client as if it had served the call;
+  :class:`RetryCancel` (``retry_cancel``): that client closed its response, so the call
+  is cancelled, as a local one would be (:class:`Acked`, a reply nobody waits for).
 
 Any request may instead be :class:`Refused` (``refused``: the HTTP status and the
 JSON-RPC error response the asker writes to its client): no such session for that
@@ -117,9 +119,19 @@ class ForwardedRetry:
     headers: dict[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class RetryCancel:
+    """The client of a forwarded retry of call ``call`` (of ``principal`` at ``server``)
+    closed its response before the answer."""
+
+    server: str
+    principal: str | None
+    call: str
+
+
 SessionRequest = ForwardedPost | ForwardedGet | ForwardedDelete | ForwardedAck
 TaskAction = TaskUpdate | TaskCancel
-Forwarded = SessionRequest | TaskAction | ForwardedRetry
+Forwarded = SessionRequest | TaskAction | ForwardedRetry | RetryCancel
 
 
 # ---------------------------------------------------------------------- replies
@@ -209,6 +221,13 @@ def encode_request(request: Forwarded) -> dict[str, Any]:
                 "body": request.body,
                 "headers": request.headers,
             }
+        case RetryCancel():
+            return {
+                "kind": "retry_cancel",
+                "server": request.server,
+                "principal": request.principal,
+                "call": request.call,
+            }
         case _:
             assert_never(request)
 
@@ -273,6 +292,9 @@ def decode_request(wire: object) -> Forwarded:
             raise MalformedForward("retry: headers must be an object of strings")
         server, principal = _text(fields, "server"), _text_or_none(fields, "principal")
         return ForwardedRetry(server, principal, _text(fields, "body"), headers)
+    if kind == "retry_cancel":
+        server, principal = _text(fields, "server"), _text_or_none(fields, "principal")
+        return RetryCancel(server, principal, _text(fields, "call"))
     raise MalformedForward(f"unknown kind of forwarded request: {kind!r}")
 
 

@@ -39,6 +39,7 @@ from proxy.forwarding import (
     ForwardedRetry,
     Refused,
     Reply,
+    RetryCancel,
     SessionRequest,
     TaskCancel,
     TaskUpdate,
@@ -226,6 +227,11 @@ class Registry:
                     if modern is None:
                         raise SessionNotFound("no 2026-07-28 side at that server")
                     return await modern.serve_forwarded_retry(message)
+                case RetryCancel():
+                    side = self.context.modern_sides.get(message.server)
+                    if side is not None:
+                        side.cancel_forwarded_retry(message)
+                    return Acked()
                 case ForwardedDelete():
                     await self._forwarded_to(message).end("deleted by client")
                     return Deleted()

@@ -24,6 +24,7 @@ from proxy.forwarding import (
     NoStream,
     Refused,
     Reply,
+    RetryCancel,
     StreamOpened,
     TaskActed,
     TaskCancel,
@@ -46,6 +47,7 @@ REQUESTS: list[Forwarded] = [
     TaskCancel("t" * 32),
     ForwardedRetry("default", "alice", '{"jsonrpc":"2.0","id":2}', {"Mcp-Method": "tools/call"}),
     ForwardedRetry("other", None, "{}", {}),
+    RetryCancel("default", "alice", "c" * 16),
 ]
 
 REPLIES: list[Reply] = [
@@ -81,7 +83,7 @@ def test_the_wire_keeps_the_kinds_and_outcomes_it_had() -> None:
     """The shape on the wire: one ``kind`` per request, one ``outcome`` per reply."""
     assert [encode_request(r)["kind"] for r in REQUESTS] == [
         "post", "post", "post", "get", "delete", "ack", "task_update", "task_cancel",
-        "retry", "retry",
+        "retry", "retry", "retry_cancel",
     ]  # fmt: skip
     assert [encode_reply(r)["outcome"] for r in REPLIES] == [
         "sse", "sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused",
@@ -124,6 +126,8 @@ def test_the_envelope_rides_along() -> None:
         {"kind": "retry", "server": "d", "principal": None, "body": "{}"},  # no headers
         {"kind": "retry", "server": "d", "principal": None, "body": "{}", "headers": {"a": 1}},
         {"kind": "retry", "server": "d", "body": "{}", "headers": {}},  # principal absent
+        {"kind": "retry_cancel", "server": "d", "principal": None},  # which call
+        {"kind": "retry_cancel", "server": "d", "call": "c"},  # principal absent
     ],
 )  # fmt: skip
 def test_malformed_requests_are_refused(wire: object) -> None:
@@ -161,9 +165,9 @@ JSON = st.recursive(
 )
 FIELDS = [
     "session", "server", "principal", "body", "last_event_id", "request_id", "task",
-    "responses", "stream", "after", "status", "error", "headers", "messages",
+    "responses", "stream", "after", "status", "error", "headers", "messages", "call",
 ]  # fmt: skip
-KINDS = ["post", "get", "delete", "ack", "task_update", "task_cancel", "retry"]
+KINDS = ["post", "get", "delete", "ack", "task_update", "task_cancel", "retry", "retry_cancel"]
 OUTCOMES = ["sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused", "answered"]
 
 

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from tests.modern.client import Answer, Modern, read_answer
 from tests.modern.support import SERVER
 from tests.proxy_lives import Proxy, lives, shared
 from tests.redis_server import RedisServer
-from tests.support import ROOT
+from tests.support import ROOT, eventually
 
 
 async def ask(client: RawSession, rid: int, method: str, **params: Any) -> Answer:
@@ -269,3 +269,41 @@ async def test_ws_for_a_session_nobody_can_place_is_told_to_come_back(tmp_path: 
             server.start()
             async with _socket(a, "some-session-elsewhere") as c:
                 assert await c.closed_with() == (4404, "Session not found")
+
+
+async def test_a_forwarded_retry_whose_client_leaves_cancels_the_call(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """As on the holder: closing the retry's response cancels the call (it was no task)."""
+    async with lives(tmp_path, shared(redis_url)) as (proxies, http):
+        proxies.command = SERVER
+        a, b = await asyncio.gather(proxies.start(), proxies.start())
+        arguments = {"question": "q", "then_wait": 60}
+        first = await Modern(http, a.url).call("ask", arguments)
+        (key,) = first.result["inputRequests"]
+        retry = {
+            "name": "ask",
+            "arguments": arguments,
+            "requestState": first.result["requestState"],
+            "inputResponses": {key: ACCEPT},
+        }
+
+        async def modern_on_a() -> dict[str, Any]:
+            async with http.get(a.url.removesuffix("/mcp") + "/healthz") as resp:
+                return dict((await resp.json())["modern"])
+
+        leaving = asyncio.create_task(Modern(http, b.url).send("tools/call", retry))
+        try:  # A took the answer and runs the call on (60 s to go)
+            await eventually(
+                lambda: _is(modern_on_a(), awaiting_input=0, calls=1),
+                what="A to continue the call",
+            )
+        finally:
+            leaving.cancel()  # the client leaves B
+            await asyncio.gather(leaving, return_exceptions=True)
+        await eventually(lambda: _is(modern_on_a(), calls=0), what="A to cancel the call")
+
+
+async def _is(health: Awaitable[dict[str, Any]], **expected: int) -> bool:
+    got = await health
+    return all(got[k] == v for k, v in expected.items())

@@ -94,6 +94,7 @@ class ModernFacade:
         self.tasks.on_end = lambda status: metrics.tasks_ended.labels(status).inc()
         self.live: set[CallRun] = set()  # modern calls not yet ended (parked and tasks too)
         self.parked: dict[str, CallRun] = {}
+        self.continued: dict[str, CallRun] = {}  # retried calls being followed, by handle
         self.context = ModernContext(
             config=config,
             pool=self.pool,
@@ -254,8 +255,9 @@ class ModernFacade:
         replicas = self.shared.replicas
         if replicas is not None and not reqstate.served_here(parked, replicas.owner):
             assert parked.holder is not None
+            holder, call = parked.holder, parked.call_id
             return await forward_retry(
-                replicas, self.server.name, parked.holder, msg, principal, headers, reply
+                replicas, self.server.name, holder, call, msg, principal, headers, reply
             )
         run = self.parked.pop(parked.call_id, None)
         if run is None:
@@ -266,7 +268,11 @@ class ModernFacade:
         run.call.client = client
         run.call.parked_until = None
         run.answer(msg.params.get("inputResponses"))
-        return await self._follow(msg, run, reply, started=time.monotonic())
+        self.continued[run.id] = run
+        try:
+            return await self._follow(msg, run, reply, started=time.monotonic())
+        finally:
+            self.continued.pop(run.id, None)
 
     async def _follow(
         self, msg: Message, run: CallRun, reply: Reply, started: float
@@ -360,6 +366,16 @@ class ModernFacade:
     async def serve_forwarded_retry(self, message: forwarding.ForwardedRetry) -> forwarding.Reply:
         """A retry another replica received for a call parked here."""
         return await serve_retry(self.post, message)
+
+    def cancel_forwarded_retry(self, message: forwarding.RetryCancel) -> None:
+        """The client of a retry forwarded here left: cancel the call, as :meth:`_follow`
+        does when its own client leaves (not once it is a task or parked again)."""
+        run = self.continued.get(message.call)
+        call = run.call if run is not None else None
+        if run is None or call is None or run.principal != message.principal:
+            return
+        if call.task_id is None and call.parked_until is None:
+            run.cancel("the client closed the request's response stream")
 
     async def serve_forwarded_post(
         self, runner: SessionRunner, message: forwarding.ForwardedPost

@@ -17,12 +17,14 @@ without stickiness the retry may reach any replica:
 The holder answers once the call answers, asks again, or becomes a task, however long
 that takes; meanwhile the asker sends the client keepalives and looks at the holder's
 lease every half lease (lapsed: ``owner_lost``). The call's progress reaches the client
-with the answer, not before.
+with the answer, not before. A client that leaves cancels the call on the holder
+(:class:`~proxy.forwarding.RetryCancel`), as a local client's leaving does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -34,7 +36,7 @@ from proxy.core import jsonrpc
 from proxy.core.era import METHOD_HEADER, NAME_HEADER
 from proxy.core.errors import LostReason, ProxyError, lost_answer
 from proxy.core.jsonrpc import Message
-from proxy.forwarding import Answered, ForwardedRetry, NoStream, Refused, Reply
+from proxy.forwarding import Answered, ForwardedRetry, NoStream, Refused, Reply, RetryCancel
 from proxy.modern.reply import Reply as HttpReply
 from proxy.replicas import OwnerUnreachable, Replicas
 from proxy.store.base import StoreError
@@ -44,6 +46,10 @@ log = structlog.get_logger("proxy.modern")
 VERSION_HEADER = "MCP-Protocol-Version"
 RETRY_HEADERS = (VERSION_HEADER, METHOD_HEADER, NAME_HEADER)
 """The headers a modern request mirrors (proxy.core.era.check_request), as it reads them."""
+
+GONE_CHECK_SECONDS = 0.5
+"""How often a forwarded retry's wait looks whether its client left (then the call is
+cancelled on the holder, as a local one would be)."""
 
 # The façade's entry: answer one modern request of a principal on a reply.
 Post = Callable[[Message, str | None, Mapping[str, str], HttpReply], Awaitable[web.StreamResponse]]
@@ -94,6 +100,7 @@ async def forward_retry(
     replicas: Replicas,
     server: str,
     holder: str,
+    call: str,
     msg: Message,
     principal: str | None,
     headers: Mapping[str, str],
@@ -110,7 +117,14 @@ async def forward_retry(
         return await reply.finish(lost)
     body = json.dumps(msg.raw, separators=(",", ":"))
     forwarded = ForwardedRetry(server, principal, body, retry_headers(headers))
-    answer = await _wait_for_holder(replicas, holder, forwarded, reply)
+    cancel = RetryCancel(server, principal, call)
+    try:
+        answer = await _wait_for_holder(replicas, holder, forwarded, reply)
+    except asyncio.CancelledError:  # the handler is cancelled with its client: the same
+        await asyncio.shield(_tell(replicas, holder, cancel))
+        raise
+    if reply.gone and answer is not None and not isinstance(answer, Answered | Refused):
+        await _tell(replicas, holder, cancel)  # as a local call is when its client leaves
     if answer is None:  # the holder died while the call ran on
         log.info("mrtr_holder_lost", holder=holder)
         lost = lost_answer(
@@ -128,6 +142,11 @@ async def forward_retry(
             raise OwnerUnreachable("the proxy replica holding this call answered out of turn")
 
 
+async def _tell(replicas: Replicas, holder: str, cancel: RetryCancel) -> None:
+    with contextlib.suppress(StoreError):  # the call then runs to its end, unread
+        await replicas.tell(holder, cancel)
+
+
 async def _wait_for_holder(
     replicas: Replicas, holder: str, forwarded: ForwardedRetry, reply: HttpReply
 ) -> Reply | None:
@@ -140,7 +159,8 @@ async def _wait_for_holder(
     looked = loop.time()
     try:
         while True:
-            done, _ = await asyncio.wait({asking}, timeout=max(0.05, min(every, reply.due())))
+            wait = max(0.05, min(every, reply.due(), GONE_CHECK_SECONDS))
+            done, _ = await asyncio.wait({asking}, timeout=wait)
             if done:
                 return asking.result()
             if reply.gone:
