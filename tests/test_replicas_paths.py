@@ -279,7 +279,8 @@ async def test_a_forwarded_retry_whose_client_leaves_cancels_the_call(
         proxies.command = SERVER
         a, b = await asyncio.gather(proxies.start(), proxies.start())
         arguments = {"question": "q", "then_wait": 60}
-        first = await Modern(http, a.url).call("ask", arguments)
+        caps = {"elicitation": {}}  # no Tasks extension: the call cannot become a task
+        first = await Modern(http, a.url, caps).call("ask", arguments)
         (key,) = first.result["inputRequests"]
         retry = {
             "name": "ask",
@@ -292,7 +293,7 @@ async def test_a_forwarded_retry_whose_client_leaves_cancels_the_call(
             async with http.get(a.url.removesuffix("/mcp") + "/healthz") as resp:
                 return dict((await resp.json())["modern"])
 
-        leaving = asyncio.create_task(Modern(http, b.url).send("tools/call", retry))
+        leaving = asyncio.create_task(Modern(http, b.url, caps).send("tools/call", retry))
         try:  # A took the answer and runs the call on (60 s to go)
             await eventually(
                 lambda: _is(modern_on_a(), awaiting_input=0, calls=1),
