@@ -15,14 +15,21 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from proxy.config import Config, ConfigError
 from proxy.core.session import SessionSettings
 from proxy.core.stream import ByteBudget
-from proxy.forwarding import TaskAction, TaskReply
+from proxy.forwarding import (
+    ForwardedPost,
+    ForwardedRetry,
+    Reply,
+    RetryCancel,
+    TaskAction,
+    TaskReply,
+)
 from proxy.metrics import Metrics
 from proxy.replicas import Replicas, Serve
 from proxy.servers import Server, servers_of
@@ -30,6 +37,9 @@ from proxy.store.base import Store, StoreLimits
 from proxy.store.fencing import Fence
 from proxy.store.open import end_orphans, make_store
 from proxy.store.persist import Persister
+
+if TYPE_CHECKING:
+    from proxy.runtime import SessionRunner
 
 log = structlog.get_logger("proxy.context")
 
@@ -69,6 +79,20 @@ class TaskService(Protocol):
     async def serve_forwarded(self, message: TaskAction) -> TaskReply: ...
 
 
+class ModernSide(Protocol):
+    """A server's modern side (proxy/modern/endpoint.py), for what other replicas forward
+    here: MRTR retries of calls parked here, and the 2025-11-25 task requests of sessions
+    held here (None: the session serves it)."""
+
+    async def serve_forwarded_retry(self, message: ForwardedRetry) -> Reply: ...
+
+    def cancel_forwarded_retry(self, message: RetryCancel) -> None: ...
+
+    async def serve_forwarded_post(
+        self, runner: SessionRunner, message: ForwardedPost
+    ) -> Reply | None: ...
+
+
 class ProxyContext:
     """The parts of one proxy process that every endpoint and session shares.
 
@@ -97,6 +121,7 @@ class ProxyContext:
         self.accepting = True
         self.draining = False  # SIGTERM: no new work, calls in flight finish (drain.py)
         self.task_services: list[TaskService] = []  # each server's modern tasks, if on
+        self.modern_sides: dict[str, ModernSide] = {}  # each server's modern side, if on
         self.metrics = Metrics()
         metrics = self.metrics
         for server in self.servers.values():

@@ -1,7 +1,7 @@
 """What one replica asks of another, and what it is told back (:mod:`proxy.replicas`).
 
 A client request for a session (or a task) held by another replica is sent to that
-replica's inbox as one of six requests, and comes back as one of seven replies:
+replica's inbox as one of eight requests, and comes back as one of eight replies:
 
 - :class:`ForwardedPost` (``post``): the holder feeds the body to the session, and
   replies :class:`StreamOpened` (``sse``) or :class:`NoStream` (``accepted``);
@@ -11,7 +11,13 @@ replica's inbox as one of six requests, and comes back as one of seven replies:
   :class:`Acked` (``acked``), a reply nobody waits for;
 - :class:`TaskUpdate` (``task_update``) answers a task's input requests and
   :class:`TaskCancel` (``task_cancel``) cancels it: :class:`TaskActed` (``done``), or
-  :class:`UnknownTask` (``unknown_task``) when no task of that id runs there.
+  :class:`UnknownTask` (``unknown_task``) when no task of that id runs there;
+- :class:`ForwardedRetry` (``retry``): a 2026-07-28 MRTR retry whose ``requestState``
+  names the holder (:mod:`proxy.core.reqstate`); the holder continues its parked call and
+  replies :class:`Answered` (``answered``: the notes it streamed, then the answer, and the
+  HTTP status), which the asker writes to its client as if it had served the call;
+  :class:`RetryCancel` (``retry_cancel``): that client closed its response, so the call
+  is cancelled, as a local one would be (:class:`Acked`, a reply nobody waits for).
 
 Any request may instead be :class:`Refused` (``refused``: the HTTP status and the
 JSON-RPC error response the asker writes to its client): no such session for that
@@ -101,9 +107,31 @@ class TaskCancel:
     task: str
 
 
+@dataclass(frozen=True, slots=True)
+class ForwardedRetry:
+    """A 2026-07-28 request (``body``: its JSON text) that retries a call parked on the
+    holder, of ``principal`` at ``server``; ``headers``: the request's mirrored headers
+    (``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name``), checked again there."""
+
+    server: str
+    principal: str | None
+    body: str
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryCancel:
+    """The client of a forwarded retry of call ``call`` (of ``principal`` at ``server``)
+    closed its response before the answer."""
+
+    server: str
+    principal: str | None
+    call: str
+
+
 SessionRequest = ForwardedPost | ForwardedGet | ForwardedDelete | ForwardedAck
 TaskAction = TaskUpdate | TaskCancel
-Forwarded = SessionRequest | TaskAction
+Forwarded = SessionRequest | TaskAction | ForwardedRetry | RetryCancel
 
 
 # ---------------------------------------------------------------------- replies
@@ -158,7 +186,16 @@ class Refused:
     error: dict[str, Any]
 
 
-Reply = StreamOpened | NoStream | Deleted | Acked | UnknownTask | TaskActed | Refused
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The holder served the request on its own: ``messages`` (JSON-RPC messages, the
+    answer last, the notes it streamed before it) with HTTP status ``status``."""
+
+    status: int
+    messages: list[dict[str, Any]]
+
+
+Reply = StreamOpened | NoStream | Deleted | Acked | UnknownTask | TaskActed | Refused | Answered
 TaskReply = TaskActed | UnknownTask
 
 
@@ -184,6 +221,21 @@ def encode_request(request: Forwarded) -> dict[str, Any]:
             return {"kind": "task_update", "task": request.task, "responses": request.responses}
         case TaskCancel():
             return {"kind": "task_cancel", "task": request.task}
+        case ForwardedRetry():
+            return {
+                "kind": "retry",
+                "server": request.server,
+                "principal": request.principal,
+                "body": request.body,
+                "headers": request.headers,
+            }
+        case RetryCancel():
+            return {
+                "kind": "retry_cancel",
+                "server": request.server,
+                "principal": request.principal,
+                "call": request.call,
+            }
         case _:
             assert_never(request)
 
@@ -215,6 +267,8 @@ def encode_reply(reply: Reply) -> dict[str, Any]:
             return {"outcome": "done"}
         case Refused():
             return {"outcome": "refused", "status": reply.status, "error": reply.error}
+        case Answered():
+            return {"outcome": "answered", "status": reply.status, "messages": reply.messages}
         case _:
             assert_never(reply)
 
@@ -244,6 +298,17 @@ def decode_request(wire: object) -> Forwarded:
         return TaskUpdate(_text(fields, "task"), responses)
     if kind == "task_cancel":
         return TaskCancel(_text(fields, "task"))
+    if kind == "retry":
+        headers = fields.get("headers")
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise MalformedForward("retry: headers must be an object of strings")
+        server, principal = _text(fields, "server"), _text_or_none(fields, "principal")
+        return ForwardedRetry(server, principal, _text(fields, "body"), headers)
+    if kind == "retry_cancel":
+        server, principal = _text(fields, "server"), _text_or_none(fields, "principal")
+        return RetryCancel(server, principal, _text(fields, "call"))
     raise MalformedForward(f"unknown kind of forwarded request: {kind!r}")
 
 
@@ -280,6 +345,17 @@ def decode_reply(wire: object) -> Reply:
         if not isinstance(error, dict):
             raise MalformedForward("refused: error must be an object")
         return Refused(status, error)
+    if outcome == "answered":
+        status, answer = fields.get("status"), fields.get("messages")
+        if not _is_int(status) or not 200 <= status <= 599:
+            raise MalformedForward("answered: status must be an HTTP status")
+        if (
+            not isinstance(answer, list)
+            or not answer
+            or not all(isinstance(m, dict) for m in answer)
+        ):
+            raise MalformedForward("answered: messages must be a non-empty list of objects")
+        return Answered(status, answer)
     raise MalformedForward(f"unknown outcome of a forwarded request: {outcome!r}")
 
 

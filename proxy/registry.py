@@ -38,8 +38,10 @@ from proxy.forwarding import (
     ForwardedDelete,
     ForwardedGet,
     ForwardedPost,
+    ForwardedRetry,
     Refused,
     Reply,
+    RetryCancel,
     SessionRequest,
     TaskCancel,
     TaskUpdate,
@@ -240,6 +242,16 @@ class Registry:
                         if not isinstance(answer, UnknownTask):
                             return answer
                     return UnknownTask()
+                case ForwardedRetry():
+                    modern = self.context.modern_sides.get(message.server)
+                    if modern is None:
+                        raise SessionNotFound("no 2026-07-28 side at that server")
+                    return await modern.serve_forwarded_retry(message)
+                case RetryCancel():
+                    side = self.context.modern_sides.get(message.server)
+                    if side is not None:
+                        side.cancel_forwarded_retry(message)
+                    return Acked()
                 case ForwardedDelete():
                     await self._forwarded_to(message).end("deleted by client")
                     return Deleted()
@@ -250,6 +262,11 @@ class Registry:
                     runner = self._forwarded_to(message)
                     if isinstance(message, ForwardedPost) and self.context.draining:
                         check_draining(jsonrpc.parse_body(message.body)[0], draining=True)
+                    side = self.context.modern_sides.get(message.server)
+                    if isinstance(message, ForwardedPost) and side is not None:
+                        served = await side.serve_forwarded_post(runner, message)
+                        if served is not None:  # a 2025-11-25 task request the proxy serves
+                            return served
                     return await runner.serve_remote(message)
                 case _:
                     assert_never(message)

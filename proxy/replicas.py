@@ -209,8 +209,11 @@ class Replicas:
         return record.owner
 
     # ------------------------------------------------------------------ forwarding
-    async def forward(self, owner: str, request: Forwarded) -> Reply:
-        """Send ``request`` to ``owner`` and wait for its reply."""
+    async def forward(
+        self, owner: str, request: Forwarded, timeout: float | None = FORWARD_TIMEOUT_SECONDS
+    ) -> Reply:
+        """Send ``request`` to ``owner`` and wait for its reply (up to ``timeout``; None:
+        the caller bounds the wait itself)."""
         number = next(self._ids)
         waiting: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._replies[number] = waiting
@@ -221,7 +224,7 @@ class Replicas:
                 )
             except StoreError as exc:
                 raise unavailable("forward a request", exc) from exc
-            async with asyncio.timeout(FORWARD_TIMEOUT_SECONDS):
+            async with asyncio.timeout(timeout):
                 wire = await waiting
         except TimeoutError:
             raise OwnerUnreachable(

@@ -12,16 +12,19 @@ from hypothesis import strategies as st
 
 from proxy.forwarding import (
     Acked,
+    Answered,
     Deleted,
     Forwarded,
     ForwardedAck,
     ForwardedDelete,
     ForwardedGet,
     ForwardedPost,
+    ForwardedRetry,
     MalformedForward,
     NoStream,
     Refused,
     Reply,
+    RetryCancel,
     StreamOpened,
     TaskActed,
     TaskCancel,
@@ -42,6 +45,9 @@ REQUESTS: list[Forwarded] = [
     ForwardedAck("s1", "default", "bob", "e.1.9"),
     TaskUpdate("t" * 32, {"q1": {"action": "accept"}}),
     TaskCancel("t" * 32),
+    ForwardedRetry("default", "alice", '{"jsonrpc":"2.0","id":2}', {"Mcp-Method": "tools/call"}),
+    ForwardedRetry("other", None, "{}", {}),
+    RetryCancel("default", "alice", "c" * 16),
 ]
 
 REPLIES: list[Reply] = [
@@ -55,6 +61,8 @@ REPLIES: list[Reply] = [
     UnknownTask(),
     TaskActed(),
     Refused(404, {"jsonrpc": "2.0", "id": 3, "error": {"code": -32001, "message": "gone"}}),
+    Answered(200, [{"jsonrpc": "2.0", "id": 3, "result": {}}]),
+    Answered(503, [{"jsonrpc": "2.0", "method": "n"}, {"jsonrpc": "2.0", "id": 3, "error": {}}]),
 ]
 
 
@@ -77,10 +85,11 @@ def test_the_wire_keeps_the_kinds_and_outcomes_it_had() -> None:
     """The shape on the wire: one ``kind`` per request, one ``outcome`` per reply."""
     assert [encode_request(r)["kind"] for r in REQUESTS] == [
         "post", "post", "post", "get", "delete", "ack", "task_update", "task_cancel",
+        "retry", "retry", "retry_cancel",
     ]  # fmt: skip
     assert [encode_reply(r)["outcome"] for r in REPLIES] == [
         "sse", "sse", "sse", "sse", "accepted", "deleted", "acked", "unknown_task", "done",
-        "refused",
+        "refused", "answered", "answered",
     ]  # fmt: skip
     assert encode_request(REQUESTS[0]) == {
         "kind": "post",
@@ -122,6 +131,11 @@ def test_a_stream_opened_by_a_replica_from_before_priming_reads_as_unprimed() ->
         {"kind": "ack", "session": "s", "server": "d", "principal": None},  # no event id
         {"kind": "task_update", "task": "t", "responses": []},
         {"kind": "task_cancel"},
+        {"kind": "retry", "server": "d", "principal": None, "body": "{}"},  # no headers
+        {"kind": "retry", "server": "d", "principal": None, "body": "{}", "headers": {"a": 1}},
+        {"kind": "retry", "server": "d", "body": "{}", "headers": {}},  # principal absent
+        {"kind": "retry_cancel", "server": "d", "principal": None},  # which call
+        {"kind": "retry_cancel", "server": "d", "call": "c"},  # principal absent
     ],
 )  # fmt: skip
 def test_malformed_requests_are_refused(wire: object) -> None:
@@ -145,6 +159,10 @@ def test_malformed_requests_are_refused(wire: object) -> None:
         {"outcome": "refused", "status": 200, "error": {}},
         {"outcome": "refused", "status": 404, "error": "gone"},
         {"status": 404, "error": {}},  # a refusal says so
+        {"outcome": "answered", "status": 200, "messages": []},  # no answer in it
+        {"outcome": "answered", "status": 200, "messages": ["x"]},
+        {"outcome": "answered", "status": 100, "messages": [{}]},
+        {"outcome": "answered", "status": True, "messages": [{}]},
     ],
 )
 def test_malformed_replies_are_refused(wire: object) -> None:
@@ -159,10 +177,11 @@ JSON = st.recursive(
 )
 FIELDS = [
     "session", "server", "principal", "body", "last_event_id", "request_id", "task",
-    "responses", "stream", "after", "status", "error", "priming", "retry_ms",
+    "responses", "stream", "after", "status", "error", "priming", "retry_ms", "headers",
+    "messages", "call",
 ]  # fmt: skip
-KINDS = ["post", "get", "delete", "ack", "task_update", "task_cancel"]
-OUTCOMES = ["sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused"]
+KINDS = ["post", "get", "delete", "ack", "task_update", "task_cancel", "retry", "retry_cancel"]
+OUTCOMES = ["sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused", "answered"]
 
 
 def _near_misses(key: str, names: list[str]) -> st.SearchStrategy[dict[str, Any]]:

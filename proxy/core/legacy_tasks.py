@@ -58,6 +58,20 @@ def tools_may_be_tasks(msg: Message) -> Message:
 
 
 # ---------------------------------------------------------------- serving the tasks
+REMOTE_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel"})
+"""What a replica that does not hold the session serves itself, from the task's record in
+the shared store (``tasks/list``, task creation and the client's answers go to the holder,
+which keeps the session's tasks: proxy/modern/legacy_remote.py)."""
+
+
+def task_principal(session_id: str, principal: str | None) -> str:
+    """Whose a legacy task is: the session that created it, and (inbound authentication)
+    that session's principal, so that a replica that does not hold the session can tell
+    from the record alone whether the asker may see it."""
+    owner = f"session:{session_id}"
+    return owner if principal is None else f"{owner}\0{principal}"
+
+
 RELATED = "io.modelcontextprotocol/related-task"
 ANSWER_PREFIX = "mrp-task:"  # ids of the server's questions sent on a tasks/result stream
 

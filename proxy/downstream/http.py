@@ -247,6 +247,9 @@ class StreamableHttp:
         else:
             target = self._named_session(request)
             if isinstance(target, RemoteSessions):
+                served = await self._remote_legacy_task(request, target, messages, batch)
+                if served is not None:
+                    return served
                 return await target.post(
                     request, self._session_id(request), messages, batch, header_id
                 )
@@ -271,6 +274,21 @@ class StreamableHttp:
         if conn is None:
             return web.Response(status=202, headers={SESSION_HEADER: runner.session_id})
         return await self._stream(request, runner, conn)
+
+    async def _remote_legacy_task(
+        self, request: web.Request, remote: RemoteSessions, messages: list[Message], batch: bool
+    ) -> web.StreamResponse | None:
+        """A 2025-11-25 task request for a session another replica holds, served here from
+        the task's record (proxy/modern/legacy_remote.py); None: forward it."""
+        if self.modern is None or not self.modern.legacy_remote.claims(messages, batch):
+            return None
+        session_id = self._session_id(request)
+        await remote.replicas.owner_of(session_id)  # a session that ended: 404, as ever
+        headers = {SESSION_HEADER: session_id}
+        reply = Reply(request, self.config.sse.keepalive_seconds, headers)
+        return await self.modern.legacy_remote.post(
+            session_id, principal_of(request), messages, batch, reply
+        )
 
     # ------------------------------------------------------------------ GET
     async def _get(self, request: web.Request) -> web.StreamResponse:

@@ -28,6 +28,7 @@ from proxy.downstream.auth import principal_of
 from proxy.downstream.stored import StoredStreams
 from proxy.downstream.wire import forwarded_refusal
 from proxy.forwarding import (
+    Answered,
     Deleted,
     ForwardedAck,
     ForwardedDelete,
@@ -38,6 +39,8 @@ from proxy.forwarding import (
     Reply,
     StreamOpened,
 )
+from proxy.modern.reply import Reply as HttpReply
+from proxy.modern.retry_forward import write_answered
 from proxy.replicas import Replicas
 from proxy.store.base import StoreError
 
@@ -145,6 +148,11 @@ class RemoteSessions:
                 return web.Response(status=200)
             case Refused(status, error):
                 return forwarded_refusal(status, error)
+            case Answered():  # served by the holder's modern side (a 2025-11-25 task request)
+                headers = {SESSION_HEADER: session_id}
+                return await write_answered(
+                    HttpReply(request, self.stored.keepalive, headers), reply
+                )
             case _:  # a reply to another kind of request: the holder is confused
                 return web.json_response(
                     ProxyError(

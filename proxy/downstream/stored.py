@@ -80,6 +80,10 @@ class StoredStreams:
         )
 
     @property
+    def keepalive(self) -> float:
+        return self._keepalive
+
+    @property
     def enabled(self) -> bool:
         return self.store.durable
 
@@ -165,6 +169,13 @@ class StoredStreams:
         log.info("stored_stream_resumed", stream=record.key, after=after, state=record.state)
         reply = jsonrpc.ok_response(msg.id, {})
         return await self._serve(request, session_id, record, after, entries, reply)
+
+    async def target(
+        self, msg: Message, header_id: str | None, principal: str | None
+    ) -> tuple[StreamRecord, int]:
+        """The stream a ``stream/poll`` / ``stream/resume`` names and the position to serve
+        it from, checked (token, principal, position); ``ResumeError`` if it may not be."""
+        return await self._target(msg, header_id, principal)
 
     async def _target(
         self, msg: Message, header_id: str | None, principal: str | None

@@ -19,10 +19,12 @@ served by :class:`proxy.downstream.ws_socket.ClientSocket`.
   carries the id in ``result._meta["io.github.mcp-resume-proxy/sessionId"]`` (on this
   socket's copy only). A new socket continues a session given header ``Mcp-Session-Id``
   or query parameter ``mcp-session-id`` (browsers); the upgrade response then carries
-  ``Mcp-Session-Id``. Unknown session: the socket is closed at once with 4404 "Session
-  not found" (browsers see close codes, not handshake statuses). A session that ends
-  while its socket is open closes it with 4404 once in-flight answers are out; proxy
-  shutdown closes every socket with 1001.
+  ``Mcp-Session-Id``. A session another replica holds (a shared store) is served through
+  it (:mod:`proxy.downstream.ws_remote`). Unknown session: the socket is closed at once
+  with 4404 "Session not found" (browsers see close codes, not handshake statuses); a
+  store that cannot say who holds it, with 1013 (try again later). A
+  session that ends while its socket is open closes it with 4404 once in-flight answers
+  are out; proxy shutdown closes every socket with 1001.
 - **Delivery.** Each client request gets a virtual connection (``ClientConn`` with
   ``framing="message"``) and one pump task: requests interleave, each keeps its order.
   The socket also carries the standalone stream; a session's newest socket takes it.
@@ -49,13 +51,18 @@ from aiohttp import WSCloseCode, web
 from proxy.core import httprules
 from proxy.core.errors import BadRequest, MethodNotAllowed, ProxyError, SessionNotFound
 from proxy.core.protocol import SESSION_HEADER, VERSION_HEADER
+from proxy.core.socket_route import CLOSE_TRY_AGAIN_LATER, SocketRoute, socket_route
 from proxy.downstream.auth import limit_resumes, principal_of
 from proxy.downstream.entry import endpoint_entry
+from proxy.downstream.remote import RemoteSessions
+from proxy.downstream.stored import StoredStreams
 from proxy.downstream.wire import error_response
+from proxy.downstream.ws_remote import RemoteSocket
 from proxy.downstream.ws_socket import CLOSE_SESSION_NOT_FOUND, SESSION_META, ClientSocket
 from proxy.registry import Registry
 from proxy.runtime import SessionRunner
 from proxy.servers import Server
+from proxy.store.base import StoreError
 
 __all__ = [
     "CLOSE_SESSION_NOT_FOUND",
@@ -80,8 +87,22 @@ class WebSocketEndpoint:
         self.server = server
         self.config = server.config
         self.registry = registry
-        self.sockets: set[ClientSocket] = set()
+        self.sockets: set[ClientSocket | RemoteSocket] = set()
         self.standalone_holders: dict[str, ClientSocket] = {}  # session id → socket
+        context = registry.context
+        keepalive = self.config.sse.keepalive_seconds
+        self.stored = StoredStreams(
+            context.store,
+            context.settings.token_secret,
+            keepalive,
+            server.name,
+            sole_server=len(context.servers) == 1,
+        )
+        self.remote = (
+            RemoteSessions(context.replicas, self.stored, server.name)
+            if context.replicas is not None
+            else None
+        )
 
     async def refuse(self, request: web.Request, exc: ProxyError) -> web.StreamResponse:
         """A refused upgrade: its HTTP status and JSON-RPC error (before any socket)."""
@@ -115,32 +136,61 @@ class WebSocketEndpoint:
             return await self.refuse(request, exc)
         session_id = request.headers.get(SESSION_HEADER) or request.query.get(SESSION_QUERY)
         runner: SessionRunner | None = None
+        holder: str | None = None  # another replica holding the session
+        answered = True  # whether the store could say who holds it
         if session_id:
             try:
                 runner = self.registry.get(session_id, principal_of(request), self.server)
-                ws.headers[SESSION_HEADER] = runner.session_id
             except SessionNotFound:
-                runner = None
+                try:
+                    holder = await self._holder(session_id)
+                except StoreError as exc:  # live or not, nobody can tell now
+                    log.warning("ws_holder_unknown", error=str(exc))
+                    answered = False
+        me = self.remote.replicas.owner if self.remote is not None else None
+        route = socket_route(bool(session_id), runner is not None, holder, me, answered)
+        if route in (SocketRoute.LOCAL, SocketRoute.REMOTE):
+            ws.headers[SESSION_HEADER] = str(session_id)
         await ws.prepare(request)
-        if session_id and runner is None:
-            log.info("ws_session_not_found")
-            await ws.close(code=CLOSE_SESSION_NOT_FOUND, message=b"Session not found")
-            return ws
-        socket = ClientSocket(
-            ws,
-            runner,
-            config=self.config,
-            registry=self.registry,
-            server=self.server,
-            standalone_holders=self.standalone_holders,
-            principal=principal_of(request),
-        )
+        socket: ClientSocket | RemoteSocket
+        match route:
+            case SocketRoute.UNKNOWN:
+                await ws.close(code=CLOSE_TRY_AGAIN_LATER, message=b"store unavailable")
+                return ws
+            case SocketRoute.NOT_FOUND:
+                log.info("ws_session_not_found")
+                await ws.close(code=CLOSE_SESSION_NOT_FOUND, message=b"Session not found")
+                return ws
+            case SocketRoute.REMOTE:
+                assert self.remote is not None and session_id and holder is not None
+                principal = principal_of(request)
+                socket = RemoteSocket(ws, session_id, holder, self.remote, principal)
+            case SocketRoute.NEW | SocketRoute.LOCAL:
+                socket = ClientSocket(
+                    ws,
+                    runner,
+                    config=self.config,
+                    registry=self.registry,
+                    server=self.server,
+                    standalone_holders=self.standalone_holders,
+                    principal=principal_of(request),
+                    stored=self.stored if self.stored.enabled else None,
+                )
         self.sockets.add(socket)
         try:
             await socket.serve()
         finally:
             self.sockets.discard(socket)
         return ws
+
+    async def _holder(self, session_id: str) -> str | None:
+        """The live replica holding ``session_id`` (None: none, or no replicas)."""
+        if self.remote is None:
+            return None
+        try:
+            return await self.remote.replicas.owner_of(session_id)
+        except SessionNotFound:
+            return None
 
     async def close_all(self, app: web.Application) -> None:
         """aiohttp ``on_shutdown``: close every open socket (1001 Going Away)."""

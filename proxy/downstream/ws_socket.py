@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,8 @@ from proxy.core.eventid import format_event_id, parse_event_id
 from proxy.core.events import ClientGet, ClientPost
 from proxy.core.jsonrpc import Kind, Message
 from proxy.downstream.admission import check_session_reading, post_to_session
+from proxy.downstream.stored import StoredStreams
+from proxy.downstream.ws_remote import LogFrames
 from proxy.registry import Registry
 from proxy.runtime import ClientConn, CloseMarker, ConnFenced, Frame, SessionRunner
 from proxy.servers import Server
@@ -85,8 +88,10 @@ class ClientSocket:
         server: Server,
         standalone_holders: dict[str, ClientSocket],
         principal: str | None = None,
+        stored: StoredStreams | None = None,
     ) -> None:
         self.config = config
+        self.stored = stored  # a durable store: streams of other sessions, from the log
         self.server = server
         self.principal = principal  # sessions it opens are bound to it (inbound auth)
         self.registry = registry
@@ -162,6 +167,14 @@ class ClientSocket:
                     reason="missing_session",
                 )
             runner = self.runner
+            stored = self.stored
+            foreign = StoredStreams.foreign(messages, runner.session.epoch) if stored else None
+            if foreign is not None and stored is not None:  # another session's: from the log
+                frames = LogFrames(stored, self._send, self.principal)
+                task = asyncio.create_task(self._guarded(frames.seed_request(foreign)))
+                self._pumps.add(task)
+                task.add_done_callback(self._pumps.discard)
+                return
             check_session_reading(runner, self.config.upstream.max_pending_bytes)
         conn = await post_to_session(
             runner, messages, batch, framing="message", opens_session=init is not None
@@ -271,6 +284,12 @@ class ClientSocket:
         meta = {**meta} if isinstance(meta, dict) else {}
         meta[SESSION_META] = v.runner.session_id
         return jsonrpc.encode({**msg, "result": {**result, "_meta": meta}})
+
+    async def _guarded(self, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except ConnectionError as exc:
+            self.log.debug("client_gone", error=repr(exc))
 
     async def _reattach(self, v: _Virtual) -> bool:
         """The core ended ``v.conn`` with a reconnect hint: go on from the last frame written.

@@ -9,8 +9,9 @@ log messages, then the answer; keepalive comments while nothing happens). Closin
 response cancels the request upstream, unless it became a task. A server→client request
 raised during the call becomes an ``input_required`` result with a signed
 ``requestState`` (:mod:`proxy.core.reqstate`); the client's retry continues the same
-upstream call. ``tools/call`` of a client that declares the Tasks extension may become a
-task (``tasks.mode``): :mod:`proxy.modern.tasks`.
+upstream call, on whichever replica the retry reaches (the state names the replica holding
+the call: :mod:`proxy.modern.retry_forward`). ``tools/call`` of a client that declares
+the Tasks extension may become a task (``tasks.mode``): :mod:`proxy.modern.tasks`.
 """
 
 from __future__ import annotations
@@ -42,15 +43,19 @@ from proxy.core.modern_results import discover_result, final_answer, input_requi
 from proxy.core.modern_routes import Route, route
 from proxy.core.protocol import INTERNAL_ERROR
 from proxy.core.taskrecord import created, detailed
+from proxy.modern import legacy_remote
 from proxy.modern.call import CallRun
 from proxy.modern.context import ModernContext
 from proxy.modern.hub import Hub
+from proxy.modern.legacy_remote import RemoteLegacyTasks
 from proxy.modern.legacy_tasks import LegacyTasks
 from proxy.modern.listen import listen
 from proxy.modern.pool import UpstreamPool
 from proxy.modern.reply import Reply
+from proxy.modern.retry_forward import forward_retry, serve_retry
 from proxy.modern.tasks import TaskKeeper
 from proxy.modern.tools import ToolIndex, task_support
+from proxy.runtime import SessionRunner
 from proxy.servers import Server
 from proxy.store.base import StoreError
 
@@ -81,6 +86,7 @@ class ModernFacade:
             server=server.name,
         )
         context.task_services.append(self.tasks)
+        context.modern_sides[server.name] = self
         metrics = context.metrics
         name = server.name
         metrics.watch(metrics.tasks_running.labels(name), lambda: self.tasks.running)
@@ -89,6 +95,7 @@ class ModernFacade:
         self.tasks.on_end = lambda status: metrics.tasks_ended.labels(status).inc()
         self.live: set[CallRun] = set()  # modern calls not yet ended (parked and tasks too)
         self.parked: dict[str, CallRun] = {}
+        self.continued: dict[str, CallRun] = {}  # retried calls being followed, by handle
         self.context = ModernContext(
             config=config,
             pool=self.pool,
@@ -98,6 +105,7 @@ class ModernFacade:
             tasks_enabled=self.tasks_enabled,
         )
         self.legacy = LegacyTasks(self.context)
+        self.legacy_remote = RemoteLegacyTasks(self.tasks)  # sessions other replicas hold
 
     def health(self) -> dict[str, Any]:
         """The modern side for ``/healthz``: what it holds right now."""
@@ -176,7 +184,7 @@ class ModernFacade:
                 return await listen(self.context, reply, msg, client, principal)
             case Route.RETRY:
                 state = msg.params["requestState"]
-                return await self._retry(msg, client, principal, state, reply)
+                return await self._retry(msg, client, principal, state, headers, reply)
             case Route.START:
                 return await self._start(msg, client, principal, headers, reply)
             case Route.NOT_FOUND:
@@ -244,12 +252,20 @@ class ModernFacade:
         client: ModernRequest,
         principal: str | None,
         state: object,
+        headers: Mapping[str, str],
         reply: Reply,
     ) -> web.StreamResponse:
         method = msg.method or ""
         name = msg.params.get("uri" if method == "resources/read" else "name")
-        call_id = reqstate.verify(self.secret, state, method, name, principal, time.time())
-        run = self.parked.pop(call_id, None)
+        parked = reqstate.read(self.secret, state, method, name, principal, time.time())
+        replicas = self.shared.replicas
+        if replicas is not None and not reqstate.served_here(parked, replicas.owner):
+            assert parked.holder is not None
+            holder, call = parked.holder, parked.call_id
+            return await forward_retry(
+                replicas, self.server.name, holder, call, msg, principal, headers, reply
+            )
+        run = self.parked.pop(parked.call_id, None)
         if run is None:
             raise invalid_params(
                 "Invalid params: the request this requestState continues is gone "
@@ -258,7 +274,11 @@ class ModernFacade:
         run.call.client = client
         run.call.parked_until = None
         run.answer(msg.params.get("inputResponses"))
-        return await self._follow(msg, run, reply, started=time.monotonic())
+        self.continued[run.id] = run
+        try:
+            return await self._follow(msg, run, reply, started=time.monotonic())
+        finally:
+            self.continued.pop(run.id, None)
 
     async def _follow(
         self, msg: Message, run: CallRun, reply: Reply, started: float
@@ -335,7 +355,8 @@ class ModernFacade:
         expires = time.time() + ttl
         method = msg.method or ""
         name = msg.params.get("uri" if method == "resources/read" else "name")
-        state = reqstate.mint(self.secret, run.id, method, name, run.principal, expires)
+        holder = self.shared.owner if self.shared.replicas is not None else None
+        state = reqstate.mint(self.secret, run.id, method, name, run.principal, expires, holder)
         run.call.parked_until = expires
         self.parked[run.id] = run
         asyncio.get_running_loop().call_later(ttl, self._unpark, run)
@@ -347,6 +368,26 @@ class ModernFacade:
         if parked_until is not None and time.time() >= parked_until - 0.001:
             self.parked.pop(run.id, None)
             run.cancel("the client did not send the input in time (modern.input_ttl_seconds)")
+
+    async def serve_forwarded_retry(self, message: forwarding.ForwardedRetry) -> forwarding.Reply:
+        """A retry another replica received for a call parked here."""
+        return await serve_retry(self.post, message)
+
+    def cancel_forwarded_retry(self, message: forwarding.RetryCancel) -> None:
+        """The client of a retry forwarded here left: cancel the call, as :meth:`_follow`
+        does when its own client leaves (not once it is a task or parked again)."""
+        run = self.continued.get(message.call)
+        call = run.call if run is not None else None
+        if run is None or call is None or run.principal != message.principal:
+            return
+        if call.task_id is None and call.parked_until is None:
+            run.cancel("the client closed the request's response stream")
+
+    async def serve_forwarded_post(
+        self, runner: SessionRunner, message: forwarding.ForwardedPost
+    ) -> forwarding.Reply | None:
+        """A 2025-11-25 task request another replica received for a session held here."""
+        return await legacy_remote.serve_forwarded(self.legacy, runner, message)
 
     # ------------------------------------------------------------------ tasks
     async def _task_request(

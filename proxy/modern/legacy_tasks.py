@@ -31,7 +31,7 @@ from proxy.core import jsonrpc
 from proxy.core.era import ModernError, ModernRequest, invalid_params
 from proxy.core.errors import Overloaded, error_object
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.legacy_tasks import answered, final, question
+from proxy.core.legacy_tasks import answered, final, question, task_principal
 from proxy.core.protocol import INTERNAL_ERROR, SESSION_HEADER
 from proxy.core.sse import LIVENESS_SECONDS
 from proxy.core.taskrecord import TERMINAL, legacy_task
@@ -53,7 +53,7 @@ class LegacyTasks:
 
     @staticmethod
     def principal(runner: SessionRunner) -> str:
-        return f"session:{runner.session_id}"
+        return task_principal(runner.session_id, runner.principal)
 
     async def post(
         self, runner: SessionRunner, messages: list[Message], batch: bool, reply: Reply

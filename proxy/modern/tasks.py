@@ -251,7 +251,13 @@ class TaskKeeper:
         return TaskActed()
 
     async def serve_forwarded(self, message: TaskAction) -> TaskReply:
-        return self.serve(message)
+        """:meth:`serve`, replied once the record says what it did (the asker reads the
+        record next: a cancel must read ``cancelled`` there)."""
+        reply = self.serve(message)
+        writer = self._writers.get(message.task)
+        if writer is not None:
+            await asyncio.shield(writer)
+        return reply
 
     async def close(self) -> None:
         for timer in self._timers.values():

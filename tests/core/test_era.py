@@ -158,6 +158,16 @@ def test_state_round_trips_and_is_bound() -> None:
         reqstate.verify(b"x" * 32, state, "tools/call", "t", None, 99.0)
 
 
+def test_state_names_its_holder_under_the_mac() -> None:
+    state = reqstate.mint(SECRET, "call-1", "tools/call", "t", None, 100.0, holder="a1b2")
+    parked = reqstate.read(SECRET, state, "tools/call", "t", None, 99.0)
+    assert parked == reqstate.Parked("call-1", "a1b2")
+    assert reqstate.served_here(parked, "a1b2") and not reqstate.served_here(parked, "c3d4")
+    old = reqstate.mint(SECRET, "c", "m", "n", None, 9.0)
+    unnamed = reqstate.read(SECRET, old, "m", "n", None, 1.0)
+    assert unnamed.holder is None and reqstate.served_here(unnamed, "c3d4")
+
+
 @given(st.data())
 def test_any_change_to_a_state_is_refused(data: st.DataObject) -> None:
     state = reqstate.mint(SECRET, "call-1", "tools/call", "t", None, 100.0)

@@ -1,0 +1,264 @@
+"""``/ws`` for sessions and streams another replica holds (issue 19; replicas on Redis).
+
+Behind a balancer without stickiness a socket may reconnect to a replica that does not
+hold its session, and a ``stream/resume`` may name a stream another session (on another
+replica, or before a restart) made. Both are served as Streamable HTTP serves them
+(:mod:`proxy.downstream.remote`, :mod:`proxy.downstream.stored`), framed as messages:
+
+- :class:`LogFrames` writes a stream from the store as frames (one JSON-RPC message
+  each): the events after a position, then its live tail until it completes; and the
+  seed's ``stream/poll`` / ``stream/resume`` naming a stream of another session, checked
+  against its resume token and principal exactly as on ``/mcp``.
+- :class:`RemoteSocket` serves a socket whose session is held by another replica: each
+  message is forwarded to the holder (:class:`~proxy.forwarding.ForwardedPost`), and the
+  stream it opened is followed from the shared log; the session's standalone stream is
+  opened there too (:class:`~proxy.forwarding.ForwardedGet`) and followed likewise. A
+  refusal is an error frame, as on a local socket; the holder saying the session is not
+  found (it ended, or is another principal's) closes the socket with 4404, as a local
+  socket does. Frames written are acknowledged to the holder (``overflow: block``), at
+  most once per :data:`ACK_SECONDS` per stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+
+import structlog
+from aiohttp import WSMsgType, web
+
+from proxy.core import jsonrpc, seed
+from proxy.core.errors import InvalidMessage, ProxyError, ResumeError
+from proxy.core.eventid import format_event_id
+from proxy.core.jsonrpc import Kind, Message
+from proxy.core.socket_route import CLOSE_SESSION_NOT_FOUND
+from proxy.downstream.remote import RemoteSessions
+from proxy.downstream.stored import StoredStreams
+from proxy.forwarding import (
+    Answered,
+    ForwardedGet,
+    ForwardedPost,
+    NoStream,
+    Refused,
+    Reply,
+    StreamOpened,
+)
+from proxy.replicas import OwnerUnreachable
+from proxy.store.base import COMPLETED, Store, StoreError
+
+log = structlog.get_logger("proxy.ws")
+
+ACK_SECONDS = 1.0
+"""How often a followed stream tells the holder how far its client has it."""
+
+Send = Callable[[bytes], Awaitable[None]]
+Acked = Callable[[str], Awaitable[None]]
+
+
+class LogFrames:
+    """Streams from the store, written to one socket as message frames."""
+
+    def __init__(self, stored: StoredStreams, send: Send, principal: str | None) -> None:
+        self.stored = stored
+        self.store: Store = stored.store
+        self.send = send
+        self.principal = principal
+
+    async def follow(self, key: str, after: int, acked: Acked | None = None) -> None:
+        """Write the events of ``key`` after ``after``, then its tail until it completes
+        (``acked`` is told the last event id written, now and then)."""
+        record = await self.store.get_stream(key, time.time())
+        if record is None or record.principal != self.principal:
+            raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
+        told = 0.0
+        async for entries in self.store.tail(key, after):
+            for entry in entries:
+                await self.send(entry.payload)
+            now = time.monotonic()
+            if acked is not None and entries and now - told >= ACK_SECONDS:
+                told = now
+                await acked(format_event_id(record.epoch, record.number, entries[-1].seq))
+
+    async def seed_request(self, msg: Message) -> None:
+        """A ``stream/poll`` / ``stream/resume`` of another session's stream: its answer
+        (a resume: the events after the client's position, the live tail, then ``{}``)."""
+        try:
+            record, after = await self.stored.target(msg, None, self.principal)
+            if msg.method == seed.POLL:
+                rest = await self.store.summary(record.key, after, time.time())
+                done = record.state == COMPLETED
+                await self.send(
+                    jsonrpc.encode(
+                        jsonrpc.ok_response(msg.id, seed.poll_result(record.key, done, rest))
+                    )
+                )
+                return
+            log.info("ws_stored_stream_resumed", stream=record.key, after=after)
+            await self.follow(record.key, after)
+        except ResumeError as exc:
+            await self.send(jsonrpc.encode(exc.to_jsonrpc(msg.id)))
+            return
+        await self.send(jsonrpc.encode(jsonrpc.ok_response(msg.id, {})))
+
+
+class RemoteSocket:
+    """One client socket whose session another replica holds."""
+
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        session_id: str,
+        owner: str,
+        remote: RemoteSessions,
+        principal: str | None,
+    ) -> None:
+        self.ws = ws
+        self.session_id = session_id
+        self.owner = owner
+        self.remote = remote
+        self.principal = principal
+        self.frames = LogFrames(remote.stored, self._send, principal)
+        self.log = log.bind(session=session_id[:8], holder=owner, principal=principal)
+        self._send_lock = asyncio.Lock()
+        self._pumps: set[asyncio.Task[None]] = set()
+        self._closer: asyncio.Task[None] | None = None
+
+    async def serve(self) -> None:
+        self.log.info("ws_opened_remote", protocol=self.ws.ws_protocol)
+        try:
+            await self._open_standalone()
+            async for frame in self.ws:
+                if frame.type is WSMsgType.TEXT:
+                    await self._on_text(frame.data)
+                elif frame.type is WSMsgType.BINARY:
+                    await self._refuse(InvalidMessage("Invalid Request: use text frames"))
+                elif frame.type is WSMsgType.ERROR:
+                    self.log.info("ws_error", error=repr(frame.data))
+                    break
+        except ConnectionError as exc:
+            self.log.debug("client_gone", error=repr(exc))
+        finally:
+            await self._teardown()
+
+    # ------------------------------------------------------------------ reading
+    async def _on_text(self, data: str) -> None:
+        messages: list[Message] = []
+        batch = False
+        try:
+            messages, batch = jsonrpc.parse_body(data.encode())
+            try:
+                await self._client_messages(messages, batch)
+            except StoreError as exc:  # the holder cannot be reached now
+                raise OwnerUnreachable(f"the store is unavailable: {exc}") from None
+        except ProxyError as exc:
+            lone = messages[0] if len(messages) == 1 and not batch else None
+            if exc.request_id is None and lone is not None and lone.kind is Kind.REQUEST:
+                exc.request_id = lone.id
+            await self._refuse(exc)
+
+    async def _client_messages(self, messages: list[Message], batch: bool) -> None:
+        lone = messages[0] if len(messages) == 1 and not batch else None
+        if lone is not None and lone.method in (seed.POLL, seed.RESUME):
+            given = lone.params.get("lastEventId")
+            if isinstance(given, str):
+                await self.remote.acknowledge(self.session_id, given, self.principal)
+            self._spawn(self.frames.seed_request(lone))
+            return
+        raw = [m.raw for m in messages]
+        body = json.dumps(raw if batch else raw[0], separators=(",", ":"))
+        lone_id = lone.id if lone is not None and lone.kind is Kind.REQUEST else None
+        forwarded = ForwardedPost(
+            self.session_id,
+            self.remote.server,
+            self.principal,
+            body,
+            request_id=lone_id if isinstance(lone_id, str | int) else None,
+        )
+        await self._take(await self.remote.replicas.forward(self.owner, forwarded))
+
+    async def _open_standalone(self) -> None:
+        forwarded = ForwardedGet(self.session_id, self.remote.server, self.principal)
+        try:
+            reply = await self.remote.replicas.forward(self.owner, forwarded)
+        except (ProxyError, StoreError) as exc:  # requests still go through; no standalone
+            self.log.warning("ws_standalone_not_opened", error=str(exc))
+            return
+        if isinstance(reply, Refused) and reply.status == 409:  # an HTTP GET holds it
+            self.log.info("ws_standalone_busy")
+            return
+        await self._take(reply, standalone=True)
+
+    async def _take(self, reply: Reply, standalone: bool = False) -> None:
+        """Carry out what the holder made of a forwarded request."""
+        match reply:
+            case StreamOpened(key, after):
+                self._spawn(self._follow(key, after, standalone))
+            case NoStream():
+                pass
+            case Answered(_, messages):
+                for message in messages:
+                    await self._send(jsonrpc.encode(message))
+            case Refused(status, error):
+                await self._send(jsonrpc.encode(error))
+                if status == 404:  # the session ended (or is not this client's)
+                    self._session_over()
+            case _:
+                raise ProxyError("the replica holding this session answered out of turn")
+
+    async def _follow(self, key: str, after: int, standalone: bool) -> None:
+        try:
+            await self.frames.follow(key, after, self._acknowledge)
+        except ResumeError as exc:  # gone while followed: like a local stream lost
+            self.log.info("ws_remote_stream_lost", stream=key, reason=exc.reason)
+        if standalone:  # the standalone stream ends with its session
+            self._session_over()
+
+    async def _acknowledge(self, event_id: str) -> None:
+        await self.remote.acknowledge(self.session_id, event_id, self.principal)
+
+    # ------------------------------------------------------------------ writing
+    async def _send(self, payload: bytes) -> None:
+        async with self._send_lock:
+            await self.ws.send_frame(payload, WSMsgType.TEXT)
+
+    async def _refuse(self, exc: ProxyError) -> None:
+        self.log.info("ws_frame_refused", code=exc.jsonrpc_code, reason=exc.reason)
+        await self._send(jsonrpc.encode(exc.to_jsonrpc()))
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(self._guarded(work))
+        self._pumps.add(task)
+        task.add_done_callback(self._pumps.discard)
+
+    async def _guarded(self, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except ConnectionError as exc:
+            self.log.debug("client_gone", error=repr(exc))
+        except (ProxyError, StoreError) as exc:  # the store failed us: the client resumes
+            self.log.warning("ws_remote_follow_failed", error=str(exc))
+
+    # ------------------------------------------------------------------ ending
+    def _session_over(self) -> None:
+        if self._closer is None:
+            self._closer = asyncio.create_task(self._close_when_drained())
+
+    async def _close_when_drained(self) -> None:
+        current = asyncio.current_task()
+        while pending := {t for t in self._pumps if t is not current}:
+            await asyncio.wait(pending)
+        self.log.info("ws_session_ended", code=CLOSE_SESSION_NOT_FOUND)
+        await self.ws.close(
+            code=CLOSE_SESSION_NOT_FOUND, message=b"Session not found: it has ended"
+        )
+
+    async def _teardown(self) -> None:
+        if self._closer is not None:
+            await asyncio.wait({self._closer}, timeout=10.0)
+        tasks = {*self._pumps, *([self._closer] if self._closer is not None else [])}
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.log.info("ws_closed", code=self.ws.close_code)

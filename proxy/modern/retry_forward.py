@@ -1,0 +1,210 @@
+"""MRTR retries that reach a replica other than the one holding the call (issue 19).
+
+A 2026-07-28 call that asked its client something is parked on the replica that runs it;
+its ``requestState`` names that replica (:mod:`proxy.core.reqstate`). Behind a balancer
+without stickiness the retry may reach any replica:
+
+- **Asker** (:func:`forward_retry`): the state names another replica. If that replica's
+  lease lapsed, the call is gone with it: the answer is the error a lost call gets
+  (-32000, ``data.reason: owner_lost``; docs/errors.md), not -32602. Else the retry is
+  sent to it (:class:`~proxy.forwarding.ForwardedRetry`) and what it answers
+  (:class:`~proxy.forwarding.Answered`: the notes streamed, then the answer) is written
+  to the client as if served here: JSON for a lone answer, SSE when notes came first.
+- **Holder** (:func:`serve_retry`): checks the request again (headers, state, principal)
+  and continues its parked call on a :class:`GatheredReply`, which keeps what the call
+  would have written for the asker to write.
+
+The holder answers once the call answers, asks again, or becomes a task, however long
+that takes; meanwhile the asker sends the client keepalives and looks at the holder's
+lease every half lease (lapsed: ``owner_lost``). The call's progress reaches the client
+with the answer, not before. A client that leaves cancels the call on the holder
+(:class:`~proxy.forwarding.RetryCancel`), as a local client's leaving does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from proxy.core import jsonrpc
+from proxy.core.era import METHOD_HEADER, NAME_HEADER
+from proxy.core.errors import LostReason, ProxyError, lost_answer
+from proxy.core.jsonrpc import Message
+from proxy.forwarding import Answered, ForwardedRetry, NoStream, Refused, Reply, RetryCancel
+from proxy.modern.reply import Reply as HttpReply
+from proxy.replicas import OwnerUnreachable, Replicas
+from proxy.store.base import StoreError
+
+log = structlog.get_logger("proxy.modern")
+
+VERSION_HEADER = "MCP-Protocol-Version"
+RETRY_HEADERS = (VERSION_HEADER, METHOD_HEADER, NAME_HEADER)
+"""The headers a modern request mirrors (proxy.core.era.check_request), as it reads them."""
+
+GONE_CHECK_SECONDS = 0.5
+"""How often a forwarded retry's wait looks whether its client left (then the call is
+cancelled on the holder, as a local one would be)."""
+
+# The façade's entry: answer one modern request of a principal on a reply.
+Post = Callable[[Message, str | None, Mapping[str, str], HttpReply], Awaitable[web.StreamResponse]]
+
+
+class GatheredReply(HttpReply):
+    """A reply nobody reads yet: what the call streams and its answer are kept, for the
+    replica that asked (an :class:`~proxy.forwarding.Answered`)."""
+
+    def __init__(self, waits: bool = True) -> None:
+        # No HTTP request behind it: nothing of the base is used. ``waits=False``: as a
+        # client already gone, so that nothing waits on it (a tasks/result of a running task).
+        self.messages: list[dict[str, Any]] = []
+        self.status = 200
+        self.answered = False
+        self._waits = waits
+
+    def add_headers(self, headers: dict[str, str]) -> None:
+        pass
+
+    @property
+    def sse(self) -> web.StreamResponse | None:
+        return None
+
+    @property
+    def gone(self) -> bool:
+        return not self._waits
+
+    async def stream(self, messages: list[dict[str, Any]]) -> None:
+        self.messages.extend(messages)  # a keepalive (none) is nothing to keep
+
+    def due(self) -> float:
+        return 3600.0  # no keepalives: nothing is written until the answer
+
+    async def finish(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
+        self.messages.append(message)
+        self.status = status
+        self.answered = True
+        return web.Response(status=status)
+
+
+def retry_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The mirrored headers of a request, keyed as :func:`check_request` reads them."""
+    return {name: headers[name] for name in RETRY_HEADERS if name in headers}
+
+
+async def forward_retry(
+    replicas: Replicas,
+    server: str,
+    holder: str,
+    call: str,
+    msg: Message,
+    principal: str | None,
+    headers: Mapping[str, str],
+    reply: HttpReply,
+) -> web.StreamResponse:
+    """Continue, on ``holder``, the parked call ``msg`` retries; answer on ``reply``."""
+    if not await replicas.owner_alive(holder):
+        log.info("mrtr_holder_gone", holder=holder)
+        lost = lost_answer(
+            msg.id,
+            LostReason.OWNER_LOST,
+            "the proxy replica running this call is gone; send the request anew",
+        )
+        return await reply.finish(lost)
+    body = json.dumps(msg.raw, separators=(",", ":"))
+    forwarded = ForwardedRetry(server, principal, body, retry_headers(headers))
+    cancel = RetryCancel(server, principal, call)
+    try:
+        answer = await _wait_for_holder(replicas, holder, forwarded, reply)
+    except asyncio.CancelledError:  # the handler is cancelled with its client: the same
+        await asyncio.shield(_tell(replicas, holder, cancel))
+        raise
+    if reply.gone and answer is not None and not isinstance(answer, Answered | Refused):
+        await _tell(replicas, holder, cancel)  # as a local call is when its client leaves
+    if answer is None:  # the holder died while the call ran on
+        log.info("mrtr_holder_lost", holder=holder)
+        lost = lost_answer(
+            msg.id, LostReason.OWNER_LOST, "the proxy replica running this call is gone"
+        )
+        return await reply.finish(lost)
+    if reply.gone:
+        return reply.sse or web.Response(status=499)
+    match answer:
+        case Answered():
+            return await write_answered(reply, answer)
+        case Refused(status, error):  # (on the stream if keepalives opened one)
+            return await reply.finish(error, status=status)
+        case _:  # a reply to another kind of request: as good as no answer
+            raise OwnerUnreachable("the proxy replica holding this call answered out of turn")
+
+
+async def _tell(replicas: Replicas, holder: str, cancel: RetryCancel) -> None:
+    with contextlib.suppress(StoreError):  # the call then runs to its end, unread
+        await replicas.tell(holder, cancel)
+
+
+async def _wait_for_holder(
+    replicas: Replicas, holder: str, forwarded: ForwardedRetry, reply: HttpReply
+) -> Reply | None:
+    """The holder's reply, however long the call runs there; meanwhile keepalives to the
+    client (as the holder would send them) and, every half lease, a look at the holder's
+    lease: None once it lapsed. The client leaving ends the wait (the call runs on)."""
+    asking = asyncio.ensure_future(replicas.forward(holder, forwarded, timeout=None))
+    loop = asyncio.get_running_loop()
+    every = replicas.lease_seconds / 2
+    looked = loop.time()
+    try:
+        while True:
+            wait = max(0.05, min(every, reply.due(), GONE_CHECK_SECONDS))
+            done, _ = await asyncio.wait({asking}, timeout=wait)
+            if done:
+                return asking.result()
+            if reply.gone:
+                return asking.result() if asking.done() else NoStream()
+            if reply.due() <= 0:
+                await reply.stream([])  # a keepalive: the response turns SSE, as on the holder
+            if loop.time() - looked >= every:
+                looked = loop.time()
+                try:
+                    if not await replicas.owner_alive(holder):
+                        return None
+                except StoreError as exc:  # cannot tell now: the reply may still come
+                    log.warning("mrtr_holder_unknown", holder=holder, error=str(exc))
+    finally:
+        if not asking.done():
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)
+
+
+async def write_answered(reply: HttpReply, answered: Answered) -> web.StreamResponse:
+    """What the holder answered, written as it would have written it: JSON for a lone
+    answer, else SSE (its notes, then the answer)."""
+    *notes, last = answered.messages
+    if notes:
+        await reply.stream(notes)
+    return await reply.finish(last, status=answered.status)
+
+
+async def serve_retry(post: Post, message: ForwardedRetry) -> Reply:
+    """The holder's side: ``message``'s request, served by the façade's ``post``."""
+    try:
+        messages, batch = jsonrpc.parse_body(message.body)
+    except ProxyError as exc:
+        return Refused(exc.http_status, exc.to_jsonrpc())
+    if batch or len(messages) != 1:
+        return Refused(400, ProxyError("a forwarded retry is one request").to_jsonrpc())
+    msg = messages[0]
+    gathered = GatheredReply()
+    try:
+        await post(msg, message.principal, message.headers, gathered)
+    except ProxyError as exc:
+        request_id = exc.request_id if exc.request_id is not None else msg.id
+        return Refused(exc.http_status, exc.to_jsonrpc(request_id))
+    if not gathered.answered:
+        error = ProxyError("the call ended without an answer")
+        return Refused(error.http_status, error.to_jsonrpc(msg.id))
+    return Answered(gathered.status, gathered.messages)
