@@ -49,7 +49,13 @@ import structlog
 from aiohttp import WSCloseCode, web
 
 from proxy.core import httprules
-from proxy.core.errors import BadRequest, MethodNotAllowed, ProxyError, SessionNotFound
+from proxy.core.errors import (
+    BadRequest,
+    MethodNotAllowed,
+    ProxyError,
+    SessionNotFound,
+    StoreUnavailable,
+)
 from proxy.core.protocol import SESSION_HEADER, VERSION_HEADER
 from proxy.core.socket_route import CLOSE_TRY_AGAIN_LATER, SocketRoute, socket_route
 from proxy.downstream.auth import limit_resumes, principal_of
@@ -144,7 +150,7 @@ class WebSocketEndpoint:
             except SessionNotFound:
                 try:
                     holder = await self._holder(session_id)
-                except StoreError as exc:  # live or not, nobody can tell now
+                except (StoreError, StoreUnavailable) as exc:  # live or not, nobody can tell
                     log.warning("ws_holder_unknown", error=str(exc))
                     answered = False
         me = self.remote.replicas.owner if self.remote is not None else None
