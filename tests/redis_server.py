@@ -4,8 +4,10 @@
 The server runs in the foreground as our child on a 127.0.0.1 port held by
 :func:`tests.support.reserved_port` for the server's whole life, so :meth:`RedisServer.restart`
 gets the same port back (a client's URL stays valid) and no other process takes it while
-the server is down. It keeps nothing on disk (``--save '' --appendonly no``): a restart
-loses every key, as a flushed or replaced Redis would.
+the server is down. By default it keeps nothing on disk (``--save '' --appendonly no``): a
+restart loses every key, as a flushed or replaced Redis would. ``durable=True`` keeps an
+append-only file synced on every write (``--appendonly yes --appendfsync always``): a
+restart keeps every key, as a Redis deployed with persistence does.
 
 ``scripts/install-redis.sh`` installs ``redis-server`` (``scripts/test`` runs it); without
 it the fixtures fail, never skip, so a machine missing it cannot pass silently.
@@ -54,8 +56,9 @@ class RedisServer:
     always stopped and its port released.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, durable: bool = False) -> None:
         self.directory = directory
+        self.durable = durable
         self.log_path = directory / "redis-server.log"
         self._reservation: ReservedPort | None = None
         self._port: int | None = None
@@ -88,7 +91,12 @@ class RedisServer:
         command = [
             binary,
             *("--port", str(self.port), "--bind", "127.0.0.1"),
-            *("--save", "", "--appendonly", "no", "--daemonize", "no"),
+            *("--save", "", "--daemonize", "no"),
+            *(
+                ("--appendonly", "yes", "--appendfsync", "always")
+                if self.durable
+                else ("--appendonly", "no")
+            ),
             *("--dir", str(self.directory)),
         ]
         with self.log_path.open("ab") as log:

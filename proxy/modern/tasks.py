@@ -47,6 +47,7 @@ from proxy.forwarding import (
 )
 from proxy.modern.call import CallRun
 from proxy.store.base import Store, StoreError
+from proxy.store.unavailable import patiently
 
 log = structlog.get_logger("proxy.modern")
 
@@ -185,11 +186,11 @@ class TaskKeeper:
         now = time.time()
         record = self.records.get(task_id)
         if record is None:
-            try:
-                record = await self.store.get_task(task_id, now)
-            except StoreError as exc:
-                log.warning("task_record_not_read", error=str(exc))
-                record = None
+            # A store that does not answer is waited for (bounded), then 503
+            # store_unavailable: never "unknown taskId" for a task that may well exist.
+            record = await patiently(
+                self.store, "read a task record", lambda: self.store.get_task(task_id, now)
+            )
             if (
                 record is not None
                 and may_be_orphaned(record, self.owner)

@@ -177,7 +177,9 @@ async def run_nemesis(directory: Path, seed: int, settings: Settings, log: Log =
     audits: dict[str, Audit] = {}
     leftovers: list[str] = []
     loose_keys: list[str] = []
-    with RedisServer(directory / "redis") as redis:
+    # A restart keeps the keys (an append-only file synced on every write), as a Redis
+    # deployed with persistence does; one that loses them is test_replicas' flush.
+    with RedisServer(directory / "redis", durable=True) as redis:
         store = {
             "kind": "redis",
             "url": redis.url,

@@ -36,6 +36,15 @@ RETRY_S = 0.2
 BALANCER_GAVE_UP = (502, 503, 504)  # haproxy's own answers: the request's fate is unknown
 
 
+# Refusals of a poll that say "ask again later" (503 + Retry-After): a client polls again.
+POLL_AGAIN = frozenset({"store_unavailable", "proxy_draining"})
+
+
+def poll_again(status: int, body: Any) -> bool:
+    """Whether a ``tasks/get`` answer is a refusal to poll again after, not the task's."""
+    return status == 503 and reason_of(body, status) in POLL_AGAIN
+
+
 def reason_of(body: Any, status: int | None = None) -> str:
     """An error's ``data.reason``, else ``code<N>``; ``http<N>`` without a JSON-RPC body."""
     error = body.get("error") if isinstance(body, dict) else None
@@ -209,7 +218,7 @@ class LegacyClient:
         while self.clock() < deadline:
             await asyncio.sleep(0.2)
             got = await self.ask(rid, "tasks/get", {"taskId": task_id}, deadline)
-            if got is None:
+            if got is None or poll_again(got.status, got.body):
                 continue
             if "error" in got.body:
                 call.answer("error", reason_of(got.body, got.status), self.clock())
@@ -365,7 +374,9 @@ class ModernClient:
                 got = await self.send("tasks/get", {"taskId": task_id}, deadline)
             except (aiohttp.ClientError, ValueError, AssertionError):
                 continue
-            if got.status in BALANCER_GAVE_UP and not got.body:
+            if (got.status in BALANCER_GAVE_UP and not got.body) or poll_again(
+                got.status, got.body
+            ):
                 continue
             if "error" in got.body:
                 call.answer("error", reason_of(got.body, got.status), self.clock())
