@@ -19,7 +19,7 @@ from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
 from tests.downstream.sse_client import RawSession, messages, read_events
-from tests.downstream.ws_client import Client, initialize
+from tests.downstream.ws_client import Client, initialize, request, tool
 from tests.proxy_lives import Proxy, lives, progress_of, read_some, shared
 from tests.support import alive, eventually, log_events, tool_call
 
@@ -42,9 +42,17 @@ async def test_a_paused_owner_is_fenced_and_never_writes_a_second_answer(
         async with connect(ws_url, subprotocols=[Subprotocol("mcp")], proxy=None) as ws:
             on_ws = Client(ws)
             await initialize(on_ws)  # a WebSocket session on A is lost alike
+            await on_ws.send(
+                request(9, "tools/call", tool("slow", {"steps": 600, "delay": 0.05}, "w"))
+            )
+            assert (await on_ws.recv())["method"] == "notifications/progress"
             pids = a.upstream_pids()
             assert len(pids) == 2 and all(alive(pid) for pid in pids)
             rest = await _pause_past_the_lease(a, b, http, client, last_id)
+            # Its call in flight is told how the store ended it, then the socket closes.
+            while "id" not in (last := await on_ws.recv()):
+                assert last["method"] == "notifications/progress"
+            assert last["id"] == 9 and last["error"]["data"] == {"reason": "owner_lost"}
             assert await on_ws.closed_with() == (4404, "Session not found: it has ended")
         for pid in pids:
             await eventually(lambda p=pid: not alive(p), what=f"the owner to stop server {pid}")

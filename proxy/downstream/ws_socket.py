@@ -35,10 +35,14 @@ from proxy.downstream.ws_remote import LogFrames
 from proxy.registry import Registry
 from proxy.runtime import ClientConn, CloseMarker, ConnFenced, Frame, SessionRunner
 from proxy.servers import Server
+from proxy.store.base import StoreError
 
 log = structlog.get_logger("proxy.ws")
 
 SESSION_META = "io.github.mcp-resume-proxy/sessionId"
+# How long a socket whose session was fenced waits for the store to say how its streams
+# ended (the replica that ends them does so within a lease of noticing).
+FENCED_TAIL_SECONDS = 10.0
 CLOSE_SESSION_NOT_FOUND = 4404  # application close codes are 4000-4999 (RFC 6455 §7.4.2)
 _CLOSE_WAIT_SECONDS = 10.0
 
@@ -253,11 +257,29 @@ class ClientSocket:
                 if not await self._reattach(v):
                     return
         except ConnFenced:  # this replica lost the session (fencing): it is over here
+            await self._write_how_it_ended(v)
             self._session_over()
         except ConnectionError as exc:
             self.log.debug("client_gone", conn=v.conn.id, error=repr(exc))
         finally:
             v.runner.conn_gone(v.conn)
+
+    async def _write_how_it_ended(self, v: _Virtual) -> None:
+        """After fencing, whichever replica ended the session's streams wrote how they
+        ended (``owner_lost`` for each request never answered): write that too, from the
+        store, so the client is told what any resume of the stream would read, not only
+        that the socket closed. Bounded; nothing to write without a durable store or a
+        position on the stream."""
+        position = v.position()
+        if self.stored is None or position is None or v.standalone:
+            return
+        frames = LogFrames(self.stored, self._send, self.principal)
+        try:
+            pos = parse_event_id(position)
+            async with asyncio.timeout(FENCED_TAIL_SECONDS):
+                await frames.follow(f"{pos.epoch}.{pos.stream}", pos.seq)
+        except (ProxyError, StoreError, ConnectionError, TimeoutError) as exc:
+            self.log.info("ws_fenced_tail_not_written", error=repr(exc))
 
     async def _write_out(self, v: _Virtual) -> CloseMarker:
         while True:
