@@ -3,7 +3,8 @@
 - :class:`WsClient`: a ``/ws`` session (``streams`` declared, event ids in ``_meta``)
   through a cutter in front of the balancer. Its calls stream progress or ask; a broken
   socket is reopened with the session id and the call's stream resumed with
-  ``stream/resume`` from the last event id it holds (on whichever replica).
+  ``stream/resume`` from the last event id it holds (on whichever replica); a socket
+  closed 4404 (the session ended) resumes the stream in a new session, with its token.
 - :class:`ShimClient`: the official SDK's stdio client running the shim
   (``mcp-resume-proxy connect``) on a cutter's URL; the shim resumes by itself, the host
   sees progress, questions and one answer per call.
@@ -93,6 +94,9 @@ class WsClient:
                         call.answer("error", "lost_before_id", self.clock())
                         return
                     else:
+                        if not self.session_id and (refused := await self.initialize(ws)):
+                            call.answer("error", refused, self.clock())
+                            return
                         call.notes.append(f"resume after {last}")
                         resume = {**ref, "lastEventId": last}
                         await send(
@@ -128,6 +132,17 @@ class WsClient:
                 call.answer("error", f"http{status}", self.clock())
             except ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd is not None else None
+                if code == 4404 and ref is not None and last is not None:
+                    # The session ended (its replica lost it): the call's stream outlives
+                    # it; a new session resumes it with its token (on any replica).
+                    call.notes.append("session ended: resume in a new session")
+                    self.session_id = ""
+                    await asyncio.sleep(RETRY_S)
+                    continue
+                if code == 4404:  # /ws's "session not found" (docs/errors.md), no stream yet
+                    call.answer("error", "session_not_found", self.clock())
+                    self.session_id = ""
+                    return
                 if code is not None and code >= 4000:
                     call.answer("error", f"closed{code}", self.clock())
                     self.session_id = ""
