@@ -25,7 +25,7 @@ from tests.nemesis.history import Audit, Call
 from tests.nemesis.http_clients import reason_of, task_ended
 from tests.support import MCP_HEADERS, descendants
 
-AUDIT_S = 10.0
+AUDIT_S = 10.0  # the whole read of one stream: a complete stream replays at once
 
 
 async def audit_legacy(http: aiohttp.ClientSession, url: str, call: Call) -> Audit:
@@ -39,7 +39,7 @@ async def audit_legacy(http: aiohttp.ClientSession, url: str, call: Call) -> Aud
     }
     audit = Audit()
     try:
-        async with http.get(url, headers=headers) as resp:
+        async with asyncio.timeout(AUDIT_S), http.get(url, headers=headers) as resp:
             if resp.status != 200:
                 text = await resp.text()
                 try:
@@ -49,7 +49,7 @@ async def audit_legacy(http: aiohttp.ClientSession, url: str, call: Call) -> Aud
                 return Audit(gone=f"{resp.status} {reason_of(body, resp.status)}")
             decoder = SSEDecoder()
             while True:
-                chunk = await asyncio.wait_for(resp.content.readany(), AUDIT_S)
+                chunk = await resp.content.readany()
                 if not chunk:
                     break
                 for event in decoder.feed(chunk):
@@ -74,8 +74,9 @@ async def audit_legacy(http: aiohttp.ClientSession, url: str, call: Call) -> Aud
 async def audit_task(client: Modern, call: Call) -> Audit:
     assert call.stream is not None
     try:
-        got = await client.task("tasks/get", call.stream["task"])
-    except (aiohttp.ClientError, ValueError) as exc:
+        async with asyncio.timeout(AUDIT_S):
+            got = await client.task("tasks/get", call.stream["task"])
+    except (aiohttp.ClientError, ValueError, TimeoutError) as exc:
         return Audit(gone=f"unreadable: {exc!r}")
     if "error" in got.body:
         return Audit(gone=f"{got.status} {reason_of(got.body, got.status)}")

@@ -286,16 +286,25 @@ async def drive(
                 await cutter.stop()
 
 
+AUDITS_AT_ONCE = 8
+
+
 async def audit_all(http: aiohttp.ClientSession, url: str, calls: list[Call]) -> dict[str, Audit]:
+    """Every call's stream (or task record) read back from the store, a few at a time
+    (each read is bounded: a stream left open is reported, not waited for)."""
     modern = Modern(http, url)
     audits: dict[str, Audit] = {}
-    for call in calls:
-        if call.stream is None:
-            continue
-        if call.kind in ("legacy", "ws") and "event" in call.stream:  # /ws's too, on /mcp
-            audits[call.label] = await audit_legacy(http, url, call)
-        elif call.kind == "modern":
-            audits[call.label] = await audit_task(modern, call)
+    room = asyncio.Semaphore(AUDITS_AT_ONCE)
+
+    async def audit(call: Call) -> None:
+        assert call.stream is not None
+        async with room:
+            if call.kind in ("legacy", "ws") and "event" in call.stream:  # /ws's on /mcp too
+                audits[call.label] = await audit_legacy(http, url, call)
+            elif call.kind == "modern":
+                audits[call.label] = await audit_task(modern, call)
+
+    await asyncio.gather(*(audit(call) for call in calls if call.stream is not None))
     return audits
 
 
