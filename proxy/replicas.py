@@ -225,7 +225,10 @@ class Replicas:
             except StoreError as exc:
                 raise unavailable("forward a request", exc) from exc
             async with asyncio.timeout(timeout):
-                wire = await waiting
+                # A caller bounding the wait itself (timeout None) watches the holder too.
+                wire = await (
+                    waiting if timeout is None else self._reply_while_alive(owner, waiting)
+                )
         except TimeoutError:
             raise OwnerUnreachable(
                 "the proxy replica holding this session did not answer; try again"
@@ -239,6 +242,24 @@ class Replicas:
             raise OwnerUnreachable(
                 "the proxy replica holding this session answered what this one cannot read"
             ) from None
+
+    async def _reply_while_alive(
+        self, owner: str, waiting: asyncio.Future[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """``waiting``'s reply; every half lease, a look at ``owner``'s lease: a holder
+        that died (or was paused past it) will never answer, so its session is gone
+        (404, the client initializes again; its calls end with ``owner_lost``) now, not
+        at the forward timeout."""
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=self.lease_seconds / 2)
+            if done:
+                return waiting.result()
+            try:
+                alive = await self.owner_alive(owner)
+            except StoreError:  # cannot tell now: the reply may still come
+                continue
+            if not alive:
+                raise SessionNotFound("Session not found: the replica that held it is gone")
 
     async def tell(self, owner: str, request: Forwarded) -> None:
         """Send ``request`` to ``owner`` without waiting for its reply (which is dropped)."""

@@ -65,7 +65,10 @@ async def ws_connect(lb: Balancer, session_id: str | None = None) -> AsyncIterat
 def shim_params(url: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "proxy", "connect", url, "--log-level", "debug"],
+        # Gives up reconnecting (connection_lost, proxy_unreachable) within the nemesis's
+        # bound for a call (20 s), so a call always ends in time with what the shim says.
+        args=["-m", "proxy", "connect", url, "--log-level", "debug"]
+        + ["--reconnect-max-seconds", "15"],
         cwd=str(ROOT),
         env={"PYTHONUNBUFFERED": "1"},
     )

@@ -36,6 +36,9 @@ from tests.support import ReservedPort, eventually, reserved_port, tail, wait_ac
 
 MISSING = "haproxy is not installed: run scripts/install-haproxy.sh (scripts/test does)"
 CHECK_MS = 300  # health-check interval: a dead or draining replica leaves within ~2 checks
+# A check's answer may take this long: a replica slowed by a loaded machine (a CI box with
+# two cores running four test workers) stays in rotation; a paused one leaves in ~2 of these.
+CHECK_TIMEOUT_S = 2
 STREAM_TIMEOUT = "1h"  # SSE streams, long polls and WebSockets outlive any test
 STOP_S = 10.0
 
@@ -82,6 +85,7 @@ frontend mcp
 backend replicas
     balance roundrobin
     option httpchk
+    timeout check {CHECK_TIMEOUT_S}s
     http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host 127.0.0.1
     http-check expect status 200
     default-server inter {CHECK_MS} fastinter {CHECK_MS} downinter {CHECK_MS} fall 2 rise 1

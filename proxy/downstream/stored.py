@@ -34,6 +34,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from proxy.backoff import Backoff
 from proxy.core import jsonrpc, seed
 from proxy.core.errors import ResumeError, SessionNotFound, StoreUnavailable
 from proxy.core.eventid import format_event_id, parse_event_id
@@ -279,14 +280,33 @@ class StoredStreams:
             await asyncio.gather(pump, return_exceptions=True)
 
     async def _pump(self, key: str, after: int, queue: asyncio.Queue[Any]) -> None:
-        try:
-            async for batch in self.store.tail(key, after):
-                queue.put_nowait(batch)
-        except ResumeError as exc:
-            queue.put_nowait(exc)
-            return
-        except Exception as exc:  # the store failed: end the response, log why
-            log.warning("stored_stream_tail_failed", stream=key, error=str(exc))
+        """Tail ``key`` into ``queue``; a store that fails (Redis restarting) is tailed
+        again from the last event given, for up to ``store.unavailable_wait_seconds`` in
+        a row, before the response ends (the client then resumes with its last id)."""
+        loop = asyncio.get_running_loop()
+        backoff = Backoff(first=0.05, cap=1.0)
+        failing_since: float | None = None
+        while True:
+            try:
+                async for batch in self.store.tail(key, after):
+                    queue.put_nowait(batch)
+                    if batch:
+                        after = batch[-1].seq
+                    failing_since = None
+                break
+            except ResumeError as exc:
+                queue.put_nowait(exc)
+                return
+            except StoreError as exc:
+                now = loop.time()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since >= self.store.unavailable_wait:
+                    log.warning("stored_stream_tail_failed", stream=key, error=str(exc))
+                    break
+                await asyncio.sleep(backoff.next_delay())
+            except Exception as exc:  # the store failed otherwise: end the response, log why
+                log.warning("stored_stream_tail_failed", stream=key, error=str(exc))
+                break
         queue.put_nowait(_END)
 
     @staticmethod

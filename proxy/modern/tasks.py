@@ -148,7 +148,14 @@ class TaskKeeper:
                 final = record["status"] in TERMINAL
                 for attempt in range(5):
                     try:
-                        await self.store.put_task(task_id, record, record["expiresAt"])
+                        if not await self.store.put_task(task_id, record, record["expiresAt"]):
+                            # Ended elsewhere (orphaned while this replica's lease had
+                            # lapsed): that outcome stands; this one is not given.
+                            log.warning("task_ended_elsewhere", task=task_id[:8])
+                            final = True
+                            call = self.calls.get(task_id)
+                            if call is not None and not call.done:
+                                call.cancel("the task was ended by another replica")
                         break
                     except StoreError as exc:
                         log.warning("task_record_not_written", task=task_id[:8], error=str(exc))

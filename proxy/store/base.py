@@ -306,7 +306,11 @@ class Store(abc.ABC):
 
     # ------------------------------------------------------------------ tasks
     @abc.abstractmethod
-    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> None: ...
+    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> bool:
+        """Write a task's record; False (nothing written) when the record held is final
+        (its ``status`` in :data:`~proxy.core.taskrecord.TERMINAL`): a task ended once,
+        e.g. orphaned by another replica after its holder's lease lapsed, stays ended, so
+        a holder that wakes up late never gives a second outcome (atomic in each store)."""
 
     @abc.abstractmethod
     async def get_task(self, task_id: str, now: float) -> dict[str, Any] | None: ...

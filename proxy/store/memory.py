@@ -17,6 +17,7 @@ from typing import Any
 
 from proxy.core.errors import ResumeError
 from proxy.core.stream import Unacknowledged
+from proxy.core.taskrecord import TERMINAL
 from proxy.store.base import (
     COMPLETED,
     LIVE,
@@ -223,8 +224,12 @@ class MemoryStore(Store):
         return held[0] if held is not None and held[1] > now else None
 
     # ------------------------------------------------------------------ tasks
-    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> None:
+    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> bool:
+        held = self._tasks.get(task_id)
+        if held is not None and held[1] > self._now and held[0].get("status") in TERMINAL:
+            return False
         self._tasks[task_id] = (dict(record), expires_at)
+        return True
 
     async def get_task(self, task_id: str, now: float) -> dict[str, Any] | None:
         found = self._tasks.get(task_id)

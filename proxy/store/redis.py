@@ -42,6 +42,7 @@ import structlog
 from redis.exceptions import NoScriptError, RedisError
 
 from proxy.core.stream import Unacknowledged
+from proxy.core.taskrecord import TERMINAL
 from proxy.store.base import (
     COMPLETED,
     LIVE,
@@ -70,7 +71,14 @@ from proxy.store.redis_layout import (
     record_of,
     text,
 )
-from proxy.store.redis_lua import ACQUIRE_LUA, COMMIT_LUA, EPOCH_LUA, RELEASE_LUA, RENEW_LUA
+from proxy.store.redis_lua import (
+    ACQUIRE_LUA,
+    COMMIT_LUA,
+    EPOCH_LUA,
+    PUT_TASK_LUA,
+    RELEASE_LUA,
+    RENEW_LUA,
+)
 
 log = structlog.get_logger("proxy.store")
 
@@ -118,6 +126,7 @@ class RedisStore(Store):
         self._acquire_script = self._client.register_script(ACQUIRE_LUA)
         self._release_script = self._client.register_script(RELEASE_LUA)
         self._renew_script = self._client.register_script(RENEW_LUA)
+        self._put_task_script = self._client.register_script(PUT_TASK_LUA)
         with self._failing("open"):
             await check_server(self.url, self.timeout, cluster=self.cluster)
             await self._load_scripts()
@@ -135,7 +144,7 @@ class RedisStore(Store):
 
     async def _load_scripts(self) -> None:
         """SCRIPT LOAD each script (a cluster client sends it to every master)."""
-        for script in (COMMIT_LUA, EPOCH_LUA, ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA):
+        for script in (COMMIT_LUA, EPOCH_LUA, ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA, PUT_TASK_LUA):
             await self._redis.script_load(script)
 
     async def close(self) -> None:
@@ -377,10 +386,13 @@ class RedisStore(Store):
         return text(held) if held is not None else None
 
     # ------------------------------------------------------------------ tasks
-    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> None:
+    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> bool:
         value = json.dumps({"record": record, "expires_at": expires_at})
         with self._failing("write a task"):
-            await self._redis.set(self._key("task", task_id), value, pxat=ms(expires_at))
+            written = await self._put_task_script(
+                [self._key("task", task_id)], [value, ms(expires_at), *sorted(TERMINAL)]
+            )
+        return bool(written)
 
     async def get_task(self, task_id: str, now: float) -> dict[str, Any] | None:
         with self._failing("read a task"):

@@ -203,3 +203,19 @@ RELEASE_LUA = """#!lua
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+# Write a task record (ARGV[1], JSON {"record": …, "expires_at": …}) until ARGV[2] (unix
+# ms) unless the one held is final (its record's status one of ARGV[3..]): 1 written, 0 not.
+PUT_TASK_LUA = """#!lua
+local held = redis.call('GET', KEYS[1])
+if held then
+  local ok, value = pcall(cjson.decode, held)
+  if ok and type(value) == 'table' and type(value.record) == 'table' then
+    for i = 3, #ARGV do
+      if value.record.status == ARGV[i] then return 0 end
+    end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
+return 1
+"""

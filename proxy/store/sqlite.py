@@ -189,8 +189,9 @@ class SqliteStore(Store):
         return await self._call(Database.lease_owner, name, now)
 
     # ------------------------------------------------------------------ tasks
-    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> None:
-        await self._call(Database.put_task, task_id, record, expires_at)
+    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> bool:
+        written: bool = await self._call(Database.put_task, task_id, record, expires_at, self._now)
+        return written
 
     async def get_task(self, task_id: str, now: float) -> dict[str, Any] | None:
         return await self._call(Database.get_task, task_id, now)

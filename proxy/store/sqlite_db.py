@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy.core.stream import Mark, Unacknowledged
+from proxy.core.taskrecord import TERMINAL
 from proxy.store.base import (
     COMPLETED,
     LIVE,
@@ -452,11 +453,17 @@ class Database:
         ).fetchone()
         return None if row is None else str(row[0])
 
-    def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> None:
-        self.conn.execute(
-            "INSERT OR REPLACE INTO tasks VALUES (?, ?, ?)",
-            (task_id, json.dumps(record), expires_at),
-        )
+    def put_task(self, task_id: str, record: dict[str, Any], expires_at: float, now: float) -> bool:
+        """Write it unless the record held (not expired) is final; whether it was."""
+        with self._transaction() as conn:
+            held = self.get_task(task_id, now)
+            if held is not None and held.get("status") in TERMINAL:
+                return False
+            conn.execute(
+                "INSERT OR REPLACE INTO tasks VALUES (?, ?, ?)",
+                (task_id, json.dumps(record), expires_at),
+            )
+        return True
 
     def get_task(self, task_id: str, now: float) -> dict[str, Any] | None:
         row = self.conn.execute(

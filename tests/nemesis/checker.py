@@ -41,6 +41,8 @@ DOCUMENTED: frozenset[str] = frozenset(
         "upstream_closed",
         "upstream_restarted",
         "outcome_unknown",
+        "connection_lost",  # the shim gave up reconnecting (docs/clients.md)
+        "proxy_unreachable",  # the shim could not reach the proxy in time (docs/clients.md)
         "lost_before_id",  # a cut before the first event id: the client cannot know
     }
 )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import traceback
 from collections import Counter
@@ -44,7 +45,7 @@ from tests.nemesis.schedule import KINDS, Fault, make_schedule
 from tests.nemesis.stream_clients import ShimClient, WsClient
 from tests.redis_server import RedisServer
 from tests.replica_set import DRAIN_ENV
-from tests.support import MCP_HEADERS
+from tests.support import MCP_HEADERS, descendants
 
 Log = Callable[[str], None]
 
@@ -179,6 +180,8 @@ async def run_nemesis(directory: Path, seed: int, settings: Settings, log: Log =
     loose_keys: list[str] = []
     # A restart keeps the keys (an append-only file synced on every write), as a Redis
     # deployed with persistence does; one that loses them is test_replicas' flush.
+    # What ran before (another test's session-wide Redis on this worker) is not ours.
+    before = descendants(os.getpid())
     with RedisServer(directory / "redis", durable=True) as redis:
         store = {
             "kind": "redis",
@@ -198,7 +201,7 @@ async def run_nemesis(directory: Path, seed: int, settings: Settings, log: Log =
             )
         loose_keys = await keys_without_ttl(redis.url)
         process = redis._process
-        leftovers = leftover_processes({process.pid} if process is not None else set())
+        leftovers = leftover_processes(before | ({process.pid} if process is not None else set()))
     violations = [Violation("client_crashed", name, "see the log") for name in crashed]
     violations += check_run(
         calls,

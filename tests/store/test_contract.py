@@ -330,6 +330,20 @@ async def test_task_records_round_trip_and_expire(maker: Maker) -> None:
     assert await store.get_task("t2", clock.now()) is None
 
 
+@pytest.mark.parametrize("final", ["completed", "failed", "cancelled"])
+async def test_a_final_task_record_is_never_written_over(maker: Maker, final: str) -> None:
+    """A task ended once (e.g. orphaned by another replica while its holder was paused)
+    stays ended: the holder's late write is refused, whatever it says."""
+    store, now = await maker.make(), maker.clock.now()
+    assert await store.put_task("t1", {"status": "working"}, now + 60)
+    assert await store.put_task("t1", {"status": "input_required"}, now + 60)
+    ended = {"status": final, "statusMessage": "owner_lost"}
+    assert await store.put_task("t1", ended, now + 60)
+    assert not await store.put_task("t1", {"status": "completed", "late": True}, now + 60)
+    assert not await store.put_task("t1", {"status": "working"}, now + 60)
+    assert await store.get_task("t1", now) == ended
+
+
 async def test_the_epoch_outlives_a_reopen_and_changes_when_history_is_lost(
     maker: Maker,
 ) -> None:
