@@ -67,8 +67,10 @@ def shim_params(url: str) -> StdioServerParameters:
         command=sys.executable,
         # Gives up reconnecting (connection_lost, proxy_unreachable) within the nemesis's
         # bound for a call (20 s), so a call always ends in time with what the shim says.
-        args=["-m", "proxy", "connect", url, "--log-level", "debug"]
-        + ["--reconnect-max-seconds", "15"],
+        args=[
+            *("-m", "proxy", "connect", url, "--log-level", "debug"),
+            *("--reconnect-max-seconds", "15"),
+        ],
         cwd=str(ROOT),
         env={"PYTHONUNBUFFERED": "1"},
     )

@@ -129,6 +129,11 @@ class LegacyClient:
                 return
             if not await within(self.bound + 2, self.one_call(), self.calls):
                 self.session_id = ""  # start afresh
+            elif self.calls and self.calls[-1].answers[:1] == [("error", "lost_before_id")]:
+                # That call may still run at the proxy, and this client keeps no standalone
+                # GET stream: with two calls in flight the server's questions go there
+                # (DESIGN.md §5 rule 4), never to the next call's stream. Start afresh.
+                self.session_id = ""
 
     async def one_call(self) -> None:
         self._rid += 1
