@@ -27,7 +27,7 @@ import io
 import shutil
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -167,20 +167,29 @@ class Balancer:
         return list(csv.DictReader(io.StringIO(text.lstrip("# "))))
 
     async def servers_up(self) -> set[int]:
-        """The backend ports in rotation now (their health check passes)."""
-        up = set()
+        """The backend ports in rotation now: status ``UP``, and also ``UP 1/2`` (a check
+        failed, not yet ``fall`` of them: haproxy still sends it requests)."""
+        return await self._servers(lambda status: status.startswith("UP"))
+
+    async def servers_down(self) -> set[int]:
+        """The backend ports out of rotation now (``DOWN``, or ``DOWN 1/1`` coming back)."""
+        return await self._servers(lambda status: status.startswith("DOWN"))
+
+    async def _servers(self, keep: Callable[[str], bool]) -> set[int]:
+        found = set()
         for row in await self.stats():
             name = row.get("svname", "")
-            if name.startswith("r") and name[1:].isdigit() and row.get("status") == "UP":
-                up.add(self.backends[int(name[1:])])
-        return up
+            if name.startswith("r") and name[1:].isdigit() and keep(row.get("status", "")):
+                found.add(self.backends[int(name[1:])])
+        return found
 
     async def wait_up(self, ports: Sequence[int] | None = None, timeout: float = 60.0) -> None:
         """Wait until every one of ``ports`` (default: every backend) is in rotation."""
         wanted = set(self.backends if ports is None else ports)
 
         async def check() -> bool:
-            return wanted <= await self.servers_up()
+            # Exactly UP: "UP 1/2" is one failed check from leaving.
+            return wanted <= await self._servers(lambda status: status == "UP")
 
         await eventually(
             check,
@@ -193,7 +202,7 @@ class Balancer:
         """Wait until the replica on ``port`` has left the rotation."""
 
         async def check() -> bool:
-            return port not in await self.servers_up()
+            return port in await self.servers_down()
 
         await eventually(
             check, timeout=timeout, interval=0.05, what=f"replica {port} out of rotation"

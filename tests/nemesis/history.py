@@ -49,7 +49,7 @@ class Call:
 @dataclass
 class Audit:
     """A call's stream replayed from the store after the run; ``gone`` when the store no
-    longer has it (Redis restarted: it keeps nothing), with what the store said."""
+    longer has it (expired, or lost with its Redis), with what the store said."""
 
     progress: list[int] = field(default_factory=list)
     answers: list[Answer] = field(default_factory=list)

@@ -14,7 +14,7 @@ Kinds (the harness carries them out, tests/nemesis/harness.py):
   bytes (``value``: the byte offset, counted from the fault on);
 - ``kill``: SIGKILL a replica, start it again after ``value`` seconds;
 - ``pause``: SIGSTOP a replica for ``value`` seconds (past its lease), then SIGCONT;
-- ``redis``: restart Redis (it keeps nothing: every key is lost), down ``value`` seconds;
+- ``redis``: restart Redis (it keeps its keys: an append-only file), down ``value`` seconds;
 - ``drain``: SIGTERM a replica whose env sets ``MCP_RESUME_PROXY_DRAIN_SECONDS``, and
   start it again once it has exited.
 """
