@@ -74,7 +74,7 @@ class StoredStreams:
         self.server = server  # the server whose path this serves
         self._sole_server = sole_server  # the proxy fronts no other
 
-    def _readable(self, record: StreamRecord, principal: str | None) -> bool:
+    def readable(self, record: StreamRecord, principal: str | None) -> bool:
         """Whether the request's principal may read ``record``'s stream at this path."""
         return may_read(
             record.principal, record.server, principal, self.server, sole_server=self._sole_server
@@ -99,7 +99,7 @@ class StoredStreams:
         if (
             record is None
             or record.session_id != session_id
-            or not self._readable(record, principal_of(request))
+            or not self.readable(record, principal_of(request))
         ):
             raise SessionNotFound("Session not found")
         check_resume(
@@ -128,7 +128,7 @@ class StoredStreams:
         now = time.time()
         try:
             record = await self._record(key, now)
-            if record is None or not self._readable(record, principal_of(request)):
+            if record is None or not self.readable(record, principal_of(request)):
                 raise ResumeError(
                     "the stream has expired or never existed", reason="unknown_stream"
                 )
@@ -155,7 +155,7 @@ class StoredStreams:
         self, request: web.Request, session_id: str, msg: Message, header_id: str | None
     ) -> web.StreamResponse:
         try:
-            record, after = await self._target(msg, header_id, principal_of(request))
+            record, after = await self.target(msg, header_id, principal_of(request))
             now = time.time()
             if msg.method == seed.POLL:
                 rest = await patiently(
@@ -175,15 +175,11 @@ class StoredStreams:
         self, msg: Message, header_id: str | None, principal: str | None
     ) -> tuple[StreamRecord, int]:
         """The stream a ``stream/poll`` / ``stream/resume`` names and the position to serve
-        it from, checked (token, principal, position); ``ResumeError`` if it may not be."""
-        return await self._target(msg, header_id, principal)
-
-    async def _target(
-        self, msg: Message, header_id: str | None, principal: str | None
-    ) -> tuple[StreamRecord, int]:
+        it from, checked (token, principal, server, position); ``ResumeError`` if it may
+        not be."""
         ref = seed.read_ref(msg.params)
         record = await self._record(ref.stream_id, time.time())
-        if record is None or not self._readable(record, principal):
+        if record is None or not self.readable(record, principal):
             # Another principal's (or server's) stream is refused as one that does not
             # exist: even its real token (bound to the principal too) tells nothing more.
             raise ResumeError("the stream has expired or never existed", reason="unknown_stream")

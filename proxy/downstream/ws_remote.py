@@ -70,7 +70,7 @@ class LogFrames:
         """Write the events of ``key`` after ``after``, then its tail until it completes
         (``acked`` is told the last event id written, now and then)."""
         record = await self.store.get_stream(key, time.time())
-        if record is None or record.principal != self.principal:
+        if record is None or not self.stored.readable(record, self.principal):
             raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
         told = 0.0
         async for entries in self.store.tail(key, after):

@@ -227,13 +227,10 @@ class ShimSession:
             body = await response.read()
         except (aiohttp.ClientError, TimeoutError):
             body = b""
+        response.release()  # the body is read: _take_response reads it again from memory
         wait = retry_after_refusal(503, body, response.headers.get("Retry-After"))
-        if wait is None:
-            response.release()
-            # Hand the body back for _take_response (already read: aiohttp keeps it).
-            return None
-        response.release()
-        log.info("request_refused_retry", session=self.link.session_label, wait=wait)
+        if wait is not None:
+            log.info("request_refused_retry", session=self.link.session_label, wait=wait)
         return wait
 
     async def _take_response(
