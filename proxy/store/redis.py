@@ -83,6 +83,20 @@ from proxy.store.redis_lua import (
 log = structlog.get_logger("proxy.store")
 
 TAIL_BATCH = 1000  # entries per batch a tail yields
+CLOSE_WAIT_SECONDS = 2.0
+"""How long :meth:`RedisStore.close` waits for the blocking commands it cancelled."""
+
+
+def _settled(calls: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    """A done-callback: forget a blocking command once it ended, and read its outcome
+    (a command its caller left is read by no one else)."""
+
+    def settle(call: asyncio.Future[Any]) -> None:
+        calls.discard(call)
+        if not call.cancelled():
+            call.exception()
+
+    return settle
 
 
 class RedisStore(Store):
@@ -149,12 +163,17 @@ class RedisStore(Store):
 
     async def close(self) -> None:
         self._closed = True
-        for blocked in list(self._blocked):
-            blocked.cancel()
+        blocked = list(self._blocked)
+        for call in blocked:
+            call.cancel()
         for client in (self._client, self._blocking):
             if client is not None:
                 with contextlib.suppress(RedisError, OSError):
                     await client.aclose()
+        if blocked:  # their connections are closed: they end now, or never will
+            _, stuck = await asyncio.wait(blocked, timeout=CLOSE_WAIT_SECONDS)
+            if stuck:
+                log.warning("redis_blocked_calls_left", count=len(stuck))
 
     async def current_epoch(self) -> str:
         """The epoch in Redis now (minted anew if it was flushed); :attr:`epoch` stays the
@@ -273,20 +292,24 @@ class RedisStore(Store):
 
     async def _blocking_call(self, doing: str, call: Callable[[Client], Awaitable[Any]]) -> Any:
         """A blocking command on the blocking connections; :meth:`close` ends it with
-        StoreError (a cancellation from elsewhere stays one)."""
+        StoreError (a cancellation from elsewhere stays one).
+
+        A caller cancelled meanwhile returns at once: the command is cancelled but not
+        waited for (redis-py's own clean-up of a cancelled read has been seen to hang
+        a stop for good); :meth:`close` ends what is left of it."""
         with self._failing(doing):
             assert self._blocking is not None
             blocked = asyncio.ensure_future(call(self._blocking))
             self._blocked.add(blocked)
+            blocked.add_done_callback(_settled(self._blocked))
             try:
-                return await blocked
+                await asyncio.wait({blocked})
             except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if self._closed and (current is None or not current.cancelling()):
-                    raise StoreError(f"the redis store ({self._where}) is closed") from None
+                blocked.cancel()
                 raise
-            finally:
-                self._blocked.discard(blocked)
+            if blocked.cancelled():  # by close(), not by the caller (who is not)
+                raise StoreError(f"the redis store ({self._where}) is closed")
+            return blocked.result()
 
     # ------------------------------------------------------------------ messages
     async def send(self, to: str, message: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ or restarted under it, TTLs on every key, namespaces apart. Against a real
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -338,3 +339,31 @@ async def test_messages_cross_replicas_and_close_ends_a_receiver(
     await b.close()
     with pytest.raises(StoreError):
         await asyncio.wait_for(waiting, 5)
+
+
+async def test_a_cancelled_receiver_returns_at_once_though_its_command_lingers(
+    redis_url: str, stores: Stores
+) -> None:
+    """A replica's stop cancels its inbox's blocking pop. redis-py's clean-up of a
+    cancelled read once held a stop for good; the caller must not wait for it. The
+    lingering command (here one that ignores its first cancel: a fault no real server
+    causes on demand) is ended by close()."""
+    store = await stores.open(redis_url, stores.namespace(), block=60)
+    ended = asyncio.Event()
+
+    async def stubborn(_client: object) -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # swallowed: a clean-up runs
+            await asyncio.sleep(3600)
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ended.set()
+
+    caller = asyncio.ensure_future(store._blocking_call("receive messages", stubborn))
+    await asyncio.sleep(0.05)
+    caller.cancel()
+    done, _ = await asyncio.wait({caller}, timeout=1)
+    assert done and caller.cancelled()
+    assert not ended.is_set()  # the command lingers, unowned by the caller
+    await store.close()
+    assert ended.is_set()  # close() ended it
