@@ -111,6 +111,12 @@ class UpstreamConfig:
     # Client sessions of this upstream at once (legacy era); a new initialize beyond it
     # gets 503 (too_many_sessions). null: only sessions.max_sessions, over all upstreams.
     max_sessions: Annotated[int | None, Positive] = None
+    # stdio, opt-in: a session with no client connection open (an open GET stream counts)
+    # and no request in flight for this long has its server process stopped; the session
+    # and its streams stay, and its next request starts the process again, re-initialized
+    # with the client's own initialize. State held in the process is lost: only for
+    # servers that keep none. null: the process runs as long as its session.
+    stop_idle_seconds: Annotated[float | None, Positive] = None
 
     @property
     def kind(self) -> str:

@@ -114,6 +114,13 @@ class Metrics:
             ["upstream"],
             registry=r,
         )
+        self.upstream_idle_stops = Counter(
+            prefix + "upstream_idle_stops",
+            "Stdio server processes stopped for their session's idleness "
+            "(upstream.stop_idle_seconds); the session stays.",
+            ["upstream"],
+            registry=r,
+        )
         self.upstream_failures = Counter(
             prefix + "upstream_start_failures",
             "Upstream sessions that could not be started or initialized.",

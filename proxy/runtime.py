@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import assert_never
+from typing import Protocol, assert_never, runtime_checkable
 
 import structlog
 
@@ -40,6 +41,7 @@ from proxy.core.events import (
     SendToClient,
     SendUpstream,
     StartSse,
+    StopIdleUpstream,
     StopUpstream,
     Tick,
     UpstreamClosed,
@@ -58,6 +60,17 @@ from proxy.store.persist import Persister
 from proxy.upstream import UpstreamContext, open_upstream
 
 log = structlog.get_logger("proxy.runtime")
+
+
+@runtime_checkable
+class IdleStoppable(Protocol):
+    """An upstream whose process can be stopped while its session stays (stdio):
+    :class:`~proxy.upstream.stdio.StdioUpstream`."""
+
+    @property
+    def stopped_idle(self) -> bool: ...
+
+    def stop_idle(self) -> None: ...
 
 
 class ConnFenced(ConnectionError):
@@ -145,6 +158,9 @@ class SessionRunner:
         self.session_id = session_id
         loop = asyncio.get_running_loop()
         self._loop = loop
+        idle_stop = config.upstream.stop_idle_seconds
+        if idle_stop is not None and config.upstream.kind == "stdio":  # a process to stop
+            settings = dataclasses.replace(settings, upstream_idle_stop=idle_stop)
         self.session = Session(session_id, epoch, settings, loop.time(), budget)
         self._persister = persister
         self.metrics = metrics
@@ -169,6 +185,10 @@ class SessionRunner:
                 on_restarted=self._upstream_restarted,
             )
         )
+        # upstream.stop_idle_seconds: the process that may be stopped while the session stays.
+        self._idle_stoppable: IdleStoppable | None = None
+        if settings.upstream_idle_stop is not None and isinstance(self.upstream, IdleStoppable):
+            self._idle_stoppable = self.upstream
         # Every line of this session says which server and whose (never a credential).
         self.log = log.bind(session=session_id[:8], upstream=server.name, principal=principal)
 
@@ -314,6 +334,9 @@ class SessionRunner:
                         conn.replay_left += len(data)
                     conn.queue.put_nowait(item)
         elif isinstance(command, SendUpstream):
+            sleeper = self._idle_stoppable
+            if sleeper is not None and sleeper.stopped_idle and self.metrics is not None:
+                self.metrics.upstream_starts.labels(self.server.name, "idle_restart").inc()
             self.upstream.send(command.payload, command.handshake)
         elif isinstance(command, PauseUpstream):
             self.log.info("upstream_paused", reason="stream buffer full (overflow: block)")
@@ -338,6 +361,12 @@ class SessionRunner:
             self.log.info("session_closing", reason=command.reason)
             if self._stop_task is None:
                 self._stop_task = asyncio.create_task(self.upstream.stop())
+        elif isinstance(command, StopIdleUpstream):
+            sleeper = self._idle_stoppable
+            if sleeper is not None and not sleeper.stopped_idle:
+                if self.metrics is not None:
+                    self.metrics.upstream_idle_stops.labels(self.server.name).inc()
+                sleeper.stop_idle()
         elif isinstance(command, ForgetSession):
             self.log.info("session_forgotten", reason=command.reason)
             if self._timer is not None:

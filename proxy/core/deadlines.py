@@ -9,13 +9,15 @@ carries out *what* is due, per stream and then for the session:
 - a SEP-1699 close (``sse.max_stream_seconds``, 2025-11-25 transports §Resumability):
   the response ends with ``retry:`` so that the client polls back with ``Last-Event-ID``;
 - retention (``completed_retention_seconds``): a completed stream expires;
-- the session: ended once it is closed with nothing left to resume, or idle too long.
+- the session: ended once it is closed with nothing left to resume, or idle too long;
+  before that, with ``upstream_idle_stop``, its upstream process stopped (the session
+  stays; the next message for the upstream starts it again).
 """
 
 from __future__ import annotations
 
 from proxy.core.delivery import Delivery
-from proxy.core.events import CloseClient, Command, LogNote
+from proxy.core.events import CloseClient, Command, LogNote, StopIdleUpstream
 from proxy.core.lifetime import Lifetime
 from proxy.core.resume import Resumer
 from proxy.core.schedule import Schedule
@@ -52,6 +54,11 @@ class Deadlines:
                 self._lifetime.end("ended and nothing left to resume", now, out)
         elif schedule.idle_expired(now):
             self._lifetime.end("idle timeout", now, out)
+        elif schedule.upstream_stop_due(now):
+            schedule.upstream_stopped = True
+            after = self._settings.upstream_idle_stop
+            assert after is not None  # else nothing is ever due
+            out.append(StopIdleUpstream(after))
 
     def _stream_due(
         self, schedule: Schedule, stream: StreamSlot, now: float, out: list[Command]

@@ -180,6 +180,16 @@ class StopUpstream:
 
 
 @dataclass(frozen=True, slots=True)
+class StopIdleUpstream:
+    """Stop the upstream server's process: the session has been idle (no connection, no
+    request in flight) for ``idle_seconds`` (``upstream.stop_idle_seconds``). The session
+    stays; the next message for the upstream starts the process again, re-initialized with
+    the client's own ``initialize``."""
+
+    idle_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class ForgetSession:
     """Drop the session: nothing in it can be resumed any more."""
 
@@ -204,6 +214,7 @@ Command = (
     | ResumeUpstream
     | WakeAt
     | StopUpstream
+    | StopIdleUpstream
     | ForgetSession
     | LogNote
 )

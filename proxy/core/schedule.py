@@ -84,6 +84,9 @@ class Schedule:
         self._dirty = streams.dirty
         self.deadlines = DeadlineHeap()
         self.idle_since: float | None = now  # no connection and no request since then
+        # The upstream's process was stopped for idleness (upstream_idle_stop) and has not
+        # been sent anything since: the next message for it starts it again.
+        self.upstream_stopped = False
         self.wake: float | None = None  # the wake-up the runtime has armed
         # Whether the current event may have moved a deadline that is not a stream's
         # (the idle clock, the end of a closed session). A server notification moves none.
@@ -159,6 +162,26 @@ class Schedule:
     def idle_expired(self, now: float) -> bool:
         return self.idle_since is not None and self.idle_since + self._settings.idle_timeout <= now
 
+    def upstream_stop_at(self) -> float | None:
+        """When the idle session's upstream process is stopped (``upstream_idle_stop``):
+        after that long with no connection attached and no request in flight. An open
+        standalone ``GET`` is a connection: a session that keeps one open never idles
+        (a server can only send on it while its process runs)."""
+        after = self._settings.upstream_idle_stop
+        if after is None or self.upstream_stopped or self.idle_since is None:
+            return None
+        return self.idle_since + after
+
+    def upstream_stop_due(self, now: float) -> bool:
+        at = self.upstream_stop_at()
+        return at is not None and at <= now
+
+    def upstream_started(self) -> None:
+        """A message went to a stopped upstream (which starts it): idle from now on."""
+        self.upstream_stopped = False
+        self.idle_since = None  # re-armed by next_wake unless the session is busy
+        self.moved = True
+
     def next_wake(self, now: float, *, busy: bool, closed: bool) -> float | None:
         """After an event: the wake-up to arm, or None when the armed one still holds.
 
@@ -184,4 +207,7 @@ class Schedule:
         if self.idle_since is None:
             return first
         idle_at = self.idle_since + self._settings.idle_timeout
+        stop_at = self.upstream_stop_at()
+        if stop_at is not None:
+            idle_at = min(idle_at, stop_at)
         return idle_at if first is None else min(first, idle_at)

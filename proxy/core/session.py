@@ -144,10 +144,21 @@ class Session:
         """overflow: block is holding the server back."""
         return self.delivery.upstream_paused
 
+    @property
+    def upstream_stopped(self) -> bool:
+        """Its upstream process is stopped for idleness (``upstream_idle_stop``)."""
+        return self.schedule.upstream_stopped
+
     def snapshot(self) -> SessionSnapshot:
         """This session and its streams right now, as values (the status page)."""
         streams = self._streams.values()
-        return SessionSnapshot.of(self.created_at, self.closed, self.upstream_paused, streams)
+        return SessionSnapshot.of(
+            self.created_at,
+            self.closed,
+            self.upstream_paused,
+            streams,
+            upstream_stopped=self.upstream_stopped,
+        )
 
     # ------------------------------------------------------------------ entry point
     def handle(self, event: Event, now: float) -> list[Command]:
@@ -435,6 +446,8 @@ class Session:
         """After every event: hold the server back or let it go; re-arm the wake-up."""
         if self.forgotten:
             return
+        if self.schedule.upstream_stopped and any(isinstance(c, SendUpstream) for c in out):
+            self.schedule.upstream_started()  # the transport starts the process for it
         self.delivery.backpressure(out)
         busy = bool(self.delivery.by_conn) or len(self._ids) > 0
         wake = self.schedule.next_wake(self._now, busy=busy, closed=self.closed)

@@ -26,6 +26,9 @@ class SessionSettings:
     max_stream_seconds: float | None = None
     completed_retention: float = 120.0
     idle_timeout: float = 600.0
+    # Idle this long (no connection, no request in flight), the session's upstream process
+    # is stopped while the session stays (upstream.stop_idle_seconds); None: never.
+    upstream_idle_stop: float | None = None
     stream_max_events: int = 100_000
     stream_max_bytes: int = 64 * 1024 * 1024
     standalone_max_events: int = 1000

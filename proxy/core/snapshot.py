@@ -48,13 +48,14 @@ class StreamSnapshot:
 @dataclass(frozen=True)
 class SessionSnapshot:
     """One session: when it began (the session's clock), whether its upstream is gone
-    (``closed``) or held back (``paused``, overflow: block), and its streams, oldest
-    first."""
+    (``closed``), held back (``paused``, overflow: block) or its process stopped for
+    idleness (``upstream_stopped``), and its streams, oldest first."""
 
     created_at: float
     closed: bool
     paused: bool
     streams: tuple[StreamSnapshot, ...]
+    upstream_stopped: bool = False
 
     @property
     def buffered_bytes(self) -> int:
@@ -62,6 +63,13 @@ class SessionSnapshot:
 
     @classmethod
     def of(
-        cls, created_at: float, closed: bool, paused: bool, streams: Iterable[StreamSlot]
+        cls,
+        created_at: float,
+        closed: bool,
+        paused: bool,
+        streams: Iterable[StreamSlot],
+        *,
+        upstream_stopped: bool = False,
     ) -> SessionSnapshot:
-        return cls(created_at, closed, paused, tuple(StreamSnapshot.of(s) for s in streams))
+        shots = tuple(StreamSnapshot.of(s) for s in streams)
+        return cls(created_at, closed, paused, shots, upstream_stopped)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 REFRESH_SECONDS = 5
 ID_PREFIX = 8  # as in the logs: enough to tell sessions apart, too little to take one over
 SESSIONS_SHOWN = 500
+STOPPED_IDLE = "process stopped (idle)"  # the badge of a session whose process is stopped
 STREAMS_SHOWN = 20  # per session: the standalone and live ones first, then the newest
 
 
@@ -134,6 +135,9 @@ def _session_entry(runner: SessionRunner, now: float) -> dict[str, Any]:
         "connections": runner.open_connections,
         "closed": snapshot.closed,  # the upstream is gone; finished streams stay resumable
         "paused": snapshot.paused,  # overflow: block holds the server back
+        # upstream.stop_idle_seconds: its process is stopped; its next request starts it
+        "stopped_idle": snapshot.upstream_stopped,
+        "upstream_pid": runner.upstream.pid,  # stdio: its server process, while one runs
         "buffered_bytes": snapshot.buffered_bytes,
         "streams_total": len(streams),
         "streams": [_stream_entry(s, now) for s in _shown(streams)],
@@ -250,7 +254,7 @@ def human_age(seconds: Any) -> str:
 
 def _badge(state: Any) -> str:
     good = {"ok", "live", "working", "ready"}
-    warn = {"completed", "stopping", "input_required", "closed", "paused"}
+    warn = {"completed", "stopping", "input_required", "closed", "paused", STOPPED_IDLE}
     kind = "good" if state in good else "warn" if state in warn else "bad"
     return f'<span class="badge {kind}">{_e(state)}</span>'
 
@@ -342,6 +346,8 @@ def _sessions(sessions: list[dict[str, Any]], total: int) -> str:
     for s in sessions:
         streams = s.get("streams") or []
         flags = [f for f in ("closed", "paused") if s.get(f)]
+        if s.get("stopped_idle"):
+            flags.append(STOPPED_IDLE)
         rows.append(
             _row(
                 [

@@ -17,6 +17,11 @@ server's response is over upstream.max_line_bytes (N bytes)", ``data: {"reason":
 answered to the server with that same error (it must not wait forever either); an
 over-long notification is only logged (``upstream_message_too_large``, size and limit,
 never content).
+
+An idle session's process may be stopped while the session stays
+(``upstream.stop_idle_seconds``, :meth:`StdioUpstream.stop_idle`); the next message for it
+starts the process again through the respawn's own start and re-initialization (the
+client's ``initialize``, then ``notifications/initialized``), and then goes to it.
 """
 
 from __future__ import annotations
@@ -90,11 +95,18 @@ class StdioUpstream:
         self._respawns = Respawns(context.config)
         self._respawner: asyncio.Task[None] | None = None
         self._reinit: tuple[str, asyncio.Future[Message]] | None = None
+        self._reinits = 0  # the proxy's own initialize requests: each gets its own id
         self._lineage: Lineage | None = None
+        # Stopped for idleness (upstream.stop_idle_seconds): the session stays; the next
+        # message starts the process again. ``_idle_stop`` runs while it is being stopped.
+        self._idle_stop: asyncio.Task[None] | None = None
+        self._idle_stopping = False  # its exit now is the idle stop's, not a crash
+        self._asleep = False  # stopped, and no start begun since
+        self._waking = False  # a message came: the process is started again (_wake)
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
+        return self._proc.pid if self._proc and not self._asleep else None
 
     def describe(self) -> str:
         return " ".join(self._context.config.command)
@@ -168,6 +180,9 @@ class StdioUpstream:
         if not self._stopping:
             self.pending_bytes += len(payload) + 1
             self._outbox.put_nowait(payload)
+            if self._idle_stop is not None and not self._waking:
+                self._waking = True
+                self._respawner = asyncio.create_task(self._wake())
 
     @property
     def _ready(self) -> bool:
@@ -237,6 +252,8 @@ class StdioUpstream:
             # but do not wait on a pipe that a surviving grandchild keeps open.
             await asyncio.wait_for(asyncio.shield(self._reader), _DRAIN_SECONDS)
         reason = f"exited with code {self._proc.returncode}"
+        if self._idle_stopping:
+            return  # stopped for idleness: the session goes on (see stop_idle)
         if not self._stopping:
             # A crashed server's children must not outlive it, in its group or not.
             self._signal_group(self._proc.pid, signal.SIGKILL)
@@ -257,9 +274,12 @@ class StdioUpstream:
             and self._handshake.request is not None
         )
 
-    async def _respawn(self, reason: str) -> None:
+    async def _respawn(self, reason: str, *, woken: bool = False) -> None:
         """Start the server again for this session, re-initialized with the client's own
-        ``initialize``; give up on a crash loop. What was in flight gets errors first."""
+        ``initialize``; give up on a crash loop. What was in flight gets errors first.
+
+        ``woken``: the process was stopped for idleness, not lost: the first start is at
+        once and nothing in flight fails; a failed start is then an exit like any other."""
         writer = self._writer
         if writer is not None:  # it holds the dead stdin; queued messages wait for the new
             writer.cancel()
@@ -269,17 +289,18 @@ class StdioUpstream:
         on_restarted = self._context.on_restarted
         assert on_restarted is not None
         while not self._stopping:
-            loop = self._respawns.exited(reason)
-            if loop is not None:
-                health.crash_looping(loop, self._context.config.restart_window_seconds)
-                log.error("upstream_crash_loop", session=self._context.label, reason=loop)
-                self._report_closed(loop)
-                return
-            health.restarts += 1
-            on_restarted(reason)
-            await asyncio.sleep(self._respawns.delay())
-            if self._stopping:
-                return
+            if not woken:
+                loop = self._respawns.exited(reason)
+                if loop is not None:
+                    health.crash_looping(loop, self._context.config.restart_window_seconds)
+                    log.error("upstream_crash_loop", session=self._context.label, reason=loop)
+                    self._report_closed(loop)
+                    return
+                health.restarts += 1
+                on_restarted(reason)
+                await asyncio.sleep(self._respawns.delay())
+                if self._stopping:
+                    return
             try:
                 await self._spawn()
                 await self._reinitialize()
@@ -289,8 +310,10 @@ class StdioUpstream:
                 if self._proc is not None and self._proc.returncode is None:
                     self._signal_group(self._proc.pid, signal.SIGKILL)
                     await asyncio.shield(self._exited)
+                woken = False
                 continue
-            log.info("upstream_restarted", session=self._context.label, pid=self.pid)
+            event = "upstream_idle_restarted" if woken else "upstream_restarted"
+            log.info(event, session=self._context.label, pid=self.pid)
             self._writer = asyncio.create_task(
                 self._write_stdin(), name=f"stdin-{self._context.label}"
             )
@@ -308,7 +331,8 @@ class StdioUpstream:
 
     async def _ask_restarted(self, method: str, params: dict[str, Any], timeout: float) -> Message:
         """A request of the proxy's own to the restarted server; its answer is kept here."""
-        request_id = f"{_REINIT_ID}{self._respawns.count}"
+        self._reinits += 1
+        request_id = f"{_REINIT_ID}{self._reinits}"
         answer: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._reinit = (request_id, answer)
         try:
@@ -396,18 +420,79 @@ class StdioUpstream:
             self._context.health.failing(f"MCP server {reason}")
         self._context.on_closed(reason)
 
+    # ------------------------------------------------------------------ idle stop
+    def stop_idle(self) -> None:
+        """Stop the process for idleness (``upstream.stop_idle_seconds``): the session
+        stays, and the next message :meth:`send` takes starts the process again."""
+        if self._stopping or self._idle_stop is not None:
+            return
+        self._idle_stop = asyncio.create_task(
+            self._stop_idle(), name=f"idle-stop-{self._context.label}"
+        )
+
+    @property
+    def stopped_idle(self) -> bool:
+        """Its process is stopped for idleness, or being stopped, and not started again."""
+        return self._idle_stop is not None and not self._waking
+
+    async def _stop_idle(self) -> None:
+        respawner = self._respawner
+        if respawner is not None and not respawner.done():  # a restart after a crash
+            respawner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await respawner
+        proc, lineage, writer = self._proc, self._lineage, self._writer
+        if proc is None or lineage is None:
+            return
+        self._idle_stopping = True
+        try:
+            await asyncio.to_thread(lineage.scan)  # its tree, before the leader's exit
+            if writer is not None:  # what is queued from now on waits for the next process
+                writer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await writer
+            if proc.stdin is not None:
+                with contextlib.suppress(Exception):
+                    proc.stdin.close()  # the polite request
+            await self._end_process(proc, lineage)
+        finally:
+            self._idle_stopping = False
+        self._asleep = True
+        log.info("upstream_idle_stopped", session=self._context.label, pid=proc.pid)
+
+    async def _wake(self) -> None:
+        """Start the process stopped for idleness again, re-initialized as after a crash
+        (:meth:`_respawn`), once its stop is over."""
+        idle_stop = self._idle_stop
+        assert idle_stop is not None
+        try:
+            await asyncio.shield(idle_stop)
+            self._asleep = False
+            if not self._stopping:
+                await self._respawn("stopped idle", woken=True)
+        finally:
+            self._idle_stop = None
+            self._waking = False
+
+    # ------------------------------------------------------------------ stop
     async def stop(self) -> None:
         """Stop the child's whole process group: TERM, then KILL after the grace."""
         self._stopping = True
+        if self._idle_stop is not None:
+            await asyncio.shield(self._idle_stop)
         if self._respawner is not None and not self._respawner.done():
             self._respawner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._respawner
         proc, lineage = self._proc, self._lineage
-        if proc is None or lineage is None:
+        if proc is None or lineage is None or self._asleep:
             return
         await asyncio.to_thread(lineage.scan)  # its tree, before the leader's exit breaks it
         self._outbox.put_nowait(None)  # the writer closes stdin: the polite request
+        await self._end_process(proc, lineage)
+
+    async def _end_process(self, proc: asyncio.subprocess.Process, lineage: Lineage) -> None:
+        """Its stdin is closed (or being closed): wait, TERM, wait the grace, KILL, reap."""
         grace = self._context.config.stop_grace_seconds
         exited = self._exited
         # MCP stdio §Shutdown: close stdin, then SIGTERM, then SIGKILL.
