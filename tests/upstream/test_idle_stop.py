@@ -1,0 +1,168 @@
+"""Sessions nobody closes cost nothing for long (issue 20, item 5): with
+``upstream.stop_idle_seconds`` an idle session's stdio process is stopped, the session and
+its streams kept; its next request starts the process again, re-initialized with the
+client's own ``initialize`` (the respawn's machinery). A real proxy in front of the idle
+fixture (``tests/fixtures/idle_server.py``: the legacy fixture plus ``whoami``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from proxy.core.sse import SSEDecoder
+from tests.downstream.sse_client import RawSession, messages, read_events
+from tests.support import (
+    ROOT,
+    RunningProxy,
+    alive,
+    descendants,
+    eventually,
+    log_events,
+    run_proxy,
+    run_proxy_on,
+    tool_call,
+)
+
+IDLE_FIXTURE = [sys.executable, str(ROOT / "tests" / "fixtures" / "idle_server.py")]
+IDLE_S = 0.5  # short: the tests wait on conditions, never on this
+QUICK_STOP = {"stop_idle_seconds": IDLE_S, "stop_grace_seconds": 1}
+
+
+async def whoami(client: RawSession, rid: int) -> tuple[dict[str, Any], str]:
+    """What the session's server process says it is, and the id of the stream's priming
+    event (2025-11-25: an id before any message), to resume after."""
+    events = await client.request(rid, "tools/call", tool_call(rid, "whoami", {})["params"])
+    answer = next(m for m in messages(events) if m.get("id") == rid)
+    primed = events[0].id
+    assert primed is not None and not events[0].data
+    return json.loads(answer["result"]["content"][0]["text"]), primed
+
+
+async def status(http: aiohttp.ClientSession, proxy: RunningProxy) -> dict[str, Any]:
+    async with http.get(proxy.base + "/status.json") as resp:
+        body: dict[str, Any] = await resp.json()
+        return body
+
+
+def servers_of(proxy: RunningProxy) -> set[int]:
+    """The live processes under the proxy: its server processes."""
+    return descendants(proxy.process.pid)
+
+
+async def test_idle_sessions_lose_their_processes_then_a_call_starts_one_again(
+    tmp_path: Path,
+) -> None:
+    sessions = 3
+    async with (
+        run_proxy(tmp_path, IDLE_FIXTURE, upstream=QUICK_STOP) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        clients, first = [], []
+        for _ in range(sessions):  # short sessions that never send DELETE
+            client = RawSession(http, proxy.url)
+            await client.initialize()
+            first.append(await whoami(client, 2))
+            clients.append(client)
+        await eventually(lambda: not servers_of(proxy), what="every server process stopped")
+        page = await status(http, proxy)
+        assert page["sessions_total"] == sessions
+        assert all(s["stopped_idle"] and s["upstream_pid"] is None for s in page["sessions"])
+
+        # The session's stored stream is still readable, without a process.
+        (before, primed) = first[0]
+        resume = clients[0].headers(**{"Last-Event-ID": primed})
+        async with http.get(proxy.url, headers=resume) as resp:
+            assert resp.status == 200, await resp.text()
+            (replayed,) = messages(await read_events(resp))
+        assert json.loads(replayed["result"]["content"][0]["text"]) == before
+
+        # The next call starts the process again: a new pid, initialized by the client's
+        # own initialize (the SDK server answers nothing before it).
+        after, _ = await whoami(clients[0], 3)
+        assert after["pid"] != before["pid"] and alive(after["pid"])
+        assert after["client"] == before["client"] == "raw"
+        assert after["protocolVersion"] == before["protocolVersion"]
+        assert servers_of(proxy) == {after["pid"]}
+        page = await status(http, proxy)
+        woken = next(s for s in page["sessions"] if s["upstream_pid"] == after["pid"])
+        assert not woken["stopped_idle"]
+        async with http.get(proxy.base + "/metrics") as resp:
+            metrics = await resp.text()
+        log = proxy.log_text()
+    assert 'mcp_resume_proxy_upstream_idle_stops_total{upstream="default"} 3.0' in metrics
+    assert 'upstream_starts_total{for="idle_restart",upstream="default"} 1.0' in metrics
+    assert len(log_events(log, "upstream_idle_stopped")) == sessions
+    assert [e["pid"] for e in log_events(log, "upstream_idle_restarted")] == [after["pid"]]
+    assert log_events(log, "upstream_restarted") == []  # not a crash: nothing failed
+
+
+async def test_a_request_in_flight_keeps_its_process_however_long(tmp_path: Path) -> None:
+    steps, delay = 8, 0.25  # a call four times as long as the idle time
+    async with (
+        run_proxy(tmp_path, IDLE_FIXTURE, upstream=QUICK_STOP) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        client = RawSession(http, proxy.url)
+        await client.initialize()
+        body = tool_call(2, "slow", {"steps": steps, "delay": delay}, "p")
+        resp = await http.post(proxy.url, json=body, headers=client.headers())
+        decoder, progress = SSEDecoder(), None
+        async for chunk in resp.content.iter_any():  # the first progress, then hang up
+            progress = next((e.id for e in decoder.feed(chunk) if "progress" in e.data), None)
+            if progress is not None:
+                break
+        resp.close()
+        assert progress is not None
+        (pid,) = servers_of(proxy)
+
+        async def finished() -> bool:
+            page = await status(http, proxy)
+            (session,) = page["sessions"]
+            assert not session["stopped_idle"], "stopped with a request in flight"
+            return all(s["state"] == "completed" for s in session["streams"] if s["id"])
+
+        await eventually(finished, what="the call done, its client away")
+        resumed = client.headers(**{"Last-Event-ID": progress})
+        async with http.get(proxy.url, headers=resumed) as resp:
+            assert resp.status == 200, await resp.text()
+            rest = messages(await read_events(resp))
+        assert rest[-1]["result"]["content"][0]["text"] == f"done {steps}"
+        stopped = log_events(proxy.log_text(), "upstream_idle_stopped")
+        assert [e["pid"] for e in stopped] in ([], [pid])
+        # Idle now: stopped like any other.
+        await eventually(lambda: not servers_of(proxy), what="the process stopped after it")
+
+
+async def test_only_the_servers_with_the_setting_stop_their_processes(tmp_path: Path) -> None:
+    """``upstream.stop_idle_seconds`` is a default for every server; a server sets its own
+    (null: never). The session without it, idle as long, keeps its process."""
+    config = {
+        "listen": {"host": "127.0.0.1", "port": 0},
+        "upstream": QUICK_STOP,
+        "servers": {
+            "keeps": {"command": IDLE_FIXTURE, "stop_idle_seconds": None},
+            "stops": {"command": IDLE_FIXTURE},
+        },
+        "log": {"format": "json", "level": "debug"},
+    }
+    async with run_proxy_on(tmp_path, config) as proxy, aiohttp.ClientSession() as http:
+        kept = RawSession(http, proxy.base + "/servers/keeps/mcp")
+        await kept.initialize()  # idle first: longer than the other
+        (kept_pid,) = servers_of(proxy)
+        stops = RawSession(http, proxy.base + "/servers/stops/mcp")
+        await stops.initialize()
+        await eventually(
+            lambda: len(log_events(proxy.log_text(), "upstream_idle_stopped")) == 1,
+            what="the session of 'stops' idle-stopped",
+        )
+        assert servers_of(proxy) == {kept_pid}
+        page = await status(http, proxy)
+        by_server = {s["upstream"]: s for s in page["sessions"]}
+        assert by_server["stops"]["stopped_idle"] and not by_server["keeps"]["stopped_idle"]
+        assert by_server["keeps"]["upstream_pid"] == kept_pid
+        answer, _ = await whoami(kept, 2)
+        assert answer["pid"] == kept_pid
