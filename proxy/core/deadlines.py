@@ -17,7 +17,7 @@ carries out *what* is due, per stream and then for the session:
 from __future__ import annotations
 
 from proxy.core.delivery import Delivery
-from proxy.core.events import CloseClient, Command, LogNote, StopIdleUpstream
+from proxy.core.events import CloseClient, Command, LogNote
 from proxy.core.lifetime import Lifetime
 from proxy.core.resume import Resumer
 from proxy.core.schedule import Schedule
@@ -58,7 +58,7 @@ class Deadlines:
             schedule.upstream_stopped = True
             after = self._settings.upstream_idle_stop
             assert after is not None  # else nothing is ever due
-            out.append(StopIdleUpstream(after))
+            self._lifetime.stop_upstream_idle(after, out)
 
     def _stream_due(
         self, schedule: Schedule, stream: StreamSlot, now: float, out: list[Command]

@@ -8,6 +8,8 @@ way of getting there:
 - the server exits (``UpstreamClosed``): every request in flight gets an error, then close;
 - the server is restarted (``UpstreamRestarted``): the requests in flight get an error,
   and the server's own requests are forgotten; the session goes on;
+- the server's process is stopped for idleness (``upstream_idle_stop``): nothing is in
+  flight; the server's own requests are forgotten as on a restart; the session goes on;
 - the proxy stops (``ProxyShutdown``): every request in flight gets an error, logged
   before its stream's connection is closed, then the session ends and its streams stay
   in a durable store;
@@ -25,7 +27,14 @@ from typing import Any, Protocol
 
 from proxy.core.delivery import Delivery
 from proxy.core.errors import LostReason, error_message, lost_answer
-from proxy.core.events import CloseClient, Command, ForgetSession, LogNote, StopUpstream
+from proxy.core.events import (
+    CloseClient,
+    Command,
+    ForgetSession,
+    LogNote,
+    StopIdleUpstream,
+    StopUpstream,
+)
 from proxy.core.idmap import IdMap
 from proxy.core.protocol import SERVER_ERROR
 from proxy.core.session_state import STANDALONE, StreamTable
@@ -71,6 +80,14 @@ class Lifetime:
         out.append(LogNote("upstream_restarting", {"reason": reason}))
         self.fail_in_flight(f"MCP server restarted: {reason}", LostReason.UPSTREAM_RESTARTED, out)
         self._ids.drop_server_requests()  # its questions died with it
+
+    def stop_upstream_idle(self, idle_seconds: float, out: list[Command]) -> None:
+        """The session is idle: its server's process stops, the session stays. Questions
+        the server asked are void with it (a late answer is dropped, as after a restart)."""
+        if self.closed:
+            return
+        self._ids.drop_server_requests()
+        out.append(StopIdleUpstream(idle_seconds))
 
     def fail_in_flight(self, message: str, reason: LostReason | None, out: list[Command]) -> None:
         """Answer every request in flight in the server's place (-32000, ``data.reason``

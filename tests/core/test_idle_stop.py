@@ -4,9 +4,26 @@ idling, and that the next message for the upstream counts as activity again."""
 
 from __future__ import annotations
 
-from proxy.core.events import ClientDetached, ForgetSession, StopIdleUpstream, StopUpstream, WakeAt
+from proxy.core.events import (
+    ClientDetached,
+    ForgetSession,
+    LogNote,
+    StopIdleUpstream,
+    StopUpstream,
+    WakeAt,
+)
 from proxy.core.session import SessionSettings
-from tests.core.playbook import Playbook, call, note, ok, slow, up
+from tests.core.playbook import (
+    Playbook,
+    call,
+    note,
+    ok,
+    payloads,
+    req,
+    slow,
+    up,
+    upstream_sent,
+)
 
 IDLE = SessionSettings(upstream_idle_stop=30, idle_timeout=600)
 
@@ -69,3 +86,24 @@ def test_without_the_setting_the_process_runs_until_the_session_ends() -> None:
     assert pb.tick(599) == [WakeAt(1600.0)]
     assert not pb.session.upstream_stopped
     assert pb.tick(1) == [StopUpstream("idle timeout"), ForgetSession("idle timeout")]
+
+
+def test_a_question_the_stopped_server_asked_is_void() -> None:
+    """The server asked on the standalone stream; its process is stopped before the
+    answer came: the late answer is not sent to the new process, which never asked."""
+    pb = Playbook(settings=IDLE)
+    pb.initialize()
+    pb.upstream(req(50, "roots/list"))  # logged on the standalone stream
+    standalone = pb.conn()
+    (asked,) = payloads(pb.get(standalone), standalone)
+    pb.feed(ClientDetached(standalone))  # idle from 1000 (the clock did not move)
+    assert pb.tick(30)[0] == StopIdleUpstream(30)
+    out = pb.post(pb.conn(), ok(asked["id"], {"roots": []}))
+    assert LogNote("client_response_unmatched", {"response_id": asked["id"]}) in out
+    assert upstream_sent(out) == []
+
+
+def test_a_stop_time_past_the_idle_timeout_changes_nothing() -> None:
+    pb = Playbook(settings=SessionSettings(upstream_idle_stop=600, idle_timeout=600))
+    pb.initialize()
+    assert pb.tick(600) == [StopUpstream("idle timeout"), ForgetSession("idle timeout")]

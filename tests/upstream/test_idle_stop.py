@@ -166,3 +166,34 @@ async def test_only_the_servers_with_the_setting_stop_their_processes(tmp_path: 
         assert by_server["keeps"]["upstream_pid"] == kept_pid
         answer, _ = await whoami(kept, 2)
         assert answer["pid"] == kept_pid
+
+
+async def test_a_process_that_fails_to_start_again_is_an_exit_like_any_other(
+    tmp_path: Path,
+) -> None:
+    """The command works once, then exits at start: the request that woke it gets
+    ``upstream_restarted``, and the next failed start is a crash loop that ends the
+    session (upstream.restart_max: 1)."""
+    once = tmp_path / "started"
+    fixture = " ".join(IDLE_FIXTURE)
+    command = ["sh", "-c", f"test -e {once} && exit 7; touch {once}; exec {fixture}"]
+    upstream = {**QUICK_STOP, "restart_max": 1}
+    async with (
+        run_proxy(tmp_path, command, upstream=upstream) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        client = RawSession(http, proxy.url)
+        await client.initialize()
+        await eventually(lambda: not servers_of(proxy), what="the process stopped, idle")
+        echo = tool_call(2, "echo", {"text": "x"})["params"]
+        events = await client.request(2, "tools/call", echo)
+        (answer,) = [m for m in messages(events) if m.get("id") == 2]
+        assert answer["error"]["data"]["reason"] == "upstream_restarted", answer
+
+        async def ended() -> bool:
+            body = tool_call(3, "echo", {"text": "y"})
+            async with http.post(proxy.url, json=body, headers=client.headers()) as resp:
+                return resp.status == 404
+
+        await eventually(ended, what="the session ended by the crash loop")
+        assert log_events(proxy.log_text(), "upstream_crash_loop")
