@@ -18,10 +18,8 @@ answered to the server with that same error (it must not wait forever either); a
 over-long notification is only logged (``upstream_message_too_large``, size and limit,
 never content).
 
-An idle session's process may be stopped while the session stays
-(``upstream.stop_idle_seconds``, :meth:`StdioUpstream.stop_idle`); the next message for it
-starts the process again through the respawn's own start and re-initialization (the
-client's ``initialize``, then ``notifications/initialized``), and then goes to it.
+An idle session's process may be stopped while the session stays, and started again by
+its next message (``upstream.stop_idle_seconds``, :mod:`proxy.upstream.stdio_idle`).
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ from proxy.upstream.handshake import ClientHandshake, initialize
 from proxy.upstream.lineage import TAG_VARIABLE, Lineage
 from proxy.upstream.overlong import OverlongLine, outline, read_line
 from proxy.upstream.respawn import Respawns
+from proxy.upstream.stdio_idle import IdleStop
 from proxy.upstream.subreaper import REAPER
 
 _LINES_PER_TURN = 256
@@ -71,7 +70,7 @@ class _ExitWatchingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
             self._exited.set_result(None)
 
 
-class StdioUpstream:
+class StdioUpstream(IdleStop):
     """Owns one child process and the tasks that read and write its pipes."""
 
     def __init__(self, context: UpstreamContext) -> None:
@@ -97,12 +96,7 @@ class StdioUpstream:
         self._reinit: tuple[str, asyncio.Future[Message]] | None = None
         self._reinits = 0  # the proxy's own initialize requests: each gets its own id
         self._lineage: Lineage | None = None
-        # Stopped for idleness (upstream.stop_idle_seconds): the session stays; the next
-        # message starts the process again. ``_idle_stop`` runs while it is being stopped.
-        self._idle_stop: asyncio.Task[None] | None = None
-        self._idle_stopping = False  # its exit now is the idle stop's, not a crash
-        self._asleep = False  # stopped, and no start begun since
-        self._waking = False  # a message came: the process is started again (_wake)
+        IdleStop.__init__(self)  # upstream.stop_idle_seconds: stopped while the session stays
 
     @property
     def pid(self) -> int | None:
@@ -180,9 +174,7 @@ class StdioUpstream:
         if not self._stopping:
             self.pending_bytes += len(payload) + 1
             self._outbox.put_nowait(payload)
-            if self._idle_stop is not None and not self._waking:
-                self._waking = True
-                self._respawner = asyncio.create_task(self._wake())
+            self._wake_for_message()
 
     @property
     def _ready(self) -> bool:
@@ -419,60 +411,6 @@ class StdioUpstream:
             log.warning("upstream_exited", session=self._context.label, reason=reason)
             self._context.health.failing(f"MCP server {reason}")
         self._context.on_closed(reason)
-
-    # ------------------------------------------------------------------ idle stop
-    def stop_idle(self) -> None:
-        """Stop the process for idleness (``upstream.stop_idle_seconds``): the session
-        stays, and the next message :meth:`send` takes starts the process again."""
-        if self._stopping or self._idle_stop is not None:
-            return
-        self._idle_stop = asyncio.create_task(
-            self._stop_idle(), name=f"idle-stop-{self._context.label}"
-        )
-
-    @property
-    def stopped_idle(self) -> bool:
-        """Its process is stopped for idleness, or being stopped, and not started again."""
-        return self._idle_stop is not None and not self._waking
-
-    async def _stop_idle(self) -> None:
-        respawner = self._respawner
-        if respawner is not None and not respawner.done():  # a restart after a crash
-            respawner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await respawner
-        proc, lineage, writer = self._proc, self._lineage, self._writer
-        if proc is None or lineage is None:
-            return
-        self._idle_stopping = True
-        try:
-            await asyncio.to_thread(lineage.scan)  # its tree, before the leader's exit
-            if writer is not None:  # what is queued from now on waits for the next process
-                writer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await writer
-            if proc.stdin is not None:
-                with contextlib.suppress(Exception):
-                    proc.stdin.close()  # the polite request
-            await self._end_process(proc, lineage)
-        finally:
-            self._idle_stopping = False
-        self._asleep = True
-        log.info("upstream_idle_stopped", session=self._context.label, pid=proc.pid)
-
-    async def _wake(self) -> None:
-        """Start the process stopped for idleness again, re-initialized as after a crash
-        (:meth:`_respawn`), once its stop is over."""
-        idle_stop = self._idle_stop
-        assert idle_stop is not None
-        try:
-            await asyncio.shield(idle_stop)
-            self._asleep = False
-            if not self._stopping:
-                await self._respawn("stopped idle", woken=True)
-        finally:
-            self._idle_stop = None
-            self._waking = False
 
     # ------------------------------------------------------------------ stop
     async def stop(self) -> None:
