@@ -79,4 +79,4 @@ async def test_inspector_calls_leave_no_process_once_idle_and_the_next_call_work
         result = await inspector_call(proxy.url, "whoami")
         assert json.loads(result["content"][0]["text"])["client"] == "inspector-cli"
         stopped = log_events(proxy.log_text(), "upstream_idle_stopped")
-    assert sorted(e["pid"] for e in stopped) == sorted(pids)
+    assert {e["pid"] for e in stopped} >= set(pids)  # the last call's may be stopped too

@@ -80,19 +80,26 @@ async def test_idle_sessions_lose_their_processes_then_a_call_starts_one_again(
             (replayed,) = messages(await read_events(resp))
         assert json.loads(replayed["result"]["content"][0]["text"]) == before
 
-        # The next call starts the process again: a new pid, initialized by the client's
-        # own initialize (the SDK server answers nothing before it).
-        after, _ = await whoami(clients[0], 3)
-        assert after["pid"] != before["pid"] and alive(after["pid"])
-        assert after["client"] == before["client"] == "raw"
-        assert after["protocolVersion"] == before["protocolVersion"]
-        assert servers_of(proxy) == {after["pid"]}
-        page = await status(http, proxy)
-        woken = next(s for s in page["sessions"] if s["upstream_pid"] == after["pid"])
-        assert not woken["stopped_idle"]
-        async with http.get(proxy.base + "/metrics") as resp:
-            metrics = await resp.text()
-        log = proxy.log_text()
+        # An open GET stream keeps the session from idling (and starts nothing by itself),
+        # so that what follows is not stopped again under the test.
+        standalone = await http.get(proxy.url, headers=clients[0].headers())
+        assert standalone.status == 200, await standalone.text()
+        try:
+            # The next call starts the process again: a new pid, initialized by the
+            # client's own initialize (the SDK server answers nothing before it).
+            after, _ = await whoami(clients[0], 3)
+            assert after["pid"] != before["pid"] and alive(after["pid"])
+            assert after["client"] == before["client"] == "raw"
+            assert after["protocolVersion"] == before["protocolVersion"]
+            assert servers_of(proxy) == {after["pid"]}
+            page = await status(http, proxy)
+            woken = next(s for s in page["sessions"] if s["upstream_pid"] == after["pid"])
+            assert not woken["stopped_idle"]
+            async with http.get(proxy.base + "/metrics") as resp:
+                metrics = await resp.text()
+            log = proxy.log_text()
+        finally:
+            standalone.close()
     assert 'mcp_resume_proxy_upstream_idle_stops_total{upstream="default"} 3.0' in metrics
     assert 'upstream_starts_total{for="idle_restart",upstream="default"} 1.0' in metrics
     assert len(log_events(log, "upstream_idle_stopped")) == sessions
@@ -122,8 +129,10 @@ async def test_a_request_in_flight_keeps_its_process_however_long(tmp_path: Path
         async def finished() -> bool:
             page = await status(http, proxy)
             (session,) = page["sessions"]
+            if all(s["state"] == "completed" for s in session["streams"] if s["id"]):
+                return True  # idle from now on: its process may be stopped
             assert not session["stopped_idle"], "stopped with a request in flight"
-            return all(s["state"] == "completed" for s in session["streams"] if s["id"])
+            return False
 
         await eventually(finished, what="the call done, its client away")
         resumed = client.headers(**{"Last-Event-ID": progress})
