@@ -302,6 +302,9 @@ class StdioUpstream(IdleStop):
                 if self._proc is not None and self._proc.returncode is None:
                     self._signal_group(self._proc.pid, signal.SIGKILL)
                     await asyncio.shield(self._exited)
+                if woken and not self._may_respawn():  # upstream.restart: false
+                    self._report_closed(reason)
+                    return
                 woken = False
                 continue
             event = "upstream_idle_restarted" if woken else "upstream_restarted"
