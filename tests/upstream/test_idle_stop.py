@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession, messages, read_events
@@ -177,16 +178,18 @@ async def test_only_the_servers_with_the_setting_stop_their_processes(tmp_path: 
         assert answer["pid"] == kept_pid
 
 
+@pytest.mark.parametrize("restart", [True, False], ids=["restart", "no-restart"])
 async def test_a_process_that_fails_to_start_again_is_an_exit_like_any_other(
-    tmp_path: Path,
+    tmp_path: Path, restart: bool
 ) -> None:
-    """The command works once, then exits at start: the request that woke it gets
-    ``upstream_restarted``, and the next failed start is a crash loop that ends the
-    session (upstream.restart_max: 1)."""
+    """The command works once, then exits at start. With ``upstream.restart`` (and
+    ``restart_max: 1``) the request that woke it gets ``upstream_restarted`` and the next
+    failed start is a crash loop that ends the session; without, the session ends at once
+    and the request gets "MCP server gone"."""
     once = tmp_path / "started"
     fixture = " ".join(IDLE_FIXTURE)
     command = ["sh", "-c", f"test -e {once} && exit 7; touch {once}; exec {fixture}"]
-    upstream = {**QUICK_STOP, "restart_max": 1}
+    upstream = {**QUICK_STOP, "restart_max": 1, "restart": restart}
     async with (
         run_proxy(tmp_path, command, upstream=upstream) as proxy,
         aiohttp.ClientSession() as http,
@@ -197,12 +200,15 @@ async def test_a_process_that_fails_to_start_again_is_an_exit_like_any_other(
         echo = tool_call(2, "echo", {"text": "x"})["params"]
         events = await client.request(2, "tools/call", echo)
         (answer,) = [m for m in messages(events) if m.get("id") == 2]
-        assert answer["error"]["data"]["reason"] == "upstream_restarted", answer
+        if restart:
+            assert answer["error"]["data"]["reason"] == "upstream_restarted", answer
+        else:
+            assert answer["error"]["message"].startswith("MCP server gone"), answer
 
         async def ended() -> bool:
             body = tool_call(3, "echo", {"text": "y"})
             async with http.post(proxy.url, json=body, headers=client.headers()) as resp:
                 return resp.status == 404
 
-        await eventually(ended, what="the session ended by the crash loop")
-        assert log_events(proxy.log_text(), "upstream_crash_loop")
+        await eventually(ended, what="the session ended")
+        assert bool(log_events(proxy.log_text(), "upstream_crash_loop")) is restart
