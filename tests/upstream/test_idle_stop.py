@@ -72,6 +72,8 @@ async def test_idle_sessions_lose_their_processes_then_a_call_starts_one_again(
         page = await status(http, proxy)
         assert page["sessions_total"] == sessions
         assert all(s["stopped_idle"] and s["upstream_pid"] is None for s in page["sessions"])
+        async with http.get(proxy.base + "/status") as resp:
+            assert (await resp.text()).count("process stopped (idle)") == sessions
 
         # The session's stored stream is still readable, without a process.
         (before, primed) = first[0]
