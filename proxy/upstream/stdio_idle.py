@@ -55,11 +55,20 @@ class IdleStop:
 
     def stop_idle(self) -> None:
         """Stop the process for idleness (``upstream.stop_idle_seconds``): the session
-        stays, and the next message :meth:`send` takes starts the process again."""
-        if self._stopping or self._idle_stop is not None:
+        stays, and the next message :meth:`send` takes starts the process again.
+
+        Before any ``await``: the writer stops taking messages (what is sent from now on
+        waits for the next process, never goes to this one) and a restart under way
+        (after a crash) is called off; from here on an exit is not a crash."""
+        if self._stopping or self._idle_stop is not None or self._proc is None:
             return
+        restart, writer = self._respawner, self._writer
+        for task in (restart, writer):
+            if task is not None:
+                task.cancel()
+        self._idle_stopping = True
         self._idle_stop = asyncio.create_task(
-            self._stop_idle(), name=f"idle-stop-{self._context.label}"
+            self._stop_idle(restart, writer), name=f"idle-stop-{self._context.label}"
         )
 
     @property
@@ -67,22 +76,17 @@ class IdleStop:
         """Its process is stopped for idleness, or being stopped, and not started again."""
         return self._idle_stop is not None and not self._waking
 
-    async def _stop_idle(self) -> None:
-        respawner = self._respawner
-        if respawner is not None and not respawner.done():  # a restart after a crash
-            respawner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await respawner
-        proc, lineage, writer = self._proc, self._lineage, self._writer
-        if proc is None or lineage is None:
-            return
-        self._idle_stopping = True
+    async def _stop_idle(
+        self, restart: asyncio.Task[None] | None, writer: asyncio.Task[None] | None
+    ) -> None:
         try:
+            for task in (restart, writer):
+                if task is not None:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            proc, lineage = self._proc, self._lineage
+            assert proc is not None and lineage is not None
             await asyncio.to_thread(lineage.scan)  # its tree, before the leader's exit
-            if writer is not None:  # what is queued from now on waits for the next process
-                writer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await writer
             if proc.stdin is not None:
                 with contextlib.suppress(Exception):
                     proc.stdin.close()  # the polite request

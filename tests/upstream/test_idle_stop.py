@@ -6,6 +6,7 @@ fixture (``tests/fixtures/idle_server.py``: the legacy fixture plus ``whoami``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,13 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.config import UpstreamConfig
+from proxy.core import jsonrpc
+from proxy.core.handshake import HandshakeStep
+from proxy.core.jsonrpc import Message
 from proxy.core.sse import SSEDecoder
+from proxy.upstream.base import UpstreamContext
+from proxy.upstream.stdio import StdioUpstream
 from tests.downstream.sse_client import RawSession, messages, read_events
 from tests.support import (
     ROOT,
@@ -22,6 +29,7 @@ from tests.support import (
     alive,
     descendants,
     eventually,
+    initialize_request,
     log_events,
     run_proxy,
     run_proxy_on,
@@ -214,3 +222,45 @@ async def test_a_process_that_fails_to_start_again_is_an_exit_like_any_other(
 
         await eventually(ended, what="the session ended")
         assert bool(log_events(proxy.log_text(), "upstream_crash_loop")) is restart
+
+
+async def test_a_message_sent_as_the_stop_begins_waits_for_the_next_process() -> None:
+    """The transport alone: a request queued right after ``stop_idle`` (before the stop
+    has run at all) never goes to the process being stopped; it is answered by the next
+    one, which got the client's initialize first, and nothing counts as a crash."""
+    got: asyncio.Queue[Message] = asyncio.Queue()
+    restarted: list[str] = []
+    up = StdioUpstream(
+        UpstreamContext(
+            UpstreamConfig(command=IDLE_FIXTURE, stop_grace_seconds=1),
+            "idle-transport-session",
+            on_message=lambda msg, origin: got.put_nowait(msg),
+            on_closed=lambda reason: None,
+            on_restarted=restarted.append,
+        )
+    )
+
+    async def answer(rid: int) -> dict[str, Any]:
+        msg = await asyncio.wait_for(got.get(), 30)
+        assert msg.id == rid, msg.raw
+        return msg.raw
+
+    def send(message: dict[str, Any], step: HandshakeStep | None = None) -> None:
+        up.send(jsonrpc.encode(message), step)
+
+    await up.start()
+    try:
+        init = initialize_request(1, client="direct")
+        send(init, HandshakeStep.INITIALIZE)
+        await answer(1)
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"}, HandshakeStep.INITIALIZED)
+        send(tool_call(2, "whoami", {}))
+        first = json.loads((await answer(2))["result"]["content"][0]["text"])
+
+        up.stop_idle()
+        send(tool_call(3, "whoami", {}))
+        second = json.loads((await answer(3))["result"]["content"][0]["text"])
+        assert second["pid"] != first["pid"] and second["client"] == "direct"
+        assert not alive(first["pid"]) and restarted == []
+    finally:
+        await up.stop()
