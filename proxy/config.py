@@ -10,22 +10,21 @@ from :class:`~proxy.core.session.SessionSettings`, so the two cannot disagree.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
-import yaml
-
-from proxy.config_auth import AuthConfig, check_auth
-from proxy.config_import import KEY, from_mcp_servers, is_mcp_servers
+from proxy.config_auth import AuthConfig
+from proxy.config_checks import RULES, check_server, check_upstream
+from proxy.config_file import read_config_file
+from proxy.config_import import KEY, file_key_path, from_mcp_servers, is_mcp_servers
 from proxy.config_rules import (  # re-exported: the schema's users import them from here
     Bound,
     ConfigError,
     NonNegative,
     OneOf,
     Positive,
+    Problems,
     build,
     interpolate,
     interpolated,
@@ -33,7 +32,7 @@ from proxy.config_rules import (  # re-exported: the schema's users import them 
 from proxy.core.httprules import LOCAL_HOSTNAMES
 from proxy.core.session import SessionSettings
 
-__all__ = ["Bound", "ConfigError", "OneOf", "interpolate"]
+__all__ = ["Bound", "ConfigError", "OneOf", "Problems", "interpolate"]
 
 
 DRAIN_SECONDS_MAX = 3600.0  # listen.drain_seconds (and MCP_RESUME_PROXY_DRAIN_SECONDS)
@@ -332,11 +331,9 @@ class Config:
 
 
 DEFAULT_SERVER = "default"
-SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_RESERVED_PATHS = ("/ws", "/healthz", "/metrics", "/readyz", "/status", "/status.json")
 
 
-def _with_defaults(data: Any) -> Any:
+def _with_defaults(data: Any, problems: Problems) -> Any:
     """Each server's section on top of ``upstream:``, which holds defaults for them."""
     if not isinstance(data, dict) or not data.get("servers"):
         return data
@@ -346,10 +343,11 @@ def _with_defaults(data: Any) -> Any:
     if isinstance(defaults, dict):
         for key in ("command", "url"):
             if defaults.get(key):
-                raise ConfigError(
+                problems.error(
                     f"upstream.{key}: with servers set, upstream holds only defaults for "
                     f"them; put the {key} under servers.NAME"
                 )
+        defaults = {k: v for k, v in defaults.items() if k not in ("command", "url")}
     else:
         defaults = {}
     merged = {
@@ -359,92 +357,57 @@ def _with_defaults(data: Any) -> Any:
     return {**data, "servers": merged}
 
 
-def _check_store(store: StoreConfig) -> None:
-    """A Redis namespace holds no hash tag (the store's own keys do: docs/stores.md); a
-    Redis Cluster is reached over TCP and has only database 0."""
-    if "{" in store.namespace or "}" in store.namespace or not store.namespace:
-        raise ConfigError(f"store.namespace: non-empty, without braces: {store.namespace!r}")
-    if store.kind == "redis" and store.cluster:
-        url = urlsplit(store.url)
-        if url.scheme not in ("redis", "rediss") or not url.hostname:
-            raise ConfigError(
-                f"store.url: with store.cluster, a redis:// or rediss:// URL naming a node "
-                f"(host and port), got {store.url!r}"
-            )
-        if url.path.strip("/") not in ("", "0"):
-            raise ConfigError(f"store.url: a Redis Cluster has only database 0, got {url.path!r}")
-
-
 def config_from_mapping(data: Any) -> Config:
-    config: Config = build("", Config, _with_defaults(data))
-    interval = config.streams.resume_interval
-    if interval.min > interval.max:
-        raise ConfigError(
-            f"streams.resume_interval.min: must not exceed max ({interval.min} > {interval.max})"
-        )
-    if config.streams.token_secret is not None and len(config.streams.token_secret) < 16:
-        raise ConfigError("streams.token_secret: use at least 16 characters")
-    if config.servers:
-        for name, server in config.servers.items():
-            if not SERVER_NAME.fullmatch(name):
-                raise ConfigError(
-                    f"servers.{name}: a server name is 1-64 letters, digits, '_', '.' or "
-                    f"'-', starting with a letter or digit"
-                )
-            _check_upstream(server, f"servers.{name}")
-            if not server.configured:
-                raise ConfigError(f"servers.{name}: give a command (stdio) or a url")
-    else:
-        _check_upstream(config.upstream, "upstream")
-    if not config.listen.path.startswith("/"):
-        raise ConfigError(f"listen.path: must start with '/', got {config.listen.path!r}")
-    _check_store(config.store)
-    check_auth(config.auth)
-    pool = config.modern.pool
-    if pool.max_size < pool.size:
-        raise ConfigError(
-            f"modern.pool.max_size: must be at least modern.pool.size ({pool.max_size} < "
-            f"{pool.size})"
-        )
-    path = config.listen.path
-    if path in _RESERVED_PATHS or path == "/servers" or path.startswith("/servers/"):
-        raise ConfigError(f"listen.path: {path} is taken by the proxy itself")
+    """The config of ``data`` (a file's mapping, interpolated); ``ConfigError`` names
+    every problem, one a message."""
+    problems = Problems()
+    config = collect_config(data, problems)
+    problems.raise_any()
     return config
 
 
-def _check_upstream(up: UpstreamConfig, where: str) -> None:
-    if up.url and up.command:
-        raise ConfigError(f"{where}: give either command (stdio) or url, not both")
-    if up.url is not None:
-        scheme = up.url.partition("://")[0].lower()
-        if scheme not in ("http", "https", "ws", "wss") or "://" not in up.url:
-            raise ConfigError(
-                f"{where}.url: expected an http(s):// or ws(s):// URL, got {up.url!r}"
-            )
-        if up.transport == "stdio":
-            raise ConfigError(f"{where}.transport: stdio needs {where}.command, not a url")
-    elif up.transport not in ("auto", "stdio"):
-        raise ConfigError(f"{where}.transport: {up.transport} needs {where}.url")
+def collect_config(data: Any, problems: Problems) -> Config:
+    """The config of ``data`` with every problem collected in ``problems``: a key that is
+    wrong takes its default, so that each rule still runs and one run names them all."""
+    config: Config = build("", Config, _with_defaults(data, problems), problems)
+    for rule in RULES:
+        with problems.collecting():
+            rule(config)
+    if config.servers:
+        for name, server in config.servers.items():
+            with problems.collecting():
+                check_server(name, server)
+    else:
+        with problems.collecting():
+            check_upstream(config.upstream, "upstream")
+    return config
 
 
 def load_config(path: str | Path) -> Config:
+    """The config of the file ``path``; ``ConfigError`` names every problem in it."""
+    problems = Problems()
+    config = collect_file(path, problems)
+    problems.raise_any()
+    assert config is not None  # else a problem says why
+    return config
+
+
+def collect_file(path: str | Path, problems: Problems) -> Config | None:
+    """The config of the file ``path``, its problems collected in ``problems`` with their
+    key paths as the file has them (``mcpServers.NAME.args[0]``: ``problems.rename`` is
+    set for those found later too); None when the file cannot be read or parsed."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)  # JSON is YAML: an mcpServers file reads the same
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML or JSON: {exc}") from None
-    if is_mcp_servers(data):
-        try:
-            return config_from_mapping(interpolated(from_mcp_servers(data), ""))
-        except ConfigError as exc:  # name the keys as the file has them
-            message = str(exc)
-            if message.startswith("servers."):
-                message = f"{KEY}.{message.removeprefix('servers.')}"
-            raise ConfigError(message) from None
-    return config_from_mapping(interpolated(data, ""))
+        data = read_config_file(path)
+    except ConfigError as exc:
+        problems.add(exc)
+        return None
+    if not is_mcp_servers(data):
+        return collect_config(interpolated(data, "", problems), problems)
+    # Name the keys as the file has them: this proxy's servers.x is its mcpServers.x.
+    entries = data[KEY] if isinstance(data[KEY], dict) else {}
+    problems.rename = lambda message: file_key_path(message, entries)
+    mapping = from_mcp_servers(data, problems)
+    return collect_config(interpolated(mapping, "", problems), problems)
 
 
 def override(config: Config, section: str, **values: Any) -> Config:
