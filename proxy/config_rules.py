@@ -53,14 +53,19 @@ class Problems:
 
     def error(self, message: str) -> None:
         message = self.rename(message)
-        path = key_path(message)
-        if ": " in message and any(_holds(path, key_path(e)) for e in self.errors):
-            return
-        if message not in self.errors:
+        if not self._named(message) and message not in self.errors:
             self.errors.append(message)
 
     def warning(self, message: str) -> None:
-        self.warnings.append(self.rename(message))
+        """What may still work where the proxy runs (``check --strict`` fails on it)."""
+        message = self.rename(message)
+        if not self._named(message):
+            self.warnings.append(message)
+
+    def _named(self, message: str) -> bool:
+        """An error already names this message's key path, or one it holds."""
+        path = key_path(message)
+        return ": " in message and any(_holds(path, key_path(e)) for e in self.errors)
 
     def add(self, exc: ConfigError) -> None:
         for message in exc.messages:
