@@ -10,12 +10,13 @@ from :class:`~proxy.core.session.SessionSettings`, so the two cannot disagree.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
-from proxy.config_auth import AuthConfig
-from proxy.config_checks import RULES, check_server, check_upstream
+from proxy.config_auth import AuthConfig, check_auth
 from proxy.config_file import read_config_file
 from proxy.config_import import KEY, file_key_path, from_mcp_servers, is_mcp_servers
 from proxy.config_rules import (  # re-exported: the schema's users import them from here
@@ -331,6 +332,8 @@ class Config:
 
 
 DEFAULT_SERVER = "default"
+SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_RESERVED_PATHS = ("/ws", "/healthz", "/metrics", "/readyz", "/status", "/status.json")
 
 
 def _with_defaults(data: Any, problems: Problems) -> Any:
@@ -368,19 +371,77 @@ def config_from_mapping(data: Any) -> Config:
 
 def collect_config(data: Any, problems: Problems) -> Config:
     """The config of ``data`` with every problem collected in ``problems``: a key that is
-    wrong takes its default, so that each rule still runs and one run names them all."""
+    wrong takes its default, and each rule between keys runs on its own (a ``with``
+    block each), so that one run names them all."""
     config: Config = build("", Config, _with_defaults(data, problems), problems)
-    for rule in RULES:
-        with problems.collecting():
-            rule(config)
+    interval = config.streams.resume_interval
+    if interval.min > interval.max:
+        problems.error(
+            f"streams.resume_interval.min: must not exceed max ({interval.min} > {interval.max})"
+        )
+    if config.streams.token_secret is not None and len(config.streams.token_secret) < 16:
+        problems.error("streams.token_secret: use at least 16 characters")
     if config.servers:
         for name, server in config.servers.items():
             with problems.collecting():
-                check_server(name, server)
+                if not SERVER_NAME.fullmatch(name):
+                    raise ConfigError(
+                        f"servers.{name}: a server name is 1-64 letters, digits, '_', '.' or "
+                        f"'-', starting with a letter or digit"
+                    )
+                _check_upstream(server, f"servers.{name}")
+                if not server.configured:
+                    raise ConfigError(f"servers.{name}: give a command (stdio) or a url")
     else:
         with problems.collecting():
-            check_upstream(config.upstream, "upstream")
+            _check_upstream(config.upstream, "upstream")
+    path = config.listen.path
+    if not path.startswith("/"):
+        problems.error(f"listen.path: must start with '/', got {path!r}")
+    with problems.collecting():
+        _check_store(config.store)
+    with problems.collecting():
+        check_auth(config.auth)
+    pool = config.modern.pool
+    if pool.max_size < pool.size:
+        problems.error(
+            f"modern.pool.max_size: must be at least modern.pool.size ({pool.max_size} < "
+            f"{pool.size})"
+        )
+    if path in _RESERVED_PATHS or path == "/servers" or path.startswith("/servers/"):
+        problems.error(f"listen.path: {path} is taken by the proxy itself")
     return config
+
+
+def _check_store(store: StoreConfig) -> None:
+    """A Redis namespace holds no hash tag (the store's own keys do: docs/stores.md); a
+    Redis Cluster is reached over TCP and has only database 0."""
+    if "{" in store.namespace or "}" in store.namespace or not store.namespace:
+        raise ConfigError(f"store.namespace: non-empty, without braces: {store.namespace!r}")
+    if store.kind == "redis" and store.cluster:
+        url = urlsplit(store.url)
+        if url.scheme not in ("redis", "rediss") or not url.hostname:
+            raise ConfigError(
+                f"store.url: with store.cluster, a redis:// or rediss:// URL naming a node "
+                f"(host and port), got {store.url!r}"
+            )
+        if url.path.strip("/") not in ("", "0"):
+            raise ConfigError(f"store.url: a Redis Cluster has only database 0, got {url.path!r}")
+
+
+def _check_upstream(up: UpstreamConfig, where: str) -> None:
+    if up.url and up.command:
+        raise ConfigError(f"{where}: give either command (stdio) or url, not both")
+    if up.url is not None:
+        scheme = up.url.partition("://")[0].lower()
+        if scheme not in ("http", "https", "ws", "wss") or "://" not in up.url:
+            raise ConfigError(
+                f"{where}.url: expected an http(s):// or ws(s):// URL, got {up.url!r}"
+            )
+        if up.transport == "stdio":
+            raise ConfigError(f"{where}.transport: stdio needs {where}.command, not a url")
+    elif up.transport not in ("auto", "stdio"):
+        raise ConfigError(f"{where}.transport: {up.transport} needs {where}.url")
 
 
 def load_config(path: str | Path) -> Config:

@@ -146,10 +146,10 @@ def test_every_error_of_a_file_is_named_in_one_run(tmp_path: Path) -> None:
         "upstream.env.A",
         "streams.resume_interval.min",
         "streams.token_secret",
-        "listen.path",
         "auth.tokens[0].token",
         "auth.tokens[0].principal",
         "modern.pool.max_size",
+        "listen.path",
     ]
 
 
