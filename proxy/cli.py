@@ -180,7 +180,8 @@ def resolve_config(args: argparse.Namespace) -> Config:
     for header in args.header:
         name, sep, value = header.partition(":")
         if not sep or not name.strip():
-            raise ConfigError(f"--header: expected 'NAME: VALUE', got {header!r}")
+            # The value is not shown: it is most often a credential.
+            raise ConfigError("--header: expected 'NAME: VALUE' (a name, a colon, a value)")
         headers[name.strip()] = value.strip()
     config = override(config, "upstream", transport=args.transport, headers=headers or None)
     config = config_from_mapping(_as_mapping(config))  # re-validate what flags changed

@@ -29,6 +29,7 @@ from proxy.config_rules import (  # re-exported: the schema's users import them 
     build,
     interpolate,
     interpolated,
+    shown_url,
 )
 from proxy.core.httprules import LOCAL_HOSTNAMES
 from proxy.core.session import SessionSettings
@@ -423,7 +424,7 @@ def _check_store(store: StoreConfig) -> None:
         if url.scheme not in ("redis", "rediss") or not url.hostname:
             raise ConfigError(
                 f"store.url: with store.cluster, a redis:// or rediss:// URL naming a node "
-                f"(host and port), got {store.url!r}"
+                f"(host and port), got {shown_url(store.url)!r}"
             )
         if url.path.strip("/") not in ("", "0"):
             raise ConfigError(f"store.url: a Redis Cluster has only database 0, got {url.path!r}")
@@ -436,7 +437,7 @@ def _check_upstream(up: UpstreamConfig, where: str) -> None:
         scheme = up.url.partition("://")[0].lower()
         if scheme not in ("http", "https", "ws", "wss") or "://" not in up.url:
             raise ConfigError(
-                f"{where}.url: expected an http(s):// or ws(s):// URL, got {up.url!r}"
+                f"{where}.url: expected an http(s):// or ws(s):// URL, got {shown_url(up.url)!r}"
             )
         if up.transport == "stdio":
             raise ConfigError(f"{where}.transport: stdio needs {where}.command, not a url")

@@ -26,6 +26,7 @@ from proxy.config_rules import (
     convert,
     interpolated,
     read_text,
+    shown_url,
 )
 from proxy.jwks_keys import (
     ASYMMETRIC_ALGORITHMS,
@@ -205,7 +206,8 @@ def _check_jwt(settings: JwtConfig) -> None:
         scheme, sep, _ = settings.jwks_url.partition("://")
         if scheme.lower() not in ("http", "https") or not sep:
             raise ConfigError(
-                f"auth.jwt.jwks_url: expected an http(s):// URL, got {settings.jwks_url!r}"
+                f"auth.jwt.jwks_url: expected an http(s):// URL, got "
+                f"{shown_url(settings.jwks_url)!r}"
             )
     if settings.jwks_file:
         load_jwks_file(settings)

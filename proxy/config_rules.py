@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
 
 
 class ConfigError(Exception):
@@ -204,6 +205,16 @@ NonNegative = Bound(0)
 
 # Keys whose values are secrets: a message names their type, never their value.
 _SECRET_KEY = re.compile(r"(^|\.)(token|token_secret)$|\.(headers|env)\.[^.]+$")
+
+
+def shown_url(url: str) -> str:
+    """A URL for a message: without user info, query or fragment (each may carry a
+    credential: ``redis://:PASSWORD@host``, ``https://h/mcp?token=...``)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "a malformed URL"
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def describe(value: Any, path: str = "") -> str:

@@ -245,6 +245,17 @@ def test_values_at_secret_keys_are_never_shown(tmp_path: Path) -> None:
     )
     assert len(errors) == 3 and not any("sk-live" in e for e in errors), errors
     assert "auth.tokens[0].token: expected a string, got a bool (not shown" in errors[-1]
+    # URLs are shown without what may carry a credential: user info, query, fragment.
+    errors, _ = problems_of(
+        tmp_path,
+        "c.yaml",
+        "upstream: {url: 'ftp://user:sk-live-3@h/mcp?token=sk-live-4#sk-live-5'}\n"
+        "store: {kind: redis, cluster: true, url: 'unix://:sk-live-6@/tmp/r.sock'}\n"
+        "auth: {jwt: {jwks_url: 'ftp://idp/jwks?key=sk-live-7'}}\n"
+        "streams: {token_secret: sixteen-characters}\n",
+    )
+    assert errors[0] == "upstream.url: expected an http(s):// or ws(s):// URL, got 'ftp://h/mcp'"
+    assert len(errors) == 3 and not any("sk-live" in e for e in errors), errors
 
 
 def test_check_prints_one_line_per_problem_and_strict_fails_on_warnings(
