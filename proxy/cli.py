@@ -26,6 +26,7 @@ from proxy.config import (
     load_config,
     override,
 )
+from proxy.config_import import KEY as MCP_SERVERS
 from proxy.config_system import check_store_path, check_system
 from proxy.context import ProxyContext, token_secret
 from proxy.downstream.app import build_app
@@ -314,7 +315,8 @@ def check(path: str) -> Problems:
     config = collect_file(path, problems)
     if config is None:  # not readable, not YAML or JSON: nothing more to look at
         return problems
-    if not config.servers and not config.upstream.configured:
+    # An mcpServers file without a server has said so already, naming its entries.
+    if not (config.servers or config.upstream.configured or problems.names(MCP_SERVERS)):
         problems.error("upstream: no MCP server; set upstream.command or upstream.url")
     for name, server in config.upstreams().items():
         where = f"servers.{name}" if config.servers else "upstream"

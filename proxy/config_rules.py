@@ -63,6 +63,10 @@ class Problems:
         if not self._named(message):
             self.warnings.append(message)
 
+    def names(self, path: str) -> bool:
+        """An error names the key ``path`` or one inside it."""
+        return any(_holds(path, key_path(e)) for e in self.errors)
+
     def _named(self, message: str) -> bool:
         """An error already names this message's key path, or one it holds."""
         path = key_path(message)

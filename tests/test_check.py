@@ -203,6 +203,15 @@ def test_mcp_servers_entries_are_named_as_the_file_has_them(tmp_path: Path) -> N
     ]
 
 
+def test_an_mcp_servers_file_without_a_server_says_so_once(tmp_path: Path) -> None:
+    for servers, error in [
+        ({"a": {"command": "py", "disabled": True}}, "mcpServers: no server (every entry"),
+        ({"a": 5}, "mcpServers.a: expected a mapping, got int 5"),
+    ]:
+        errors, _ = problems_of(tmp_path, "servers.json", json.dumps({"mcpServers": servers}))
+        assert len(errors) == 1 and errors[0].startswith(error), errors
+
+
 @pytest.mark.parametrize(
     ("text", "where", "is_yaml"),
     [
