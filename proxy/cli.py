@@ -315,8 +315,10 @@ def check(path: str) -> Problems:
     config = collect_file(path, problems)
     if config is None:  # not readable, not YAML or JSON: nothing more to look at
         return problems
-    # An mcpServers file without a server has said so already, naming its entries.
-    if not (config.servers or config.upstream.configured or problems.names(MCP_SERVERS)):
+    # Not when a wrong command or url is the cause, nor in an mcpServers file (it has
+    # said so already, naming its entries).
+    said = problems.names("upstream.command", "upstream.url", MCP_SERVERS)
+    if not (config.servers or config.upstream.configured or said):
         problems.error("upstream: no MCP server; set upstream.command or upstream.url")
     for name, server in config.upstreams().items():
         where = f"servers.{name}" if config.servers else "upstream"

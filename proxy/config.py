@@ -391,8 +391,9 @@ def collect_config(data: Any, problems: Problems) -> Config:
                         f"'-', starting with a letter or digit"
                     )
                 _check_upstream(server, f"servers.{name}")
-                if not server.configured:
-                    raise ConfigError(f"servers.{name}: give a command (stdio) or a url")
+                where = f"servers.{name}"
+                if not server.configured and not problems.names(f"{where}.command", f"{where}.url"):
+                    raise ConfigError(f"{where}: give a command (stdio) or a url")
     else:
         with problems.collecting():
             _check_upstream(config.upstream, "upstream")

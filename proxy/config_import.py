@@ -62,7 +62,7 @@ def is_mcp_servers(data: Any) -> bool:
 
 def from_mcp_servers(data: dict[str, Any], problems: Problems) -> dict[str, Any]:
     """``data`` with ``mcpServers`` turned into ``servers``; each entry's problems go to
-    ``problems`` (key paths ``mcpServers.NAME.KEY``) and the entry is left out."""
+    ``problems`` (key paths ``mcpServers.NAME.KEY``), its wrong keys left out."""
     entries = data[KEY]
     rest = {k: v for k, v in data.items() if k != KEY}
     if not isinstance(entries, dict):

@@ -40,11 +40,12 @@ def _holds(outer: str, inner: str) -> bool:
 class Problems:
     """Every problem of a config, collected so that one run names them all (``check``).
 
-    A problem at a key path already named, or at one that holds it, is left out: once
-    ``upstream.command`` is wrong, ``upstream: no MCP server`` is the same slip said
-    again. ``rename`` turns the schema's key paths into the file's (``servers.x`` of an
-    ``mcpServers`` file is ``mcpServers.x``): whoever reads the file sets it, and every
-    problem added after is named so.
+    A second problem at a key path already named is left out (an unset ``${VAR}`` leaves
+    the text as written, which then also fails its type); a rule that a wrong key would
+    trip asks :meth:`names` first (once ``upstream.command`` is wrong, ``upstream: no MCP
+    server`` is the same slip said again). ``rename`` turns the schema's key paths into
+    the file's (``servers.x`` of an ``mcpServers`` file is ``mcpServers.x``): whoever
+    reads the file sets it, and every problem added after is named so.
     """
 
     def __init__(self) -> None:
@@ -63,14 +64,16 @@ class Problems:
         if not self._named(message):
             self.warnings.append(message)
 
-    def names(self, path: str) -> bool:
-        """An error names the key ``path`` or one inside it."""
-        return any(_holds(path, key_path(e)) for e in self.errors)
+    def names(self, *paths: str) -> bool:
+        """An error names one of the keys ``paths`` (as the schema names them) or a key
+        inside one."""
+        wanted = [key_path(self.rename(f"{path}: ")) for path in paths]
+        return any(_holds(path, key_path(e)) for path in wanted for e in self.errors)
 
     def _named(self, message: str) -> bool:
-        """An error already names this message's key path, or one it holds."""
+        """An error already names this message's key path."""
         path = key_path(message)
-        return ": " in message and any(_holds(path, key_path(e)) for e in self.errors)
+        return ": " in message and any(key_path(e) == path for e in self.errors)
 
     def add(self, exc: ConfigError) -> None:
         for message in exc.messages:

@@ -156,6 +156,13 @@ def test_every_error_of_a_file_is_named_in_one_run(tmp_path: Path) -> None:
 def test_a_wrong_key_is_named_once_not_again_by_the_rules_that_need_it(tmp_path: Path) -> None:
     errors, _ = problems_of(tmp_path, "c.yaml", "upstream: {command: 5}\n")
     assert errors == ["upstream.command: expected a list, got int 5"]
+    # A problem of its own beside a wrong key is still named.
+    errors, _ = problems_of(
+        tmp_path,
+        "c.yaml",
+        f"upstream: {{command: ['{sys.executable}'], url: 'http://h/mcp', env: {{A: [1]}}}}\n",
+    )
+    assert [e.partition(": ")[0] for e in errors] == ["upstream.env.A", "upstream"]
     errors, warnings = problems_of(tmp_path, "c.yaml", "upstream: {command: ['${UNSET_P_}']}\n")
     assert len(errors) == 1 and errors[0].startswith("upstream.command[0]: environment")
     assert warnings == []  # not "${UNSET_P_} is not on PATH" as well
