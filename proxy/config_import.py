@@ -18,6 +18,7 @@ of the file is this proxy's own (``listen``, ``auth``, ...), so one file can hol
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from proxy.config_rules import Problems, describe
@@ -90,12 +91,24 @@ def from_mcp_servers(data: dict[str, Any], problems: Problems) -> dict[str, Any]
 
 
 def file_key_path(message: str, entries: dict[str, Any]) -> str:
-    """A problem's message with the schema's key path (``servers.x.command[2]``) turned
-    into the file's (``mcpServers.x.args[1]``): ``command`` and ``args`` are one list
-    here, ``url`` may be ``serverUrl`` or ``httpUrl``, ``transport`` may be ``type``."""
+    """A problem's message with the schema's key paths (``servers.x.command[2]``) turned
+    into the file's (``mcpServers.x.args[1]``), where it starts and in its text:
+    ``command`` and ``args`` are one list here, ``url`` may be ``serverUrl`` or
+    ``httpUrl``, ``transport`` may be ``type``."""
     path, sep, rest = message.partition(": ")
-    if not sep or not path.startswith("servers."):
+    if not sep:
         return message
+    rest = _SCHEMA_PATH.sub(lambda m: _file_path(m.group(0), entries) or m.group(0), rest)
+    return f"{_file_path(path, entries) or path}{sep}{rest}"
+
+
+_SCHEMA_PATH = re.compile(r"\bservers\.[^\s,;:()]+")
+
+
+def _file_path(path: str, entries: dict[str, Any]) -> str | None:
+    """The file's name of the schema's key path ``servers.NAME...`` (None: not one)."""
+    if not path.startswith("servers."):
+        return None
     for name in sorted(entries, key=lambda n: -len(str(n))):  # "a.b" before "a"
         server, entry = f"servers.{name}", entries[name]
         if path != server and not path.startswith((f"{server}.", f"{server}[")):
@@ -111,8 +124,8 @@ def file_key_path(message: str, entries: dict[str, Any]) -> str:
             tail = "." + next((k for k in ("url", "serverUrl", "httpUrl") if k in entry), "url")
         elif tail == ".transport" and "transport" not in entry and "type" in entry:
             tail = ".type"
-        return f"{KEY}.{name}{tail}{sep}{rest}"
-    return message
+        return f"{KEY}.{name}{tail}"
+    return None
 
 
 def _server(where: str, entry: dict[str, Any], problems: Problems) -> dict[str, Any]:

@@ -208,6 +208,16 @@ def test_mcp_servers_entries_are_named_as_the_file_has_them(tmp_path: Path) -> N
         "mcpServers.more.command: py is not on PATH here; the server cannot start unless "
         "the proxy's environment has it"
     ]
+    # In a message's text too, not only where it starts.
+    servers = {
+        "x": {"url": "http://h/mcp", "type": "stdio"},
+        "y": {"command": sys.executable, "type": "sse"},
+    }
+    errors, _ = problems_of(tmp_path, "servers.json", json.dumps({"mcpServers": servers}))
+    assert errors == [
+        "mcpServers.x.type: stdio needs mcpServers.x.command, not a url",
+        "mcpServers.y.type: sse needs mcpServers.y.url",
+    ]
 
 
 def test_an_mcp_servers_file_without_a_server_says_so_once(tmp_path: Path) -> None:
