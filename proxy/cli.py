@@ -19,10 +19,15 @@ from proxy.config import (
     DRAIN_SECONDS_MAX,
     Config,
     ConfigError,
+    Problems,
+    collect_file,
     config_from_mapping,
+    interpolate,
     load_config,
     override,
 )
+from proxy.config_import import KEY as MCP_SERVERS
+from proxy.config_system import check_store_path, check_system
 from proxy.context import ProxyContext, token_secret
 from proxy.downstream.app import build_app
 from proxy.downstream.drain import Drain, calls_in_flight
@@ -176,7 +181,8 @@ def resolve_config(args: argparse.Namespace) -> Config:
     for header in args.header:
         name, sep, value = header.partition(":")
         if not sep or not name.strip():
-            raise ConfigError(f"--header: expected 'NAME: VALUE', got {header!r}")
+            # The value is not shown: it is most often a credential.
+            raise ConfigError("--header: expected 'NAME: VALUE' (a name, a colon, a value)")
         headers[name.strip()] = value.strip()
     config = override(config, "upstream", transport=args.transport, headers=headers or None)
     config = config_from_mapping(_as_mapping(config))  # re-validate what flags changed
@@ -298,36 +304,58 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         log.info("proxy_stopped")
 
 
-def check(path: str) -> Config:
-    """Everything ``--config path`` would refuse at start, found without starting: the
-    file, its keys, types and bounds, the environment variables it names, an upstream,
-    and a token secret for a persistent store. ``ConfigError`` says the first problem."""
-    config = load_config(path)
-    if not config.servers and not config.upstream.configured:
-        raise ConfigError("upstream: no MCP server; set upstream.command or upstream.url")
-    _resolve_headers(config)
-    token_secret(config)
-    return config
+def check(path: str) -> Problems:
+    """Everything ``--config path`` would refuse at start, found without starting, every
+    problem at once: the file (strict JSON for ``.json``), its keys, types and bounds, the
+    rules between keys, the environment variables it names, an upstream, a token secret
+    for a persistent store, a SQLite ``store.path`` this user cannot write; and what may
+    fail later (:mod:`proxy.config_system`): an upstream program not found (an error for a
+    path, a warning for a name not on ``PATH``)."""
+    problems = Problems()
+    config = collect_file(path, problems)
+    if config is None:  # not readable, not YAML or JSON: nothing more to look at
+        return problems
+    # Not when a wrong command or url is the cause, nor in an mcpServers file (it has
+    # said so already, naming its entries).
+    said = problems.names("upstream.command", "upstream.url", MCP_SERVERS)
+    if not (config.servers or config.upstream.configured or said):
+        problems.error("upstream: no MCP server; set upstream.command or upstream.url")
+    for name, server in config.upstreams().items():
+        where = f"servers.{name}" if config.servers else "upstream"
+        for header, value in server.headers.items():
+            with problems.collecting():
+                interpolate(value, f"{where}.headers.{header}")  # never shown: only its name
+    with problems.collecting():
+        token_secret(config)
+    check_system(config, problems)
+    return problems
 
 
 def check_main(argv: Sequence[str]) -> int:
-    """``mcp-resume-proxy check FILE...``: validate config files, start nothing. Prints
-    ``FILE: ok`` or ``FILE: error: KEY.PATH: what was expected``; exits 2 on any error."""
+    """``mcp-resume-proxy check [--strict] FILE...``: validate config files, start nothing.
+    Prints ``FILE: ok`` (stdout), or each problem on a line of its own (stderr):
+    ``FILE: KEY.PATH: what was expected``, and ``FILE: warning: KEY.PATH: ...`` for what
+    may still work where the proxy runs. Exits 2 on any error (or warning, with
+    ``--strict``)."""
     parser = argparse.ArgumentParser(
         prog="mcp-resume-proxy check",
-        description="Validate config files without starting anything.",
+        description="Validate config files without starting anything; name every problem.",
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="warnings fail too (exit 2), e.g. in CI"
     )
     parser.add_argument("files", nargs="+", metavar="FILE")
     args = parser.parse_args(argv)
     status = 0
     for path in args.files:
-        try:
-            check(path)
-        except ConfigError as exc:
-            message = str(exc)
-            if not message.startswith(path):  # key-path errors name their file here
+        problems = check(path)
+        for message in problems.errors:
+            if not message.startswith(path):  # a file error names its file already
                 message = f"{path}: {message}"
-            print(f"{message}", file=sys.stderr)
+            print(message, file=sys.stderr)
+        for message in problems.warnings:
+            print(f"{path}: warning: {message}", file=sys.stderr)
+        if problems.errors or (args.strict and problems.warnings):
             status = 2
         else:
             print(f"{path}: ok")
@@ -347,8 +375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = resolve_config(args)
         token_secret(config)  # a persistent store refuses to start without one
+        check_store_path(config.store)  # a SQLite file this user can write
     except ConfigError as exc:
-        print(f"mcp-resume-proxy: config error: {exc}", file=sys.stderr)
+        for message in exc.messages:  # every problem, one a line
+            print(f"mcp-resume-proxy: config error: {message}", file=sys.stderr)
         return 2
     configure_logging(config.log.format, config.log.level)
     try:

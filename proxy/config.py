@@ -16,24 +16,25 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from proxy.config_auth import AuthConfig, check_auth
-from proxy.config_import import KEY, from_mcp_servers, is_mcp_servers
+from proxy.config_file import read_config_file
+from proxy.config_import import KEY, file_key_path, from_mcp_servers, is_mcp_servers
 from proxy.config_rules import (  # re-exported: the schema's users import them from here
     Bound,
     ConfigError,
     NonNegative,
     OneOf,
     Positive,
+    Problems,
     build,
     interpolate,
     interpolated,
+    shown_url,
 )
 from proxy.core.httprules import LOCAL_HOSTNAMES
 from proxy.core.session import SessionSettings
 
-__all__ = ["Bound", "ConfigError", "OneOf", "interpolate"]
+__all__ = ["Bound", "ConfigError", "OneOf", "Problems", "interpolate"]
 
 
 DRAIN_SECONDS_MAX = 3600.0  # listen.drain_seconds (and MCP_RESUME_PROXY_DRAIN_SECONDS)
@@ -342,7 +343,7 @@ SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _RESERVED_PATHS = ("/ws", "/healthz", "/metrics", "/readyz", "/status", "/status.json")
 
 
-def _with_defaults(data: Any) -> Any:
+def _with_defaults(data: Any, problems: Problems) -> Any:
     """Each server's section on top of ``upstream:``, which holds defaults for them."""
     if not isinstance(data, dict) or not data.get("servers"):
         return data
@@ -352,10 +353,11 @@ def _with_defaults(data: Any) -> Any:
     if isinstance(defaults, dict):
         for key in ("command", "url"):
             if defaults.get(key):
-                raise ConfigError(
+                problems.error(
                     f"upstream.{key}: with servers set, upstream holds only defaults for "
                     f"them; put the {key} under servers.NAME"
                 )
+        defaults = {k: v for k, v in defaults.items() if k not in ("command", "url")}
     else:
         defaults = {}
     merged = {
@@ -363,6 +365,60 @@ def _with_defaults(data: Any) -> Any:
         for name, entry in servers.items()
     }
     return {**data, "servers": merged}
+
+
+def config_from_mapping(data: Any) -> Config:
+    """The config of ``data`` (a file's mapping, interpolated); ``ConfigError`` names
+    every problem, one a message."""
+    problems = Problems()
+    config = collect_config(data, problems)
+    problems.raise_any()
+    return config
+
+
+def collect_config(data: Any, problems: Problems) -> Config:
+    """The config of ``data`` with every problem collected in ``problems``: a key that is
+    wrong takes its default, and each rule between keys runs on its own (a ``with``
+    block each), so that one run names them all."""
+    config: Config = build("", Config, _with_defaults(data, problems), problems)
+    interval = config.streams.resume_interval
+    if interval.min > interval.max:
+        problems.error(
+            f"streams.resume_interval.min: must not exceed max ({interval.min} > {interval.max})"
+        )
+    if config.streams.token_secret is not None and len(config.streams.token_secret) < 16:
+        problems.error("streams.token_secret: use at least 16 characters")
+    if config.servers:
+        for name, server in config.servers.items():
+            with problems.collecting():
+                if not SERVER_NAME.fullmatch(name):
+                    raise ConfigError(
+                        f"servers.{name}: a server name is 1-64 letters, digits, '_', '.' or "
+                        f"'-', starting with a letter or digit"
+                    )
+                _check_upstream(server, f"servers.{name}")
+                where = f"servers.{name}"
+                if not server.configured and not problems.names(f"{where}.command", f"{where}.url"):
+                    raise ConfigError(f"{where}: give a command (stdio) or a url")
+    else:
+        with problems.collecting():
+            _check_upstream(config.upstream, "upstream")
+    path = config.listen.path
+    if not path.startswith("/"):
+        problems.error(f"listen.path: must start with '/', got {path!r}")
+    with problems.collecting():
+        _check_store(config.store)
+    with problems.collecting():
+        check_auth(config.auth)
+    pool = config.modern.pool
+    if pool.max_size < pool.size:
+        problems.error(
+            f"modern.pool.max_size: must be at least modern.pool.size ({pool.max_size} < "
+            f"{pool.size})"
+        )
+    if path in _RESERVED_PATHS or path == "/servers" or path.startswith("/servers/"):
+        problems.error(f"listen.path: {path} is taken by the proxy itself")
+    return config
 
 
 def _check_store(store: StoreConfig) -> None:
@@ -375,47 +431,10 @@ def _check_store(store: StoreConfig) -> None:
         if url.scheme not in ("redis", "rediss") or not url.hostname:
             raise ConfigError(
                 f"store.url: with store.cluster, a redis:// or rediss:// URL naming a node "
-                f"(host and port), got {store.url!r}"
+                f"(host and port), got {shown_url(store.url)!r}"
             )
         if url.path.strip("/") not in ("", "0"):
             raise ConfigError(f"store.url: a Redis Cluster has only database 0, got {url.path!r}")
-
-
-def config_from_mapping(data: Any) -> Config:
-    config: Config = build("", Config, _with_defaults(data))
-    interval = config.streams.resume_interval
-    if interval.min > interval.max:
-        raise ConfigError(
-            f"streams.resume_interval.min: must not exceed max ({interval.min} > {interval.max})"
-        )
-    if config.streams.token_secret is not None and len(config.streams.token_secret) < 16:
-        raise ConfigError("streams.token_secret: use at least 16 characters")
-    if config.servers:
-        for name, server in config.servers.items():
-            if not SERVER_NAME.fullmatch(name):
-                raise ConfigError(
-                    f"servers.{name}: a server name is 1-64 letters, digits, '_', '.' or "
-                    f"'-', starting with a letter or digit"
-                )
-            _check_upstream(server, f"servers.{name}")
-            if not server.configured:
-                raise ConfigError(f"servers.{name}: give a command (stdio) or a url")
-    else:
-        _check_upstream(config.upstream, "upstream")
-    if not config.listen.path.startswith("/"):
-        raise ConfigError(f"listen.path: must start with '/', got {config.listen.path!r}")
-    _check_store(config.store)
-    check_auth(config.auth)
-    pool = config.modern.pool
-    if pool.max_size < pool.size:
-        raise ConfigError(
-            f"modern.pool.max_size: must be at least modern.pool.size ({pool.max_size} < "
-            f"{pool.size})"
-        )
-    path = config.listen.path
-    if path in _RESERVED_PATHS or path == "/servers" or path.startswith("/servers/"):
-        raise ConfigError(f"listen.path: {path} is taken by the proxy itself")
-    return config
 
 
 def _check_upstream(up: UpstreamConfig, where: str) -> None:
@@ -425,7 +444,7 @@ def _check_upstream(up: UpstreamConfig, where: str) -> None:
         scheme = up.url.partition("://")[0].lower()
         if scheme not in ("http", "https", "ws", "wss") or "://" not in up.url:
             raise ConfigError(
-                f"{where}.url: expected an http(s):// or ws(s):// URL, got {up.url!r}"
+                f"{where}.url: expected an http(s):// or ws(s):// URL, got {shown_url(up.url)!r}"
             )
         if up.transport == "stdio":
             raise ConfigError(f"{where}.transport: stdio needs {where}.command, not a url")
@@ -434,23 +453,30 @@ def _check_upstream(up: UpstreamConfig, where: str) -> None:
 
 
 def load_config(path: str | Path) -> Config:
+    """The config of the file ``path``; ``ConfigError`` names every problem in it."""
+    problems = Problems()
+    config = collect_file(path, problems)
+    problems.raise_any()
+    assert config is not None  # else a problem says why
+    return config
+
+
+def collect_file(path: str | Path, problems: Problems) -> Config | None:
+    """The config of the file ``path``, its problems collected in ``problems`` with their
+    key paths as the file has them (``mcpServers.NAME.args[0]``: ``problems.rename`` is
+    set for those found later too); None when the file cannot be read or parsed."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)  # JSON is YAML: an mcpServers file reads the same
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML or JSON: {exc}") from None
-    if is_mcp_servers(data):
-        try:
-            return config_from_mapping(interpolated(from_mcp_servers(data), ""))
-        except ConfigError as exc:  # name the keys as the file has them
-            message = str(exc)
-            if message.startswith("servers."):
-                message = f"{KEY}.{message.removeprefix('servers.')}"
-            raise ConfigError(message) from None
-    return config_from_mapping(interpolated(data, ""))
+        data = read_config_file(path)
+    except ConfigError as exc:
+        problems.add(exc)
+        return None
+    if not is_mcp_servers(data):
+        return collect_config(interpolated(data, "", problems), problems)
+    # Name the keys as the file has them: this proxy's servers.x is its mcpServers.x.
+    entries = data[KEY] if isinstance(data[KEY], dict) else {}
+    problems.rename = lambda message: file_key_path(message, entries)
+    mapping = from_mcp_servers(data, problems)
+    return collect_config(interpolated(mapping, "", problems), problems)
 
 
 def override(config: Config, section: str, **values: Any) -> Config:

@@ -22,9 +22,11 @@ from proxy.config_rules import (
     ConfigError,
     NonNegative,
     Positive,
+    Problems,
     convert,
     interpolated,
     read_text,
+    shown_url,
 )
 from proxy.jwks_keys import (
     ASYMMETRIC_ALGORITHMS,
@@ -103,9 +105,15 @@ class _FileToken:
 
 
 def check_auth(auth: AuthConfig) -> None:
-    """Every rule of the ``auth:`` section; ``ConfigError`` names the first broken one."""
-    load_tokens(auth)
-    _check_jwt(auth.jwt)
+    """Every rule of the ``auth:`` section; ``ConfigError`` names every broken one."""
+    problems = Problems()
+    for rule in (load_tokens, lambda a: _check_jwt(a.jwt), _check_principals):
+        with problems.collecting():
+            rule(auth)
+    problems.raise_any()
+
+
+def _check_principals(auth: AuthConfig) -> None:
     limits = auth.per_principal
     if (limits.max_sessions or limits.resumes_per_minute) and not auth_enabled(auth):
         raise ConfigError(
@@ -143,14 +151,16 @@ def load_tokens(auth: AuthConfig) -> list[tuple[str, str]]:
             for i, entry in enumerate(_read_tokens_file(auth.tokens_file))
         ]
     first_seen: dict[str, str] = {}
+    problems = Problems()
     for where, token, principal in entries:
         if len(token) < MIN_TOKEN_CHARS:
-            raise ConfigError(f"{where}.token: use at least {MIN_TOKEN_CHARS} characters")
+            problems.error(f"{where}.token: use at least {MIN_TOKEN_CHARS} characters")
         if not principal:
-            raise ConfigError(f"{where}.principal: name who presents this token")
+            problems.error(f"{where}.principal: name who presents this token")
         if token in first_seen:
-            raise ConfigError(f"{where}.token: a token is listed twice (also {first_seen[token]})")
-        first_seen[token] = where
+            problems.error(f"{where}.token: a token is listed twice (also {first_seen[token]})")
+        first_seen.setdefault(token, where)
+    problems.raise_any()
     return [(token, principal) for _, token, principal in entries]
 
 
@@ -196,7 +206,8 @@ def _check_jwt(settings: JwtConfig) -> None:
         scheme, sep, _ = settings.jwks_url.partition("://")
         if scheme.lower() not in ("http", "https") or not sep:
             raise ConfigError(
-                f"auth.jwt.jwks_url: expected an http(s):// URL, got {settings.jwks_url!r}"
+                f"auth.jwt.jwks_url: expected an http(s):// URL, got "
+                f"{shown_url(settings.jwks_url)!r}"
             )
     if settings.jwks_file:
         load_jwks_file(settings)

@@ -18,9 +18,10 @@ of the file is this proxy's own (``listen``, ``auth``, ...), so one file can hol
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from proxy.config_rules import ConfigError, describe
+from proxy.config_rules import Problems, describe
 
 KEY = "mcpServers"
 
@@ -60,56 +61,100 @@ def is_mcp_servers(data: Any) -> bool:
     return isinstance(data, dict) and KEY in data
 
 
-def from_mcp_servers(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with ``mcpServers`` turned into ``servers`` (a ``ConfigError`` names the
-    entry's key path, ``mcpServers.NAME.KEY``)."""
+def from_mcp_servers(data: dict[str, Any], problems: Problems) -> dict[str, Any]:
+    """``data`` with ``mcpServers`` turned into ``servers``; each entry's problems go to
+    ``problems`` (key paths ``mcpServers.NAME.KEY``), its wrong keys left out."""
     entries = data[KEY]
+    rest = {k: v for k, v in data.items() if k != KEY}
     if not isinstance(entries, dict):
-        raise ConfigError(f"{KEY}: expected a mapping of server names, got {describe(entries)}")
+        problems.error(f"{KEY}: expected a mapping of server names, got {describe(entries)}")
+        return rest
     if "servers" in data:
-        raise ConfigError(f"servers: give either {KEY} or servers, not both")
+        problems.error(f"servers: give either {KEY} or servers, not both")
     servers = {}
+    broken = False
     for name, entry in entries.items():
         where = f"{KEY}.{name}"
         if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {describe(entry)}")
+            problems.error(f"{where}: expected a mapping, got {describe(entry)}")
+            broken = True
+            continue
         if entry.get("disabled") is True or entry.get("enabled") is False:
             continue
         unknown = sorted(set(entry) - _OWN - _HOST_ONLY)
-        if unknown:
-            raise ConfigError(
-                f"{where}.{unknown[0]}: unknown key (known here: {', '.join(sorted(_OWN))})"
-            )
-        servers[str(name)] = _server(where, entry)
-    if not servers:
-        raise ConfigError(f"{KEY}: no server (every entry is disabled, or there is none)")
-    rest = {k: v for k, v in data.items() if k != KEY}
+        for key in unknown:
+            problems.error(f"{where}.{key}: unknown key (known here: {', '.join(sorted(_OWN))})")
+        servers[str(name)] = _server(where, entry, problems)
+    if not servers and not broken:
+        problems.error(f"{KEY}: no server (every entry is disabled, or there is none)")
     return {**rest, "servers": servers}
 
 
-def _server(where: str, entry: dict[str, Any]) -> dict[str, Any]:
+def file_key_path(message: str, entries: dict[str, Any]) -> str:
+    """A problem's message with the schema's key paths (``servers.x.command[2]``) turned
+    into the file's (``mcpServers.x.args[1]``), where it starts and in its text:
+    ``command`` and ``args`` are one list here, ``url`` may be ``serverUrl`` or
+    ``httpUrl``, ``transport`` may be ``type``."""
+    path, sep, rest = message.partition(": ")
+    if not sep:
+        return message
+    rest = _SCHEMA_PATH.sub(lambda m: _file_path(m.group(0), entries) or m.group(0), rest)
+    return f"{_file_path(path, entries) or path}{sep}{rest}"
+
+
+_SCHEMA_PATH = re.compile(r"\bservers\.[^\s,;:()]+")
+
+
+def _file_path(path: str, entries: dict[str, Any]) -> str | None:
+    """The file's name of the schema's key path ``servers.NAME...`` (None: not one)."""
+    if not path.startswith("servers."):
+        return None
+    for name in sorted(entries, key=lambda n: -len(str(n))):  # "a.b" before "a"
+        server, entry = f"servers.{name}", entries[name]
+        if path != server and not path.startswith((f"{server}.", f"{server}[")):
+            continue
+        tail = path[len(server) :]
+        entry = entry if isinstance(entry, dict) else {}
+        if tail == ".command[0]":
+            tail = ".command"
+        elif tail.startswith(".command["):
+            index = int(tail[len(".command[") :].partition("]")[0])
+            tail = f".args[{index - 1}]{tail.partition(']')[2]}"
+        elif tail == ".url":
+            tail = "." + next((k for k in ("url", "serverUrl", "httpUrl") if k in entry), "url")
+        elif tail == ".transport" and "transport" not in entry and "type" in entry:
+            tail = ".type"
+        return f"{KEY}.{name}{tail}"
+    return None
+
+
+def _server(where: str, entry: dict[str, Any], problems: Problems) -> dict[str, Any]:
+    """The ``servers.NAME`` section of one entry; a key that is wrong is named in
+    ``problems`` and left out, the others kept (so their own checks still run)."""
     server: dict[str, Any] = {}
     kind = entry.get("transport", entry.get("type"))
     if kind is not None:
         field = "transport" if "transport" in entry else "type"
-        if not isinstance(kind, str) or kind.lower() not in _TRANSPORTS:
-            raise ConfigError(
+        if isinstance(kind, str) and kind.lower() in _TRANSPORTS:
+            server["transport"] = _TRANSPORTS[kind.lower()]
+        else:
+            problems.error(
                 f"{where}.{field}: expected one of {', '.join(sorted(_TRANSPORTS))}, "
                 f"got {describe(kind)}"
             )
-        server["transport"] = _TRANSPORTS[kind.lower()]
     if "command" in entry:
         command, args = entry["command"], entry.get("args", [])
         if not isinstance(command, str) or not command:
-            raise ConfigError(f"{where}.command: expected a program name, got {describe(command)}")
-        if not isinstance(args, list):
-            raise ConfigError(f"{where}.args: expected a list, got {describe(args)}")
-        server["command"] = [command, *args]
+            problems.error(f"{where}.command: expected a program name, got {describe(command)}")
+        elif not isinstance(args, list):
+            problems.error(f"{where}.args: expected a list, got {describe(args)}")
+        else:
+            server["command"] = [command, *args]
     elif "args" in entry:
-        raise ConfigError(f"{where}.args: args without a command")
+        problems.error(f"{where}.args: args without a command")
     urls = [key for key in ("url", "serverUrl", "httpUrl") if key in entry]
     if len(urls) > 1:
-        raise ConfigError(f"{where}.{urls[1]}: give one of url, serverUrl, httpUrl")
+        problems.error(f"{where}.{urls[1]}: give one of url, serverUrl, httpUrl")
     if urls:
         server["url"] = entry[urls[0]]
         if urls[0] == "httpUrl" and kind is None:

@@ -4,18 +4,92 @@ key path. Nothing here knows the schema itself."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import types
 import typing
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
 
 
 class ConfigError(Exception):
-    """The configuration is invalid; the message starts with the key path."""
+    """The configuration is invalid: one message per problem, each starting with its key
+    path (``str()`` joins them, one a line)."""
+
+    def __init__(self, *messages: str) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = list(messages)
+
+
+def key_path(message: str) -> str:
+    """The key path a problem's message starts with (``listen.port`` of
+    ``listen.port: must be ...``)."""
+    return message.partition(": ")[0]
+
+
+def _holds(outer: str, inner: str) -> bool:
+    """The key path ``outer`` is ``inner`` or holds it (``upstream``, ``upstream.command[0]``)."""
+    return inner == outer or (inner.startswith(outer) and inner[len(outer)] in ".[")
+
+
+class Problems:
+    """Every problem of a config, collected so that one run names them all (``check``).
+
+    A second problem at a key path already named is left out (an unset ``${VAR}`` leaves
+    the text as written, which then also fails its type); a rule that a wrong key would
+    trip asks :meth:`names` first (once ``upstream.command`` is wrong, ``upstream: no MCP
+    server`` is the same slip said again). ``rename`` turns the schema's key paths into
+    the file's (``servers.x`` of an ``mcpServers`` file is ``mcpServers.x``): whoever
+    reads the file sets it, and every problem added after is named so.
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.rename: Callable[[str], str] = lambda message: message
+
+    def error(self, message: str) -> None:
+        message = self.rename(message)
+        if not self._named(message) and message not in self.errors:
+            self.errors.append(message)
+
+    def warning(self, message: str) -> None:
+        """What may still work where the proxy runs (``check --strict`` fails on it)."""
+        message = self.rename(message)
+        if not self._named(message):
+            self.warnings.append(message)
+
+    def names(self, *paths: str) -> bool:
+        """An error names one of the keys ``paths`` (as the schema names them) or a key
+        inside one."""
+        wanted = [key_path(self.rename(f"{path}: ")) for path in paths]
+        return any(_holds(path, key_path(e)) for path in wanted for e in self.errors)
+
+    def _named(self, message: str) -> bool:
+        """An error already names this message's key path."""
+        path = key_path(message)
+        return ": " in message and any(key_path(e) == path for e in self.errors)
+
+    def add(self, exc: ConfigError) -> None:
+        for message in exc.messages:
+            self.error(message)
+
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[None]:
+        """Run a check: the ``ConfigError`` it raises is collected, not raised."""
+        try:
+            yield
+        except ConfigError as exc:
+            self.add(exc)
+
+    def raise_any(self) -> None:
+        if self.errors:
+            raise ConfigError(*self.errors)
 
 
 # ${NAME}, ${NAME:-default}; $${ is a literal ${.
@@ -40,19 +114,47 @@ def interpolate(value: str, where: str) -> str:
     return _ENV_REF.sub(one, value)
 
 
-def interpolated(data: Any, path: str) -> Any:
+def interpolated(data: Any, path: str, problems: Problems | None = None) -> Any:
     """Every string of a config mapping interpolated, except upstreams' ``headers``
     (``upstream.headers``, ``servers.NAME.headers``): those are resolved when the upstream
-    starts, so that no secret sits in the config object."""
+    starts, so that no secret sits in the config object.
+
+    Without ``problems``, the first unset variable raises ``ConfigError``; with it, each
+    is collected there and its key left out (so it takes its default)."""
+    if problems is None:
+        problems = Problems()
+        done = interpolated(data, path, problems)
+        problems.raise_any()
+        return done
     if isinstance(data, dict):
-        return {
-            k: v if _kept_for_start(f"{path}.{k}".lstrip(".")) else interpolated(v, f"{path}.{k}")
-            for k, v in data.items()
-        }
+        out = {}
+        for k, v in data.items():
+            where = f"{path}.{k}"
+            if _kept_for_start(where.lstrip(".")):
+                out[k] = v
+                continue
+            try:
+                out[k] = _interpolated_leaf(v, where, problems)
+            except ConfigError as exc:
+                problems.add(exc)
+        return out
     if isinstance(data, list):
-        return [interpolated(v, f"{path}[{i}]") for i, v in enumerate(data)]
+        out_list = []
+        for i, v in enumerate(data):
+            try:
+                out_list.append(_interpolated_leaf(v, f"{path}[{i}]", problems))
+            except ConfigError as exc:
+                problems.add(exc)
+                out_list.append(v)  # kept as written: indexes stay those of the file
+        return out_list
+    return _interpolated_leaf(data, path, problems)
+
+
+def _interpolated_leaf(data: Any, path: str, problems: Problems) -> Any:
     if isinstance(data, str):
         return interpolate(data, path.lstrip("."))
+    if isinstance(data, dict | list):
+        return interpolated(data, path, problems)
     return data
 
 
@@ -108,15 +210,70 @@ Positive = Bound(0, low_allowed=False)
 NonNegative = Bound(0)
 
 
-def describe(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"
+# Keys whose values are secrets: a message names their type, never their value.
+_SECRET_KEY = re.compile(r"(^|\.)(token|token_secret)$|\.(headers|env)\.[^.]+$")
+
+
+def shown_url(url: str) -> str:
+    """A URL for a message: without user info, query or fragment (each may carry a
+    credential: ``redis://:PASSWORD@host``, ``https://h/mcp?token=...``)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "a malformed URL"
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+def describe(value: Any, path: str = "") -> str:
+    """What was found, for a message: a mapping or list by its size only (it may hold a
+    secret), a value at a secret key (``*.token``, ``*.headers.*``, ``*.env.*``) by its
+    type only, else the value itself (cut at 60 characters)."""
+    if isinstance(value, dict):
+        return f"a mapping of {len(value)} key{'s' if len(value) != 1 else ''}"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
+    if _SECRET_KEY.search(path):
+        return f"a {type(value).__name__} (not shown: the key holds a secret)"
+    shown = repr(value)
+    return f"{type(value).__name__} {shown if len(shown) <= 60 else shown[:57] + '...'}"
 
 
 def convert(path: str, tp: Any, value: Any) -> Any:
+    """``value`` as the type ``tp`` (its bounds checked); ``ConfigError`` names every
+    problem in it, each with its key path under ``path``."""
+    problems = Problems()
+    converted = None
+    try:
+        converted = _convert(path, tp, value, problems)
+    except ConfigError as exc:
+        problems.add(exc)
+    problems.raise_any()
+    return converted
+
+
+def build(prefix: str, cls: Any, data: Any, problems: Problems | None = None) -> Any:
+    """The dataclass ``cls`` from the mapping ``data``. Without ``problems``, a
+    ``ConfigError`` names every problem; with it, each is collected there and the key
+    takes its default, so the rest is still checked."""
+    if problems is None:
+        problems = Problems()
+        built = build(prefix, cls, data, problems)
+        problems.raise_any()
+        return built
+    try:
+        return _build(prefix, cls, data, problems)
+    except ConfigError as exc:  # data is not even a mapping
+        problems.add(exc)
+        return cls()
+
+
+def _convert(path: str, tp: Any, value: Any, problems: Problems) -> Any:
+    """``value`` as ``tp``. A problem with ``value`` itself raises ``ConfigError``; one
+    inside it (a list item, a mapping's key) goes to ``problems`` and is left out."""
     origin = typing.get_origin(tp)
     if origin is Annotated:  # a type with its bounds: Annotated[float, Positive]
         inner, *rules = typing.get_args(tp)
-        converted = convert(path, inner, value)
+        converted = _convert(path, inner, value, problems)
         for rule in rules:
             problem = None if converted is None else rule.problem(converted)
             if problem is not None:
@@ -127,39 +284,51 @@ def convert(path: str, tp: Any, value: Any) -> Any:
         if value is None and type(None) in args:
             return None
         (inner,) = [a for a in args if a is not type(None)]
-        return convert(path, inner, value)
+        return _convert(path, inner, value, problems)
     if dataclasses.is_dataclass(tp):
-        return build(path, tp, value)
+        return _build(path, tp, value, problems)
     if origin is list:
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise ConfigError(f"{path}: expected a list, got {describe(value)}")
-        return [convert(f"{path}[{i}]", item, v) for i, v in enumerate(value)]
+            raise ConfigError(f"{path}: expected a list, got {describe(value, path)}")
+        items = []
+        for i, v in enumerate(value):
+            try:
+                items.append(_convert(f"{path}[{i}]", item, v, problems))
+            except ConfigError as exc:
+                problems.add(exc)
+        return items
     if origin is dict:
         _, item = typing.get_args(tp)
         if not isinstance(value, dict):
-            raise ConfigError(f"{path}: expected a mapping, got {describe(value)}")
-        return {str(k): convert(f"{path}.{k}", item, v) for k, v in value.items()}
+            raise ConfigError(f"{path}: expected a mapping, got {describe(value, path)}")
+        entries = {}
+        for k, v in value.items():
+            try:
+                entries[str(k)] = _convert(f"{path}.{k}", item, v, problems)
+            except ConfigError as exc:
+                problems.add(exc)
+        return entries
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true or false, got {describe(value)}")
+            raise ConfigError(f"{path}: expected true or false, got {describe(value, path)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: expected an integer, got {describe(value)}")
+            raise ConfigError(f"{path}: expected an integer, got {describe(value, path)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{path}: expected a number, got {describe(value)}")
+            raise ConfigError(f"{path}: expected a number, got {describe(value, path)}")
         return float(value)
     if tp is str:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ConfigError(f"{path}: expected a string, got {describe(value)}")
+            raise ConfigError(f"{path}: expected a string, got {describe(value, path)}")
         return str(value)
     raise ConfigError(f"{path}: unsupported type {tp!r}")  # pragma: no cover
 
 
-def build(prefix: str, cls: Any, data: Any) -> Any:
+def _build(prefix: str, cls: Any, data: Any, problems: Problems) -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -170,6 +339,10 @@ def build(prefix: str, cls: Any, data: Any) -> Any:
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
-            raise ConfigError(f"{path}: unknown key (known here: {', '.join(names)})")
-        kwargs[key] = convert(path, hints[key], value)
+            problems.error(f"{path}: unknown key (known here: {', '.join(names)})")
+            continue
+        try:
+            kwargs[key] = _convert(path, hints[key], value, problems)
+        except ConfigError as exc:
+            problems.add(exc)
     return cls(**kwargs)

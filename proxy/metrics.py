@@ -8,11 +8,15 @@ every label are a small fixed set (docs/reference.md §/metrics lists them).
 
 Gauges of what is held right now (sessions, live streams, buffered bytes and events,
 the modern side) are read when scraped; counters and histograms are bumped where the
-thing happens.
+thing happens. Beside them: the process's own ``process_*`` (CPU, memory, descriptors;
+Linux) and ``mcp_resume_proxy_build_info``. No ``_created`` series: a counter's start time
+is the process's (``process_start_time_seconds``), and 27 more series per scrape say
+nothing else.
 """
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable
 from typing import Any
 
@@ -21,9 +25,13 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
+    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from proxy import __version__
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -64,9 +72,19 @@ def method_label(method: str | None) -> str:
 
 class Metrics:
     def __init__(self) -> None:
+        # The library's switch is global: fine, this process has one Metrics.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, _resident_memory_bytes, ...
         prefix = "mcp_resume_proxy_"
+        build = Gauge(
+            prefix + "build_info",
+            "The proxy's version and the Python running it (always 1).",
+            ["version", "python"],
+            registry=r,
+        )
+        build.labels(__version__, platform.python_version()).set(1)
         self.sessions = Gauge(
             prefix + "sessions",
             "Live client sessions (legacy era), by upstream.",

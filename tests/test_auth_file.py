@@ -183,7 +183,7 @@ def test_check_names_the_file_and_the_key_of_each_auth_error(tmp_path: Path) -> 
     paths = []
     for i, (auth, _) in enumerate(cases):
         path = tmp_path / f"bad-{i}.yaml"
-        path.write_text(yaml.safe_dump({"upstream": {"command": ["x"]}, "auth": auth}))
+        path.write_text(yaml.safe_dump({"upstream": {"command": [sys.executable]}, "auth": auth}))
         paths.append(path)
     done = run_cli("check", *(str(path) for path in paths))
     assert done.returncode == 2, (done.stdout, done.stderr)

@@ -4,6 +4,7 @@ text format, and no label carries a session, stream or task id."""
 from __future__ import annotations
 
 import json
+import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy import __version__
 from tests.downstream.sse_client import RawSession
 from tests.modern.client import TASKS, Modern
 from tests.modern.support import SERVER
@@ -84,6 +86,17 @@ async def test_metrics_after_a_scripted_scenario(tmp_path: Path) -> None:
 
         await eventually(completed, what="the task to complete")
         after = await scrape(http, proxy.base)
+        async with http.get(proxy.base + "/metrics") as resp:
+            text = await resp.text()
+    # No _created series (their start times say nothing process_start_time_seconds does not).
+    assert "_created" not in text, [line for line in text.splitlines() if "_created" in line]
+    # The process's own series, on the registry the proxy serves, and its build.
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"):
+        assert value(after, name) > 0, name
+    assert value(after, "process_start_time_seconds") > 0
+    (build,) = [labels for (name, labels) in after if name == p + "build_info"]
+    assert dict(build) == {"version": __version__, "python": platform.python_version()}
+    assert value(after, p + "build_info", **dict(build)) == 1
     assert value(after, p + "sessions", upstream="default") == 1
     assert value(after, p + "upstream_starts_total", upstream="default", **{"for": "session"}) == 1
     assert value(after, p + "upstream_starts_total", upstream="default", **{"for": "pool"}) >= 1

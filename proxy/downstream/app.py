@@ -17,9 +17,8 @@ from aiohttp import web
 from proxy import __version__
 from proxy.config import Config
 from proxy.context import ProxyContext
-from proxy.core import httprules
+from proxy.core import cors, httprules
 from proxy.core.errors import Forbidden, ProxyError, UnknownServer
-from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.auth import Authenticator, principal_of
 from proxy.downstream.guard import BodyBudget
 from proxy.downstream.http import StreamableHttp
@@ -140,7 +139,7 @@ def _cors_for(
         except ProxyError:
             return
         response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Access-Control-Expose-Headers"] = SESSION_HEADER
+        response.headers["Access-Control-Expose-Headers"] = cors.EXPOSED_HEADERS
         response.headers.add("Vary", "Origin")
 
     return add_cors_headers

@@ -16,7 +16,7 @@ import structlog
 from aiohttp import web
 
 from proxy.context import ProxyContext
-from proxy.core import httprules, jsonrpc, seed
+from proxy.core import cors, httprules, jsonrpc, seed
 from proxy.core.admission import admit_post
 from proxy.core.era import (
     LEGACY_VERSIONS,
@@ -54,14 +54,20 @@ from proxy.sse_writer import SseWriter
 log = structlog.get_logger("proxy.http")
 
 _METHODS = "GET, POST, DELETE"
-_PREFLIGHT = {
-    "Access-Control-Allow-Methods": _METHODS,
-    "Access-Control-Allow-Headers": (
-        "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, "
-        "Last-Event-ID, Mcp-Method, Mcp-Name"
-    ),
-    "Access-Control-Max-Age": "600",
-}
+
+
+def _preflight(request: web.Request) -> web.Response:
+    """A CORS preflight's answer: every MCP request header allowed (proxy/core/cors.py)."""
+    requested = request.headers.get("Access-Control-Request-Headers")
+    headers = {
+        "Access-Control-Allow-Methods": _METHODS,
+        "Access-Control-Allow-Headers": cors.allowed_request_headers(requested),
+        "Access-Control-Max-Age": "600",
+    }
+    if requested:  # the answer depends on it: a cache must not reuse it for another
+        headers["Vary"] = "Access-Control-Request-Headers"
+    return web.Response(status=204, headers=headers)
+
 
 # What counts as a resume or poll (auth.per_principal.resumes_per_minute), in both eras;
 # a GET with Last-Event-ID is counted by _get, a WebSocket reattaching by /ws.
@@ -118,7 +124,7 @@ class StreamableHttp:
             if request.method == "DELETE":
                 return await self._delete(request)
             if request.method == "OPTIONS" and request.headers.get("Origin"):
-                return web.Response(status=204, headers=_PREFLIGHT)  # CORS preflight
+                return _preflight(request)  # CORS preflight
             raise MethodNotAllowed(f"Method Not Allowed: {request.method}")
         except ProxyError as exc:
             return await self.refuse(request, exc)

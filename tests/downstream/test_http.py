@@ -287,11 +287,23 @@ async def test_a_large_body_sent_in_many_chunks_is_read_whole(tmp_path: Path) ->
 async def test_browser_clients_of_allowed_origins_get_cors_headers(tmp_path: Path) -> None:
     async with run_proxy(tmp_path) as proxy, aiohttp.ClientSession() as http:
         origin = "http://localhost:6274"
-        pre = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+        pre = {
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            # What a 2026-07-28 browser client asks for (SEP-2243's Mcp-Param-*).
+            "Access-Control-Request-Headers": "content-type,mcp-method,mcp-name,"
+            "mcp-param-region,mcp-protocol-version,x-not-mcp",
+        }
         async with http.options(proxy.url, headers=pre) as resp:
             assert resp.status == 204
             assert resp.headers["Access-Control-Allow-Origin"] == origin
-            assert "Mcp-Session-Id" in resp.headers["Access-Control-Allow-Headers"]
+            allowed = {
+                h.strip().lower() for h in resp.headers["Access-Control-Allow-Headers"].split(",")
+            }
+            requested = pre["Access-Control-Request-Headers"].split(",")
+            assert set(requested) - allowed == {"x-not-mcp"}
+            for name in ("mcp-session-id", "last-event-id", "authorization", "accept"):
+                assert name in allowed
         s = RawSession(http, proxy.url)
         body = {
             "jsonrpc": "2.0",
@@ -302,7 +314,8 @@ async def test_browser_clients_of_allowed_origins_get_cors_headers(tmp_path: Pat
         async with http.post(proxy.url, json=body, headers=s.headers(Origin=origin)) as resp:
             assert resp.status == 200
             assert resp.headers["Access-Control-Allow-Origin"] == origin
-            assert resp.headers["Access-Control-Expose-Headers"] == "Mcp-Session-Id"
+            exposed = resp.headers["Access-Control-Expose-Headers"]
+            assert exposed == "Mcp-Session-Id, MCP-Protocol-Version, WWW-Authenticate, Retry-After"
             await resp.read()
         evil = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
         async with http.options(proxy.url, headers=evil) as resp:

@@ -149,7 +149,7 @@ async def test_burst_survives_random_cuts_of_the_shims_connection(
         assert cut.cuts >= CUTS // 2, f"only {cut.cuts} cuts landed"
         log = shim_log(tmp_path)
         resumes = [line for line in log.splitlines() if "stream_resumed" in line]
-        assert len([r for r in resumes if "stream='request" in r]) >= CUTS // 2, log[-3000:]
+        assert len([r for r in resumes if 'stream="request' in r]) >= CUTS // 2, log[-3000:]
 
 
 async def test_paced_call_survives_resets_of_every_connection(tmp_path: Path, seed: int) -> None:
@@ -194,7 +194,7 @@ async def test_server_closes_are_polled_after_retry(tmp_path: Path) -> None:
         await eventually(lambda: len(seen) >= 30, what="every progress notification", timeout=10)
         assert seen == [float(i) for i in range(1, 31)]
         assert cut.cuts == 0
-        assert shim_log(tmp_path).count("stream='request") >= 2, "the proxy closed it twice"
+        assert shim_log(tmp_path).count('stream="request') >= 2, "the proxy closed it twice"
 
 
 async def test_elicitation_answered_while_every_connection_is_reset(tmp_path: Path) -> None:
