@@ -77,9 +77,13 @@ async def test_idle_sessions_lose_their_processes_then_a_call_starts_one_again(
             first.append(await whoami(client, 2))
             clients.append(client)
         await eventually(lambda: not servers_of(proxy), what="every server process stopped")
-        page = await status(http, proxy)
-        assert page["sessions_total"] == sessions
-        assert all(s["stopped_idle"] and s["upstream_pid"] is None for s in page["sessions"])
+
+        async def all_shown_stopped() -> bool:  # the stop's bookkeeping ends after the exit
+            page = await status(http, proxy)
+            assert page["sessions_total"] == sessions
+            return all(s["stopped_idle"] and s["upstream_pid"] is None for s in page["sessions"])
+
+        await eventually(all_shown_stopped, what="/status.json to show every process stopped")
         async with http.get(proxy.base + "/status") as resp:
             assert (await resp.text()).count("process stopped (idle)") == sessions
 
