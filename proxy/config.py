@@ -242,8 +242,11 @@ class PoolConfig:
     # pool grows past `size` for them, up to this many sessions.
     max_size: Annotated[int, Bound(1, 4096)] = 32
     # A pooled session with nothing in flight for this long is stopped (the pool keeps
-    # at least one warm).
+    # at least one warm, and the spares).
     idle_seconds: Annotated[float, Positive] = 300.0
+    # Sessions kept started and idle besides the one a call takes, so that a call does
+    # not wait for a server to start; within size (max_size for asking calls). 0: none.
+    spare: Annotated[int, Bound(0, 64)] = 1
 
 
 @dataclass(frozen=True)

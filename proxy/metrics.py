@@ -174,6 +174,13 @@ class Metrics:
             ["upstream"],
             registry=r,
         )
+        self.pool_start_waits = Counter(
+            prefix + "pool_start_waits",
+            "Modern requests that waited for a pooled server to start (none idle, no spare "
+            "ready: see modern.pool.spare), by upstream.",
+            ["upstream"],
+            registry=r,
+        )
 
     def watch(self, gauge: Gauge, read: Callable[[], float]) -> None:
         """``gauge`` is read from ``read`` when scraped."""

@@ -5,7 +5,8 @@
 - :func:`shaped` — a result with ``resultType``, cache hints for lists and reads
   (``ttlMs``, ``cacheScope``), and ``_meta`` serverInfo;
 - :func:`final_answer` — a call's outcome as the answer to the request that waits on it,
-  with the HTTP status the spec gives its error when not streamed;
+  with the HTTP status the spec gives its error when not streamed (a server's 2025-era
+  error code in 2026-07-28 terms: :mod:`proxy.core.modern_errors`);
 - :func:`input_required_result` — the MRTR result carrying the server's questions.
 """
 
@@ -25,6 +26,7 @@ from proxy.core.era import (
     missing_capability,
 )
 from proxy.core.errors import answer_with_error, error_message
+from proxy.core.modern_errors import modern_error
 from proxy.core.protocol import REQUEST_CANCELLED
 
 CACHEABLE = frozenset(
@@ -91,7 +93,7 @@ def final_answer(
         what = ", ".join(sorted(call.refused))
         outcome["error"] = missing_capability(dict(call.refused), what).to_jsonrpc()["error"]
     if "error" in outcome:
-        error = outcome["error"]
+        error = modern_error(outcome["error"])  # 2025-era codes in 2026-07-28 terms
         code = error.get("code") if isinstance(error, dict) else None
         status = ERROR_STATUS.get(code, 200) if isinstance(code, int) else 200
         return answer_with_error(request_id, error), status

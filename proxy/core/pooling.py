@@ -6,7 +6,14 @@ a call that may make the server ask its client (``exclusive``) otherwise goes to
 busy session where no other such call runs, so that a question over stdio can only be its
 own; else the pool grows (to ``size``, or ``max_size`` for an exclusive call); else the call
 shares the least loaded session. A session idle for ``idle_seconds`` is stopped, except the
-first (one stays warm) and one held for listeners.
+first (one stays warm), ``spare`` more, and one held for listeners.
+
+**Spares** (``modern.pool.spare``): so that a call finds an initialized session instead of
+waiting for a server to start, the pool keeps ``spare`` sessions idle besides the one a call
+takes, starting them beside the first one and again whenever one is taken. A spare is a
+start made ahead of time, so it is bound by the limit the call that took the last one could
+have grown the pool to (``size``, or ``max_size`` for an asking call), sessions starting
+included.
 """
 
 from __future__ import annotations
@@ -45,16 +52,31 @@ def least_loaded(loads: Sequence[Load]) -> int:
     return min(range(len(loads)), key=lambda i: (loads[i].asking, loads[i].busy))
 
 
-def to_reap(loads: Sequence[Load], now: float, idle_seconds: float) -> tuple[list[int], bool]:
+def spares_to_start(
+    *, idle: int, live: int, starting: int, coming: int, spare: int, limit: int
+) -> int:
+    """How many spare sessions to start now.
+
+    ``idle``: live sessions with nothing in flight, not counting one a call is taking;
+    ``live``: live sessions; ``starting``: sessions being started (a call's own included);
+    ``coming``: of those, spares no call has claimed yet. Enough to have ``spare`` idle or
+    coming, never past ``limit`` sessions live or starting.
+    """
+    return max(0, min(spare - idle - coming, limit - live - starting))
+
+
+def to_reap(
+    loads: Sequence[Load], now: float, idle_seconds: float, spare: int = 0
+) -> tuple[list[int], bool]:
     """(sessions idle long enough to stop, whether others will be later): never the first
-    (one stays warm), never a busy or held one."""
+    (one stays warm), nor the ``spare`` most recently idle others, nor a busy or held one."""
+    idle = [i for i, load in enumerate(loads) if i != 0 and not load.busy and not load.held]
+    idle.sort(key=lambda i: loads[i].idle_since, reverse=True)
     stop: list[int] = []
     later = False
-    for index, load in enumerate(loads):
-        if index == 0 or load.busy or load.held:
-            continue
-        if now - load.idle_since >= idle_seconds:
+    for index in idle[spare:]:
+        if now - loads[index].idle_since >= idle_seconds:
             stop.append(index)
         else:
             later = True
-    return stop, later
+    return sorted(stop), later

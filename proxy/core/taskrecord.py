@@ -23,6 +23,7 @@ from typing import Any
 from proxy.core.call import TERMINAL as _CALL_TERMINAL
 from proxy.core.call import Call
 from proxy.core.errors import LostReason, error_object, lost_error
+from proxy.core.modern_errors import modern_error
 from proxy.core.protocol import INTERNAL_ERROR, SERVER_ERROR
 
 TERMINAL = frozenset(status.value for status in _CALL_TERMINAL)
@@ -160,7 +161,8 @@ def refresh(record: dict[str, Any], call: Call, now: float) -> bool:
                     del result["_meta"]
         record["result"] = result
     elif status == "failed":
-        record["error"] = outcome.get("error") or error_object(INTERNAL_ERROR, "failed")
+        error = outcome.get("error") or error_object(INTERNAL_ERROR, "failed")
+        record["error"] = modern_error(error) if record["era"] == "modern" else error
     return (record["status"], len(record.get("inputRequests") or {})) != before or call.done
 
 

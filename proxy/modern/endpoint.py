@@ -111,6 +111,8 @@ class ModernFacade:
         """The modern side for ``/healthz``: what it holds right now."""
         return {
             "pool_sessions": len(self.pool.live_sessions()),
+            "pool_idle": self.pool.idle_count(),
+            "pool_start_waits": self.pool.start_waits,
             "calls": len(self.live),
             "awaiting_input": len(self.parked),
             "tasks_running": self.tasks.running,

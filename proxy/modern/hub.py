@@ -25,7 +25,8 @@ import structlog
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Message
 from proxy.core.subscriptions import Dedup, Filter, tagged
-from proxy.modern.pool import PooledSession, UpstreamPool
+from proxy.modern.pool import UpstreamPool
+from proxy.modern.pooled_session import PooledSession
 
 log = structlog.get_logger("proxy.modern")
 

@@ -12,202 +12,48 @@ for a remote server) and runs every modern request on one of them:
   state of one request (a stdio server's globals, its working directory's files) is seen
   by another, at the cost of a start per request.
 
+Either way ``spare`` sessions are started ahead of need (:func:`proxy.core.pooling.
+spares_to_start`): beside the first start, and again each time a call takes one, so that a
+call finds an initialized session rather than waiting for a server to start. A call that
+finds none idle takes a spare still starting (it waits for what is left of that start)
+before it starts one of its own. With ``per_request`` a spare is a fresh session no request
+has used yet.
+
 A request stays on its session until it is answered. Which call what the server sends
 belongs to, and how ids and progress tokens are rewritten, is the session's
 :class:`~proxy.core.calltable.CallTable`'s to decide (DESIGN.md §5); a
-:class:`PooledSession` carries out its commands. List-changed and resource-updated
-notifications go to the listeners (:mod:`proxy.modern.listen`).
+:class:`~proxy.modern.pooled_session.PooledSession` carries out its commands.
+List-changed and resource-updated notifications go to the listeners
+(:mod:`proxy.modern.listen`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import secrets
 import time
 from collections.abc import Callable
-from typing import Any, assert_never
+from typing import Any
 
 import structlog
 
-from proxy import __version__
 from proxy.config import Config
-from proxy.core import jsonrpc, pooling
-from proxy.core.calltable import (
-    AskServer,
-    AwaitAnswer,
-    BeginCall,
-    Broadcast,
-    CallChanged,
-    CallReleased,
-    CallTable,
-    FailCall,
-    Idle,
-    OwnAnswer,
-    SessionLost,
-    TableCommand,
-    TableEvent,
-)
-from proxy.core.errors import LostReason, ProxyError, UpstreamStartFailed, lost_error
-from proxy.core.events import SendUpstream
-from proxy.core.handshake import HandshakeStep, proxy_params
+from proxy.core import pooling
+from proxy.core.errors import LostReason, UpstreamStartFailed, lost_error
 from proxy.core.jsonrpc import Message
 from proxy.metrics import Metrics
-from proxy.modern.call import CallRun
-from proxy.upstream import UpstreamContext, open_upstream
-from proxy.upstream.base import Upstream, UpstreamHealth
-from proxy.upstream.handshake import INITIALIZE_TIMEOUT_SECONDS, answer_within, initialize
+from proxy.modern.pooled_session import PooledSession
+from proxy.upstream.base import UpstreamHealth
 
 log = structlog.get_logger("proxy.modern")
 
-SETTLE_SECONDS = 0.05
 
+class _Spare:
+    """A spare session being started; ``claimed``: the call that waits for it, if any."""
 
-class PooledSession:
-    """One initialized upstream session, shared by the calls that run on it."""
-
-    def __init__(self, pool: UpstreamPool, number: int) -> None:
-        self.pool = pool
-        self.number = number
-        self.label = f"pool-{number}"
-        context = UpstreamContext(
-            config=pool.config.upstream,
-            session_id=f"{self.label}-{secrets.token_hex(8)}",
-            on_message=self._on_message,
-            on_closed=self._on_closed,
-            health=pool.health,
-        )
-        self.upstream: Upstream = open_upstream(context)
-        self.table = CallTable(tied_by_stream=pool.ties_by_stream)
-        self.runs: dict[Any, CallRun] = {}  # by their Call
-        self._waiting: dict[int, asyncio.Future[Message]] = {}  # the proxy's own requests
-        self.init_result: dict[str, Any] = {}
-        self.closed: str | None = None
-        self.idle_since = time.monotonic()
-
-    @property
-    def busy(self) -> int:
-        return len(self.table)
-
-    @property
-    def asking(self) -> int:
-        """Calls in flight that may make the server ask the client something."""
-        return self.table.asking
-
-    async def start(self) -> None:
-        # Its tasks keep this context: a pooled session serves everyone, so its lines
-        # name the pool and the server, never the principal whose call started it.
-        with structlog.contextvars.bound_contextvars(
-            session=self.label, upstream=self.pool.name, principal=None
-        ):
-            await self.upstream.start()
-        try:
-            self.init_result = await initialize(
-                self._ask_initialize,
-                self._send_initialized,
-                proxy_params(__version__),
-                INITIALIZE_TIMEOUT_SECONDS,
-            )
-        except ProxyError:
-            await self.stop()
-            raise
-        # Servers often ask something as soon as they are initialized (roots/list, say).
-        # On stdio nothing would tell that from a question of the first call, so the
-        # session is handed out only once such questions are in (and refused): after a
-        # round trip, and a moment of quiet.
-        with contextlib.suppress(ProxyError):
-            await self.ask("ping", {}, SETTLE_SECONDS * 20)
-        await asyncio.sleep(SETTLE_SECONDS)
-
-    async def _ask_initialize(self, method: str, params: dict[str, Any], timeout: float) -> Message:
-        return await self.ask(method, params, timeout, HandshakeStep.INITIALIZE)
-
-    def _send_initialized(self, message: dict[str, Any]) -> None:
-        if self.closed is None:
-            self.upstream.send(jsonrpc.encode(message), HandshakeStep.INITIALIZED)
-
-    async def ask(
-        self,
-        method: str,
-        params: dict[str, Any],
-        timeout: float,
-        handshake: HandshakeStep | None = None,
-    ) -> Message:
-        """A request of the proxy's own (initialize, resources/subscribe): its answer."""
-        commands = self.table.handle(AskServer(method, params, handshake))
-        request_id = next(c.request_id for c in commands if isinstance(c, AwaitAnswer))
-        self._execute(commands)
-        try:
-            return await answer_within(self._waiting[request_id], method, timeout)
-        finally:
-            self._waiting.pop(request_id, None)
-
-    def begin(self, run: CallRun, params: dict[str, Any]) -> None:
-        """Send ``run``'s request; it is pinned here until it is answered."""
-        self.runs[run.call] = run
-        run.carrier = self
-        self._execute(self.table.handle(BeginCall(run.call, params)))
-
-    def deliver(self, event: TableEvent) -> None:
-        """A client's move on a call running here (answer, refusal, cancel, fail)."""
-        self._execute(self.table.handle(event))
-
-    def _execute(self, commands: list[TableCommand]) -> None:
-        for command in commands:
-            match command:
-                case CallChanged(call):  # the most frequent first: each progress notification
-                    run = self.runs.get(call)
-                    if run is not None:
-                        run.signal()
-                case SendUpstream(payload, handshake):
-                    if self.closed is None:
-                        self.upstream.send(payload, handshake)
-                case CallReleased(call):
-                    self.runs.pop(call, None)
-                case Idle():
-                    self.idle_since = time.monotonic()
-                    self.pool.idle(self)
-                case AwaitAnswer(request_id):
-                    future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-                    self._waiting[request_id] = future
-                case OwnAnswer(request_id, msg):
-                    waiting = self._waiting.get(request_id)
-                    if waiting is not None and not waiting.done():
-                        waiting.set_result(msg)
-                case Broadcast(msg):
-                    self.pool.broadcast(msg)
-                case _:
-                    assert_never(command)
-
-    # ------------------------------------------------------------------ from the server
-    def _on_message(self, msg: Message, origin: int | None) -> None:
-        self._execute(self.table.from_server(msg, origin))
-
-    def _on_closed(self, reason: str) -> None:
-        if self.closed is not None:
-            return
-        log.warning("pool_session_closed", session=self.label, reason=reason)
-        self._close(reason)
-        self.pool.lost(self)
-
-    def _close(self, reason: str) -> None:
-        """No more traffic here: the proxy's own requests and every call on it fail."""
-        self.closed = reason
-        for future in self._waiting.values():
-            if not future.done():
-                future.set_exception(UpstreamStartFailed(f"the MCP server went away: {reason}"))
-        self._execute(self.table.handle(SessionLost(reason)))
-
-    def fail_calls(self, error: dict[str, Any]) -> None:
-        for call in self.table.calls():
-            self.deliver(FailCall(call, error))
-
-    async def stop(self) -> None:
-        if self.closed is None:
-            self._close("stopped by the proxy")
-        with contextlib.suppress(Exception):
-            await self.upstream.stop()
+    def __init__(self) -> None:
+        self.task: asyncio.Future[PooledSession | None]
+        self.claimed: asyncio.Task[Any] | None = None
 
 
 class UpstreamPool:
@@ -231,6 +77,12 @@ class UpstreamPool:
         self.sessions: list[PooledSession] = []
         self._numbers = itertools.count(1)
         self._starting: asyncio.Lock = asyncio.Lock()
+        self._starts = 0  # sessions being started, for a call or as spares
+        self._coming: list[_Spare] = []  # spares being started, each until it is up
+        self._ready: list[PooledSession] = []  # per_request: spares no request has used
+        self._spares_failed = False  # no more spares until a session starts again
+        self._change = asyncio.Event()  # set (and replaced) when a start ends
+        self.start_waits = 0  # requests that waited for a server to start
         self._owned: set[asyncio.Task[Any]] = set()
         self.on_broadcast: Callable[[Message], None] = lambda msg: None
         self.on_session: Callable[[PooledSession], None] = lambda session: None
@@ -245,6 +97,17 @@ class UpstreamPool:
         return self.settings.isolation == "per_request"
 
     async def _new(self) -> PooledSession:
+        """A new session for the caller (counted among the starts while it starts)."""
+        self._starts += 1
+        try:
+            session = await self._start_session()
+        finally:
+            self._starts -= 1
+            self._ended_start()
+        self._register(session, for_call=True)
+        return session
+
+    async def _start_session(self) -> PooledSession:
         if self._stopping:
             raise UpstreamStartFailed("the proxy is shutting down")
         session = PooledSession(self, next(self._numbers))
@@ -260,11 +123,23 @@ class UpstreamPool:
             await session.stop()
             raise UpstreamStartFailed("the proxy is shutting down")
         self.init_result = session.init_result
+        self._spares_failed = False
+        log.info("pool_session_started", session=session.label, pid=session.upstream.pid)
+        return session
+
+    def _register(self, session: PooledSession, for_call: bool) -> None:
+        """A started session joins the pool (per_request: a spare joins the ready ones)."""
+        if session.closed is not None:
+            return
         if not self.per_request:
             self.sessions.append(session)
             self.on_session(session)
-        log.info("pool_session_started", session=session.label, pid=session.upstream.pid)
-        return session
+        elif not for_call:
+            self._ready.append(session)
+
+    def _ended_start(self) -> None:
+        self._change.set()
+        self._change = asyncio.Event()
 
     async def acquire(self, exclusive: bool = False) -> PooledSession:
         """A session for one more request (a new one, per ``isolation``).
@@ -272,24 +147,123 @@ class UpstreamPool:
         ``exclusive``: the request may make the server ask its client something; it gets
         a session where no other such request is in flight (growing the pool up to
         ``max_size``), so that the question can only be its own.
+
+        An idle session, else a spare being started (its start is under way), else a new
+        one within the limits, else (shared) the least loaded one; each time, spares are
+        started to stand in for what was taken (:meth:`_keep_spares`).
         """
-        if self.per_request:
-            return await self._new()
-        found = self._pick(exclusive)
-        if found is not None:
-            return found
-        async with self._starting:  # one start at a time; others may find it free
-            found = self._pick(exclusive)
+        waited = False
+        while True:
+            found = self._take_ready() if self.per_request else self._pick(exclusive)
             if found is not None:
-                return found
+                break
+            spare = next((s for s in self._coming if s.claimed is None), None)
+            if spare is not None:
+                waited = True
+                found = await self._claim(spare)
+                if found is not None:
+                    break
+                continue
             live = len(self.live_sessions())
             settings = self.settings
-            if pooling.may_grow(live, exclusive, size=settings.size, max_size=settings.max_size):
-                return await self._new()
-        live_sessions = self.live_sessions()
-        if not live_sessions:
-            return await self._new()
-        return live_sessions[pooling.least_loaded(self._loads(live_sessions))]
+            if self.per_request or pooling.may_grow(
+                live + self._starts, exclusive, size=settings.size, max_size=settings.max_size
+            ):
+                waited = True
+                self._keep_spares(exclusive, own_start=True)
+                found = await self._new()
+                break
+            live_sessions = self.live_sessions()
+            if live_sessions:
+                found = live_sessions[pooling.least_loaded(self._loads(live_sessions))]
+                break
+            waited = True  # every session the limits allow is starting: share one once up
+            await self._change.wait()
+        if waited:
+            self.start_waits += 1
+            if self.metrics is not None:
+                self.metrics.pool_start_waits.labels(self.name).inc()
+        self._keep_spares(exclusive, taken=found)
+        return found
+
+    def _take_ready(self) -> PooledSession | None:
+        while self._ready:
+            session = self._ready.pop(0)
+            if session.closed is None:
+                return session
+        return None
+
+    async def _claim(self, spare: _Spare) -> PooledSession | None:
+        """Wait for ``spare``, claimed, to be up: it is this caller's (None: it failed)."""
+        spare.claimed = asyncio.current_task()
+        try:
+            session = await asyncio.shield(spare.task)
+        except asyncio.CancelledError:
+            spare.claimed = None  # the caller left: the spare joins the pool when up
+            if spare.task.done() and not spare.task.cancelled():
+                started = spare.task.result()
+                if started is not None:
+                    self._register(started, for_call=False)
+            raise
+        if session is not None:
+            self._register(session, for_call=True)
+        return session
+
+    def _keep_spares(
+        self, exclusive: bool, taken: PooledSession | None = None, own_start: bool = False
+    ) -> None:
+        """Start the spares that ``spare`` asks for (:func:`pooling.spares_to_start`)."""
+        settings = self.settings
+        if self._stopping or self._spares_failed or settings.spare <= 0:
+            return
+        coming = sum(1 for s in self._coming if s.claimed is None)
+        starting = self._starts + (1 if own_start else 0)
+        if self.per_request:
+            idle = sum(1 for s in self._ready if s.closed is None)
+            count = pooling.spares_to_start(
+                idle=idle,
+                live=0,
+                starting=0,
+                coming=coming,
+                spare=settings.spare,
+                limit=settings.spare,
+            )
+        else:
+            live = self.live_sessions()
+            idle = sum(
+                1 for s in live if s is not taken and s.busy == 0 and s is not self._listening
+            )
+            limit = settings.max_size if exclusive else settings.size
+            count = pooling.spares_to_start(
+                idle=idle,
+                live=len(live),
+                starting=starting,
+                coming=coming,
+                spare=settings.spare,
+                limit=limit,
+            )
+        for _ in range(count):
+            spare = _Spare()
+            self._starts += 1
+            spare.task = asyncio.ensure_future(self._start_spare(spare))
+            self._coming.append(spare)
+
+    async def _start_spare(self, spare: _Spare) -> PooledSession | None:
+        try:
+            session = await self._start_session()
+        except Exception as exc:  # a spare that failed: the next call meets the error
+            if not self._stopping:
+                self._spares_failed = True
+                log.warning("pool_spare_not_started", error=str(exc))
+            return None
+        finally:
+            self._starts -= 1
+            self._coming.remove(spare)
+            self._ended_start()
+        if spare.claimed is None:
+            self._register(session, for_call=False)
+            log.info("pool_spare_ready", session=session.label)
+        return session
 
     def _pick(self, exclusive: bool) -> PooledSession | None:
         live = self.live_sessions()
@@ -322,8 +296,9 @@ class UpstreamPool:
     def _reap_idle(self) -> None:
         self._reaper = None
         live = self.live_sessions()
+        settings = self.settings
         stop, later = pooling.to_reap(
-            self._loads(live), time.monotonic(), self.settings.idle_seconds
+            self._loads(live), time.monotonic(), settings.idle_seconds, settings.spare
         )
         for index in stop:
             self.sessions.remove(live[index])
@@ -358,10 +333,18 @@ class UpstreamPool:
     def lost(self, session: PooledSession) -> None:
         if session in self.sessions:
             self.sessions.remove(session)
+        if session in self._ready:
+            self._ready.remove(session)
         self._own(session.stop())
 
     def broadcast(self, msg: Message) -> None:
         self.on_broadcast(msg)
+
+    def idle_count(self) -> int:
+        """Sessions started and idle: a request would take one without waiting."""
+        if self.per_request:
+            return sum(1 for s in self._ready if s.closed is None)
+        return sum(1 for s in self.live_sessions() if s.busy == 0)
 
     def live_sessions(self) -> list[PooledSession]:
         return [s for s in self.sessions if s.closed is None]
@@ -378,7 +361,11 @@ class UpstreamPool:
             self._reaper = None
         async with self._starting:
             pass
+        coming = [spare.task for spare in self._coming]
+        await asyncio.gather(*coming, return_exceptions=True)  # each stops itself (stopping)
         sessions, self.sessions = self.sessions, []
+        sessions += self._ready
+        self._ready = []
         for session in sessions:
             session.fail_calls(lost_error(LostReason.PROXY_SHUTDOWN, "the proxy is shutting down"))
         await asyncio.gather(*(s.stop() for s in sessions), return_exceptions=True)

@@ -22,6 +22,9 @@ suite's own ``--requirements 2026-07-28`` run:
 - the 3 scenarios the suite itself marks pending (not scored there) must pass too: the proxy
   passes them, and a regression should show.
 
+``server-stateless`` also runs alone on a proxy started for it, as a fresh proxy meets it (a
+warm spare session must be ready: ``test_server_stateless_passes_on_a_freshly_started_proxy``).
+
 Each scenario's verdict, failures (the suite's own messages) and warnings are printed straight to
 the terminal and put in the assertion message; the suite's output is in the test's tmp dir.
 ``test_requirement_set_is_unchanged`` fails if the installed suite's requirement set is not the
@@ -30,6 +33,7 @@ one parametrized here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,7 +81,12 @@ def conformance_next_cli() -> Path:
 @pytest.fixture(scope="module")
 def modern_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The proxy's MCP URL, for every scenario of this module; always stopped afterwards."""
-    workdir = tmp_path_factory.mktemp("modern-proxy")
+    with _started_proxy(tmp_path_factory.mktemp("modern-proxy")) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _started_proxy(workdir: Path) -> Iterator[str]:
     config_path = workdir / "proxy.yaml"
     config_path.write_text(yaml.safe_dump(proxy_config(), sort_keys=False))
     try:
@@ -111,6 +120,20 @@ def test_requirement_set_is_unchanged(conformance_next_cli: Path) -> None:
     assert listed.scored == SCORED
     assert {name for name, why in listed.not_scored.items() if why == "extension"} == set(TASKS)
     assert {name for name, why in listed.not_scored.items() if why == "pending"} == set(PENDING)
+
+
+def test_server_stateless_passes_on_a_freshly_started_proxy(
+    conformance_next_cli: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its ServerNoLogWithoutLogLevel check gives a call 500 ms, right after a call that stays
+    parked on the one pooled session (test_streaming_elicitation asks and is never answered):
+    the second call needs another session, and starting one takes longer than that. It passes
+    because a spare was started beside the first session (``modern.pool.spare``,
+    docs/modern.md §The pool); with ``spare: 0`` it fails on a fresh proxy."""
+    workdir = tmp_path / "proxy"
+    workdir.mkdir()
+    with _started_proxy(workdir) as url:
+        _judge("server-stateless", conformance_next_cli, url, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("scenario", [*SCORED, *TASKS, *PENDING])

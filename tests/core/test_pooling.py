@@ -3,7 +3,7 @@ the listen rules (proxy/core/subscriptions.py): pure."""
 
 from __future__ import annotations
 
-from proxy.core.pooling import Load, least_loaded, may_grow, pick, to_reap
+from proxy.core.pooling import Load, least_loaded, may_grow, pick, spares_to_start, to_reap
 from proxy.core.subscriptions import DEDUP_SECONDS, Dedup, Filter, honoured, tagged
 
 
@@ -40,6 +40,32 @@ def test_idle_sessions_stop_but_one_stays_warm_and_held_ones_stay() -> None:
     ]
     assert to_reap(loads, 100.0, idle_seconds=60.0) == ([1], True)
     assert to_reap(loads[:4], 100.0, idle_seconds=60.0) == ([1], False)
+
+
+def test_idle_spares_are_kept_the_most_recently_idle_first() -> None:
+    loads = [Load(0, 0, 0.0), Load(0, 0, 10.0), Load(0, 0, 20.0), Load(0, 0, 30.0)]
+    assert to_reap(loads, 100.0, idle_seconds=60.0, spare=1) == ([1, 2], False)
+    assert to_reap(loads, 100.0, idle_seconds=60.0, spare=3) == ([], False)
+    assert to_reap(loads, 75.0, idle_seconds=60.0, spare=1) == ([1], True)
+
+
+def test_a_spare_starts_beside_the_first_session_and_when_one_is_taken() -> None:
+    # The first call starts its own session: one spare beside it.
+    assert spares_to_start(idle=0, live=0, starting=1, coming=0, spare=1, limit=4) == 1
+    # A spare on its way, or one idle besides the session taken, is enough.
+    assert spares_to_start(idle=0, live=1, starting=1, coming=1, spare=1, limit=4) == 0
+    assert spares_to_start(idle=1, live=2, starting=0, coming=0, spare=1, limit=4) == 0
+    # The spare was taken: another.
+    assert spares_to_start(idle=0, live=2, starting=0, coming=0, spare=1, limit=4) == 1
+    assert spares_to_start(idle=0, live=2, starting=0, coming=0, spare=3, limit=4) == 2
+
+
+def test_a_spare_counts_against_the_limit() -> None:
+    assert spares_to_start(idle=0, live=0, starting=1, coming=0, spare=1, limit=1) == 0
+    assert spares_to_start(idle=0, live=3, starting=1, coming=0, spare=2, limit=4) == 0
+    assert spares_to_start(idle=0, live=4, starting=0, coming=0, spare=1, limit=4) == 0
+    assert spares_to_start(idle=0, live=4, starting=0, coming=0, spare=1, limit=32) == 1
+    assert spares_to_start(idle=5, live=6, starting=0, coming=0, spare=0, limit=32) == 0
 
 
 def test_the_filter_grants_what_the_server_declared() -> None:

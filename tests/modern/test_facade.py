@@ -189,6 +189,39 @@ async def test_a_legacy_and_a_modern_client_at_once_neither_disturbs_the_other(
     assert new == [f"waited M{i}" for i in range(10)]
 
 
+async def test_a_missing_resource_is_the_2026_code_for_modern_clients_only(
+    tmp_path: Path,
+) -> None:
+    """2026-07-28 server/resources.mdx §Error Handling: -32602, where the 2025 server says
+    -32002 (kept in data.upstreamCode); a legacy client gets the server's error as sent."""
+    missing = {"uri": "test://missing"}
+    async with modern_proxy(tmp_path) as (proxy, client, _log):
+        answer = await client.send("resources/read", missing)
+        assert answer.status == 200
+        assert answer.error == {
+            "code": -32602,
+            "message": "Resource not found",
+            "data": {"uri": "test://missing", "upstreamCode": -32002},
+        }
+        http = client.http
+        headers = {"Accept": "application/json, text/event-stream"}
+        async with http.post(proxy.url, json=initialize_request(), headers=headers) as resp:
+            session = resp.headers["Mcp-Session-Id"]
+            await resp.read()
+        legacy = {**headers, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        async with http.post(proxy.url, json=initialized, headers=legacy) as resp:
+            assert resp.status == 202
+        read = {"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": missing}
+        async with http.post(proxy.url, json=read, headers=legacy) as resp:
+            old = await read_answer(resp)
+        assert old.error == {
+            "code": -32002,
+            "message": "Resource not found",
+            "data": {"uri": "test://missing"},
+        }
+
+
 async def test_progress_streams_before_the_answer_with_the_clients_own_token(
     tmp_path: Path,
 ) -> None:
