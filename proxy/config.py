@@ -30,6 +30,7 @@ from proxy.config_rules import (  # re-exported: the schema's users import them 
     interpolate,
     interpolated,
 )
+from proxy.core.dual_era import DUAL_ERA_CHOICES
 from proxy.core.httprules import LOCAL_HOSTNAMES
 from proxy.core.session import SessionSettings
 
@@ -111,6 +112,10 @@ class UpstreamConfig:
     # Client sessions of this upstream at once (legacy era); a new initialize beyond it
     # gets 503 (too_many_sessions). null: only sessions.max_sessions, over all upstreams.
     max_sessions: Annotated[int | None, Positive] = None
+    # The era a client that speaks both (fastmcp, SDKs in auto mode) is served: modern
+    # (2026-07-28, no resumption without Tasks) or legacy (2025-11-25, resumes with
+    # Last-Event-ID). null: modern.dual_era.
+    dual_era: Annotated[str | None, OneOf(DUAL_ERA_CHOICES)] = None
 
     @property
     def kind(self) -> str:
@@ -244,6 +249,10 @@ class ModernConfig:
     """MCP 2026-07-28 clients on the same endpoint, served statelessly."""
 
     enabled: bool = True
+    # The era a client that speaks both is served, for every server that does not set its
+    # own dual_era: modern, or legacy (its server/discover is refused with -32022 so that it
+    # falls back to initialize, and resumes with Last-Event-ID; docs/modern.md).
+    dual_era: Annotated[str, OneOf(DUAL_ERA_CHOICES)] = "modern"
     pool: PoolConfig = field(default_factory=PoolConfig)
     # How long a call that answered with input_required (MRTR) waits for the client's
     # retry before it is cancelled upstream.
