@@ -1,6 +1,7 @@
 """What the client drivers in this folder share: one command line and one output.
 
-Every driver is run as ``python -m tests.clients.<driver> URL TOOL ARGS_JSON [--era ERA]``
+Every driver is run as ``python -m tests.clients.<driver> URL TOOL ARGS_JSON [--era ERA]
+[--timeout SECONDS]``
 (``node tests/clients/ts.mjs ...`` for the TypeScript SDKs) and prints one JSON object per
 line on stdout, in the order the client's own API handed things over:
 
@@ -21,8 +22,9 @@ import sys
 from typing import Any
 
 ERAS = ("legacy", "modern", "auto")
-CALL_TIMEOUT_S = 15.0  # a call here takes ~1.2 s; a client that hangs on a broken stream
-# fails at this timeout (a shorter one than the clients' own 60 s, the one setting changed)
+# A cut call takes a few seconds: a client that hangs on a broken stream fails at this
+# timeout, shorter than the clients' own 60 s (the one setting changed; --timeout).
+CALL_TIMEOUT_S = 15.0
 
 
 def emit(obj: dict[str, Any]) -> None:
@@ -47,4 +49,5 @@ def parse_args(description: str) -> argparse.Namespace:
     parser.add_argument("tool")
     parser.add_argument("args", type=json.loads, help="the tool's arguments, as a JSON object")
     parser.add_argument("--era", choices=ERAS, default="auto")
+    parser.add_argument("--timeout", type=float, default=CALL_TIMEOUT_S, help="seconds")
     return parser.parse_args()

@@ -12,7 +12,7 @@ import sys
 import anyio
 from fastmcp import Client
 
-from tests.clients.driver_io import CALL_TIMEOUT_S, describe, emit, emit_result, parse_args
+from tests.clients.driver_io import describe, emit, emit_result, parse_args
 
 MODES = {"legacy": "legacy", "modern": "2026-07-28", "auto": "auto"}
 
@@ -24,10 +24,10 @@ async def on_progress(progress: float, total: float | None, message: str | None)
 async def main() -> int:
     args = parse_args(__doc__.splitlines()[0])
     try:
-        with anyio.fail_after(CALL_TIMEOUT_S):
+        with anyio.fail_after(args.timeout):
             async with Client(args.url, mode=MODES[args.era]) as client:
                 result = await client.call_tool(
-                    args.tool, args.args, progress_handler=on_progress, timeout=CALL_TIMEOUT_S
+                    args.tool, args.args, progress_handler=on_progress, timeout=args.timeout
                 )
     except Exception as exc:
         emit({"error": describe(exc)})

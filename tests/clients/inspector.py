@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.clients.driver_io import CALL_TIMEOUT_S, emit, emit_result, parse_args
+from tests.clients.driver_io import emit, emit_result, parse_args
 
 INSPECTOR = Path(__file__).resolve().parents[2] / ".tools/inspector/node_modules/.bin/mcp-inspector"
 
@@ -29,9 +29,9 @@ def main() -> int:
     if args.era != "auto":
         argv += ["--protocol-era", args.era]
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=CALL_TIMEOUT_S, check=False)
+        done = subprocess.run(argv, capture_output=True, timeout=args.timeout, check=False)
     except subprocess.TimeoutExpired:
-        emit({"error": f"TimeoutExpired: no answer in {CALL_TIMEOUT_S}s"})
+        emit({"error": f"TimeoutExpired: no answer in {args.timeout}s"})
         return 1
     sys.stderr.buffer.write(done.stderr)
     try:

@@ -4,7 +4,8 @@
 A cell is (client, era, cuts). Its driver (one per client in this folder, see driver_io.py)
 calls ``slow`` with :data:`STEPS` steps (one ``notifications/progress`` each); the relay
 cuts the client's connection ``cuts`` times, spread over the bytes of the call's progress,
-counted from the first progress notification (so the client's handshake is never cut).
+counted from the first progress notification (so the client's handshake is never cut); a
+call that became a task (``modern+tasks``) is cut on its ``tasks/get`` polls instead.
 The cell's :func:`outcome` is what the client handed its user, against what the server sent:
 
 - ``exact``: every progress once, in order, and the result;
@@ -43,7 +44,11 @@ ERAS: Final = ("legacy", "modern", "modern+tasks")
 # A progress event of `slow` is about 130 bytes on the wire (more with a modern envelope):
 # the cuts are spread over the first 6,000 bytes after the first one, well inside the call.
 CUT_SPAN_BYTES: Final = 6000
+# With Tasks they fall on the tasks/get polls, about 200 bytes each (50 ms apart here): the
+# first 2,000 bytes after the answer that made the call a task, well before it ends.
+TASK_CUT_SPAN_BYTES: Final = 2000
 DRIVER_DEADLINE_S: Final = 90.0
+LARGE_TIMEOUT_S: Final = 60.0  # the clients' own default: a 20 MB result on a busy machine
 PARALLEL_CELLS: Final = 3
 TS_CLIENT2_MODULES: Final = ROOT / ".tools" / "ts-client2" / "node_modules"
 INSPECTOR: Final = ROOT / ".tools" / "inspector" / "node_modules" / ".bin" / "mcp-inspector"
@@ -62,9 +67,9 @@ class Observed:
     detail: str  # the error, or what arrived, for the failure message
 
 
-def cut_offsets(cuts: int) -> list[int]:
-    """``cuts`` byte offsets spread evenly over :data:`CUT_SPAN_BYTES`."""
-    return [round((i + 0.5) * CUT_SPAN_BYTES / cuts) for i in range(cuts)]
+def cut_offsets(cuts: int, span: int = CUT_SPAN_BYTES) -> list[int]:
+    """``cuts`` byte offsets spread evenly over ``span`` bytes."""
+    return [round((i + 0.5) * span / cuts) for i in range(cuts)]
 
 
 def outcome(lines: list[dict[str, Any]], steps: int, *, shows_progress: bool = True) -> Observed:
@@ -159,9 +164,10 @@ async def run_cell(
     relay = CutProxy(proxy.port)
     await relay.start()
     try:
-        # With Tasks, the cuts fall on the client's tasks/get polls (50 ms apart here).
-        marker = TASK_MARKER if era == "modern+tasks" else PROGRESS_MARKER
-        relay.schedule_cuts(cut_offsets(cuts), after=marker)
+        if era == "modern+tasks":
+            relay.schedule_cuts(cut_offsets(cuts, TASK_CUT_SPAN_BYTES), after=TASK_MARKER)
+        else:
+            relay.schedule_cuts(cut_offsets(cuts), after=PROGRESS_MARKER)
         args = {"steps": STEPS, "delay": STEP_DELAY_S}
         argv = driver_argv(client, era.removesuffix("+tasks"), relay.url(path), "slow", args)
         stderr = workdir / f"{client}-{era}-{cuts}.stderr"
@@ -179,6 +185,7 @@ async def run_large(
 ) -> Observed:
     """``client`` at ``era`` calls ``large`` for a result of ``size`` bytes, no cuts."""
     argv = driver_argv(client, era.removesuffix("+tasks"), proxy.url, "large", {"bytes": size})
+    argv += ["--timeout", str(LARGE_TIMEOUT_S)]
     lines = await run_driver(argv, workdir / f"{client}-{era}-large-{size}.stderr")
     errors = [str(line["error"]) for line in lines if "error" in line]
     results = [line for line in lines if "result" in line]

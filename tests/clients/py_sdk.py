@@ -15,7 +15,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.session import IncomingMessage
 
-from tests.clients.driver_io import CALL_TIMEOUT_S, describe, emit, emit_result, parse_args
+from tests.clients.driver_io import describe, emit, emit_result, parse_args
 from tests.e2e.sdk_client import text_of
 
 MODES = {"legacy": "legacy", "modern": "2026-07-28", "auto": "auto"}
@@ -33,7 +33,7 @@ async def ignore_progress(progress: float, total: float | None, message: str | N
 async def main() -> int:
     args = parse_args(__doc__.splitlines()[0])
     try:
-        with anyio.fail_after(CALL_TIMEOUT_S):
+        with anyio.fail_after(args.timeout):
             async with Client(args.url, mode=MODES[args.era], message_handler=on_message) as client:
                 result = await client.call_tool(
                     args.tool, args.args, progress_callback=ignore_progress

@@ -14,7 +14,7 @@ import sys
 import anyio
 from mcp import Client, StdioServerParameters
 
-from tests.clients.driver_io import CALL_TIMEOUT_S, describe, emit, emit_result, parse_args
+from tests.clients.driver_io import describe, emit, emit_result, parse_args
 from tests.clients.py_sdk import MODES, ignore_progress, on_message
 from tests.e2e.sdk_client import text_of
 
@@ -28,7 +28,7 @@ async def main() -> int:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        with anyio.fail_after(CALL_TIMEOUT_S):
+        with anyio.fail_after(args.timeout):
             async with Client(shim, mode=MODES[args.era], message_handler=on_message) as client:
                 result = await client.call_tool(
                     args.tool, args.args, progress_callback=ignore_progress

@@ -3,7 +3,7 @@
 // (its default reconnectionOptions included). The command line and the output are those of
 // tests/clients/driver_io.py:
 //
-//   node ts.mjs URL TOOL ARGS_JSON --era legacy|modern|auto --sdk 1|2
+//   node ts.mjs URL TOOL ARGS_JSON --era legacy|modern|auto --sdk 1|2 [--timeout SECONDS]
 //
 // 1.x speaks the legacy era only; 2.x maps --era to versionNegotiation.mode ("legacy",
 // {pin: "2026-07-28"}, "auto"). The SDK is imported by absolute path: 1.x from
@@ -18,6 +18,7 @@ const option = (name, fallback) => {
 };
 const era = option("--era", "auto");
 const major = option("--sdk", "1");
+const timeoutMs = Number(option("--timeout", "15")) * 1000; // driver_io.CALL_TIMEOUT_S
 
 const print = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
 const textOf = (result) => (result.content ?? []).map((block) => block.text ?? "").join("");
@@ -51,7 +52,7 @@ let client;
 try {
   client = await connect();
   const options = {
-    timeout: 15_000, // driver_io.CALL_TIMEOUT_S
+    timeout: timeoutMs,
     onprogress: ({ progress }) => print({ progress }),
   };
   const params = { name: tool, arguments: JSON.parse(argsJson) };
