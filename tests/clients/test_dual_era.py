@@ -1,6 +1,6 @@
 """``dual_era: legacy`` (per server; ``modern.dual_era`` for all): a client that speaks both
-eras and would be served 2026-07-28 — fastmcp 4.2 and the Python SDK in their default
-``auto`` mode — is served 2025-11-25 instead and resumes through a cut, where the same client
+eras and would be served 2026-07-28 — fastmcp 4.2 by default, the Python SDK and the
+TypeScript SDK 2.x in ``auto`` mode — is served 2025-11-25 instead and resumes through a cut, where the same client
 on a server left at ``modern`` loses its call (SEP-2575). The proxy tells the operator: a
 ``server_eras`` log line per server at start, and ``eras`` per upstream in ``/status.json``
 (and on ``/status``).
@@ -37,6 +37,7 @@ async def test_dual_era_clients_resume_on_a_server_that_serves_them_legacy(
     expected = {
         ("fastmcp", "resumable"): "exact",
         ("python-sdk", "resumable"): "exact",
+        ("ts-sdk-2", "resumable"): "exact",
         ("fastmcp", "plain"): "failed",
     }
     cells = list(expected)
