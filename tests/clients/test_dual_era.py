@@ -1,9 +1,9 @@
 """``dual_era: legacy`` (per server; ``modern.dual_era`` for all): a client that speaks both
-eras and would be served 2026-07-28 — fastmcp 4.2 by default, the Python SDK and the
-TypeScript SDK 2.x in ``auto`` mode — is served 2025-11-25 instead and resumes through a cut, where the same client
-on a server left at ``modern`` loses its call (SEP-2575). The proxy tells the operator: a
-``server_eras`` log line per server at start, and ``eras`` per upstream in ``/status.json``
-(and on ``/status``).
+eras and would be served 2026-07-28 (fastmcp 4.2 by default, the Python SDK and the
+TypeScript SDK 2.x in ``auto`` mode) is served 2025-11-25 instead and resumes through a
+cut, where the same client on a server left at ``modern`` loses its call (SEP-2575). The
+proxy tells the operator: a ``server_eras`` log line per server at start, and ``eras`` per
+upstream in ``/status.json`` (and on ``/status``).
 """
 
 from __future__ import annotations
