@@ -3,7 +3,7 @@
 ``scripts/clients-table``; tests/clients/test_clients_doc.py checks the two agree).
 
 A cell is (client, era, cuts): the client calls a tool that streams 60 progress
-notifications while a relay cuts its connection 1, 3 or 10 times (tests/clients/matrix.py
+notifications while a relay cuts its connection 1, 2, 3 or 10 times (tests/clients/matrix.py
 says how, and what each outcome means). An era a client cannot speak has a reason instead.
 """
 
@@ -26,7 +26,7 @@ ERA_LABELS: Final = {
     "modern": "2026-07-28",
     "modern+tasks": "2026-07-28 + Tasks",
 }
-CUTS: Final = (1, 3, 10)
+CUTS: Final = (1, 2, 3, 10)
 
 # (client, era) -> why the client is not measured in that era.
 NOT_SPOKEN: Final[dict[tuple[str, str], str]] = {
@@ -40,18 +40,18 @@ NOT_SPOKEN: Final[dict[tuple[str, str], str]] = {
     ("shim", "modern+tasks"): "speaks 2025-11-25 to the proxy",
 }
 
-# (client, era) -> the outcome with 1, 3 and 10 cuts.
-EXPECTED: Final[dict[tuple[str, str], tuple[str, str, str]]] = {
-    ("python-sdk", "legacy"): ("exact", "failed", "failed"),
-    ("python-sdk", "modern"): ("failed", "failed", "failed"),
-    ("ts-sdk-1", "legacy"): ("exact", "exact", "exact"),
-    ("ts-sdk-2", "legacy"): ("exact", "exact", "exact"),
-    ("ts-sdk-2", "modern"): ("failed", "failed", "failed"),
-    ("fastmcp", "legacy"): ("exact", "failed", "failed"),
-    ("fastmcp", "modern"): ("failed", "failed", "failed"),
-    ("inspector", "legacy"): ("completed", "completed", "completed"),
-    ("inspector", "modern+tasks"): ("failed", "failed", "failed"),
-    ("shim", "legacy"): ("exact", "exact", "exact"),
+# (client, era) -> the outcome with 1, 2, 3 and 10 cuts.
+EXPECTED: Final[dict[tuple[str, str], tuple[str, str, str, str]]] = {
+    ("python-sdk", "legacy"): ("exact", "duplicates", "failed", "failed"),
+    ("python-sdk", "modern"): ("failed", "failed", "failed", "failed"),
+    ("ts-sdk-1", "legacy"): ("exact", "exact", "exact", "exact"),
+    ("ts-sdk-2", "legacy"): ("exact", "exact", "exact", "exact"),
+    ("ts-sdk-2", "modern"): ("failed", "failed", "failed", "failed"),
+    ("fastmcp", "legacy"): ("exact", "duplicates", "failed", "failed"),
+    ("fastmcp", "modern"): ("failed", "failed", "failed", "failed"),
+    ("inspector", "legacy"): ("completed", "completed", "completed", "completed"),
+    ("inspector", "modern+tasks"): ("failed", "failed", "failed", "failed"),
+    ("shim", "legacy"): ("exact", "exact", "exact", "exact"),
 }
 
 # Large results, no cuts, default client settings: (client, era) -> outcome for 5 MB, 20 MB.

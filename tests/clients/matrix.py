@@ -209,9 +209,10 @@ def compare(
     return got, report
 
 
-async def gather_limited(*jobs: Any) -> list[Any]:
-    """Run the coroutines ``jobs``, :data:`PARALLEL_CELLS` at a time, results in order."""
-    gate = asyncio.Semaphore(PARALLEL_CELLS)
+async def gather_limited(*jobs: Any, limit: int = PARALLEL_CELLS) -> list[Any]:
+    """Run the coroutines ``jobs``, ``limit`` at a time (in the order given), results in
+    order."""
+    gate = asyncio.Semaphore(limit)
 
     async def one(job: Any) -> Any:
         async with gate:

@@ -1,11 +1,12 @@
 """The client matrix, Python clients: the official Python SDK (``mcp`` 2.3), fastmcp 4.2 and
 the ``connect`` shim (driven by the Python SDK's stdio client), each in every era it speaks,
-through 1, 3 and 10 cuts of a call streaming 60 progress notifications (tests/clients/matrix.py).
+through 1, 2, 3 and 10 cuts of a call streaming 60 progress notifications (tests/clients/matrix.py).
 Each cell's outcome must be the one tests/clients/expected.py (and docs/clients.md) states.
 
-The Python SDK's flaw shows at 3 cuts: its ``_handle_reconnection`` retries a resumed stream
-that broke with the ``Last-Event-ID`` it started from, and gives up after
-``MAX_RECONNECTION_ATTEMPTS = 2`` (fastmcp uses it); at 2026-07-28 there is no resumption.
+The Python SDK's flaw shows from 2 cuts: its ``_handle_reconnection`` retries a resumed
+stream that broke with the ``Last-Event-ID`` it started from (duplicates), and gives up
+after ``MAX_RECONNECTION_ATTEMPTS = 2`` (fastmcp uses it); at 2026-07-28 there is no
+resumption.
 """
 
 from __future__ import annotations

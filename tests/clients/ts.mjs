@@ -18,7 +18,7 @@ const option = (name, fallback) => {
 };
 const era = option("--era", "auto");
 const major = option("--sdk", "1");
-const timeoutMs = Number(option("--timeout", "15")) * 1000; // driver_io.CALL_TIMEOUT_S
+const timeoutMs = Number(option("--timeout", "30")) * 1000; // driver_io.CALL_TIMEOUT_S
 
 const print = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
 const textOf = (result) => (result.content ?? []).map((block) => block.text ?? "").join("");
