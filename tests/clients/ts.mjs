@@ -7,9 +7,10 @@
 //
 // 1.x speaks the legacy era only; 2.x maps --era to versionNegotiation.mode ("legacy",
 // {pin: "2026-07-28"}, "auto"). The SDK is imported by absolute path: 1.x from
-// MCP_TOOLS_NODE_MODULES (as tests/e2e/ts/sdk.mjs does), 2.x from MCP_TS_CLIENT2_MODULES.
+// MCP_TOOLS_NODE_MODULES through tests/e2e/ts/sdk.mjs, 2.x from MCP_TS_CLIENT2_MODULES.
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
+import { print, sdk, text as textOf } from "../e2e/ts/sdk.mjs";
 
 const [url, tool, argsJson, ...rest] = process.argv.slice(2);
 const option = (name, fallback) => {
@@ -20,19 +21,13 @@ const era = option("--era", "auto");
 const major = option("--sdk", "1");
 const timeoutMs = Number(option("--timeout", "30")) * 1000; // driver_io.CALL_TIMEOUT_S
 
-const print = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
-const textOf = (result) => (result.content ?? []).map((block) => block.text ?? "").join("");
 const load = (root, path) => import(pathToFileURL(join(root, path)).href);
 
 async function connect() {
   if (major === "1") {
     if (era !== "legacy") throw new Error(`the 1.x SDK has no ${era} era`);
-    const modules = process.env.MCP_TOOLS_NODE_MODULES;
-    const { Client } = await load(modules, "@modelcontextprotocol/sdk/dist/esm/client/index.js");
-    const { StreamableHTTPClientTransport } = await load(
-      modules,
-      "@modelcontextprotocol/sdk/dist/esm/client/streamableHttp.js",
-    );
+    const { Client } = await sdk("client/index.js");
+    const { StreamableHTTPClientTransport } = await sdk("client/streamableHttp.js");
     const client = new Client({ name: "matrix-ts1", version: "0" });
     await client.connect(new StreamableHTTPClientTransport(new URL(url)));
     return client;
