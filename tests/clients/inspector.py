@@ -12,6 +12,7 @@ error on stderr and a non-zero exit) becomes driver_io's lines.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,8 @@ from pathlib import Path
 from tests.clients.driver_io import emit, emit_result, parse_args
 
 INSPECTOR = Path(__file__).resolve().parents[2] / ".tools/inspector/node_modules/.bin/mcp-inspector"
+# Secrets (none here) in memory: no keyring, no file in the home directory.
+ENV = {**os.environ, "MCP_INSPECTOR_SECRET_STORE": "memory"}
 
 
 def main() -> int:
@@ -29,7 +32,7 @@ def main() -> int:
     if args.era != "auto":
         argv += ["--protocol-era", args.era]
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=args.timeout, check=False)
+        done = subprocess.run(argv, capture_output=True, timeout=args.timeout, check=False, env=ENV)
     except subprocess.TimeoutExpired:
         emit({"error": f"TimeoutExpired: no answer in {args.timeout}s"})
         return 1
