@@ -30,11 +30,11 @@ CUTS: Final = (1, 2, 3, 10)
 
 # (client, era) -> why the client is not measured in that era.
 NOT_SPOKEN: Final[dict[tuple[str, str], str]] = {
-    ("python-sdk", "modern+tasks"): "no Tasks client API",
+    ("python-sdk", "modern+tasks"): "no Tasks extension client",
     ("ts-sdk-1", "modern"): "no 2026-07-28 support",
     ("ts-sdk-1", "modern+tasks"): "no 2026-07-28 support",
-    ("ts-sdk-2", "modern+tasks"): "no Tasks client API",
-    ("fastmcp", "modern+tasks"): "no Tasks client API",
+    ("ts-sdk-2", "modern+tasks"): "no Tasks extension client",
+    ("fastmcp", "modern+tasks"): "no Tasks extension client",
     ("inspector", "modern"): "declares Tasks by default",
     ("shim", "modern"): "speaks 2025-11-25 to the proxy",
     ("shim", "modern+tasks"): "speaks 2025-11-25 to the proxy",
