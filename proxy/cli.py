@@ -278,6 +278,8 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         transport=only.upstream.kind if only is not None else None,
         servers={name: f"{base}{server.mcp_path}" for name, server in servers.items()},
     )
+    for name, server in servers.items():  # what each server's clients can resume
+        log.info("server_eras", server=name, **server.eras())
     if config.log.format == "console":
         where = (
             url

@@ -31,6 +31,7 @@ from proxy.config_rules import (  # re-exported: the schema's users import them 
     interpolated,
     shown_url,
 )
+from proxy.core.dual_era import DUAL_ERA_CHOICES
 from proxy.core.httprules import LOCAL_HOSTNAMES
 from proxy.core.session import SessionSettings
 
@@ -118,6 +119,10 @@ class UpstreamConfig:
     # with the client's own initialize. State held in the process is lost: only for
     # servers that keep none. null: the process runs as long as its session.
     stop_idle_seconds: Annotated[float | None, Positive] = None
+    # The era a client that speaks both (fastmcp, SDKs in auto mode) is served: modern
+    # (2026-07-28, no resumption without Tasks) or legacy (2025-11-25, resumes with
+    # Last-Event-ID). null: modern.dual_era.
+    dual_era: Annotated[str | None, OneOf(DUAL_ERA_CHOICES)] = None
 
     @property
     def kind(self) -> str:
@@ -254,6 +259,10 @@ class ModernConfig:
     """MCP 2026-07-28 clients on the same endpoint, served statelessly."""
 
     enabled: bool = True
+    # The era a client that speaks both is served, for every server that does not set its
+    # own dual_era: modern, or legacy (its server/discover is refused with -32022 so that it
+    # falls back to initialize, and resumes with Last-Event-ID; docs/modern.md).
+    dual_era: Annotated[str, OneOf(DUAL_ERA_CHOICES)] = "modern"
     pool: PoolConfig = field(default_factory=PoolConfig)
     # How long a call that answered with input_required (MRTR) waits for the client's
     # retry before it is cancelled upstream.

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from proxy.config import Config, UpstreamConfig
+from proxy.core.dual_era import eras_served
 from proxy.upstream.base import UpstreamHealth
 
 SERVERS_PREFIX = "/servers/"
@@ -33,6 +34,16 @@ class Server:
     @property
     def ws_path(self) -> str:
         return f"{SERVERS_PREFIX}{self.name}/ws"
+
+    @property
+    def dual_era(self) -> str:
+        """The era a dual-era client of this server is served (``modern``, ``legacy``)."""
+        return self.upstream.dual_era or self.config.modern.dual_era
+
+    def eras(self) -> dict[str, str]:
+        """What this server's clients are served and can resume (startup log, ``/status``)."""
+        modern, tasks = self.config.modern, self.config.tasks
+        return eras_served(modern.enabled, self.dual_era, tasks.enabled)
 
     def health_dict(self) -> dict[str, object]:
         """This server for ``/healthz`` and the status page."""

@@ -7,7 +7,8 @@ to ``target_port``. The test can then:
 - ``cut_all()``: drop every current connection at once;
 - ``schedule_cuts(offsets)``: for each offset, drop the connection that carries that
   server→client byte right after it, also in the middle of an SSE event (offsets count
-  the bytes forwarded on all connections since the call; what a cut holds back is never
+  the bytes forwarded on all connections since the call, or with ``after=marker`` since
+  the first server→client read holding ``marker``; what a cut holds back is never
   forwarded, so every offset lands while bytes keep flowing);
 - ``cut_before_reply()``: let the next POST through, then drop its connection before the
   first byte of the server's reply reaches the client (the server got it; the client
@@ -55,6 +56,7 @@ class CutProxy:
         self.connections = 0  # connections accepted so far
         self.session_ids: list[str] = []
         self._cuts_at: list[int] = []
+        self._count_after: bytes | None = None  # schedule_cuts(after=...) not seen yet
         self._cut_before_reply = False
         self._links: set[_Link] = set()
         self._server: asyncio.Server | None = None
@@ -99,10 +101,13 @@ class CutProxy:
             self._cut(link, reset=reset)
         return len(links)
 
-    def schedule_cuts(self, offsets: list[int]) -> None:
-        """Cut after each of these server→client byte offsets (counted from now)."""
+    def schedule_cuts(self, offsets: list[int], *, after: bytes | None = None) -> None:
+        """Cut after each of these server→client byte offsets, counted from now, or with
+        ``after`` from the start of the first read that holds those bytes (a call's first
+        progress notification, say, whatever the client sent before)."""
         self.bytes_down = 0
         self._cuts_at = sorted(offsets)
+        self._count_after = after
 
     @property
     def cuts_pending(self) -> int:
@@ -186,8 +191,15 @@ class CutProxy:
                 if link.cut_on_reply:
                     self._cut(link, reset=True)
                     return
+                if self._count_after is not None and self._count_after in link.tail + data:
+                    self._count_after = None
+                    self.bytes_down = 0
                 self._note_session(link, data)
                 start = self.bytes_down
+                if self._count_after is not None:
+                    writer.write(data)  # not counted yet
+                    await writer.drain()
+                    continue
                 if self._cuts_at and self._cuts_at[0] < start + len(data):
                     # Offsets count forwarded bytes: the rest of this chunk is never
                     # forwarded, so the next offset applies to what comes next.

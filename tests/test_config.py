@@ -12,6 +12,7 @@ import yaml
 from proxy.cli import build_parser, resolve_config
 from proxy.config import Bound, Config, ConfigError, config_from_mapping, load_config
 from proxy.core.session import SessionSettings
+from proxy.servers import servers_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,6 +48,11 @@ def test_examples_load() -> None:
         ({"listen": {"path": "/ws"}}, "listen.path: /ws is taken"),
         ({"sse": {"max_stream_seconds": 0}}, "sse.max_stream_seconds: must be greater than 0"),
         ({"sessions": {"overflow": "drop"}}, "sessions.overflow: must be one of block, truncate"),
+        ({"modern": {"dual_era": "both"}}, "modern.dual_era: must be one of modern, legacy"),
+        (
+            {"servers": {"a": {"command": ["x"], "dual_era": "auto"}}},
+            "servers.a.dual_era: must be one of modern, legacy",
+        ),
         ({"store": {"cluster": "yes"}}, "store.cluster: expected"),
         ({"store": {"namespace": "a{b}"}}, "store.namespace: non-empty, without braces"),
         (
@@ -239,3 +245,25 @@ def test_upstream_url_headers_and_env_from_the_command_line(
     assert cfg.upstream.command == ["srv"] and cfg.upstream.url is None
     monkeypatch.setenv("MCP_RESUME_PROXY_UPSTREAM_URL", "http://env/sse")
     assert resolve_config(build_parser().parse_args([])).upstream.kind == "sse"
+
+
+def test_dual_era_is_per_server_with_a_default_for_all() -> None:
+    """``servers.NAME.dual_era`` wins; a server without one (or ``upstream.dual_era``)
+    takes ``modern.dual_era`` (docs/modern.md#dual-era-clients)."""
+    config = config_from_mapping(
+        {
+            "modern": {"dual_era": "legacy"},
+            "servers": {
+                "a": {"command": ["x"]},
+                "b": {"command": ["x"], "dual_era": "modern"},
+            },
+        }
+    )
+    servers = servers_of(config)
+    assert {name: server.dual_era for name, server in servers.items()} == {
+        "a": "legacy",
+        "b": "modern",
+    }
+    assert servers_of(config_from_mapping({"upstream": {"command": ["x"]}}))[
+        "default"
+    ].dual_era == ("modern")

@@ -18,6 +18,7 @@ from aiohttp import web
 from proxy.context import ProxyContext
 from proxy.core import cors, httprules, jsonrpc, seed
 from proxy.core.admission import admit_post
+from proxy.core.dual_era import discover_refused
 from proxy.core.era import (
     LEGACY_VERSIONS,
     UNSUPPORTED_VERSION,
@@ -74,6 +75,17 @@ def _preflight(request: web.Request) -> web.Response:
 _POLLS = frozenset({seed.POLL, seed.RESUME, "tasks/get", "tasks/result"})
 
 _MODERN_KEY = "mcp_resume_proxy.modern"  # set on a request the modern side served
+
+
+def _legacy_only(version: str | None, why: str) -> ModernError:
+    """``-32022`` listing only the legacy revisions: a dual-era client falls back to
+    ``initialize`` on it (proxy/core/dual_era.py)."""
+    requested = version or "2026-07-28"
+    return ModernError(
+        UNSUPPORTED_VERSION,
+        f"Unsupported protocol version: {requested} ({why})",
+        data={"supported": list(LEGACY_VERSIONS), "requested": requested},
+    )
 
 
 class StreamableHttp:
@@ -228,12 +240,9 @@ class StreamableHttp:
             if batch:
                 raise BadRequest("Bad Request: a 2026-07-28 POST carries one message, not a batch")
             if self.modern is None:  # a dual-era client falls back to initialize on this
-                requested = version or "2026-07-28"
-                raise ModernError(
-                    UNSUPPORTED_VERSION,
-                    f"Unsupported protocol version: {requested} (modern.enabled is false)",
-                    data={"supported": list(LEGACY_VERSIONS), "requested": requested},
-                )
+                raise _legacy_only(version, "modern.enabled is false")
+            if discover_refused(messages[0].raw, self.server.dual_era, self.config.tasks.enabled):
+                raise _legacy_only(version, "dual_era is legacy: use initialize")
             request[_MODERN_KEY] = True
             reply = Reply(request, self.config.sse.keepalive_seconds)
             return await self.modern.post(

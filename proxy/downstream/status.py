@@ -61,6 +61,10 @@ def _server_health(server: Server) -> dict[str, Any]:  # state, last_error, rest
     return dict(server.health_dict())
 
 
+def _server_eras(server: Server) -> dict[str, str]:  # dual_era, resumption
+    return dict(server.eras())
+
+
 def _modern_of(endpoints: dict[str, StreamableHttp], name: str) -> ModernFacade | None:
     endpoint = endpoints.get(name)
     return endpoint.modern if endpoint is not None else None
@@ -121,7 +125,8 @@ def collect(app: web.Application) -> dict[str, Any]:
 def _upstream_entry(server: Server, modern: ModernFacade | None) -> dict[str, Any]:
     health = _server_health(server)
     entry = {"name": server.name, "transport": health["transport"], "target": _target(server)}
-    return {**entry, **health, "modern": modern.health() if modern is not None else None}
+    modern_health = modern.health() if modern is not None else None
+    return {**entry, **health, "modern": modern_health, "eras": _server_eras(server)}
 
 
 def _session_entry(runner: SessionRunner, now: float) -> dict[str, Any]:
@@ -329,13 +334,22 @@ def _upstreams(upstreams: list[dict[str, Any]]) -> str:
                 _error(u.get("crash_loop"), "no"),
                 _error(u.get("last_error")),
                 _e(u.get("sessions")),
+                _eras_cell(u.get("eras")),
             ]
         )
         for u in upstreams
     ]
     headers = ["name", "transport", "target", "state", "restarts", "crash loop", "last error"]
-    table = _table([*headers, "sessions"], rows) if rows else _empty("No upstream configured.")
+    headers += ["sessions", "dual-era clients"]
+    table = _table(headers, rows) if rows else _empty("No upstream configured.")
     return f"<h2>Upstreams ({len(upstreams)})</h2>{table}"
+
+
+def _eras_cell(eras: Any) -> str:
+    """The era a dual-era client is served, with what it means for resumption."""
+    if not isinstance(eras, dict):
+        return "—"
+    return f"{_e(eras.get('dual_era'))}: {_e(eras.get('resumption'))}"
 
 
 def _sessions(sessions: list[dict[str, Any]], total: int) -> str:
