@@ -89,7 +89,7 @@ class ShimOptions:
     url: str
     headers: dict[str, str] = field(default_factory=dict)
     reconnect_max_seconds: float = 30.0
-    connect_timeout_seconds: float = 10.0
+    connect_timeout_seconds: float = 5.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,7 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         metavar="S",
-        help="give up reconnecting after this long (default 30)",
+        help="give up reconnecting a session that was up after this long (default 30)",
+    )
+    parser.add_argument(
+        "--connect-timeout-seconds",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="the longest wait for a connection to the proxy, and for the host's initialize "
+        "when the proxy cannot be reached (then an error: proxy_unreachable; default 5)",
     )
     parser.add_argument(
         "--log-level",
@@ -153,7 +161,10 @@ class Shim:
             options.url, options.headers, connect_timeout=options.connect_timeout_seconds
         )
         self.session = ShimSession(
-            self.pipe, self.link, reconnect_max_seconds=options.reconnect_max_seconds
+            self.pipe,
+            self.link,
+            reconnect_max_seconds=options.reconnect_max_seconds,
+            connect_timeout_seconds=options.connect_timeout_seconds,
         )
         # Bounded: a host that writes faster than the proxy takes is held back on stdin.
         self._outbox: asyncio.Queue[Message] = asyncio.Queue(maxsize=256)
@@ -255,12 +266,19 @@ def main(argv: list[str]) -> int:
             f"mcp-resume-proxy connect: URL must be http(s)://, got {args.url!r}", file=sys.stderr
         )
         return 2
-    if args.reconnect_max_seconds <= 0:
-        print("mcp-resume-proxy connect: --reconnect-max-seconds must be > 0", file=sys.stderr)
-        return 2
+    for flag, value in (
+        ("--reconnect-max-seconds", args.reconnect_max_seconds),
+        ("--connect-timeout-seconds", args.connect_timeout_seconds),
+    ):
+        if not value > 0:
+            print(f"mcp-resume-proxy connect: {flag} must be > 0", file=sys.stderr)
+            return 2
     configure_logging(args.log_format, args.log_level)
     options = ShimOptions(
-        url=args.url, headers=headers, reconnect_max_seconds=args.reconnect_max_seconds
+        url=args.url,
+        headers=headers,
+        reconnect_max_seconds=args.reconnect_max_seconds,
+        connect_timeout_seconds=args.connect_timeout_seconds,
     )
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(Shim(options).run())
