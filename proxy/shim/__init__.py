@@ -12,8 +12,12 @@ line; its logs go to stderr. Rules:
   stream's ``retry`` (a server-initiated close) or a backoff step. The proxy replays from
   that event on, so the host sees every message once, in order. Reconnecting gives up
   after ``--reconnect-max-seconds``; the request then gets an error (``connection_lost``).
-- **Sending.** A POST whose connection could not be made never reached the proxy: it is
-  retried with backoff for up to the same budget (then ``proxy_unreachable``). A POST
+- **Sending.** A POST whose connection could not be made (refused, or not made within
+  ``--connect-timeout-seconds``) never reached the proxy: it is retried with backoff for
+  up to the same budget (then ``proxy_unreachable``); the host's ``initialize``, which no
+  session waits behind, only for ``--connect-timeout-seconds`` in all, so that a host
+  whose proxy is down hears it before its own timeout (the shim keeps serving: a later
+  ``initialize`` starts the session). A POST
   that failed after the connection was made (reset, EOF, before the stream's first event
   id) may have been received: a request is answered with an error whose ``data.reason``
   is ``outcome_unknown`` and is never sent again (it could run twice); a response is sent
@@ -22,11 +26,13 @@ line; its logs go to stderr. Rules:
   refused with 503 before it ran (``proxy_draining``, ``store_unavailable``, a
   balancer's own 503 without a JSON-RPC body) is sent again after its ``Retry-After``
   (at most 5 s), within the same budget (:func:`proxy.shim.http.retry_after_refusal`).
-- **Session gone** (404, 2025-11-25 §Session Management item 3): every request in flight
-  gets error -32001 "session expired at the proxy" (``data.reason: session_expired``).
-  The next request from the host first starts a new session by replaying the host's
-  original ``initialize`` (its answer is kept by the shim) and ``notifications/initialized``;
-  a request the proxy refused with 404 is sent again in the new session (it never ran).
+- **Session gone** (404, 2025-11-25 §Session Management item 3): every request the proxy
+  had taken gets error -32001 "session expired at the proxy" (``data.reason:
+  session_expired``). The next request from the host first starts a new session by
+  replaying the host's original ``initialize`` (its answer is kept by the shim) and
+  ``notifications/initialized``; a request the proxy refused with 404, or had not taken
+  yet (its POST still retried, as after a proxy restart), is sent in the new session: it
+  never ran.
 - **Ending.** On stdin EOF, SIGTERM or SIGINT: stop every stream, ``DELETE`` the session
   (2 s at most), exit 0.
 
@@ -68,9 +74,11 @@ A stdio MCP server for hosts that can only launch stdio servers (desktop apps): 
 forwards everything to the mcp-resume-proxy at URL over Streamable HTTP and writes what
 comes back to stdout. When the connection drops it reconnects and resumes with
 Last-Event-ID by itself: the host sees no lost and no repeated message, and requests in
-flight complete. If the proxy's session is gone (404), requests in flight get an error
-("session expired at the proxy") and the next request starts a new session, replaying
-the host's initialize. Logs go to stderr.
+flight complete. If the proxy's session is gone (404, e.g. after a proxy restart),
+requests the proxy had taken get an error ("session expired at the proxy") and the next
+request starts a new session, replaying the host's initialize. If the proxy cannot be
+reached when the host starts, its initialize gets an error (proxy_unreachable) after
+--connect-timeout-seconds and the shim keeps serving. Logs go to stderr.
 """
 
 EPILOG = """\

@@ -210,3 +210,14 @@ async def test_a_404_met_by_another_stream_leaves_a_request_not_yet_taken_to_the
         assert answers[1]["result"]["content"][0]["text"] == "later", answers[1]
         events = [e["event"] for e in logs]
         assert events.count("session_reinitialized") == 1 and "request_failed" not in events
+
+
+@pytest.mark.parametrize("flag", ["--connect-timeout-seconds", "--reconnect-max-seconds"])
+@pytest.mark.parametrize("value", ["0", "-1", "nan"])
+def test_a_time_that_is_not_positive_is_refused_at_start(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from proxy.shim import main
+
+    assert main(["http://127.0.0.1:1/mcp", flag, value]) == 2
+    assert f"{flag} must be > 0" in capsys.readouterr().err
