@@ -160,7 +160,9 @@ class ShimSession:
         await self.send_request(call, msg, fresh=True)
         await call.done.wait()  # nothing else may go before the InitializeResult
 
-    async def send_request(self, call: Call, msg: Message, *, fresh: bool = False) -> None:
+    async def send_request(
+        self, call: Call, msg: Message, *, fresh: bool = False, deadline: float | None = None
+    ) -> None:
         """POST a request and hand its answer stream to a follower task.
 
         A request the proxy has not taken is the shim's alone: news that the session is
@@ -171,17 +173,21 @@ class ShimSession:
         404 refused it, so it never ran: the session is replaced (the host's
         ``initialize`` replayed) and it is sent there, once. Any other failure before its
         stream's first event id leaves the outcome unknown: ``outcome_unknown``, never
-        re-sent.
+        re-sent. Starting the new session counts within the request's own deadline.
         """
-        budget = self.connect_budget if fresh and not call.internal else self.budget
-        deadline = time.monotonic() + budget
+        if deadline is None:
+            budget = self.connect_budget if fresh and not call.internal else self.budget
+            deadline = time.monotonic() + budget
+        budget = round(deadline - time.monotonic(), 1)
         backoff = Backoff()
         refused_404 = 0
         while True:
-            if not fresh and self._needs_reinit and not await self._reinitialize():
-                message = f"{SESSION_EXPIRED}; a new one could not be started"
-                self.answer_error(call, SESSION_EXPIRED_CODE, message, "session_expired")
-                return
+            if not fresh and self._needs_reinit:
+                failure = await self._reinitialize(deadline)
+                if failure is not None:
+                    message = f"{SESSION_EXPIRED}; a new one could not be started: {failure}"
+                    self.answer_error(call, SESSION_EXPIRED_CODE, message, "session_expired")
+                    return
             call.session_id = None if fresh else self.link.session_id
             try:
                 response = await self.link.post(
@@ -342,25 +348,28 @@ class ShimSession:
             if task is not None and task is not current:
                 task.cancel()
 
-    async def _reinitialize(self) -> bool:
-        """Replay the host's ``initialize`` (answer kept here) and ``initialized``."""
+    async def _reinitialize(self, deadline: float) -> str | None:
+        """Replay the host's ``initialize`` (answer kept here) and ``initialized``, by
+        ``deadline``; None once done, else why not."""
         if self._init_request is None:
-            return False
+            return "the host has not initialized"
         self._reinits += 1
         raw = {**self._init_request, "id": f"mcp-resume-proxy-reinit-{self._reinits}"}
         call = Call(raw["id"], "initialize", internal=True)
-        await self.send_request(call, jsonrpc.classify(raw), fresh=True)
+        await self.send_request(call, jsonrpc.classify(raw), fresh=True, deadline=deadline)
         await call.done.wait()
         if call.answer is None or "result" not in call.answer or self.link.session_id is None:
-            log.error("reinitialize_failed", answer=(call.answer or {}).get("error"))
-            return False
+            error = (call.answer or {}).get("error")
+            log.error("reinitialize_failed", answer=error)
+            message = error.get("message") if isinstance(error, dict) else None
+            return str(message or "no InitializeResult")
         self._needs_reinit = False
         if self._host_initialized:
             note = jsonrpc.classify({"jsonrpc": "2.0", "method": "notifications/initialized"})
             await self._send_other(note)
         log.info("session_reinitialized", session=self.link.session_label)
         self.ensure_standalone()
-        return True
+        return None
 
     async def end_session(self) -> None:
         """Stop every stream task and DELETE the session (§Session Management, item 5)."""
