@@ -27,7 +27,7 @@ from proxy.core import jsonrpc
 from proxy.shim.http import ProxyLink
 from proxy.shim.session import ShimSession
 from proxy.shim.stdio import HostPipe
-from tests.downstream.test_shim import sdk_host, shim_argv, shim_log, text_of
+from tests.downstream.test_shim import forwarder, sdk_host, shim_argv, shim_log, text_of
 from tests.fixtures.http_harness import black_hole
 from tests.support import (
     FIXTURE,
@@ -36,6 +36,7 @@ from tests.support import (
     initialize_request,
     log_events,
     reserved_port,
+    run_proxy,
     run_proxy_on,
     tool_call,
 )
@@ -169,21 +170,19 @@ async def test_a_404_met_by_another_stream_leaves_a_request_not_yet_taken_to_the
 ) -> None:
     """The order the restart test meets only by chance, made certain: the standalone
     stream learns that the session is gone (its 404, here told to the session as its
-    follower does) while a host request's POST is still being retried. That request
-    never reached the proxy: it goes to the new session, not to an error."""
-    async with reserved_port() as port:
-        config = proxy_config(port, "memory", tmp_path)
-        for life in ("first", "second"):
-            (tmp_path / life).mkdir()
-        out = io.BytesIO()
-        link = ProxyLink(f"http://127.0.0.1:{port}/mcp", {})
+    follower does) while a host request's POST is still being retried, refused by the
+    forwarder in front of the proxy. That request never reached the proxy: once the
+    forwarder accepts again it goes to a new session, not to an error."""
+    out = io.BytesIO()
+    async with run_proxy(tmp_path, FIXTURE) as proxy, forwarder(proxy) as cut:
+        link = ProxyLink(cut.url(), {})
         session = ShimSession(HostPipe(io.BytesIO(), out), link, reconnect_max_seconds=DEADLINE)
         await link.open()
         try:
-            async with run_proxy_on(tmp_path / "first", config):
-                await session.deliver(jsonrpc.classify(initialize_request(1)))
-                old = link.session_id
-                assert old is not None
+            await session.deliver(jsonrpc.classify(initialize_request(1)))
+            old = link.session_id
+            assert old is not None
+            await cut.refuse()
             with structlog.testing.capture_logs() as logs:
                 sending = asyncio.ensure_future(
                     session.deliver(jsonrpc.classify(tool_call(2, "echo", {"text": "later"})))
@@ -195,21 +194,20 @@ async def test_a_404_met_by_another_stream_leaves_a_request_not_yet_taken_to_the
                     )
                     session.session_gone(old, "404 on the standalone stream")
                     assert not sending.done()
-                    async with run_proxy_on(tmp_path / "second", config):
-                        await asyncio.wait_for(sending, DEADLINE)
-                        await eventually(
-                            lambda: out.getvalue().count(b"\n") >= 2, what="its answer"
-                        )
-                        await session.end_session()
+                    await cut.accept()
+                    await asyncio.wait_for(sending, DEADLINE)
+                    await eventually(lambda: out.getvalue().count(b"\n") >= 2, what="its answer")
                 finally:
                     sending.cancel()
+            await session.end_session()
         finally:
             await link.close()
-        answers = [json.loads(line) for line in out.getvalue().splitlines()]
-        assert [a["id"] for a in answers] == [1, 2]
-        assert answers[1]["result"]["content"][0]["text"] == "later", answers[1]
-        events = [e["event"] for e in logs]
-        assert events.count("session_reinitialized") == 1 and "request_failed" not in events
+    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [a["id"] for a in answers] == [1, 2]
+    assert answers[1]["result"]["content"][0]["text"] == "later", answers[1]
+    events = [e["event"] for e in logs]
+    assert events.count("session_reinitialized") == 1 and "request_failed" not in events
+    assert len(cut.session_ids) == 2 and cut.session_ids[0] == old, "a second session"
 
 
 @pytest.mark.parametrize("flag", ["--connect-timeout-seconds", "--reconnect-max-seconds"])
