@@ -214,7 +214,7 @@ class ShimSession:
                 response.release()  # refused, so certainly not run
                 self.session_gone(call.session_id, "404 on POST")
                 refused_404 += 1
-                if call.internal or refused_404 > 1:
+                if refused_404 > 1:  # the new session refused it too
                     code, reason = SESSION_EXPIRED_CODE, "session_expired"
                     self.answer_error(call, code, SESSION_EXPIRED, reason)
                     return
