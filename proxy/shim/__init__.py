@@ -14,10 +14,10 @@ line; its logs go to stderr. Rules:
   after ``--reconnect-max-seconds``; the request then gets an error (``connection_lost``).
 - **Sending.** A POST whose connection could not be made (refused, or not made within
   ``--connect-timeout-seconds``) never reached the proxy: it is retried with backoff for
-  up to the same budget (then ``proxy_unreachable``); the host's ``initialize``, which no
-  session waits behind, only for ``--connect-timeout-seconds`` in all, so that a host
-  whose proxy is down hears it before its own timeout (the shim keeps serving: a later
-  ``initialize`` starts the session). A POST
+  up to the same budget (then ``proxy_unreachable``). The host's own ``initialize`` is
+  retried for ``--connect-timeout-seconds`` in all, so that a host whose proxy is down
+  hears it before its own timeout; the shim keeps serving (a later ``initialize`` starts
+  the session). A POST
   that failed after the connection was made (reset, EOF, before the stream's first event
   id) may have been received: a request is answered with an error whose ``data.reason``
   is ``outcome_unknown`` and is never sent again (it could run twice); a response is sent
