@@ -12,8 +12,12 @@ line; its logs go to stderr. Rules:
   stream's ``retry`` (a server-initiated close) or a backoff step. The proxy replays from
   that event on, so the host sees every message once, in order. Reconnecting gives up
   after ``--reconnect-max-seconds``; the request then gets an error (``connection_lost``).
-- **Sending.** A POST whose connection could not be made never reached the proxy: it is
-  retried with backoff for up to the same budget (then ``proxy_unreachable``). A POST
+- **Sending.** A POST whose connection could not be made (refused, or not made within
+  ``--connect-timeout-seconds``) never reached the proxy: it is retried with backoff for
+  up to the same budget (then ``proxy_unreachable``). The host's own ``initialize`` is
+  retried for ``--connect-timeout-seconds`` in all, so that a host whose proxy is down
+  hears it before its own timeout; the shim keeps serving (a later ``initialize`` starts
+  the session). A POST
   that failed after the connection was made (reset, EOF, before the stream's first event
   id) may have been received: a request is answered with an error whose ``data.reason``
   is ``outcome_unknown`` and is never sent again (it could run twice); a response is sent
@@ -22,11 +26,13 @@ line; its logs go to stderr. Rules:
   refused with 503 before it ran (``proxy_draining``, ``store_unavailable``, a
   balancer's own 503 without a JSON-RPC body) is sent again after its ``Retry-After``
   (at most 5 s), within the same budget (:func:`proxy.shim.http.retry_after_refusal`).
-- **Session gone** (404, 2025-11-25 §Session Management item 3): every request in flight
-  gets error -32001 "session expired at the proxy" (``data.reason: session_expired``).
-  The next request from the host first starts a new session by replaying the host's
-  original ``initialize`` (its answer is kept by the shim) and ``notifications/initialized``;
-  a request the proxy refused with 404 is sent again in the new session (it never ran).
+- **Session gone** (404, 2025-11-25 §Session Management item 3): every request the proxy
+  had taken gets error -32001 "session expired at the proxy" (``data.reason:
+  session_expired``). The next request from the host first starts a new session by
+  replaying the host's original ``initialize`` (its answer is kept by the shim) and
+  ``notifications/initialized``; a request the proxy refused with 404, or had not taken
+  yet (its POST still retried, as after a proxy restart), is sent in the new session: it
+  never ran.
 - **Ending.** On stdin EOF, SIGTERM or SIGINT: stop every stream, ``DELETE`` the session
   (2 s at most), exit 0.
 
@@ -68,9 +74,11 @@ A stdio MCP server for hosts that can only launch stdio servers (desktop apps): 
 forwards everything to the mcp-resume-proxy at URL over Streamable HTTP and writes what
 comes back to stdout. When the connection drops it reconnects and resumes with
 Last-Event-ID by itself: the host sees no lost and no repeated message, and requests in
-flight complete. If the proxy's session is gone (404), requests in flight get an error
-("session expired at the proxy") and the next request starts a new session, replaying
-the host's initialize. Logs go to stderr.
+flight complete. If the proxy's session is gone (404, e.g. after a proxy restart),
+requests the proxy had taken get an error ("session expired at the proxy") and the next
+request starts a new session, replaying the host's initialize. If the proxy cannot be
+reached when the host starts, its initialize gets an error (proxy_unreachable) after
+--connect-timeout-seconds and the shim keeps serving. Logs go to stderr.
 """
 
 EPILOG = """\
@@ -89,7 +97,7 @@ class ShimOptions:
     url: str
     headers: dict[str, str] = field(default_factory=dict)
     reconnect_max_seconds: float = 30.0
-    connect_timeout_seconds: float = 10.0
+    connect_timeout_seconds: float = 5.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,7 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         metavar="S",
-        help="give up reconnecting after this long (default 30)",
+        help="give up reconnecting a session that was up after this long (default 30)",
+    )
+    parser.add_argument(
+        "--connect-timeout-seconds",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="the longest wait for a connection to the proxy, and for the host's initialize "
+        "when the proxy cannot be reached (then an error: proxy_unreachable; default 5)",
     )
     parser.add_argument(
         "--log-level",
@@ -153,7 +169,10 @@ class Shim:
             options.url, options.headers, connect_timeout=options.connect_timeout_seconds
         )
         self.session = ShimSession(
-            self.pipe, self.link, reconnect_max_seconds=options.reconnect_max_seconds
+            self.pipe,
+            self.link,
+            reconnect_max_seconds=options.reconnect_max_seconds,
+            connect_timeout_seconds=options.connect_timeout_seconds,
         )
         # Bounded: a host that writes faster than the proxy takes is held back on stdin.
         self._outbox: asyncio.Queue[Message] = asyncio.Queue(maxsize=256)
@@ -255,12 +274,19 @@ def main(argv: list[str]) -> int:
             f"mcp-resume-proxy connect: URL must be http(s)://, got {args.url!r}", file=sys.stderr
         )
         return 2
-    if args.reconnect_max_seconds <= 0:
-        print("mcp-resume-proxy connect: --reconnect-max-seconds must be > 0", file=sys.stderr)
-        return 2
+    for flag, value in (
+        ("--reconnect-max-seconds", args.reconnect_max_seconds),
+        ("--connect-timeout-seconds", args.connect_timeout_seconds),
+    ):
+        if not value > 0:
+            print(f"mcp-resume-proxy connect: {flag} must be > 0", file=sys.stderr)
+            return 2
     configure_logging(args.log_format, args.log_level)
     options = ShimOptions(
-        url=args.url, headers=headers, reconnect_max_seconds=args.reconnect_max_seconds
+        url=args.url,
+        headers=headers,
+        reconnect_max_seconds=args.reconnect_max_seconds,
+        connect_timeout_seconds=args.connect_timeout_seconds,
     )
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(Shim(options).run())

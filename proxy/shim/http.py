@@ -8,9 +8,10 @@ request; a dropped SSE stream is resumed with ``GET`` + ``Last-Event-ID``
 closed it on purpose (§Sending Messages to the Server, item 6).
 
 Whether the proxy got a POST is knowable only in one case: the connection was never
-made. Every request uses a new connection (no keep-alive pool), so a connect error
-(:class:`NotSent`) proves the message was not sent; any later failure (:class:`Lost`)
-leaves it unknown.
+made. Every request uses a new connection (no keep-alive pool), so a connect error or a
+connect timeout (:class:`NotSent`: refused, unresolvable, unroutable, a SYN never
+answered) proves the message was not sent; any later failure (:class:`Lost`) leaves it
+unknown.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def reason_of(error: dict[str, Any]) -> str:
 class ProxyLink:
     """One HTTP client to the proxy's MCP endpoint, with the session's headers."""
 
-    def __init__(self, url: str, headers: dict[str, str], *, connect_timeout: float = 10.0) -> None:
+    def __init__(self, url: str, headers: dict[str, str], *, connect_timeout: float = 5.0) -> None:
         self.url = url
         self._extra = headers  # e.g. Authorization to the proxy: never logged
         self._connect_timeout = connect_timeout
@@ -155,6 +156,15 @@ class ProxyLink:
             auto_decompress=False,
         )
 
+    def _timeout(self, connect: float | None) -> aiohttp.ClientTimeout:
+        """The timeouts of one request: making its connection may take ``connect``
+        seconds (at most the link's connect timeout), its stream may idle for
+        :data:`READ_IDLE_SECONDS`."""
+        limit = self._connect_timeout if connect is None else min(connect, self._connect_timeout)
+        return aiohttp.ClientTimeout(
+            total=None, connect=max(limit, 0.001), sock_read=READ_IDLE_SECONDS
+        )
+
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
@@ -171,24 +181,36 @@ class ProxyLink:
         return headers
 
     async def _request(
-        self, method: str, headers: dict[str, str], body: bytes | None = None
+        self,
+        method: str,
+        headers: dict[str, str],
+        body: bytes | None = None,
+        connect: float | None = None,
     ) -> aiohttp.ClientResponse:
         assert self._http is not None, "open() first"
         try:
-            return await self._http.request(method, self.url, headers=headers, data=body)
-        except aiohttp.ClientConnectorError as exc:  # incl. connect timeouts
+            return await self._http.request(
+                method, self.url, headers=headers, data=body, timeout=self._timeout(connect)
+            )
+        except aiohttp.ClientConnectorError as exc:  # refused, unresolvable, unroutable
             raise NotSent(f"{type(exc).__name__}: {exc}") from None
+        except aiohttp.ConnectionTimeoutError:  # the connection was never made
+            limit = self._timeout(connect).connect or 0.0
+            raise NotSent(f"no connection to the proxy within {limit:g} s") from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise Lost(f"{type(exc).__name__}: {exc}") from None
 
-    async def post(self, body: bytes, *, fresh: bool = False) -> aiohttp.ClientResponse:
-        """POST one message (``fresh``: without session headers, for a new initialize)."""
+    async def post(
+        self, body: bytes, *, fresh: bool = False, connect: float | None = None
+    ) -> aiohttp.ClientResponse:
+        """POST one message (``fresh``: without session headers, for a new initialize),
+        allowing ``connect`` seconds (at most the link's connect timeout) to connect."""
         headers = self.headers(ACCEPT_POST)
         if fresh:
             headers.pop(SESSION_HEADER, None)
             headers.pop(VERSION_HEADER, None)
         headers["Content-Type"] = "application/json"
-        return await self._request("POST", headers, body)
+        return await self._request("POST", headers, body, connect)
 
     async def get(self, last_event_id: str | None) -> aiohttp.ClientResponse:
         return await self._request("GET", self.headers(ACCEPT_GET, last_event_id))

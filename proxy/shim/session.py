@@ -50,10 +50,19 @@ log = structlog.get_logger("proxy.shim")
 class ShimSession:
     """Forwards host messages to the proxy and everything that comes back to the host."""
 
-    def __init__(self, pipe: HostPipe, link: ProxyLink, *, reconnect_max_seconds: float) -> None:
+    def __init__(
+        self,
+        pipe: HostPipe,
+        link: ProxyLink,
+        *,
+        reconnect_max_seconds: float,
+        connect_timeout_seconds: float = 5.0,
+    ) -> None:
         self.pipe = pipe
         self.link = link
         self.budget = reconnect_max_seconds
+        # The host's initialize: no session is up to keep, and the host waits on it.
+        self.connect_budget = connect_timeout_seconds
         self.calls: dict[Any, Call] = {}  # by request id, host's or the shim's own
         self._followers: set[asyncio.Task[None]] = set()
         self._standalone: asyncio.Task[None] | None = None
@@ -126,13 +135,6 @@ class ShimSession:
             call = Call(msg.id, msg.method or "")
             if msg.method == "initialize":
                 await self._start_session(call, msg)
-            elif self._needs_reinit and not await self._reinitialize():
-                self.answer_error(
-                    call,
-                    SESSION_EXPIRED_CODE,
-                    f"{SESSION_EXPIRED}; a new one could not be started",
-                    "session_expired",
-                )
             else:
                 await self.send_request(call, msg)
             return
@@ -159,62 +161,77 @@ class ShimSession:
         await call.done.wait()  # nothing else may go before the InitializeResult
 
     async def send_request(
-        self, call: Call, msg: Message, *, fresh: bool = False, after_reinit: bool = False
+        self, call: Call, msg: Message, *, fresh: bool = False, deadline: float | None = None
     ) -> None:
         """POST a request and hand its answer stream to a follower task.
 
-        A connect error proves the proxy never got it: retried with backoff for up to the
-        reconnect budget. Any other failure before the stream's first event id leaves
-        the outcome unknown: answered with ``outcome_unknown``, never re-sent.
+        A request the proxy has not taken is the shim's alone: news that the session is
+        gone (a 404 on another stream) does not answer it; it goes to the new session.
+        A connect error or timeout proves the proxy never got it: retried with backoff
+        until its deadline (the reconnect budget; the connect timeout for the host's own
+        ``initialize``, which no session waits behind), then ``proxy_unreachable``. A
+        404 refused it, so it never ran: the session is replaced (the host's
+        ``initialize`` replayed) and it is sent there, once. Any other failure before its
+        stream's first event id leaves the outcome unknown: ``outcome_unknown``, never
+        re-sent. Starting the new session counts within the request's own deadline.
         """
+        if deadline is None:
+            budget = self.connect_budget if fresh and not call.internal else self.budget
+            deadline = time.monotonic() + budget
+        budget = round(deadline - time.monotonic(), 1)
         backoff = Backoff()
-        started = time.monotonic()
+        refused_404 = 0
         while True:
-            if call.answered:  # the session expired while the proxy was unreachable
-                return
+            if not fresh and self._needs_reinit:
+                failure = await self._reinitialize(deadline)
+                if failure is not None:
+                    message = f"{SESSION_EXPIRED}; a new one could not be started: {failure}"
+                    self.answer_error(call, SESSION_EXPIRED_CODE, message, "session_expired")
+                    return
             call.session_id = None if fresh else self.link.session_id
-            self.calls[call.id] = call
             try:
-                response = await self.link.post(msg.encoded(), fresh=fresh)
-                wait = await self._refused_before_it_ran(response)
-                if wait is None:
-                    break
-                if time.monotonic() - started > self.budget:
-                    self.answer_error(
-                        call,
-                        UNAVAILABLE_CODE,
-                        "the proxy refused the request for longer than the reconnect budget",
-                        "proxy_unreachable",
-                    )
-                    return
-                await asyncio.sleep(max(wait, backoff.next_delay()))
-                continue
+                response = await self.link.post(
+                    msg.encoded(), fresh=fresh, connect=deadline - time.monotonic()
+                )
             except NotSent as exc:
-                if time.monotonic() - started > self.budget:
-                    self.answer_error(
-                        call,
-                        UNAVAILABLE_CODE,
-                        f"the proxy is unreachable: {exc}",
-                        "proxy_unreachable",
-                    )
-                    return
                 log.info("proxy_unreachable", session=self.link.session_label, error=str(exc))
-                await asyncio.sleep(backoff.next_delay())
+                if not await self._pause(deadline, backoff.next_delay()):
+                    message = f"the proxy is unreachable: {exc} (tried for {budget:g} s)"
+                    self.answer_error(call, UNAVAILABLE_CODE, message, "proxy_unreachable")
+                    return
+                continue
             except Lost as exc:
                 self.answer_error(call, UNAVAILABLE_CODE, unknown_outcome(exc), "outcome_unknown")
                 return
-        if response.status == 404 and call.session_id is not None:
-            # Refused, so certainly not run: this request may go to a new session.
-            response.release()
-            if self.calls.get(call.id) is call:
-                del self.calls[call.id]
-            self.session_gone(call.session_id, "404 on POST")
-            if not call.internal and not after_reinit and await self._reinitialize():
-                await self.send_request(call, msg, after_reinit=True)
-            else:
-                self.answer_error(call, SESSION_EXPIRED_CODE, SESSION_EXPIRED, "session_expired")
-            return
+            wait = await self._refused_before_it_ran(response)
+            if wait is not None:
+                if not await self._pause(deadline, max(wait, backoff.next_delay())):
+                    message = f"the proxy refused the request (before it ran) for {budget:g} s"
+                    self.answer_error(call, UNAVAILABLE_CODE, message, "proxy_unreachable")
+                    return
+                continue
+            if response.status == 404 and call.session_id is not None:
+                response.release()  # refused, so certainly not run
+                self.session_gone(call.session_id, "404 on POST")
+                refused_404 += 1
+                if refused_404 > 1:  # the new session refused it too
+                    code, reason = SESSION_EXPIRED_CODE, "session_expired"
+                    self.answer_error(call, code, SESSION_EXPIRED, reason)
+                    return
+                continue  # to a new session (the loop's top starts it)
+            break
+        self.calls[call.id] = call  # taken by the proxy: its answer comes on its stream
         await self._take_response(call, response, fresh)
+
+    @staticmethod
+    async def _pause(deadline: float, delay: float) -> bool:
+        """Sleep ``delay`` before a new try, but not past ``deadline`` (the last try is
+        made at the deadline itself); False once the deadline has passed."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(delay, left))
+        return True
 
     async def _refused_before_it_ran(self, response: aiohttp.ClientResponse) -> float | None:
         """When ``response`` refuses the request before it ran (a draining replica, a
@@ -276,6 +293,9 @@ class ShimSession:
         started = time.monotonic()
         what = msg.method or "response"
         while True:
+            if self._needs_reinit:  # the session expired while the proxy was unreachable
+                log.info("dropped_for_expired_session", method=what)
+                return False
             session_id = self.link.session_id
             try:
                 response = await self.link.post(msg.encoded())
@@ -328,25 +348,28 @@ class ShimSession:
             if task is not None and task is not current:
                 task.cancel()
 
-    async def _reinitialize(self) -> bool:
-        """Replay the host's ``initialize`` (answer kept here) and ``initialized``."""
+    async def _reinitialize(self, deadline: float) -> str | None:
+        """Replay the host's ``initialize`` (answer kept here) and ``initialized``, by
+        ``deadline``; None once done, else why not."""
         if self._init_request is None:
-            return False
+            return "the host has not initialized"
         self._reinits += 1
         raw = {**self._init_request, "id": f"mcp-resume-proxy-reinit-{self._reinits}"}
         call = Call(raw["id"], "initialize", internal=True)
-        await self.send_request(call, jsonrpc.classify(raw), fresh=True)
+        await self.send_request(call, jsonrpc.classify(raw), fresh=True, deadline=deadline)
         await call.done.wait()
         if call.answer is None or "result" not in call.answer or self.link.session_id is None:
-            log.error("reinitialize_failed", answer=(call.answer or {}).get("error"))
-            return False
+            error = (call.answer or {}).get("error")
+            log.error("reinitialize_failed", answer=error)
+            message = error.get("message") if isinstance(error, dict) else None
+            return str(message or "no InitializeResult")
         self._needs_reinit = False
         if self._host_initialized:
             note = jsonrpc.classify({"jsonrpc": "2.0", "method": "notifications/initialized"})
             await self._send_other(note)
         log.info("session_reinitialized", session=self.link.session_label)
         self.ensure_standalone()
-        return True
+        return None
 
     async def end_session(self) -> None:
         """Stop every stream task and DELETE the session (§Session Management, item 5)."""

@@ -357,7 +357,8 @@ async def test_help_explains_the_shim() -> None:
     out, _ = await asyncio.wait_for(proc.communicate(), 30.0)
     assert proc.returncode == 0
     text = out.decode()
-    for word in ("URL", "--header", "--reconnect-max-seconds", "--log-level", "Last-Event-ID"):
+    words = ("URL", "--header", "--reconnect-max-seconds", "--connect-timeout-seconds")
+    for word in (*words, "--log-level", "Last-Event-ID"):
         assert word in text, word
 
 
