@@ -48,13 +48,20 @@ message exactly once, in order.
 
 EPILOG = """\
 examples:
+  mcp-resume-proxy demo            # the bundled demo server at http://127.0.0.1:8808/mcp
   mcp-resume-proxy -- python my_server.py
   mcp-resume-proxy --port 9000 -- npx -y @modelcontextprotocol/server-everything
-  mcp-resume-proxy --config config/local-stdio.yaml
+  mcp-resume-proxy example local > proxy.yaml      # every key, with its default
+  mcp-resume-proxy --config proxy.yaml
   mcp-resume-proxy --config servers.json   # an mcpServers file: /servers/NAME/mcp each
   mcp-resume-proxy --upstream https://example.com/mcp --header "Authorization: Bearer ${TOKEN}"
-  mcp-resume-proxy connect http://127.0.0.1:8808/mcp   # a stdio server for desktop hosts
-  mcp-resume-proxy check config/local-stdio.yaml       # validate a config, start nothing
+
+subcommands (each with --help):
+  demo [OPTIONS]   the proxy in front of the bundled demo server (tools echo, countdown)
+  example [NAME]   print an example config: local, sidecar, retrofit, replicas, servers
+  check FILE...    validate config files, start nothing
+  health           ask the running proxy's /healthz (its port from the config); exit 0 or 1
+  connect URL      a stdio server for desktop hosts that relays to a running proxy
 
 Settings come from defaults, then the config file, then the environment
 (MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _UPSTREAM_URL, _LOG_FORMAT, _LOG_LEVEL,
@@ -69,7 +76,8 @@ JSON-RPC error (code -32000, data.reason "proxy_shutdown") before its stream end
 every server process, and exits 0. GET /healthz answers 200 while the proxy serves or
 drains (the upstream's state is in the body) and 503 while it stops.
 
-Documentation: README.md and docs/ (reference, limits, upstreams, clients, errors).
+Every key of the config file, with its default and what it does: mcp-resume-proxy example
+local.
 """
 
 
@@ -80,7 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", metavar="FILE", help="YAML config file (see config/)")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML config file (mcp-resume-proxy example NAME prints one)",
+    )
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default 8808)")
     parser.add_argument(
@@ -140,9 +152,10 @@ def _env_drain_seconds() -> float | None:
     return seconds
 
 
-def resolve_config(args: argparse.Namespace) -> Config:
-    """Defaults < config file < environment (MCP_RESUME_PROXY_*) < command line."""
-    config_path = args.config or _env("CONFIG")
+def settings_from_file_and_env(config_path: str | None) -> Config:
+    """Defaults < config file (``config_path``, else ``MCP_RESUME_PROXY_CONFIG``) <
+    environment: what the proxy reads before its flags (``health`` reads the same)."""
+    config_path = config_path or _env("CONFIG")
     config = load_config(config_path) if config_path else Config()
     env_port = _env("PORT")
     if env_port is not None:
@@ -151,7 +164,12 @@ def resolve_config(args: argparse.Namespace) -> Config:
         config = override(config, "listen", port=int(env_port))
     config = override(config, "listen", host=_env("HOST"))
     config = override(config, "log", format=_env("LOG_FORMAT"), level=_env("LOG_LEVEL"))
-    config = override(config, "listen", drain_seconds=_env_drain_seconds())
+    return override(config, "listen", drain_seconds=_env_drain_seconds())
+
+
+def resolve_config(args: argparse.Namespace) -> Config:
+    """Defaults < config file < environment (MCP_RESUME_PROXY_*) < command line."""
+    config = settings_from_file_and_env(args.config)
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -342,6 +360,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return connect_main(argv[1:])
     if argv[:1] == ["check"]:
         return check_main(argv[1:])
+    from proxy import cli_tools  # demo, example, health (it imports this module)
+
+    if argv[:1] == ["example"]:
+        return cli_tools.example_main(argv[1:])
+    if argv[:1] == ["health"]:
+        return cli_tools.health_main(argv[1:])
+    if argv[:1] == ["demo"]:
+        try:
+            argv = cli_tools.demo_argv(argv[1:])
+        except ConfigError as exc:
+            print(f"mcp-resume-proxy: {exc}", file=sys.stderr)
+            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
