@@ -1,5 +1,6 @@
 """The command line: ``mcp-resume-proxy [options] -- CMD [ARGS...]``,
-``mcp-resume-proxy [options] --upstream URL`` and ``mcp-resume-proxy connect URL``."""
+``mcp-resume-proxy [options] --upstream URL``, ``connect URL`` and ``check FILE...``
+(``demo``, ``example`` and ``health``: :mod:`proxy.cli_tools`)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,10 @@ from collections.abc import Sequence
 import structlog
 from aiohttp import web
 
-from proxy import __version__
-from proxy.config import (
-    DRAIN_SECONDS_MAX,
-    Config,
-    ConfigError,
-    config_from_mapping,
-    load_config,
-    override,
-)
+from proxy import __version__, cli_tools
+from proxy.config import Config, ConfigError, config_from_mapping, load_config, override
+from proxy.config_env import env as _env
+from proxy.config_env import settings_from_file_and_env
 from proxy.context import ProxyContext, token_secret
 from proxy.downstream.app import build_app
 from proxy.downstream.drain import Drain, calls_in_flight
@@ -126,45 +122,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="the stdio MCP server to run, one process per client session",
     )
     return parser
-
-
-ENV_PREFIX = "MCP_RESUME_PROXY_"
-
-
-def _env(name: str) -> str | None:
-    value = os.environ.get(ENV_PREFIX + name)
-    return value if value else None
-
-
-def _env_drain_seconds() -> float | None:
-    """``MCP_RESUME_PROXY_DRAIN_SECONDS`` (it wins over ``listen.drain_seconds``), if set."""
-    given = _env("DRAIN_SECONDS")
-    if given is None:
-        return None
-    try:
-        seconds = float(given)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= DRAIN_SECONDS_MAX:  # also NaN
-        raise ConfigError(
-            f"{ENV_PREFIX}DRAIN_SECONDS: expected seconds 0..{DRAIN_SECONDS_MAX:g}, got {given!r}"
-        )
-    return seconds
-
-
-def settings_from_file_and_env(config_path: str | None) -> Config:
-    """Defaults < config file (``config_path``, else ``MCP_RESUME_PROXY_CONFIG``) <
-    environment: what the proxy reads before its flags (``health`` reads the same)."""
-    config_path = config_path or _env("CONFIG")
-    config = load_config(config_path) if config_path else Config()
-    env_port = _env("PORT")
-    if env_port is not None:
-        if not env_port.isdigit():
-            raise ConfigError(f"MCP_RESUME_PROXY_PORT: expected a port number, got {env_port!r}")
-        config = override(config, "listen", port=int(env_port))
-    config = override(config, "listen", host=_env("HOST"))
-    config = override(config, "log", format=_env("LOG_FORMAT"), level=_env("LOG_LEVEL"))
-    return override(config, "listen", drain_seconds=_env_drain_seconds())
 
 
 def resolve_config(args: argparse.Namespace) -> Config:
@@ -360,8 +317,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return connect_main(argv[1:])
     if argv[:1] == ["check"]:
         return check_main(argv[1:])
-    from proxy import cli_tools  # demo, example, health (it imports this module)
-
     if argv[:1] == ["example"]:
         return cli_tools.example_main(argv[1:])
     if argv[:1] == ["health"]:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from importlib import resources
 
 from proxy.config import Config, ConfigError, ListenConfig
+from proxy.config_env import settings_from_file_and_env
 from proxy.core.httprules import host_name
 
 EXAMPLES: dict[str, tuple[str, str]] = {
@@ -61,6 +62,19 @@ def example_main(argv: Sequence[str]) -> int:
         return 0
     sys.stdout.write(example_text(args.name))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``mcp-resume-proxy`` console script: ``example`` and ``health`` here, without
+    loading the server's libraries; everything else in :func:`proxy.cli.main`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["example"]:
+        return example_main(argv[1:])
+    if argv[:1] == ["health"]:
+        return health_main(argv[1:])
+    from proxy.cli import main as proxy_main
+
+    return proxy_main(argv)
 
 
 def demo_argv(argv: Sequence[str]) -> list[str]:
@@ -138,8 +152,6 @@ def health_main(argv: Sequence[str]) -> int:
     """``mcp-resume-proxy health [--config FILE]``: exit 0 when the proxy the config (and
     the environment, as for the proxy) describes answers ``/healthz`` with 200, else 1;
     prints one line saying why."""
-    from proxy.cli import settings_from_file_and_env  # cli imports this module lazily
-
     parser = argparse.ArgumentParser(
         prog="mcp-resume-proxy health",
         description="Ask a running proxy's GET /healthz on the port its config sets (the "

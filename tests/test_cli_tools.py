@@ -1,0 +1,43 @@
+"""``health``'s target, ``example`` and ``demo`` as pure functions and in-process calls;
+the installed commands are run by tests/test_wheel.py and tests/test_container.py."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from proxy.cli_tools import EXAMPLES, demo_argv, example_main, example_text, probe_target
+from proxy.config import ConfigError, ListenConfig
+from tests.support import ROOT
+
+
+def test_health_asks_a_wildcard_bind_on_loopback_with_a_host_it_serves() -> None:
+    listen = ListenConfig(host="0.0.0.0", port=8808)
+    assert probe_target(listen) == ("http://127.0.0.1:8808/healthz", "127.0.0.1:8808")
+    six = dataclasses.replace(listen, host="::")
+    assert probe_target(six) == ("http://[::1]:8808/healthz", "[::1]:8808")
+    named = dataclasses.replace(listen, allowed_hosts=["proxy.internal:8808"])
+    assert probe_target(named) == ("http://127.0.0.1:8808/healthz", "proxy.internal:8808")
+    anything = dataclasses.replace(listen, host="10.1.2.3", allowed_hosts=["*"])
+    assert probe_target(anything) == ("http://10.1.2.3:8808/healthz", "10.1.2.3:8808")
+    with pytest.raises(ConfigError, match=r"listen\.port: 0"):
+        probe_target(dataclasses.replace(listen, port=0))
+
+
+def test_example_prints_the_shipped_file_and_lists_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, (file, _) in EXAMPLES.items():
+        assert example_text(name) == (ROOT / "config" / file).read_text()
+    assert example_main([]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == list(EXAMPLES)
+    with pytest.raises(SystemExit):
+        example_main(["nonesuch"])
+
+
+def test_demo_is_the_proxy_in_front_of_the_bundled_server() -> None:
+    argv = demo_argv(["--port", "0"])
+    assert argv[:3] == ["--port", "0", "--"] and argv[-2:] == ["-m", "proxy.demo"]
+    with pytest.raises(ConfigError, match="no command after '--'"):
+        demo_argv(["--", "python", "server.py"])
