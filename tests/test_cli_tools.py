@@ -4,11 +4,13 @@ the installed commands are run by tests/test_wheel.py and tests/test_container.p
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from proxy.cli_tools import EXAMPLES, demo_argv, example_main, example_text, probe_target
 from proxy.config import ConfigError, ListenConfig
+from proxy.config_env import settings_from_file_and_env
 from tests.support import ROOT
 
 
@@ -41,3 +43,18 @@ def test_demo_is_the_proxy_in_front_of_the_bundled_server() -> None:
     assert argv[:3] == ["--port", "0", "--"] and argv[-2:] == ["-m", "proxy.demo"]
     with pytest.raises(ConfigError, match="no command after '--'"):
         demo_argv(["--", "python", "server.py"])
+
+
+def test_an_empty_host_variable_lets_the_file_decide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image sets MCP_RESUME_PROXY_HOST=0.0.0.0; ``-e MCP_RESUME_PROXY_HOST=`` gives
+    listen.host back to the file (docs/reference.md, The image)."""
+    file = tmp_path / "proxy.yaml"
+    file.write_text("listen: {host: 10.0.0.5, port: 9000}\n")
+    monkeypatch.setenv("MCP_RESUME_PROXY_HOST", "0.0.0.0")
+    assert settings_from_file_and_env(str(file)).listen.host == "0.0.0.0"
+    monkeypatch.setenv("MCP_RESUME_PROXY_HOST", "")
+    monkeypatch.setenv("MCP_RESUME_PROXY_CONFIG", str(file))
+    listen = settings_from_file_and_env(None).listen
+    assert (listen.host, listen.port) == ("10.0.0.5", 9000)
