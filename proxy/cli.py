@@ -1,6 +1,7 @@
 """The command line: ``mcp-resume-proxy [options] -- CMD [ARGS...]``,
 ``mcp-resume-proxy [options] --upstream URL``, ``connect URL`` and ``check FILE...``
-(``demo``, ``example`` and ``health``: :mod:`proxy.cli_tools`)."""
+(``demo``, ``example`` and ``health``: :mod:`proxy.cli_tools`, the console script,
+which hands the rest to :func:`main`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 import structlog
 from aiohttp import web
 
-from proxy import __version__, cli_tools
+from proxy import __version__
 from proxy.config import Config, ConfigError, config_from_mapping, load_config, override
 from proxy.config_env import env as _env
 from proxy.config_env import settings_from_file_and_env
@@ -317,16 +318,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return connect_main(argv[1:])
     if argv[:1] == ["check"]:
         return check_main(argv[1:])
-    if argv[:1] == ["example"]:
-        return cli_tools.example_main(argv[1:])
-    if argv[:1] == ["health"]:
-        return cli_tools.health_main(argv[1:])
-    if argv[:1] == ["demo"]:
-        try:
-            argv = cli_tools.demo_argv(argv[1:])
-        except ConfigError as exc:
-            print(f"mcp-resume-proxy: {exc}", file=sys.stderr)
-            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -65,14 +65,21 @@ def example_main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``mcp-resume-proxy`` console script: ``example`` and ``health`` here, without
-    loading the server's libraries; everything else in :func:`proxy.cli.main`."""
+    """The ``mcp-resume-proxy`` console script (and ``python -m proxy``): ``example`` and
+    ``health`` here, without loading the server's libraries; ``demo`` and everything else
+    in :func:`proxy.cli.main`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["example"]:
         return example_main(argv[1:])
     if argv[:1] == ["health"]:
         return health_main(argv[1:])
-    from proxy.cli import main as proxy_main
+    if argv[:1] == ["demo"]:
+        try:
+            argv = demo_argv(argv[1:])
+        except ConfigError as exc:
+            print(f"mcp-resume-proxy: {exc}", file=sys.stderr)
+            return 2
+    from proxy.cli import main as proxy_main  # the server's libraries: only to serve
 
     return proxy_main(argv)
 
