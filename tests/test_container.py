@@ -42,6 +42,20 @@ def test_hadolint_passes_with_no_warning() -> None:
     assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
 
 
+def test_the_build_context_is_what_the_dockerfile_copies() -> None:
+    """.dockerignore lets in exactly the sources the COPY lines name."""
+    copied = set()
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            copied.update(line.split()[1:-1])
+    allowed = {
+        line[1:]
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    }
+    assert copied == allowed, (copied, allowed)
+
+
 @dataclass
 class Image:
     """What a container of the image runs, as the Dockerfile's final stage says."""
