@@ -11,6 +11,7 @@ interpreter that runs the proxy, so it is found wherever the proxy is installed.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import socket
 import sys
@@ -130,11 +131,14 @@ def check_health(config: Config, timeout: float) -> tuple[bool, str]:
             status, body = response.status, response.read()
     except urllib.error.HTTPError as exc:
         status, body = exc.code, exc.read()
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         if isinstance(reason, socket.timeout | TimeoutError):
             return False, f"{url}: no answer within {timeout:g} s"
-        return False, f"{url}: {getattr(reason, 'strerror', None) or reason}"
+        if isinstance(reason, http.client.HTTPException):
+            return False, f"{url}: not an HTTP answer ({type(reason).__name__})"
+        said = str(getattr(reason, "strerror", None) or reason)
+        return False, f"{url}: {' '.join(said.split())}"  # one line
     return status == 200, f"{url}: {status} {_summary(status, body)}"
 
 

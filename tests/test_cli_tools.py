@@ -4,12 +4,21 @@ the installed commands are run by tests/test_wheel.py and tests/test_container.p
 from __future__ import annotations
 
 import dataclasses
+import socket
+import threading
 from pathlib import Path
 
 import pytest
 
-from proxy.cli_tools import EXAMPLES, demo_argv, example_main, example_text, probe_target
-from proxy.config import ConfigError, ListenConfig
+from proxy.cli_tools import (
+    EXAMPLES,
+    check_health,
+    demo_argv,
+    example_main,
+    example_text,
+    probe_target,
+)
+from proxy.config import Config, ConfigError, ListenConfig
 from proxy.config_env import settings_from_file_and_env
 from tests.support import ROOT
 
@@ -58,3 +67,45 @@ def test_an_empty_host_variable_lets_the_file_decide(
     monkeypatch.setenv("MCP_RESUME_PROXY_CONFIG", str(file))
     listen = settings_from_file_and_env(None).listen
     assert (listen.host, listen.port) == ("10.0.0.5", 9000)
+
+
+def answering(reply: bytes) -> tuple[socket.socket, threading.Thread]:
+    """A listener on a free loopback port that answers one connection with ``reply``: what
+    is on the port when it is not the proxy (or not the proxy's /healthz)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+def http_reply(status: int, body: bytes) -> bytes:
+    head = f"HTTP/1.1 {status} x\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    return head.encode() + body
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (b"garbage\r\n\r\n", "not an HTTP answer (BadStatusLine)"),
+        (http_reply(421, b"{}"), "421 (Host refused"),
+        (http_reply(503, b'{"status": "stopping"}'), "503 stopping"),
+        (http_reply(404, b"<html>"), "404 (not the proxy's /healthz answer)"),
+    ],
+)
+def test_health_says_in_one_line_why_the_port_is_not_healthy(reply: bytes, said: str) -> None:
+    listener, thread = answering(reply)
+    try:
+        port = listener.getsockname()[1]
+        config = Config(listen=ListenConfig(port=port))
+        healthy, reason = check_health(config, timeout=10)
+    finally:
+        thread.join(10)
+        listener.close()
+    assert not healthy and said in reason and "\n" not in reason, reason
