@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from proxy.cli import main
+from proxy.cli_tools import main
 
 raise SystemExit(main())

@@ -1,5 +1,7 @@
 """The command line: ``mcp-resume-proxy [options] -- CMD [ARGS...]``,
-``mcp-resume-proxy [options] --upstream URL`` and ``mcp-resume-proxy connect URL``."""
+``mcp-resume-proxy [options] --upstream URL``, ``connect URL`` and ``check FILE...``
+(``demo``, ``example`` and ``health``: :mod:`proxy.cli_tools`, the console script,
+which hands the rest to :func:`main`)."""
 
 from __future__ import annotations
 
@@ -16,16 +18,16 @@ from aiohttp import web
 
 from proxy import __version__
 from proxy.config import (
-    DRAIN_SECONDS_MAX,
     Config,
     ConfigError,
     Problems,
     collect_file,
     config_from_mapping,
     interpolate,
-    load_config,
     override,
 )
+from proxy.config_env import env as _env
+from proxy.config_env import settings_from_file_and_env
 from proxy.config_import import KEY as MCP_SERVERS
 from proxy.config_system import check_store_path, check_system
 from proxy.context import ProxyContext, token_secret
@@ -53,13 +55,20 @@ message exactly once, in order.
 
 EPILOG = """\
 examples:
+  mcp-resume-proxy demo            # the bundled demo server at http://127.0.0.1:8808/mcp
   mcp-resume-proxy -- python my_server.py
   mcp-resume-proxy --port 9000 -- npx -y @modelcontextprotocol/server-everything
-  mcp-resume-proxy --config config/local-stdio.yaml
+  mcp-resume-proxy example local > proxy.yaml      # every key, with its default
+  mcp-resume-proxy --config proxy.yaml
   mcp-resume-proxy --config servers.json   # an mcpServers file: /servers/NAME/mcp each
   mcp-resume-proxy --upstream https://example.com/mcp --header "Authorization: Bearer ${TOKEN}"
-  mcp-resume-proxy connect http://127.0.0.1:8808/mcp   # a stdio server for desktop hosts
-  mcp-resume-proxy check config/local-stdio.yaml       # validate a config, start nothing
+
+subcommands (each with --help):
+  demo [OPTIONS]   the proxy in front of the bundled demo server (tools echo, countdown)
+  example [NAME]   print an example config: local, sidecar, retrofit, replicas, servers
+  check FILE...    validate config files, start nothing
+  health           ask the running proxy's /healthz (its port from the config); exit 0 or 1
+  connect URL      a stdio server for desktop hosts that relays to a running proxy
 
 Settings come from defaults, then the config file, then the environment
 (MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _UPSTREAM_URL, _LOG_FORMAT, _LOG_LEVEL,
@@ -74,7 +83,8 @@ JSON-RPC error (code -32000, data.reason "proxy_shutdown") before its stream end
 every server process, and exits 0. GET /healthz answers 200 while the proxy serves or
 drains (the upstream's state is in the body) and 503 while it stops.
 
-Documentation: README.md and docs/ (reference, limits, upstreams, clients, errors).
+Every key of the config file, with its default and what it does: mcp-resume-proxy example
+local.
 """
 
 
@@ -85,7 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", metavar="FILE", help="YAML config file (see config/)")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML config file (mcp-resume-proxy example NAME prints one)",
+    )
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default 8808)")
     parser.add_argument(
@@ -121,42 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-ENV_PREFIX = "MCP_RESUME_PROXY_"
-
-
-def _env(name: str) -> str | None:
-    value = os.environ.get(ENV_PREFIX + name)
-    return value if value else None
-
-
-def _env_drain_seconds() -> float | None:
-    """``MCP_RESUME_PROXY_DRAIN_SECONDS`` (it wins over ``listen.drain_seconds``), if set."""
-    given = _env("DRAIN_SECONDS")
-    if given is None:
-        return None
-    try:
-        seconds = float(given)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= DRAIN_SECONDS_MAX:  # also NaN
-        raise ConfigError(
-            f"{ENV_PREFIX}DRAIN_SECONDS: expected seconds 0..{DRAIN_SECONDS_MAX:g}, got {given!r}"
-        )
-    return seconds
-
-
 def resolve_config(args: argparse.Namespace) -> Config:
     """Defaults < config file < environment (MCP_RESUME_PROXY_*) < command line."""
-    config_path = args.config or _env("CONFIG")
-    config = load_config(config_path) if config_path else Config()
-    env_port = _env("PORT")
-    if env_port is not None:
-        if not env_port.isdigit():
-            raise ConfigError(f"MCP_RESUME_PROXY_PORT: expected a port number, got {env_port!r}")
-        config = override(config, "listen", port=int(env_port))
-    config = override(config, "listen", host=_env("HOST"))
-    config = override(config, "log", format=_env("LOG_FORMAT"), level=_env("LOG_LEVEL"))
-    config = override(config, "listen", drain_seconds=_env_drain_seconds())
+    config = settings_from_file_and_env(args.config)
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
