@@ -15,7 +15,8 @@ The proxy (its defaults) fronts the legacy fixture, whose ``big(size, delay)`` t
 And a cut in the middle of a large result that is streamed (it came after the window: SSE
 with a priming event id) is resumed by every client that resumes: the TypeScript SDKs, the
 shim (it prefers SSE, so it is streamed even when fast) and the Python SDK once its event
-cap is lifted (``max_sse_event_size=None``, the documented setting). A JSON body cut in
+cap is lifted (``max_sse_event_size=None``, the documented setting); with its cap, the
+Python SDK fails a streamed large result with an error naming it. A JSON body cut in
 transfer cannot be resumed: the Python SDK gets an error, not a hang.
 """
 
@@ -37,6 +38,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from tests.cut_proxy import CutProxy
 from tests.fixtures.big_text import big_text
@@ -246,3 +248,15 @@ async def test_a_json_answer_cut_in_transfer_is_an_error_for_the_python_sdk(
         leaves = _leaves(caught.value)
         assert any(isinstance(leaf, httpx2.RemoteProtocolError) for leaf in leaves), leaves
         assert cut.cuts == 1
+
+
+async def test_a_streamed_large_result_fails_the_python_sdk_with_its_default_cap(
+    tmp_path: Path,
+) -> None:
+    """What the window cannot help (docs/clients.md): an answer after it is streamed, and
+    the SDK's 1 MiB event cap fails the call with an error naming the cap."""
+    async with run_proxy(tmp_path, FIXTURE, sse=CUT_SSE) as proxy:
+        with pytest.raises(BaseExceptionGroup) as caught:  # the SDK's task group re-raises
+            await python_calls(proxy.url, "legacy", [(CUT_SIZE, CUT_DELAY_S)])
+    errors = [str(e) for e in _leaves(caught.value) if isinstance(e, MCPError)]
+    assert errors and "1048576 byte limit" in errors[0], _leaves(caught.value)
