@@ -1,6 +1,6 @@
 """What answering a lone large answer as JSON costs and buys (issue 20, item 1).
 
-``python bench/large_results.py [--calls 300] [--reps 3] [--json]``
+``python bench/large_results.py [--calls 300] [--reps 5] [--json]``
 
 Two proxies in front of ``tests/fixtures/legacy_server.py`` (the ``mcp`` SDK's low-level
 server on stdio), the same config but ``sse.json_answer_window_ms``: ``0`` (SSE at once,
@@ -10,12 +10,12 @@ of ``client.py`` (one session, 2025-11-25):
 
 1. **small call**: ``--calls`` ``tools/call echo``, one at a time → p50 / p99 ms. The hold
    ends when the answer comes, so this must not move.
-2. **headers of a long call**: ``big`` with ``delay`` 3 s (``--reps`` times) → seconds until
+2. **headers of a long call**: ``big`` with ``delay`` 3 s (``--reps`` times, median) → seconds until
    the response headers (and the priming event) arrive. Before them the client has no
    event id: a cut in that window cannot be resumed. This is the window resumability is
    lost for.
-3. **large result**: ``big`` of 5 MB and 20 MB (``--reps`` times) → seconds from the POST to
-   the whole answer read, and its content type.
+3. **large result**: ``big`` of 5 MB and 20 MB (``--reps`` times, after one untimed 20 MB
+   call) → median seconds from the POST to the whole answer read, and its content type.
 4. **Python SDK**: the official ``mcp`` 2.x ``Client(url, mode="legacy")`` with its
    defaults, the same two calls: seconds, or the error it raised.
 
@@ -91,6 +91,7 @@ async def raw_phases(url: str, calls: int, reps: int) -> dict[str, Any]:
             (await timed_post(session, {"size": 10, "delay": 3}))[0] for _ in range(reps)
         ]
         large: dict[str, Any] = {}
+        await timed_post(session, {"size": max(SIZES)})  # warm: the first grows the heaps
         for size in SIZES:
             runs = [await timed_post(session, {"size": size}) for _ in range(reps)]
             large[str(size)] = {
@@ -130,7 +131,7 @@ async def sdk_phase(url: str, reps: int) -> dict[str, Any]:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     opts = parser.parse_args()
     results: dict[str, Any] = {}
