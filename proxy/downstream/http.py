@@ -397,7 +397,7 @@ class StreamableHttp:
 
         What is taken counts as written at once, so a large answer behind the unsent
         priming event is no slow reader (``sse.max_queued_bytes``); the hold ends at the
-        first message, so it keeps at most one."""
+        first message, so it keeps only what the core queued at once, before it."""
         sse = self.config.sse
         loop = asyncio.get_running_loop()
         deadline = loop.time() + sse.json_answer_window_ms / 1000
