@@ -98,7 +98,10 @@ class UpstreamConfig:
     cwd: str | None = None
     # Stdin closed, then SIGTERM to the process group, then SIGKILL (0: at once).
     stop_grace_seconds: Annotated[float, NonNegative] = 5.0
-    max_line_bytes: Annotated[int, Positive] = 16 * 1024 * 1024
+    # One message from the server (a line over stdio, an event, a frame, a body): a longer
+    # one is skipped and its request answered with an error (upstream_message_too_large).
+    # 64 MiB: a 20 MB tool result (file, screenshot, base64 image) passes with room.
+    max_line_bytes: Annotated[int, Positive] = 64 * 1024 * 1024
     # A server that stops reading its stdin: past this many bytes waiting for it, new
     # POSTs of the session get 503 (upstream_busy) instead of piling up in memory.
     max_pending_bytes: Annotated[int, Positive] = 16 * 1024 * 1024
@@ -164,6 +167,13 @@ class SseConfig:
     # A client that lets more than this wait unread loses its connection (not its
     # stream): it resumes with Last-Event-ID. Bounds the memory a slow reader can cost.
     max_queued_bytes: Annotated[int, Positive] = 4 * 1024 * 1024
+    # A POST that carries one request holds its response headers this long for the answer
+    # (legacy era): an answer of json_answer_min_bytes or more that comes alone in this
+    # window is sent as application/json, which clients read without an SSE event-size cap
+    # (the Python SDK's is 1 MiB); a JSON body cut in transfer cannot be resumed. The
+    # priming event waits as long. 0: SSE at once, as before.
+    json_answer_window_ms: Annotated[int, NonNegative] = 2000
+    json_answer_min_bytes: Annotated[int, NonNegative] = 256 * 1024
 
 
 @dataclass(frozen=True)

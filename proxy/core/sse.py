@@ -63,7 +63,9 @@ def encode_comment(text: str = "") -> bytes:
 class SSEDecoder:
     """Feed bytes with :meth:`feed`; it returns the events completed by those bytes."""
 
-    def __init__(self, max_line_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(self, max_line_bytes: int = 64 * 1024 * 1024) -> None:
+        """``max_line_bytes``: a longer line raises; the default is that of
+        ``upstream.max_line_bytes``, so a 20 MB tool result passes (the shim reads with it)."""
         self._buffer = bytearray()
         self._max_line = max_line_bytes
         self._data: list[str] = []
@@ -72,6 +74,7 @@ class SSEDecoder:
         self._saw_field = False
         self._first_line = True
         self._pending_cr = False
+        self._scanned = 0  # the buffer's first bytes hold no line end: not searched again
         self.last_event_id: str | None = None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
@@ -85,8 +88,11 @@ class SSEDecoder:
         start = 0
         n = len(buf)
         while start < n:
-            cr = buf.find(b"\r", start)
-            lf = buf.find(b"\n", start)
+            # A long line (a multi-MB event) arrives in many chunks: search only the new
+            # bytes, so reading it costs its length, not its length times its chunks.
+            at = max(start, self._scanned)
+            cr = buf.find(b"\r", at)
+            lf = buf.find(b"\n", at)
             if cr == -1 and lf == -1:
                 break
             if cr == -1 or (lf != -1 and lf < cr):
@@ -104,6 +110,7 @@ class SSEDecoder:
             if event is not None:
                 events.append(event)
         del buf[:start]
+        self._scanned = len(buf)  # what is left holds no line end
         if len(buf) > self._max_line:
             raise SSEDecodeError(f"SSE line longer than {self._max_line} bytes")
         return events

@@ -16,7 +16,7 @@ import structlog
 from aiohttp import web
 
 from proxy.context import ProxyContext
-from proxy.core import cors, httprules, jsonrpc, seed
+from proxy.core import cors, httprules, jsonrpc, lone_answer, seed
 from proxy.core.admission import admit_post
 from proxy.core.dual_era import discover_refused
 from proxy.core.era import (
@@ -288,7 +288,13 @@ class StreamableHttp:
         )
         if conn is None:
             return web.Response(status=202, headers={SESSION_HEADER: runner.session_id})
-        return await self._stream(request, runner, conn)
+        hold = (
+            self.config.sse.json_answer_window_ms > 0
+            and not batch
+            and messages[0].kind is Kind.REQUEST
+            and lone_answer.prefers_json(request.headers.get("Accept"))
+        )
+        return await self._stream(request, runner, conn, hold=hold)
 
     async def _remote_legacy_task(
         self, request: web.Request, remote: RemoteSessions, messages: list[Message], batch: bool
@@ -342,25 +348,39 @@ class StreamableHttp:
 
     # ------------------------------------------------------------------ SSE writer
     async def _stream(
-        self, request: web.Request, runner: SessionRunner, conn: ClientConn
+        self, request: web.Request, runner: SessionRunner, conn: ClientConn, hold: bool = False
     ) -> web.StreamResponse:
-        """Write ``conn``'s queue out as SSE until the core ends it (a ``CloseMarker``)."""
+        """Write ``conn``'s queue out as SSE until the core ends it (a ``CloseMarker``).
+
+        ``hold``: first wait up to ``sse.json_answer_window_ms`` for a lone large answer,
+        sent as ``application/json`` instead (:mod:`proxy.core.lone_answer`)."""
+        headers = {SESSION_HEADER: runner.session_id}
         writer = SseWriter(
-            request,
-            self.config.sse.keepalive_seconds,
-            {"Connection": "keep-alive", SESSION_HEADER: runner.session_id},
+            request, self.config.sse.keepalive_seconds, {"Connection": "keep-alive", **headers}
         )
         try:
+            held: list[bytes | Frame | CloseMarker] = []
+            if hold:
+                answer = await self._hold(conn, held)
+                if answer is not None:
+                    await conn.stored()  # the wire never runs ahead of the store
+                    log.debug("answered_as_json", session=runner.session_id[:8], size=len(answer))
+                    return web.Response(
+                        body=answer, content_type="application/json", headers=headers
+                    )
             await writer.open()
             while True:
-                items = await writer.next_batch(conn.queue, _is_close)
+                items = held or await writer.next_batch(conn.queue, _is_close)
                 if not items:  # the client hung up
                     break
                 close = items[-1] if isinstance(items[-1], CloseMarker) else None
                 if close is not None:
                     items.pop()
                 chunks = [_sse_frame(item) for item in items]
-                conn.written(sum(len(c) for c in chunks))
+                if held:  # (counted as written when taken)
+                    held = []
+                else:
+                    conn.written(sum(len(c) for c in chunks))
                 if conn.replay_clock is not None and not conn.replay_left:
                     self.metrics.replay_seconds.observe(time.monotonic() - conn.replay_clock)
                     conn.replay_clock = None
@@ -382,6 +402,38 @@ class StreamableHttp:
         finally:
             runner.conn_gone(conn)
         return writer.response
+
+    async def _hold(
+        self, conn: ClientConn, held: list[bytes | Frame | CloseMarker]
+    ) -> bytes | None:
+        """Hold the response headers for ``sse.json_answer_window_ms``, taking what the
+        core queues into ``held``: the lone answer's bytes if it came alone in time and
+        is large enough to go as JSON, else None (stream ``held`` as SSE).
+
+        What is taken counts as written at once, so a large answer behind the unsent
+        priming event is no slow reader (``sse.max_queued_bytes``); the hold ends at the
+        first message, so it keeps only what the core queued at once, before it."""
+        sse = self.config.sse
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + sse.json_answer_window_ms / 1000
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    taken = [await conn.queue.get()]
+            except TimeoutError:
+                return None
+            while not isinstance(taken[-1], CloseMarker) and not conn.queue.empty():
+                taken.append(conn.queue.get_nowait())
+            held.extend(taken)
+            conn.written(sum(len(_sse_frame(i)) for i in taken if not isinstance(i, CloseMarker)))
+            close = held[-1] if isinstance(held[-1], CloseMarker) else None
+            frames = [_sse_frame(i) for i in held if not isinstance(i, CloseMarker)]
+            ended = close is not None and close.retry_ms is None
+            verdict = lone_answer.verdict(frames, ended, min_bytes=sse.json_answer_min_bytes)
+            if isinstance(verdict, bytes):
+                return verdict
+            if verdict is lone_answer.SSE or close is not None:
+                return None
 
 
 def _is_close(item: bytes | Frame | CloseMarker) -> bool:

@@ -33,7 +33,9 @@ from proxy.core.sse import SSEDecodeError, SSEDecoder, SSEEvent
 
 log = structlog.get_logger("proxy.shim")
 
-ACCEPT_POST = "application/json, text/event-stream"
+# SSE preferred (q): the proxy then streams even a large lone answer, which the shim can
+# resume when cut mid-transfer; a JSON body cannot be (docs/clients.md "Large results").
+ACCEPT_POST = "text/event-stream, application/json;q=0.9"
 ACCEPT_GET = "text/event-stream"
 # No byte for this long on a stream: the connection is presumed dead and resumed. The
 # proxy writes a keepalive comment after 15 s of silence by default (sse.keepalive_seconds).

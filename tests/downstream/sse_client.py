@@ -64,6 +64,10 @@ class RawSession:
 
 
 async def read_events(resp: aiohttp.ClientResponse) -> list[SSEEvent]:
+    """The events of an SSE answer; a JSON answer (a large lone answer: ``sse.json_answer_*``)
+    as the one event it would have been."""
+    if resp.content_type == "application/json":
+        return [SSEEvent(data=(await resp.read()).decode())]
     dec = SSEDecoder()
     events: list[SSEEvent] = []
     async for chunk in resp.content.iter_any():

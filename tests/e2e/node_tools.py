@@ -50,6 +50,20 @@ def node_modules() -> Path:
     return TOOLS / "node_modules"
 
 
+def ts_client2_modules() -> Path:
+    """``.tools/ts-client2/node_modules``, holding ``@modelcontextprotocol/client`` 2.x
+    (scripts/install-ts-client2.sh)."""
+    modules = TOOLS / "ts-client2" / "node_modules"
+    package = modules / "@modelcontextprotocol" / "client" / "package.json"
+    if not package.exists():
+        pytest.fail(
+            f"@modelcontextprotocol/client is missing ({package}); "
+            "run scripts/install-ts-client2.sh",
+            pytrace=False,
+        )
+    return modules
+
+
 def node_binary() -> Path:
     """The Node 22 binary (a symlink npm made in ``.tools/node_modules/.bin``)."""
     return _require(TOOLS / "node_modules" / ".bin" / "node", "Node 22")

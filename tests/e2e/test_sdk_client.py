@@ -48,7 +48,7 @@ from .servers import RunningServer, ServerFactory
 # Streamable HTTP). The SDK's own `initialize()` offers the first one.
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 ELICITATION_VERSIONS = ("2025-11-25", "2025-06-18")  # elicitation arrived in 2025-06-18
-TOOLS = {"echo", "slow", "burst", "ask", "crash"}
+TOOLS = {"echo", "slow", "burst", "ask", "crash", "big"}
 
 
 assert PROTOCOL_VERSIONS[0] == LATEST_HANDSHAKE_VERSION

@@ -33,7 +33,7 @@ from tests.support import (
 )
 
 FIXTURES = ROOT / "tests" / "fixtures"
-TOOLS = {"echo", "slow", "burst", "ask", "crash"}
+TOOLS = {"echo", "slow", "burst", "ask", "crash", "big"}
 DEADLINE = 60.0  # generous: everything here happens within seconds
 INITIALIZE = initialize_request(version="2025-06-18")
 
