@@ -22,17 +22,17 @@ import aiohttp
 import mcp_types as types
 import pytest
 from mcp.client.session import ClientRequestContext, ClientSession, ElicitationFnT
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from tests.cut_proxy import CutProxy
+from tests.downstream.shim_support import forwarder, sdk_host, shim_argv, shim_log
+from tests.e2e.sdk_client import text_of
 from tests.support import (
     FIXTURE,
     ROOT,
     RunningProxy,
     eventually,
     initialize_request,
-    process_table,
     run_proxy,
     run_proxy_on,
 )
@@ -40,56 +40,6 @@ from tests.support import (
 N = 2000
 CUTS = 60
 DEADLINE = 120.0  # generous: every call here takes seconds at most
-
-
-def shim_processes(url: str) -> list[int]:
-    """Pids of live processes whose command line names ``url`` (a shim of this test)."""
-    pids = []
-    for pid, (state, _) in process_table().items():
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:  # gone since
-            continue
-        if url.encode() in argv and b"connect" in argv and state != "Z":
-            pids.append(pid)
-    return pids
-
-
-def shim_argv(url: str, *extra: str) -> list[str]:
-    return ["-m", "proxy", "connect", url, "--log-level", "debug", *extra]
-
-
-@asynccontextmanager
-async def forwarder(proxy: RunningProxy) -> AsyncIterator[CutProxy]:
-    cut = CutProxy(proxy.port)
-    await cut.start()
-    try:
-        yield cut
-    finally:
-        await cut.stop()
-        await eventually(
-            lambda: not shim_processes(cut.url()), what="the shim to be gone", timeout=15.0
-        )
-
-
-@asynccontextmanager
-async def sdk_host(
-    tmp_path: Path, url: str, *extra: str, elicitation: ElicitationFnT | None = None
-) -> AsyncIterator[ClientSession]:
-    """The official SDK stdio client launching the shim, initialized."""
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=shim_argv(url, *extra),
-        cwd=str(ROOT),
-        env={"PYTHONUNBUFFERED": "1"},
-    )
-    with (tmp_path / "shim.log").open("w") as errlog:
-        async with (
-            stdio_client(params, errlog=errlog) as (read, write),
-            ClientSession(read, write, elicitation_callback=elicitation) as session,
-        ):
-            await session.initialize()
-            yield session
 
 
 @asynccontextmanager
@@ -108,17 +58,9 @@ async def rig(
         yield proxy, cut, host
 
 
-def shim_log(tmp_path: Path) -> str:
-    return (tmp_path / "shim.log").read_text(errors="replace")
-
-
 async def sessions_at(proxy: RunningProxy) -> int:
     async with aiohttp.ClientSession() as http, http.get(proxy.base + "/healthz") as resp:
         return int((await resp.json())["sessions"])
-
-
-def text_of(result: types.CallToolResult) -> str:
-    return "".join(b.text for b in result.content if isinstance(b, types.TextContent))
 
 
 async def test_burst_survives_random_cuts_of_the_shims_connection(

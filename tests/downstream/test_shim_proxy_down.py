@@ -27,7 +27,8 @@ from proxy.core import jsonrpc
 from proxy.shim.http import ProxyLink
 from proxy.shim.session import ShimSession
 from proxy.shim.stdio import HostPipe
-from tests.downstream.test_shim import forwarder, sdk_host, shim_argv, shim_log, text_of
+from tests.downstream.shim_support import forwarder, sdk_host, shim_argv, shim_log
+from tests.e2e.sdk_client import text_of
 from tests.fixtures.http_harness import black_hole
 from tests.support import (
     FIXTURE,
