@@ -123,9 +123,18 @@ async def lives(
         try:
             yield made, http
         finally:
+            # Every one is stopped (killed if it hangs) before the first failure is raised:
+            # a proxy left running would outlive the test.
+            failures = []
             for proxy in running:
-                code = await stop_proxy(proxy.process)
-                assert code in (0, -9), f"proxy exited {code}:\n{tail(proxy.log_path)}"
+                try:
+                    code = await stop_proxy(proxy.process)
+                except TimeoutError:
+                    failures.append(f"proxy did not stop on SIGTERM:\n{tail(proxy.log_path)}")
+                    continue
+                if code not in (0, -9):
+                    failures.append(f"proxy exited {code}:\n{tail(proxy.log_path)}")
+            assert not failures, "\n".join(failures)
 
 
 async def read_some(resp: aiohttp.ClientResponse, n: int) -> tuple[list[dict[str, Any]], str]:
