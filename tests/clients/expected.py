@@ -40,16 +40,19 @@ NOT_SPOKEN: Final[dict[tuple[str, str], str]] = {
     ("shim", "modern+tasks"): "speaks 2025-11-25 to the proxy",
 }
 
-# (client, era) -> the outcome with 1, 2, 3 and 10 cuts.
+# (client, era) -> the outcome with 1, 2, 3 and 10 cuts; "A or B": either is seen, by where
+# a cut lands (tests/clients/matrix.py, matches).
 EXPECTED: Final[dict[tuple[str, str], tuple[str, str, str, str]]] = {
     ("python-sdk", "legacy"): ("exact", "duplicates", "failed", "failed"),
     ("python-sdk", "modern"): ("failed", "failed", "failed", "failed"),
-    ("ts-sdk-1", "legacy"): ("exact", "exact", "exact", "exact"),
-    ("ts-sdk-2", "legacy"): ("exact", "exact", "exact", "exact"),
+    # Ten cuts: now and then one lands on a resumed stream before its first event id, and a
+    # TypeScript SDK then reconnects without Last-Event-ID (docs/clients.md, its flaw).
+    ("ts-sdk-1", "legacy"): ("exact", "exact", "exact", "exact or failed"),
+    ("ts-sdk-2", "legacy"): ("exact", "exact", "exact", "exact or failed"),
     ("ts-sdk-2", "modern"): ("failed", "failed", "failed", "failed"),
     ("fastmcp", "legacy"): ("exact", "duplicates", "failed", "failed"),
     ("fastmcp", "modern"): ("failed", "failed", "failed", "failed"),
-    ("inspector", "legacy"): ("completed", "completed", "completed", "completed"),
+    ("inspector", "legacy"): ("completed", "completed", "completed", "completed or failed"),
     ("inspector", "modern+tasks"): ("failed", "failed", "failed", "failed"),
     ("shim", "legacy"): ("exact", "exact", "exact", "exact"),
 }
