@@ -8,7 +8,9 @@ as tasks), with a no-op progress callback so that the call carries a ``progressT
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -30,11 +32,12 @@ async def ignore_progress(progress: float, total: float | None, message: str | N
     """Only there so that the request asks for progress."""
 
 
-async def main() -> int:
-    args = parse_args(__doc__.splitlines()[0])
+async def call_and_report(target: Any, args: argparse.Namespace) -> int:
+    """``Client(target)`` at ``args.era`` calls ``args.tool``; what it got, as JSON lines.
+    ``target``: a URL, or the stdio server parameters of a process to launch (shim.py)."""
     try:
         with anyio.fail_after(args.timeout):
-            async with Client(args.url, mode=MODES[args.era], message_handler=on_message) as client:
+            async with Client(target, mode=MODES[args.era], message_handler=on_message) as client:
                 result = await client.call_tool(
                     args.tool, args.args, progress_callback=ignore_progress
                 )
@@ -46,6 +49,11 @@ async def main() -> int:
         return 1
     emit_result(text_of(result))
     return 0
+
+
+async def main() -> int:
+    args = parse_args(__doc__.splitlines()[0])
+    return await call_and_report(args.url, args)
 
 
 if __name__ == "__main__":

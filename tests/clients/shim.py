@@ -12,11 +12,10 @@ import os
 import sys
 
 import anyio
-from mcp import Client, StdioServerParameters
+from mcp import StdioServerParameters
 
-from tests.clients.driver_io import describe, emit, emit_result, parse_args
-from tests.clients.py_sdk import MODES, ignore_progress, on_message
-from tests.e2e.sdk_client import text_of
+from tests.clients.driver_io import parse_args
+from tests.clients.py_sdk import call_and_report
 
 
 async def main() -> int:
@@ -27,20 +26,7 @@ async def main() -> int:
         cwd=os.getcwd(),
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    try:
-        with anyio.fail_after(args.timeout):
-            async with Client(shim, mode=MODES[args.era], message_handler=on_message) as client:
-                result = await client.call_tool(
-                    args.tool, args.args, progress_callback=ignore_progress
-                )
-    except Exception as exc:
-        emit({"error": describe(exc)})
-        return 1
-    if result.is_error:
-        emit({"error": f"tool error: {text_of(result)[:200]}"})
-        return 1
-    emit_result(text_of(result))
-    return 0
+    return await call_and_report(shim, args)
 
 
 if __name__ == "__main__":
