@@ -29,14 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from aiohttp import web
 
 from proxy.backoff import Backoff
-from proxy.core import jsonrpc, lone_answer, seed
+from proxy.core import jsonrpc, seed
 from proxy.core.errors import ResumeError, SessionNotFound, StoreUnavailable
 from proxy.core.eventid import format_event_id, parse_event_id
 from proxy.core.jsonrpc import Message
@@ -54,17 +53,6 @@ from proxy.store.unavailable import patiently
 log = structlog.get_logger("proxy.stored")
 
 _END = object()
-
-
-@dataclass(frozen=True)
-class JsonHold:
-    """A lone request's answer as ``application/json`` (:mod:`proxy.core.lone_answer`):
-    how long to hold the response headers for it, and its least size."""
-
-    window_seconds: float
-    min_bytes: int
-
-
 REPLAY_CHUNK = 1000  # entries read (and written) at a time
 
 
@@ -127,19 +115,11 @@ class StoredStreams:
         return await self._serve(request, session_id, record, pos.seq, entries, None)
 
     async def follow(
-        self,
-        request: web.Request,
-        session_id: str,
-        key: str,
-        after: int,
-        opening: bytes = b"",
-        hold: JsonHold | None = None,
+        self, request: web.Request, session_id: str, key: str, after: int, opening: bytes = b""
     ) -> web.StreamResponse:
         """Stream ``key`` after ``after`` until it completes (a request another replica
         runs: the events reach this replica through the store). ``opening``: the priming
-        event the holder gave the stream, written before anything else. ``hold``: first
-        wait that long for a lone large answer, sent as ``application/json`` instead, as
-        the holder itself would (:func:`_held_answer`).
+        event the holder gave the stream, written before anything else.
 
         A primed stream whose first read fails (the store restarting) is answered with
         its priming event alone: the holder runs the request and committed the stream
@@ -158,43 +138,7 @@ class StoredStreams:
                 raise
             log.warning("stored_stream_primed_only", stream=key, error=str(exc))
             return await self._writer(request, session_id).end(opening)
-        if hold is not None:
-            answer, entries = await self._held_answer(record, after, entries, hold)
-            if answer is not None:
-                log.debug("answered_as_json", stream=key, size=len(answer))
-                headers = {SESSION_HEADER: session_id}
-                return web.Response(body=answer, content_type="application/json", headers=headers)
         return await self._serve(request, session_id, record, after, entries, None, opening)
-
-    async def _held_answer(
-        self, record: StreamRecord, after: int, entries: list[Entry], hold: JsonHold
-    ) -> tuple[bytes | None, list[Entry]]:
-        """Up to ``hold.window_seconds``, the stream's events after ``entries`` (read
-        already): the lone answer's bytes if the stream completed with it alone and it
-        is large enough, else None; and every entry read, for the SSE response."""
-        held = list(entries)
-        queue: asyncio.Queue[list[Entry] | object] = asyncio.Queue()
-        pump = asyncio.create_task(self._pump(record.key, held[-1].seq if held else after, queue))
-        try:
-            async with asyncio.timeout(hold.window_seconds):
-                while True:
-                    item = await queue.get()
-                    if isinstance(item, list):
-                        held.extend(item)
-                    frames = [self._frames(record, [entry]) for entry in held]
-                    # A request's stream ends with its answer: one that came alone is the
-                    # whole stream, whether or not the tail has read the end yet.
-                    verdict = lone_answer.verdict(frames, True, min_bytes=hold.min_bytes)
-                    if isinstance(verdict, bytes):
-                        return verdict, held
-                    verdict = lone_answer.verdict(frames, item is _END, min_bytes=hold.min_bytes)
-                    if verdict is lone_answer.SSE or not isinstance(item, list):
-                        return None, held
-        except TimeoutError:
-            return None, held
-        finally:
-            pump.cancel()
-            await asyncio.gather(pump, return_exceptions=True)
 
     # ------------------------------------------------------------------ stream/poll, stream/resume
     @staticmethod
