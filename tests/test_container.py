@@ -184,15 +184,20 @@ async def test_the_image_command_as_its_user_keeps_sqlite_in_its_data_volume(
             (answer,) = [m for m in messages(events) if m.get("id") == 2]
             assert answer["result"]["content"][0]["text"] == "in the image"
         health_env["MCP_RESUME_PROXY_PORT"] = str(port)  # as if the image had set it
-        healthy = subprocess.run(
-            image.healthcheck,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=health_env,
-            cwd=data,
-            **as_user(uid),
-        )
+
+        def health() -> subprocess.CompletedProcess[str]:
+            """The image's HEALTHCHECK command, as its user, in its data directory."""
+            return subprocess.run(
+                image.healthcheck,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=health_env,
+                cwd=data,
+                **as_user(uid),
+            )
+
+        healthy = health()
         assert healthy.returncode == 0, healthy.stdout + healthy.stderr
         assert healthy.stdout.startswith(f"ok: http://127.0.0.1:{port}/healthz: 200 ok")
     finally:
@@ -200,14 +205,6 @@ async def test_the_image_command_as_its_user_keeps_sqlite_in_its_data_volume(
     assert code == 0, tail(log_path)
     database = data / "mcp-resume-proxy.db"
     assert database.is_file() and database.stat().st_uid == uid, sorted(os.listdir(data))
-    gone = subprocess.run(
-        image.healthcheck,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=health_env,
-        cwd=data,
-        **as_user(uid),
-    )
+    gone = health()
     assert gone.returncode == 1 and gone.stdout.startswith("unhealthy: "), gone.stdout
     assert len(gone.stdout.strip().splitlines()) == 1, gone.stdout

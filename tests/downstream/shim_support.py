@@ -4,10 +4,12 @@ the shim's processes and log."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from mcp.client.session import ClientSession, ElicitationFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -68,3 +70,16 @@ async def sdk_host(
 
 def shim_log(tmp_path: Path) -> str:
     return (tmp_path / "shim.log").read_text(errors="replace")
+
+
+async def spawn_shim(errlog: Any, url: str, *extra: str) -> asyncio.subprocess.Process:
+    """The shim on ``url`` as a subprocess whose stdin and stdout are the test's; its log
+    goes to ``errlog``."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        *shim_argv(url, *extra),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=errlog,
+        cwd=str(ROOT),
+    )

@@ -25,7 +25,7 @@ from mcp.client.session import ClientRequestContext, ClientSession, ElicitationF
 from mcp.shared.exceptions import MCPError
 
 from tests.cut_proxy import CutProxy
-from tests.downstream.shim_support import forwarder, sdk_host, shim_argv, shim_log
+from tests.downstream.shim_support import forwarder, sdk_host, shim_log, spawn_shim
 from tests.e2e.sdk_client import text_of
 from tests.support import (
     FIXTURE,
@@ -249,14 +249,7 @@ async def test_session_deleted_under_the_shim(tmp_path: Path) -> None:
 async def test_shim_ends_by_deleting_its_session(tmp_path: Path, ending: str) -> None:
     async with run_proxy(tmp_path, FIXTURE) as proxy, forwarder(proxy) as cut:
         with (tmp_path / "shim.log").open("w") as errlog:
-            shim = await asyncio.create_subprocess_exec(
-                sys.executable,
-                *shim_argv(cut.url()),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=errlog,
-                cwd=str(ROOT),
-            )
+            shim = await spawn_shim(errlog, cut.url())
         assert shim.stdin is not None and shim.stdout is not None
         try:
             lines = [

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import io
 import json
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,11 @@ from proxy.core import jsonrpc
 from proxy.shim.http import ProxyLink
 from proxy.shim.session import ShimSession
 from proxy.shim.stdio import HostPipe
-from tests.downstream.shim_support import forwarder, sdk_host, shim_argv, shim_log
+from tests.downstream.shim_support import forwarder, sdk_host, shim_log, spawn_shim
 from tests.e2e.sdk_client import text_of
 from tests.fixtures.http_harness import black_hole
 from tests.support import (
     FIXTURE,
-    ROOT,
     eventually,
     initialize_request,
     log_events,
@@ -63,14 +61,7 @@ def proxy_config(port: int, store: str, tmp_path: Path) -> dict[str, Any]:
 async def shim_by_hand(tmp_path: Path, url: str, *extra: str) -> AsyncIterator[Any]:
     """The shim on ``url``, its stdin and stdout ours; it must exit 0 at stdin's EOF."""
     with (tmp_path / "shim.log").open("w") as errlog:
-        shim = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *shim_argv(url, *extra),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=errlog,
-            cwd=str(ROOT),
-        )
+        shim = await spawn_shim(errlog, url, *extra)
     try:
         yield shim
         shim.stdin.close()
