@@ -14,6 +14,7 @@ import random
 
 import pytest
 
+from tests.oauth_as import oauth_server  # noqa: F401  (a fixture)
 from tests.redis_cluster import redis_cluster, redis_cluster_url  # noqa: F401  (fixtures)
 from tests.redis_server import redis_url  # noqa: F401  (a fixture: pytest finds it here)
 
