@@ -96,4 +96,10 @@ def check_system(config: Config, problems: Problems) -> None:
     with problems.collecting():
         check_store_path(config.store)
     for name, up in config.upstreams().items():
-        check_command(up, f"servers.{name}" if config.servers else "upstream", problems)
+        where = f"servers.{name}" if config.servers else "upstream"
+        check_command(up, where, problems)
+        if up.stop_idle_seconds is not None and up.kind != "stdio":
+            problems.warning(
+                f"{where}.stop_idle_seconds: ignored for a {up.kind} server (only a stdio "
+                f"server has a process of its own to stop)"
+            )

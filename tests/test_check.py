@@ -305,3 +305,20 @@ def test_check_prints_one_line_per_problem_and_strict_fails_on_warnings(
         f"{bad}: listen.port: must be 0..65535, got -1",
         f"{bad}: upstream.command[0]: /no/such/server does not exist",
     ]
+
+
+def test_an_idle_stop_on_a_server_with_no_process_is_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "servers.yaml"
+    config.write_text(
+        "servers:\n"
+        "  local: {command: [sh], stop_idle_seconds: 60}\n"
+        "  remote: {url: 'http://127.0.0.1:9/mcp', stop_idle_seconds: 5}\n"
+    )
+    assert check_main([str(config)]) == 0
+    _, err = capsys.readouterr()
+    assert err == (
+        f"{config}: warning: servers.remote.stop_idle_seconds: ignored for a streamable-http "
+        "server (only a stdio server has a process of its own to stop)\n"
+    )
