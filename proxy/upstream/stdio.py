@@ -121,10 +121,13 @@ class StdioUpstream(IdleStop):
         cfg = self._context.config
         env = dict(os.environ) if cfg.inherit_env else {}
         env.update(cfg.env)
-        lineage = self._lineage = Lineage()  # its descendants, found to end with it
+        lineage = Lineage()  # its descendants, found to end with it
         env[TAG_VARIABLE] = lineage.tag
         loop = asyncio.get_running_loop()
-        exited = self._exited = loop.create_future()
+        exited: asyncio.Future[None] = loop.create_future()
+        # Its lineage and exit are this upstream's only once it runs: a launch cancelled
+        # (a stop during a restart) leaves the last process's, which a stop can end, and
+        # never an exit that no process will ever set.
 
         try:
             with REAPER.spawning():  # asyncio's child from the fork on: not reaped by us
@@ -146,6 +149,7 @@ class StdioUpstream(IdleStop):
             raise UpstreamStartFailed(
                 f"cannot start MCP server {cfg.command[0]!r}: {exc.strerror or exc}"
             ) from None
+        self._lineage, self._exited = lineage, exited
         self._transport = transport
         self._proc = asyncio.subprocess.Process(transport, protocol, loop)
         log.info("upstream_started", session=self._context.label, pid=self._proc.pid)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -268,3 +270,50 @@ async def test_a_message_sent_as_the_stop_begins_waits_for_the_next_process() ->
         assert not alive(first["pid"]) and restarted == []
     finally:
         await up.stop()
+
+
+async def test_a_stop_while_a_restart_is_launching_its_process_ends_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server crashed and its restart is inside the launch of the new process (held
+    there: a slow fork, a fault the test cannot cause otherwise) when the session stops.
+    The stop cancels the launch and ends: it never waits for a process that was not
+    started (it once awaited the exit of that process forever)."""
+    loop = asyncio.get_running_loop()
+    launching, launch = asyncio.Event(), loop.subprocess_exec
+    launches = 0
+
+    async def slow_launch(*args: Any, **kwargs: Any) -> Any:
+        nonlocal launches
+        launches += 1
+        if launches > 1:  # the restart's: held until cancelled
+            launching.set()
+            await asyncio.Event().wait()
+        return await launch(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "subprocess_exec", slow_launch)
+    got: asyncio.Queue[Message] = asyncio.Queue()
+    up = StdioUpstream(
+        UpstreamContext(
+            UpstreamConfig(command=IDLE_FIXTURE, stop_grace_seconds=1),
+            "launching-session",
+            on_message=lambda msg, origin: got.put_nowait(msg),
+            on_closed=lambda reason: None,
+            on_restarted=lambda reason: None,
+        )
+    )
+    await up.start()
+    try:
+        up.send(jsonrpc.encode(initialize_request(1, client="direct")), HandshakeStep.INITIALIZE)
+        await asyncio.wait_for(got.get(), 30)
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        up.send(jsonrpc.encode(initialized), HandshakeStep.INITIALIZED)
+        up.send(jsonrpc.encode(tool_call(2, "whoami", {})))
+        first = json.loads(
+            (await asyncio.wait_for(got.get(), 30)).raw["result"]["content"][0]["text"]
+        )
+        os.kill(first["pid"], signal.SIGKILL)  # a crash: the restart begins
+        await asyncio.wait_for(launching.wait(), 30)
+    finally:
+        await asyncio.wait_for(up.stop(), 10)
+    assert not alive(first["pid"])
