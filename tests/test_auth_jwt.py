@@ -255,3 +255,26 @@ async def test_an_eddsa_token_and_a_kidless_one_with_a_single_key(tmp_path: Path
         assert info.value.why == "issuer"
     finally:
         await verifier.close()
+
+
+async def test_a_tokens_scopes_come_from_its_scope_or_scp_claim(tmp_path: Path) -> None:
+    private = ed25519.Ed25519PrivateKey.generate()
+    jwk = OKPAlgorithm.to_jwk(private.public_key(), as_dict=True)
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
+    settings = build(
+        "auth.jwt", JwtConfig, {"jwks_file": str(tmp_path / "jwks.json"), "algorithms": ["EdDSA"]}
+    )
+    verifier = JwtVerifier(settings)
+    await verifier.start()
+    try:
+        for extra, scopes in (
+            ({"scope": "mcp:read  mcp:tools"}, {"mcp:read", "mcp:tools"}),
+            ({"scp": ["mcp:read", 7, ""]}, {"mcp:read"}),
+            ({"scp": "a b"}, {"a", "b"}),
+            ({"scope": 3}, set()),
+            ({}, set()),
+        ):
+            token = jwt.encode({**Issuer.claims("erin", aud=None), **extra}, private, "EdDSA")
+            assert await verifier.verify(token) == ("erin", frozenset(scopes))
+    finally:
+        await verifier.close()

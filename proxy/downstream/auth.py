@@ -45,6 +45,7 @@ from proxy.jwks_keys import KeySet
 log = structlog.get_logger("proxy.auth")
 
 PRINCIPAL = "mcp_resume_proxy.principal"
+SCOPES = "mcp_resume_proxy.scopes"  # the OAuth scopes a JWT granted (frozenset[str])
 _AUTHENTICATOR = "mcp_resume_proxy.authenticator"  # on a request it let through
 _OPEN = frozenset({"/healthz"})
 CHALLENGE = 'Bearer realm="mcp-resume-proxy"'
@@ -63,6 +64,27 @@ def principal_of(request: web.Request) -> str | None:
     """Who the request comes from (None: authentication is off)."""
     found = request.get(PRINCIPAL)
     return found if isinstance(found, str) else None
+
+
+def scopes_of(request: web.Request) -> frozenset[str] | None:
+    """The OAuth scopes the request's credential grants: a JWT's ``scope`` (a
+    space-separated string, RFC 9068) or ``scp`` (a list or a string) claim, empty when it
+    has neither. None when the credential carries no scopes at all (authentication off, or
+    a static token): then no scope rule limits it."""
+    found = request.get(SCOPES)
+    return found if isinstance(found, frozenset) else None
+
+
+def granted_scopes(claims: dict[str, object]) -> frozenset[str]:
+    """The scopes a JWT's claims grant (see :func:`scopes_of`); a claim of another type
+    grants nothing."""
+    for name in ("scope", "scp"):
+        value = claims.get(name)
+        if isinstance(value, str):
+            return frozenset(value.split())
+        if isinstance(value, list):
+            return frozenset(v for v in value if isinstance(v, str) and v)
+    return frozenset()
 
 
 def limit_resumes(request: web.Request) -> None:
@@ -125,6 +147,12 @@ class JwtVerifier:
 
     async def principal_for(self, token: str) -> str:
         """The principal a valid JWT names; :class:`InvalidToken` otherwise."""
+        principal, _ = await self.verify(token)
+        return principal
+
+    async def verify(self, token: str) -> tuple[str, frozenset[str]]:
+        """The principal a valid JWT names and the scopes it grants; :class:`InvalidToken`
+        otherwise."""
         s = self.settings
         try:
             header = jwt.get_unverified_header(token)
@@ -161,7 +189,7 @@ class JwtVerifier:
         principal = claims.get(s.principal_claim)
         if not isinstance(principal, str) or not principal:
             raise InvalidToken("no_principal")
-        return principal
+        return principal, granted_scopes(claims)
 
 
 class Authenticator:
@@ -207,15 +235,16 @@ class Authenticator:
                 principal = name
         return principal
 
-    async def authenticate(self, presented: str) -> str:
-        """The principal of a bearer credential: a static token, else a JWT;
-        :class:`InvalidToken` when it is neither."""
+    async def authenticate(self, presented: str) -> tuple[str, frozenset[str] | None]:
+        """The principal of a bearer credential and the scopes it grants (None for a
+        static token): a static token, else a JWT; :class:`InvalidToken` when it is
+        neither."""
         principal = self.principal_for(presented)
         if principal is not None:
-            return principal
+            return principal, None
         if self.jwt is None:
             raise InvalidToken("unknown_token")
-        return await self.jwt.principal_for(presented)
+        return await self.jwt.verify(presented)
 
     def resume_allowed(self, principal: str | None, now: float) -> float | None:
         """None when ``principal`` may resume or poll now (``auth.per_principal.
@@ -237,10 +266,13 @@ class Authenticator:
         why = "missing"
         if scheme.lower() == "bearer" and presented:
             try:
-                request[PRINCIPAL] = await self.authenticate(presented)
+                principal, scopes = await self.authenticate(presented)
             except InvalidToken as exc:
                 why = exc.why
             else:
+                request[PRINCIPAL] = principal
+                if scopes is not None:
+                    request[SCOPES] = scopes
                 request[_AUTHENTICATOR] = self
                 return await handler(request)
         error = Unauthorized("Unauthorized: a valid bearer token is required")
