@@ -288,6 +288,18 @@ class Draining(ProxyError):
         super().__init__(message)
 
 
+class ServerRemoved(UnknownServer):
+    """A reload removed this server from the config (proxy/reload.py): it takes no new
+    session and no new call while what is in flight finishes, then its sessions end."""
+
+    reason = "server_removed"
+
+    def __init__(
+        self, message: str = "Not Found: this server was removed from the proxy's config"
+    ) -> None:
+        super().__init__(message)
+
+
 class StoreUnavailable(ProxyError):
     """The store could not be read or written for a request within the bounded wait
     (``store.unavailable_wait_seconds``): ``503`` with ``Retry-After``. Nothing of the

@@ -91,6 +91,7 @@ class UpstreamPool:
         self._reaper: asyncio.TimerHandle | None = None
         self._listening: PooledSession | None = None  # per_request: kept for listeners
         self._listeners = 0
+        self._retired: list[PooledSession] = []  # of settings a reload replaced: end when idle
 
     @property
     def per_request(self) -> bool:
@@ -285,7 +286,27 @@ class UpstreamPool:
         assert self.init_result is not None
         return self.init_result
 
+    def retarget(self, config: Config) -> None:
+        """A reload changed the server's settings: sessions started from now on use
+        ``config``; those running keep theirs, take no new call, and stop once idle."""
+        self.config = config
+        self.ties_by_stream = config.upstream.kind == "streamable-http"
+        self.init_result = None  # the new server may say otherwise
+        old = [s for s in self.sessions if s is not self._listening] + self._ready
+        self.sessions = [s for s in self.sessions if s is self._listening]
+        self._ready = []
+        for session in old:
+            if session.busy == 0:
+                self._own(session.stop())
+            else:
+                self._retired.append(session)
+
     def idle(self, session: PooledSession) -> None:
+        if session in self._retired:
+            if session.busy == 0:
+                self._retired.remove(session)
+                self._own(session.stop())
+            return
         if self.per_request and session is not self._listening:
             self._own(session.stop())
             return
@@ -364,8 +385,8 @@ class UpstreamPool:
         coming = [spare.task for spare in self._coming]
         await asyncio.gather(*coming, return_exceptions=True)  # each stops itself (stopping)
         sessions, self.sessions = self.sessions, []
-        sessions += self._ready
-        self._ready = []
+        sessions += self._ready + self._retired
+        self._ready, self._retired = [], []
         for session in sessions:
             session.fail_calls(lost_error(LostReason.PROXY_SHUTDOWN, "the proxy is shutting down"))
         await asyncio.gather(*(s.stop() for s in sessions), return_exceptions=True)
