@@ -173,6 +173,7 @@ class Reloader:
             modern = app[ENDPOINTS_KEY][name].modern
             if name in plan.changed and modern is not None:
                 modern.pool.retarget(server.config)
+                modern.tools.invalidate()  # the new server may list other tools
             if server.removed:  # removed by an earlier reload, back before its drain ended
                 server.removed = False
         for name in plan.added:

@@ -25,6 +25,7 @@ import yaml
 
 from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession, messages, read_events
+from tests.modern.client import Modern
 from tests.support import (
     DEADLINE_S,
     DEMO,
@@ -257,6 +258,8 @@ async def test_a_changed_server_serves_new_sessions_with_its_new_settings(tmp_pa
         await old.initialize()
         before = await _tools(old)
         assert "ask" in before
+        modern = Modern(http, proxy.base + "/servers/a/mcp")
+        assert "ask" in await _modern_tools(modern)
 
         reloaded = await _reload(proxy, path, _config({"a": DEMO}))
         assert reloaded["changed"] == ["a"], reloaded
@@ -264,6 +267,12 @@ async def test_a_changed_server_serves_new_sessions_with_its_new_settings(tmp_pa
         await new.initialize()
         assert await _tools(new) == ["countdown", "echo"]
         assert await _tools(old, 51) == before  # the open session keeps its server
+        assert await _modern_tools(modern) == ["countdown", "echo"]  # the pool's new sessions
+
+
+async def _modern_tools(modern: Modern) -> list[str]:
+    answer = await modern.send("tools/list", {})
+    return sorted(tool["name"] for tool in answer.result["tools"])
 
 
 async def test_a_broken_file_and_a_restart_only_change_are_refused_whole(tmp_path: Path) -> None:

@@ -92,6 +92,7 @@ class UpstreamPool:
         self._listening: PooledSession | None = None  # per_request: kept for listeners
         self._listeners = 0
         self._retired: list[PooledSession] = []  # of settings a reload replaced: end when idle
+        self._generation = 0  # the settings' (a reload replaces them: retarget)
 
     @property
     def per_request(self) -> bool:
@@ -112,6 +113,7 @@ class UpstreamPool:
         if self._stopping:
             raise UpstreamStartFailed("the proxy is shutting down")
         session = PooledSession(self, next(self._numbers))
+        session.generation = self._generation
         try:
             await session.start()
         except UpstreamStartFailed:
@@ -129,8 +131,12 @@ class UpstreamPool:
         return session
 
     def _register(self, session: PooledSession, for_call: bool) -> None:
-        """A started session joins the pool (per_request: a spare joins the ready ones)."""
+        """A started session joins the pool (per_request: a spare joins the ready ones);
+        one started with settings a reload replaced meanwhile does not."""
         if session.closed is not None:
+            return
+        if session.generation != self._generation:
+            self._retire(session)
             return
         if not self.per_request:
             self.sessions.append(session)
@@ -162,7 +168,7 @@ class UpstreamPool:
             if spare is not None:
                 waited = True
                 found = await self._claim(spare)
-                if found is not None:
+                if found is not None and found.generation == self._generation:
                     break
                 continue
             live = len(self.live_sessions())
@@ -292,14 +298,18 @@ class UpstreamPool:
         self.config = config
         self.ties_by_stream = config.upstream.kind == "streamable-http"
         self.init_result = None  # the new server may say otherwise
+        self._generation += 1  # spares under way are retired when up (_register)
         old = [s for s in self.sessions if s is not self._listening] + self._ready
         self.sessions = [s for s in self.sessions if s is self._listening]
         self._ready = []
         for session in old:
-            if session.busy == 0:
-                self._own(session.stop())
-            else:
-                self._retired.append(session)
+            self._retire(session)
+
+    def _retire(self, session: PooledSession) -> None:
+        if session.busy == 0:
+            self._own(session.stop())
+        elif session not in self._retired:
+            self._retired.append(session)
 
     def idle(self, session: PooledSession) -> None:
         if session in self._retired:
