@@ -17,6 +17,7 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     │   ├── RequestTimeout          request not received in time              -32600 / 408
     │   ├── MethodNotAllowed        HTTP method not served                    -32600 / 405
     │   ├── UnknownServer           a path that names no configured server    -32600 / 404
+    │   │   └── ServerRemoved       a server a reload removed, draining       -32600 / 404
     │   └── SSEDecodeError          (core/sse.py) an SSE stream we cannot read -32600 / 400
     ├── SessionNotFound             unknown or ended session                  -32001 / 404
     ├── Conflict                    e.g. a second standalone GET stream       -32600 / 409
