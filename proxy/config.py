@@ -73,6 +73,9 @@ class ListenConfig:
     # (proxy_draining), calls in flight may finish for up to this long; then what is
     # left gets proxy_shutdown. 0: no drain. Env MCP_RESUME_PROXY_DRAIN_SECONDS wins.
     drain_seconds: Annotated[float, Bound(0, DRAIN_SECONDS_MAX)] = 30.0
+    # Reload the config when its file (or auth.tokens_file) changes, as SIGHUP does
+    # (docs/reference.md#reload); a reload also drains servers it removes this long.
+    watch_config: bool = False
 
 
 UPSTREAM_TRANSPORTS = ("auto", "stdio", "streamable-http", "sse", "websocket")

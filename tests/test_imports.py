@@ -184,6 +184,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # programs: nothing imports them (proxy.cli_tools is the console script: proxy.cli
     # is loaded by it, only to serve)
     ("cli", ("proxy.__main__", "proxy.cli_tools", "proxy.cli", "proxy.demo")),
+    ("reload", ("proxy.reload",)),  # applies a new config to the running app
     ("downstream", ("proxy.downstream",)),  # what clients reach (aiohttp)
     ("readiness", ("proxy.readiness",)),
     ("modern", ("proxy.modern",)),  # the 2026-07-28 side
@@ -206,6 +207,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proxy.config_rules",
             "proxy.config_system",
             "proxy.jwks_keys",
+            "proxy.reload_plan",
         ),
     ),
     ("core", ("proxy.core",)),  # sans-I/O (tests/core/test_sans_io.py)

@@ -17,6 +17,7 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     │   ├── RequestTimeout          request not received in time              -32600 / 408
     │   ├── MethodNotAllowed        HTTP method not served                    -32600 / 405
     │   ├── UnknownServer           a path that names no configured server    -32600 / 404
+    │   │   └── ServerRemoved       a server a reload removed, draining       -32600 / 404
     │   └── SSEDecodeError          (core/sse.py) an SSE stream we cannot read -32600 / 400
     ├── SessionNotFound             unknown or ended session                  -32001 / 404
     ├── Conflict                    e.g. a second standalone GET stream       -32600 / 409
@@ -284,6 +285,18 @@ class Draining(ProxyError):
 
     def __init__(
         self, message: str = "the proxy is draining: send this to another replica"
+    ) -> None:
+        super().__init__(message)
+
+
+class ServerRemoved(UnknownServer):
+    """A reload removed this server from the config (proxy/reload.py): it takes no new
+    session and no new call while what is in flight finishes, then its sessions end."""
+
+    reason = "server_removed"
+
+    def __init__(
+        self, message: str = "Not Found: this server was removed from the proxy's config"
     ) -> None:
         super().__init__(message)
 

@@ -70,6 +70,7 @@ class PooledSession:
     def __init__(self, pool: SessionOwner, number: int) -> None:
         self.pool = pool
         self.number = number
+        self.generation = 0  # the pool's settings it was started with (a reload: retarget)
         self.label = f"pool-{number}"
         context = UpstreamContext(
             config=pool.config.upstream,
