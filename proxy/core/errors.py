@@ -24,6 +24,9 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     ├── RateLimited                 a principal resumes or polls too fast     -32000 / 429
     ├── Draining                    a draining replica takes no new work      -32000 / 503
     ├── UpstreamStartFailed         upstream cannot start or be reached       -32603 / 502
+    │   └── UpstreamUnauthorized    (upstream/oauth.py) the upstream refuses the proxy
+    │                               (401/403) and it cannot cure that: ``data`` names
+    │                               the server and the action                 -32000 / 502
     ├── ResumeError                 a resume that cannot be served whole      -32602 / 400|410
     │       (``reason`` says why: malformed_event_id, wrong_session, unknown_stream,
     │       unknown_position, history_truncated, abandoned, stream_completed,
@@ -309,6 +312,13 @@ class UpstreamStartFailed(ProxyError):
     jsonrpc_code = INTERNAL_ERROR
     http_status = 502
     reason = "upstream_start_failed"
+
+
+# ``data.reason`` of an error for an upstream that refuses the proxy (401, 403) when no
+# credentials the proxy has cure it (proxy/upstream/oauth.py; docs/errors.md).
+UPSTREAM_UNAUTHORIZED = "upstream_unauthorized"
+UPSTREAM_FORBIDDEN = "upstream_forbidden"
+UPSTREAM_REFUSALS = (UPSTREAM_UNAUTHORIZED, UPSTREAM_FORBIDDEN)
 
 
 class ResumeError(ProxyError):
