@@ -38,12 +38,14 @@ SERVER = ROOT / "tests" / "fixtures" / "oauth_protected_server.py"
 
 
 @asynccontextmanager
-async def protected_server(tmp_path: Path, issuer: str) -> AsyncIterator[str]:
-    """The OAuth-protected MCP server; its URL."""
+async def protected_server(
+    tmp_path: Path, issuer: str, scope: str = "mcp:read"
+) -> AsyncIterator[str]:
+    """The OAuth-protected MCP server (requiring ``scope``); its URL."""
     log_path = tmp_path / "protected.log"
     with log_path.open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(SERVER), "--port", "0", "--issuer", issuer,
+            sys.executable, str(SERVER), "--port", "0", "--issuer", issuer, "--scope", scope,
             stdout=log_file, stderr=log_file, cwd=str(ROOT),
         )  # fmt: skip
     try:
@@ -64,10 +66,10 @@ def proxy_config(url: str, oauth: dict[str, Any]) -> dict[str, Any]:
 
 
 def code_oauth(tmp_path: Path, **more: Any) -> dict[str, Any]:
+    """Sign in once; no scopes set: those the server's metadata names (mcp:read)."""
     return {
         "grant": "authorization_code",
         "token_file": str(tmp_path / "state" / "remote.json"),
-        "scopes": ["mcp:read"],
         **more,
     }
 
@@ -184,6 +186,7 @@ async def test_login_headless_then_calls_work(tmp_path: Path) -> None:
             assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
             saved = json.loads(token_file.read_text())
             assert saved["resource"] == url
+            assert saved["scope"] == "mcp:read"  # from the protected-resource metadata
             assert_no_secret(printed, saved["access_token"], saved["refresh_token"])
             async with run_proxy_on(tmp_path, config) as proxy:
                 assert (await whoami(proxy))["sub"] == "alice"
@@ -320,3 +323,49 @@ async def test_a_401_without_credentials_names_the_server_and_the_fix(tmp_path: 
                 status, body = await readyz(proxy)
                 assert status == 503
                 assert "requires authorization" in body["upstreams"]["remote"], tail(proxy.log_path)
+
+
+async def initialize_error(proxy: RunningProxy) -> tuple[int, dict[str, Any]]:
+    """A new session's ``initialize`` refused: its status and JSON-RPC error."""
+    init = initialize_request(0, version="2025-11-25")
+    mcp = f"{proxy.base}/servers/remote/mcp"
+    async with aiohttp.ClientSession() as http, http.post(mcp, json=init, headers=MCP_HEADERS) as r:
+        text = await r.text()
+        answer = json.loads(text.split("data: ")[-1] if "data: " in text else text)
+        return r.status, answer["error"]
+
+
+# ------------------------------------------------------------------ scope, unreachable AS
+async def test_a_missing_scope_is_named(tmp_path: Path) -> None:
+    with auth_server() as auth:
+        async with protected_server(tmp_path, auth.issuer, scope="mcp:admin") as url:
+            oauth = {
+                "grant": "client_credentials",
+                "issuer": auth.issuer,
+                "client_id": CONFIDENTIAL_CLIENT,
+                "client_secret": auth.client_secret,
+                "scopes": ["mcp:read"],
+            }
+            async with run_proxy_on(tmp_path, proxy_config(url, oauth)) as proxy:
+                _, error = await initialize_error(proxy)
+                assert error["data"]["reason"] == "upstream_forbidden", error
+                assert "servers.remote.oauth.scopes" in error["data"]["action"]
+                assert "insufficient_scope" in error["message"]
+
+
+async def test_an_unreachable_authorization_server_is_502_upstream_start_failed(
+    tmp_path: Path,
+) -> None:
+    with auth_server() as auth:
+        async with protected_server(tmp_path, auth.issuer) as url:
+            oauth = {
+                "grant": "client_credentials",
+                "token_endpoint": "http://127.0.0.1:9/token",  # discard: nothing listens
+                "client_id": CONFIDENTIAL_CLIENT,
+                "client_secret": auth.client_secret,
+            }
+            async with run_proxy_on(tmp_path, proxy_config(url, oauth)) as proxy:
+                status, error = await initialize_error(proxy)
+                assert status == 502
+                assert error["data"]["reason"] == "upstream_start_failed", error
+                assert "token endpoint cannot be reached" in error["message"]
