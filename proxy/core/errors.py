@@ -39,6 +39,17 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     │                               spec's code and ``data``: -32020 header mismatch,
     │                               -32021 missing capability, -32022 unsupported
     │                               version, -32601, -32602                   code / given (400)
+    ├── DiscoveryError              (upstream/oauth_meta.py) an upstream's OAuth
+    │                               metadata or token endpoint cannot be had; the
+    │                               OAuth client answers it as UpstreamStartFailed
+    ├── TokenRefused                (upstream/oauth_meta.py) a token endpoint's
+    │                               refusal (``error``); answered as
+    │                               UpstreamUnauthorized
+    ├── TokenFileError              (upstream/oauth_tokens.py) the token file cannot
+    │                               be read or written; answered as
+    │                               UpstreamUnauthorized
+    ├── LoginError                  (upstream/oauth_login.py) ``login`` cannot
+    │                               complete: printed, exit 1, never on the wire
     ├── OwnerUnreachable            (replicas.py) the replica owning a session
     │                               cannot be reached                         -32000 / 503
     └── StoreUnavailable            the store (Redis, SQLite) did not answer within

@@ -296,7 +296,7 @@ class HttpUpstream:
         """The server refuses the proxy (401/403) and no token cures it, or none can be
         had: the request gets the error that says what to do (docs/errors.md
         ``upstream_unauthorized``), and ``/readyz`` turns not ready with it."""
-        data = exc.data if exc.data is not None else {"reason": exc.reason}
+        data = exc.data if exc.data is not None else {"reason": exc.reason or "upstream_error"}
         if isinstance(exc, UpstreamUnauthorized):
             self._context.health.failing(exc.message)
         log.warning("upstream_unauthorized", session=self._context.label, error=exc.message)

@@ -122,6 +122,8 @@ class Endpoint:
         revision (the server has given neither yet)."""
         headers = dict(self._static)
         if self.bearer is not None:  # RFC 6750 §2.1; never the client's own token
+            for name in [n for n in headers if n.lower() == "authorization"]:
+                del headers[name]  # a configured one, in whatever case: replaced
             headers["Authorization"] = f"Bearer {self.bearer}"
         if accept is not None:
             headers["Accept"] = accept

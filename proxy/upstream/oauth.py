@@ -46,7 +46,12 @@ from proxy.upstream.oauth_meta import (
     protected_resource,
     token_request,
 )
-from proxy.upstream.oauth_tokens import StoredTokens, TokenFile, default_token_file
+from proxy.upstream.oauth_tokens import (
+    StoredTokens,
+    TokenFile,
+    TokenFileError,
+    default_token_file,
+)
 
 log = structlog.get_logger("proxy.upstream.oauth")
 
@@ -204,6 +209,9 @@ class UpstreamCredentials:
             ) from None
         except ConfigError as exc:
             raise self._unauthorized(str(exc)) from None
+        except TokenFileError as exc:  # refreshed, but not kept: a rotated token is lost
+            self._refused = exc.message
+            raise self._unauthorized(exc.message) from None
         if refused:
             log.info("upstream_token_renewed_after_401", upstream=self.server)
 

@@ -141,6 +141,10 @@ async def login(
         if "S256" not in (meta.get("code_challenge_methods_supported") or []):
             raise LoginError("the authorization server does not say it supports PKCE S256")
         scopes = oauth.scopes or info.scopes()
+        # 2026-07-28 §Refresh Tokens: a client MAY ask for offline_access when the
+        # authorization server lists it (some issue refresh tokens only then).
+        if "offline_access" in (meta.get("scopes_supported") or []) and scopes:
+            scopes = [*scopes, "offline_access"] if "offline_access" not in scopes else scopes
         await callback.start()
         try:
             client_id, secret, issued_secret = oauth.client_id, None, None
@@ -169,19 +173,23 @@ async def login(
             await callback.stop()
         if back.get("state") != state:
             raise LoginError("the redirect carried another state: start again")
+        # RFC 9207 §2.4 as 2026-07-28 §Authorization Response Validation applies it: a
+        # present iss is compared as it is; an absent one is refused when promised.
+        if "iss" in back and back["iss"] != issuer:
+            raise LoginError("the redirect names another issuer (RFC 9207): start again")
+        if "iss" not in back and meta.get("authorization_response_iss_parameter_supported"):
+            raise LoginError("the redirect carries no iss though the server promised it")
         if "error" in back:
             raise LoginError(f"the authorization server refused: {back['error'][:100]}")
-        if "iss" in back and back["iss"] not in (issuer, issuer.rstrip("/")):
-            raise LoginError("the redirect names another issuer (RFC 9207): start again")
         if "code" not in back:
             raise LoginError("the redirect carried no code")
         form = {
             "grant_type": "authorization_code",
-            "code": back["code"],
             "redirect_uri": callback.redirect_uri,
             "code_verifier": verifier,
             "resource": credentials.resource,
         }
+        form["code"] = back["code"]
         try:
             answer = await token_request(http, token_at, form, client_id, secret)
         except TokenRefused as exc:

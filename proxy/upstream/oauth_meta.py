@@ -159,7 +159,7 @@ async def authorization_server(http: aiohttp.ClientSession, issuer: str) -> dict
         metadata = await get_json(http, candidate)
         if metadata is None:
             continue
-        if metadata.get("issuer") not in (issuer, issuer.rstrip("/")):
+        if metadata.get("issuer") != issuer:  # identical, no normalization (RFC 8414 §3.3)
             raise DiscoveryError(f"{_shown(candidate)} names another issuer")
         return metadata
     raise DiscoveryError(f"no authorization server metadata found for {_shown(issuer)}")

@@ -140,7 +140,10 @@ async def test_client_credentials_reach_the_protected_server(tmp_path: Path) -> 
                 "scopes": ["mcp:read"],
             }
             env = {"UPSTREAM_SECRET": auth.client_secret}
-            async with run_proxy_on(tmp_path, proxy_config(url, oauth), env) as proxy:
+            config = proxy_config(url, oauth)
+            # The token replaces a configured Authorization header (a stale static one).
+            config["servers"]["remote"]["headers"] = {"authorization": "Bearer stale"}
+            async with run_proxy_on(tmp_path, config, env) as proxy:
                 assert (await whoami(proxy))["client_id"] == CONFIDENTIAL_CLIENT
                 status, body = await readyz(proxy)
                 assert status == 200, body
