@@ -11,7 +11,9 @@ basic/authorization), and the rules between its keys, checked by ``check`` and a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 
 from proxy.config_rules import Bound, ConfigError, NonNegative, OneOf, interpolate
@@ -83,3 +85,10 @@ def check_oauth(oauth: UpstreamOAuthConfig, kind: str, where: str) -> None:
         raise ConfigError(
             f"{at}.redirect_port: a configured client_id has a fixed redirect URI: give its port"
         )
+
+
+def default_token_file(server: str) -> Path:
+    """``$XDG_STATE_HOME/mcp-resume-proxy/oauth/SERVER.json`` (XDG Base Directory: state
+    that outlives a run but is not configuration); ``~/.local/state`` without it."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "mcp-resume-proxy" / "oauth" / f"{server}.json"

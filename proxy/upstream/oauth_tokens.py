@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.config_oauth import default_token_file
 from proxy.core.errors import ProxyError
+
+__all__ = ["StoredTokens", "TokenFile", "TokenFileError", "default_token_file"]
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -59,13 +62,6 @@ class StoredTokens:
         if expires is not None and not isinstance(expires, int | float):
             raise ValueError("expires_at is not a number")
         return cls(**known)
-
-
-def default_token_file(server: str) -> Path:
-    """``$XDG_STATE_HOME/mcp-resume-proxy/oauth/SERVER.json`` (XDG Base Directory: state
-    that outlives a run but is not configuration); ``~/.local/state`` without it."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "mcp-resume-proxy" / "oauth" / f"{server}.json"
 
 
 class TokenFile:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from mcp import Client
 
 from tests.downstream.sse_client import RawSession, messages
 from tests.e2e.sdk_client import connect, text_of
@@ -145,6 +146,11 @@ async def test_client_credentials_reach_the_protected_server(tmp_path: Path) -> 
             config["servers"]["remote"]["headers"] = {"authorization": "Bearer stale"}
             async with run_proxy_on(tmp_path, config, env) as proxy:
                 assert (await whoami(proxy))["client_id"] == CONFIDENTIAL_CLIENT
+                # A 2026-07-28 client is served from the pool's upstream sessions: same token.
+                mcp = f"{proxy.base}/servers/remote/mcp"
+                async with Client(mcp, mode="2026-07-28") as modern:
+                    result = await modern.call_tool("whoami", {})
+                    assert json.loads(text_of(result))["client_id"] == CONFIDENTIAL_CLIENT
                 status, body = await readyz(proxy)
                 assert status == 200, body
             assert "upstream_token_obtained" in proxy.log_text()
