@@ -61,7 +61,7 @@ async def protected_server(
 def proxy_config(url: str, oauth: dict[str, Any]) -> dict[str, Any]:
     return {
         "listen": {"host": "127.0.0.1", "port": 0},
-        "servers": {"remote": {"url": url, "oauth": oauth}},
+        "servers": {"remote": {"url": url, **({"oauth": oauth} if oauth else {})}},
         "log": {"format": "json", "level": "debug"},
     }
 
