@@ -29,7 +29,7 @@ from proxy.config import (
 from proxy.config_env import env as _env
 from proxy.config_env import settings_from_file_and_env
 from proxy.config_import import KEY as MCP_SERVERS
-from proxy.config_system import check_store_path, check_system
+from proxy.config_system import check_signed_in, check_store_path, check_system
 from proxy.context import ProxyContext, token_secret
 from proxy.downstream.app import build_app
 from proxy.downstream.drain import Drain, calls_in_flight
@@ -331,6 +331,11 @@ def check(path: str) -> Problems:
         for header, value in server.headers.items():
             with problems.collecting():
                 interpolate(value, f"{where}.headers.{header}")  # never shown: only its name
+        if server.oauth.client_secret is not None:
+            with problems.collecting():
+                server.oauth.resolved_secret(where)  # never shown: only its variable's name
+        if server.oauth.grant == "authorization_code":
+            check_signed_in(name, server, where, problems)
     with problems.collecting():
         token_secret(config)
     check_system(config, problems)

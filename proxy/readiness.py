@@ -152,6 +152,7 @@ async def probe(config: UpstreamConfig, health: UpstreamHealth, name: str) -> No
         on_message=on_message,
         on_closed=own.gone,
         health=health,
+        server=name,
     )
     upstream = open_upstream(context)
     # Its lines name the probe and the server, never a client's principal.

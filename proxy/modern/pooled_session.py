@@ -78,6 +78,7 @@ class PooledSession:
             on_message=self._on_message,
             on_closed=self._on_closed,
             health=pool.health,
+            server=pool.name,
         )
         self.upstream: Upstream = open_upstream(context)
         self.table = CallTable(tied_by_stream=pool.ties_by_stream)
