@@ -31,7 +31,7 @@ from proxy.forwarding import (
     TaskReply,
 )
 from proxy.metrics import Metrics
-from proxy.replicas import Replicas, Serve
+from proxy.replicas import Relay, Replicas, Serve
 from proxy.servers import Server, servers_of
 from proxy.store.base import Store, StoreLimits
 from proxy.store.fencing import Fence
@@ -84,7 +84,9 @@ class ModernSide(Protocol):
     here: MRTR retries of calls parked here, and the 2025-11-25 task requests of sessions
     held here (None: the session serves it)."""
 
-    async def serve_forwarded_retry(self, message: ForwardedRetry) -> Reply: ...
+    async def serve_forwarded_retry(
+        self, message: ForwardedRetry, relay: Relay | None
+    ) -> Reply: ...
 
     def cancel_forwarded_retry(self, message: RetryCancel) -> None: ...
 

@@ -15,7 +15,10 @@ replica's inbox as one of eight requests, and comes back as one of eight replies
 - :class:`ForwardedRetry` (``retry``): a 2026-07-28 MRTR retry whose ``requestState``
   names the holder (:mod:`proxy.core.reqstate`); the holder continues its parked call and
   replies :class:`Answered` (``answered``: the notes it streamed, then the answer, and the
-  HTTP status), which the asker writes to its client as if it had served the call;
+  HTTP status), which the asker writes to its client as if it had served the call; an
+  asker that says so (``ahead``) gets the notes as the call streams them, each part a
+  :class:`NotesAhead` (``notes``) on its inbox before the reply, which then carries only
+  what was not sent ahead;
   :class:`RetryCancel` (``retry_cancel``): that client closed its response, so the call
   is cancelled, as a local one would be (:class:`Acked`, a reply nobody waits for).
 
@@ -117,6 +120,7 @@ class ForwardedRetry:
     principal: str | None
     body: str
     headers: dict[str, str]
+    ahead: bool = False  # the asker takes the call's notes as they come (NotesAhead)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +193,26 @@ class Refused:
 @dataclass(frozen=True, slots=True)
 class Answered:
     """The holder served the request on its own: ``messages`` (JSON-RPC messages, the
-    answer last, the notes it streamed before it) with HTTP status ``status``."""
+    answer last, the notes it streamed before it) with HTTP status ``status``.
+
+    ``first``: how many notes went ahead of it (:class:`NotesAhead`): ``messages`` are
+    the call's messages from that index on. A reply of a replica from before this
+    field has none (decoded as 0: every note comes with the answer)."""
 
     status: int
+    messages: list[dict[str, Any]]
+    first: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NotesAhead:
+    """A part of an :class:`Answered` sent before it, as the holder's call streams it
+    (progress, log messages): the call's messages ``seq``, ``seq + 1``, … of a
+    :class:`ForwardedRetry` that asked for them (``ahead``). Not a reply: the asker
+    writes them to its client and goes on waiting for the reply, which comes after
+    them on the same inbox."""
+
+    seq: int
     messages: list[dict[str, Any]]
 
 
@@ -228,6 +249,7 @@ def encode_request(request: Forwarded) -> dict[str, Any]:
                 "principal": request.principal,
                 "body": request.body,
                 "headers": request.headers,
+                "ahead": request.ahead,
             }
         case RetryCancel():
             return {
@@ -268,9 +290,19 @@ def encode_reply(reply: Reply) -> dict[str, Any]:
         case Refused():
             return {"outcome": "refused", "status": reply.status, "error": reply.error}
         case Answered():
-            return {"outcome": "answered", "status": reply.status, "messages": reply.messages}
+            return {
+                "outcome": "answered",
+                "status": reply.status,
+                "messages": reply.messages,
+                "first": reply.first,
+            }
         case _:
             assert_never(reply)
+
+
+def encode_notes(notes: NotesAhead) -> dict[str, Any]:
+    """``notes`` as the JSON object a replica's inbox carries."""
+    return {"outcome": "notes", "seq": notes.seq, "messages": notes.messages}
 
 
 # ---------------------------------------------------------------------- decoding
@@ -305,7 +337,10 @@ def decode_request(wire: object) -> Forwarded:
         ):
             raise MalformedForward("retry: headers must be an object of strings")
         server, principal = _text(fields, "server"), _text_or_none(fields, "principal")
-        return ForwardedRetry(server, principal, _text(fields, "body"), headers)
+        ahead = fields.get("ahead", False)  # absent: an asker from before NotesAhead
+        if not isinstance(ahead, bool):
+            raise MalformedForward("retry: ahead must be a boolean")
+        return ForwardedRetry(server, principal, _text(fields, "body"), headers, ahead)
     if kind == "retry_cancel":
         server, principal = _text(fields, "server"), _text_or_none(fields, "principal")
         return RetryCancel(server, principal, _text(fields, "call"))
@@ -346,17 +381,31 @@ def decode_reply(wire: object) -> Reply:
             raise MalformedForward("refused: error must be an object")
         return Refused(status, error)
     if outcome == "answered":
-        status, answer = fields.get("status"), fields.get("messages")
+        status, first = fields.get("status"), fields.get("first", 0)
         if not _is_int(status) or not 200 <= status <= 599:
             raise MalformedForward("answered: status must be an HTTP status")
-        if (
-            not isinstance(answer, list)
-            or not answer
-            or not all(isinstance(m, dict) for m in answer)
-        ):
-            raise MalformedForward("answered: messages must be a non-empty list of objects")
-        return Answered(status, answer)
+        if not _is_int(first) or first < 0:
+            raise MalformedForward("answered: first must be an integer, at least 0")
+        return Answered(status, _messages(fields, "answered"), first)
     raise MalformedForward(f"unknown outcome of a forwarded request: {outcome!r}")
+
+
+def decode_notes(wire: object) -> NotesAhead:
+    """The notes ``wire`` encodes; :class:`MalformedForward` if it encodes none."""
+    fields = _object(wire)
+    if fields.get("outcome") != "notes":
+        raise MalformedForward(f"not notes: {fields.get('outcome')!r}")
+    seq = fields.get("seq")
+    if not _is_int(seq) or seq < 0:
+        raise MalformedForward("notes: seq must be an integer, at least 0")
+    return NotesAhead(seq, _messages(fields, "notes"))
+
+
+def _messages(fields: Mapping[str, Any], what: str) -> list[dict[str, Any]]:
+    value = fields.get("messages")
+    if not isinstance(value, list) or not value or not all(isinstance(m, dict) for m in value):
+        raise MalformedForward(f"{what}: messages must be a non-empty list of objects")
+    return value
 
 
 def _object(wire: object) -> Mapping[str, Any]:

@@ -48,6 +48,7 @@ from proxy.forwarding import (
     UnknownTask,
 )
 from proxy.metrics import counts
+from proxy.replicas import Relay
 from proxy.runtime import SessionRunner
 from proxy.servers import Server
 from proxy.store.base import SessionRecord, StoreError
@@ -230,10 +231,11 @@ class Registry:
             log.warning("session_record_not_dropped", error=str(exc))
 
     # ------------------------------------------------------------------ forwarded requests
-    async def serve_forwarded(self, message: Forwarded) -> Reply:
+    async def serve_forwarded(self, message: Forwarded, relay: Relay | None = None) -> Reply:
         """A request another replica received for one of this replica's sessions (or
         tasks): feed it to the session, detach (the asker serves the stream from the
-        shared log), and say what it became once the stream is in the store."""
+        shared log), and say what it became once the stream is in the store. ``relay``
+        sends the asker parts of the reply ahead of it (an MRTR retry's notes)."""
         try:
             match message:
                 case TaskUpdate() | TaskCancel():
@@ -246,7 +248,9 @@ class Registry:
                     modern = self.context.modern_sides.get(message.server)
                     if modern is None:
                         raise SessionNotFound("no 2026-07-28 side at that server")
-                    return await modern.serve_forwarded_retry(message)
+                    return await modern.serve_forwarded_retry(
+                        message, relay if message.ahead else None
+                    )
                 case RetryCancel():
                     side = self.context.modern_sides.get(message.server)
                     if side is not None:

@@ -22,6 +22,7 @@ from proxy.forwarding import (
     ForwardedRetry,
     MalformedForward,
     NoStream,
+    NotesAhead,
     Refused,
     Reply,
     RetryCancel,
@@ -30,8 +31,10 @@ from proxy.forwarding import (
     TaskCancel,
     TaskUpdate,
     UnknownTask,
+    decode_notes,
     decode_reply,
     decode_request,
+    encode_notes,
     encode_reply,
     encode_request,
 )
@@ -47,6 +50,7 @@ REQUESTS: list[Forwarded] = [
     TaskCancel("t" * 32),
     ForwardedRetry("default", "alice", '{"jsonrpc":"2.0","id":2}', {"Mcp-Method": "tools/call"}),
     ForwardedRetry("other", None, "{}", {}),
+    ForwardedRetry("other", None, "{}", {}, ahead=True),
     RetryCancel("default", "alice", "c" * 16),
 ]
 
@@ -63,7 +67,9 @@ REPLIES: list[Reply] = [
     Refused(404, {"jsonrpc": "2.0", "id": 3, "error": {"code": -32001, "message": "gone"}}),
     Answered(200, [{"jsonrpc": "2.0", "id": 3, "result": {}}]),
     Answered(503, [{"jsonrpc": "2.0", "method": "n"}, {"jsonrpc": "2.0", "id": 3, "error": {}}]),
+    Answered(200, [{"jsonrpc": "2.0", "id": 3, "result": {}}], first=4),
 ]
+NOTE = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}
 
 
 def _through_json(obj: dict[str, Any]) -> object:
@@ -85,11 +91,11 @@ def test_the_wire_keeps_the_kinds_and_outcomes_it_had() -> None:
     """The shape on the wire: one ``kind`` per request, one ``outcome`` per reply."""
     assert [encode_request(r)["kind"] for r in REQUESTS] == [
         "post", "post", "post", "get", "delete", "ack", "task_update", "task_cancel",
-        "retry", "retry", "retry_cancel",
+        "retry", "retry", "retry", "retry_cancel",
     ]  # fmt: skip
     assert [encode_reply(r)["outcome"] for r in REPLIES] == [
         "sse", "sse", "sse", "sse", "accepted", "deleted", "acked", "unknown_task", "done",
-        "refused", "answered", "answered",
+        "refused", "answered", "answered", "answered",
     ]  # fmt: skip
     assert encode_request(REQUESTS[0]) == {
         "kind": "post",
@@ -107,6 +113,31 @@ def test_the_envelope_rides_along() -> None:
     wire = {**encode_request(REQUESTS[3]), "id": 12, "from": "replica-b"}
     assert decode_request(wire) == REQUESTS[3]
     assert decode_reply({**encode_reply(Acked()), "reply_to": 12}) == Acked()
+
+
+def test_notes_ahead_survive_the_trip_and_are_no_reply() -> None:
+    notes = NotesAhead(3, [NOTE, NOTE])
+    wire = {**encode_notes(notes), "reply_to": 5}
+    assert decode_notes(_through_json(wire)) == notes
+    with pytest.raises(MalformedForward):
+        decode_reply(wire)
+    for bad in (
+        {"outcome": "notes", "seq": -1, "messages": [NOTE]},
+        {"outcome": "notes", "seq": True, "messages": [NOTE]},
+        {"outcome": "notes", "seq": 0, "messages": []},
+        {"outcome": "answered", "status": 200, "messages": [NOTE]},
+    ):
+        with pytest.raises(MalformedForward):
+            decode_notes(bad)
+
+
+def test_what_a_replica_from_before_notes_ahead_sends_reads_as_without_them() -> None:
+    """A rolling deploy: an asker that sends no ``ahead``, a holder no ``first``."""
+    retry = encode_request(ForwardedRetry("d", None, "{}", {}))
+    del retry["ahead"]
+    assert decode_request(retry) == ForwardedRetry("d", None, "{}", {}, ahead=False)
+    answered = {"outcome": "answered", "status": 200, "messages": [NOTE]}
+    assert decode_reply(answered) == Answered(200, [NOTE], first=0)
 
 
 def test_a_stream_opened_by_a_replica_from_before_priming_reads_as_unprimed() -> None:
@@ -134,6 +165,8 @@ def test_a_stream_opened_by_a_replica_from_before_priming_reads_as_unprimed() ->
         {"kind": "retry", "server": "d", "principal": None, "body": "{}"},  # no headers
         {"kind": "retry", "server": "d", "principal": None, "body": "{}", "headers": {"a": 1}},
         {"kind": "retry", "server": "d", "body": "{}", "headers": {}},  # principal absent
+        {"kind": "retry", "server": "d", "principal": None, "body": "{}", "headers": {},
+         "ahead": 1},
         {"kind": "retry_cancel", "server": "d", "principal": None},  # which call
         {"kind": "retry_cancel", "server": "d", "call": "c"},  # principal absent
     ],
@@ -163,6 +196,8 @@ def test_malformed_requests_are_refused(wire: object) -> None:
         {"outcome": "answered", "status": 200, "messages": ["x"]},
         {"outcome": "answered", "status": 100, "messages": [{}]},
         {"outcome": "answered", "status": True, "messages": [{}]},
+        {"outcome": "answered", "status": 200, "messages": [{}], "first": -1},
+        {"outcome": "answered", "status": 200, "messages": [{}], "first": "2"},
     ],
 )
 def test_malformed_replies_are_refused(wire: object) -> None:
@@ -178,7 +213,7 @@ JSON = st.recursive(
 FIELDS = [
     "session", "server", "principal", "body", "last_event_id", "request_id", "task",
     "responses", "stream", "after", "status", "error", "priming", "retry_ms", "headers",
-    "messages", "call",
+    "messages", "call", "ahead", "first", "seq",
 ]  # fmt: skip
 KINDS = ["post", "get", "delete", "ack", "task_update", "task_cancel", "retry", "retry_cancel"]
 OUTCOMES = ["sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused", "answered"]

@@ -1,8 +1,10 @@
 """The holder's side of a forwarded MRTR retry (proxy/modern/retry_forward.py), in
 process: what the façade writes comes back as one Answered (its notes, then its answer,
-with the status), what it refuses as a Refused with the request's id, and a body that is
-not one request is refused without reaching the façade. (tests/test_replicas_paths.py
-runs the whole path on two replicas.)"""
+with the status), or with a relay, each note sent ahead as it is written and the answer
+after them; a note the relay could not send, and every one after it, comes with the
+answer; what it refuses as a Refused with the request's id, and a body that is not one
+request is refused without reaching the façade. (tests/test_replicas_paths.py runs the
+whole path on two replicas.)"""
 
 from __future__ import annotations
 
@@ -14,13 +16,18 @@ from multidict import CIMultiDict
 
 from proxy.core.era import invalid_params
 from proxy.core.jsonrpc import Message
-from proxy.forwarding import Answered, ForwardedRetry, Refused
+from proxy.forwarding import Answered, ForwardedRetry, NotesAhead, Refused
 from proxy.modern.reply import Reply
 from proxy.modern.retry_forward import retry_headers, serve_retry
+from proxy.store.base import StoreError
 
 BODY = '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t"}}'
 HEADERS = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "t"}
-NOTE = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}
+NOTE, NOTE2, NOTE3 = (
+    {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": n}}
+    for n in (1, 2, 3)
+)
+ANSWER = {"jsonrpc": "2.0", "id": 7, "result": {"content": []}}
 
 
 class Facade:
@@ -36,16 +43,38 @@ class Facade:
             raise invalid_params("Invalid params: requestState failed verification")
         await reply.stream([NOTE])
         await reply.stream([])  # a keepalive: nothing to keep
+        await reply.stream([NOTE2, NOTE3])
         assert self.answer is not None
         return await reply.finish(self.answer, status=200)
 
 
 async def test_notes_and_answer_come_back_as_one_answered() -> None:
-    answer = {"jsonrpc": "2.0", "id": 7, "result": {"content": []}}
-    facade = Facade(answer)
+    facade = Facade(ANSWER)
     reply = await serve_retry(facade.post, ForwardedRetry("default", "alice", BODY, HEADERS))
-    assert reply == Answered(200, [NOTE, answer])
+    assert reply == Answered(200, [NOTE, NOTE2, NOTE3, ANSWER])
     assert facade.seen == [(7, "alice", HEADERS)]
+
+
+async def test_with_a_relay_each_note_goes_ahead_as_it_is_written() -> None:
+    relayed: list[NotesAhead] = []
+
+    async def relay(notes: NotesAhead) -> None:
+        relayed.append(notes)
+
+    retry = ForwardedRetry("default", "alice", BODY, HEADERS, ahead=True)
+    reply = await serve_retry(Facade(ANSWER).post, retry, relay)
+    assert relayed == [NotesAhead(0, [NOTE]), NotesAhead(1, [NOTE2, NOTE3])]
+    assert reply == Answered(200, [ANSWER], first=3)
+
+
+async def test_notes_a_relay_could_not_send_come_with_the_answer() -> None:
+    async def relay(notes: NotesAhead) -> None:
+        if notes.seq > 0:
+            raise StoreError("redis went away")
+
+    retry = ForwardedRetry("default", "alice", BODY, HEADERS, ahead=True)
+    reply = await serve_retry(Facade(ANSWER).post, retry, relay)
+    assert reply == Answered(200, [NOTE2, NOTE3, ANSWER], first=1)
 
 
 async def test_a_refusal_answers_the_request_by_its_id() -> None:
