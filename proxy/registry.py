@@ -39,16 +39,19 @@ from proxy.forwarding import (
     ForwardedGet,
     ForwardedPost,
     ForwardedRetry,
+    NoStream,
     Refused,
     Reply,
     RetryCancel,
     SessionRequest,
+    StreamOpened,
     TaskCancel,
     TaskUpdate,
     UnknownTask,
 )
+from proxy.forwarding_seat import StandaloneRelease, StandaloneStopped, StandaloneTakeover
 from proxy.metrics import counts
-from proxy.replicas import Relay
+from proxy.replicas import Follower, Relay
 from proxy.runtime import SessionRunner
 from proxy.servers import Server
 from proxy.store.base import SessionRecord, StoreError
@@ -262,6 +265,20 @@ class Registry:
                 case ForwardedAck():
                     self._forwarded_to(message).acknowledge(message.last_event_id)
                     return Acked()
+                case StandaloneRelease(token=token, upto=upto):
+                    self._forwarded_to(message).seat.released(token, upto)
+                    return Acked()
+                case StandaloneTakeover(token=token):
+                    stop = self._followers().get(token)
+                    return StandaloneStopped(await stop() if stop is not None else None)
+                case ForwardedGet(socket=socket) if socket is not None:
+                    runner = self._forwarded_to(message)
+
+                    async def attach() -> tuple[int | None, StreamOpened | NoStream]:
+                        opened = await runner.serve_remote(message)
+                        return (opened.after if isinstance(opened, StreamOpened) else None), opened
+
+                    return await runner.seat.take(socket, self.context.replicas, attach)
                 case ForwardedPost() | ForwardedGet():
                     runner = self._forwarded_to(message)
                     if isinstance(message, ForwardedPost) and self.context.draining:
@@ -277,6 +294,10 @@ class Registry:
         except ProxyError as exc:
             request_id = message.request_id if isinstance(message, ForwardedPost) else None
             return Refused(exc.http_status, exc.to_jsonrpc(request_id))
+
+    def _followers(self) -> dict[str, Follower]:
+        replicas = self.context.replicas
+        return replicas.standalone_followers if replicas is not None else {}
 
     def _forwarded_to(self, message: SessionRequest) -> SessionRunner:
         """The session a forwarded request names, if it is the asking principal's and

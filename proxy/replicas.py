@@ -68,6 +68,9 @@ Relay = Callable[[NotesAhead], Awaitable[None]]
 Serve = Callable[[Forwarded, Relay], Awaitable[Reply]]
 # Takes the parts a request's holder sends ahead of its reply (in order, once each).
 Ahead = Callable[[NotesAhead], None]
+# Stops a /ws socket here writing a standalone stream another replica holds; the last
+# seq it wrote, None if it had not begun (proxy/standalone_seat.py).
+Follower = Callable[[], Awaitable[int | None]]
 Stop = Callable[[], Awaitable[None]]
 
 
@@ -108,6 +111,9 @@ class Replicas:
         self._serving: set[asyncio.Task[None]] = set()
         self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ahead: dict[int, Ahead] = {}  # the requests whose notes come ahead
+        # The /ws sockets here writing a standalone stream another replica holds: token →
+        # how to stop one (a newer socket takes it: StandaloneTakeover).
+        self.standalone_followers: dict[str, Follower] = {}
         self._ids = itertools.count(1)
         self._on_stop: list[Stop] = []  # what uses the replicas, stopped before they are
         self.history_lost_at: float | None = None  # the store's epoch changed (a flush)

@@ -38,12 +38,14 @@ from proxy.forwarding import (
     encode_reply,
     encode_request,
 )
+from proxy.forwarding_seat import StandaloneRelease, StandaloneStopped, StandaloneTakeover, WsSocket
 
 REQUESTS: list[Forwarded] = [
     ForwardedPost("s1", "default", "alice", '{"jsonrpc":"2.0","id":1,"method":"ping"}', "e.0.3", 1),
     ForwardedPost("s1", "default", None, "[]"),
     ForwardedPost("s1", "other", "", "{}", None, "req-7"),
     ForwardedGet("s1", "default", "alice"),
+    ForwardedGet("s1", "default", None, WsSocket("replica-b", "tok")),
     ForwardedDelete("s1", "default", None),
     ForwardedAck("s1", "default", "bob", "e.1.9"),
     TaskUpdate("t" * 32, {"q1": {"action": "accept"}}),
@@ -52,6 +54,8 @@ REQUESTS: list[Forwarded] = [
     ForwardedRetry("other", None, "{}", {}),
     ForwardedRetry("other", None, "{}", {}, ahead=True),
     RetryCancel("default", "alice", "c" * 16),
+    StandaloneTakeover("tok"),
+    StandaloneRelease("s1", "default", "alice", "tok", 7),
 ]
 
 REPLIES: list[Reply] = [
@@ -68,6 +72,8 @@ REPLIES: list[Reply] = [
     Answered(200, [{"jsonrpc": "2.0", "id": 3, "result": {}}]),
     Answered(503, [{"jsonrpc": "2.0", "method": "n"}, {"jsonrpc": "2.0", "id": 3, "error": {}}]),
     Answered(200, [{"jsonrpc": "2.0", "id": 3, "result": {}}], first=4),
+    StandaloneStopped(12),
+    StandaloneStopped(None),
 ]
 NOTE = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}
 
@@ -90,12 +96,13 @@ def test_every_reply_survives_the_trip(reply: Reply) -> None:
 def test_the_wire_keeps_the_kinds_and_outcomes_it_had() -> None:
     """The shape on the wire: one ``kind`` per request, one ``outcome`` per reply."""
     assert [encode_request(r)["kind"] for r in REQUESTS] == [
-        "post", "post", "post", "get", "delete", "ack", "task_update", "task_cancel",
-        "retry", "retry", "retry", "retry_cancel",
+        "post", "post", "post", "get", "get", "delete", "ack", "task_update", "task_cancel",
+        "retry", "retry", "retry", "retry_cancel", "standalone_takeover", "standalone_release",
     ]  # fmt: skip
     assert [encode_reply(r)["outcome"] for r in REPLIES] == [
         "sse", "sse", "sse", "sse", "accepted", "deleted", "acked", "unknown_task", "done",
-        "refused", "answered", "answered", "answered",
+        "refused", "answered", "answered", "answered", "standalone_stopped",
+        "standalone_stopped",
     ]  # fmt: skip
     assert encode_request(REQUESTS[0]) == {
         "kind": "post",
@@ -129,6 +136,11 @@ def test_notes_ahead_survive_the_trip_and_are_no_reply() -> None:
     ):
         with pytest.raises(MalformedForward):
             decode_notes(bad)
+
+
+def test_a_get_from_a_replica_from_before_sockets_reads_as_an_http_get() -> None:
+    wire = {"kind": "get", "session": "s", "server": "d", "principal": None}
+    assert decode_request(wire) == ForwardedGet("s", "d", None, None)
 
 
 def test_what_a_replica_from_before_notes_ahead_sends_reads_as_without_them() -> None:
@@ -167,6 +179,14 @@ def test_a_stream_opened_by_a_replica_from_before_priming_reads_as_unprimed() ->
         {"kind": "retry", "server": "d", "body": "{}", "headers": {}},  # principal absent
         {"kind": "retry", "server": "d", "principal": None, "body": "{}", "headers": {},
          "ahead": 1},
+        {"kind": "get", "session": "s", "server": "d", "principal": None, "socket": "b"},
+        {"kind": "get", "session": "s", "server": "d", "principal": None,
+         "socket": {"replica": "b"}},
+        {"kind": "standalone_takeover"},
+        {"kind": "standalone_release", "session": "s", "server": "d", "principal": None,
+         "token": "t"},  # how far
+        {"kind": "standalone_release", "session": "s", "server": "d", "principal": None,
+         "token": "t", "upto": -1},
         {"kind": "retry_cancel", "server": "d", "principal": None},  # which call
         {"kind": "retry_cancel", "server": "d", "call": "c"},  # principal absent
     ],
@@ -197,6 +217,8 @@ def test_malformed_requests_are_refused(wire: object) -> None:
         {"outcome": "answered", "status": 100, "messages": [{}]},
         {"outcome": "answered", "status": True, "messages": [{}]},
         {"outcome": "answered", "status": 200, "messages": [{}], "first": -1},
+        {"outcome": "standalone_stopped"},  # null if none, never absent
+        {"outcome": "standalone_stopped", "upto": "3"},
         {"outcome": "answered", "status": 200, "messages": [{}], "first": "2"},
     ],
 )
@@ -213,10 +235,16 @@ JSON = st.recursive(
 FIELDS = [
     "session", "server", "principal", "body", "last_event_id", "request_id", "task",
     "responses", "stream", "after", "status", "error", "priming", "retry_ms", "headers",
-    "messages", "call", "ahead", "first", "seq",
+    "messages", "call", "ahead", "first", "seq", "socket", "token", "upto",
 ]  # fmt: skip
-KINDS = ["post", "get", "delete", "ack", "task_update", "task_cancel", "retry", "retry_cancel"]
-OUTCOMES = ["sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused", "answered"]
+KINDS = [
+    "post", "get", "delete", "ack", "task_update", "task_cancel", "retry", "retry_cancel",
+    "standalone_takeover", "standalone_release",
+]  # fmt: skip
+OUTCOMES = [
+    "sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused", "answered",
+    "standalone_stopped",
+]  # fmt: skip
 
 
 def _near_misses(key: str, names: list[str]) -> st.SearchStrategy[dict[str, Any]]:

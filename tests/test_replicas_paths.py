@@ -21,14 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from websockets.asyncio.client import connect
-from websockets.typing import Subprotocol
 
 from tests.downstream.sse_client import RawSession
-from tests.downstream.ws_client import Client, initialize, request, tool
+from tests.downstream.ws_client import Client, initialize, request, socket_beside, tool
 from tests.modern.client import Answer, Modern, body, read_answer, request_headers
 from tests.modern.support import SERVER
-from tests.proxy_lives import Proxy, lives, shared
+from tests.proxy_lives import lives, shared
 from tests.redis_server import RedisServer
 from tests.support import ROOT, eventually
 
@@ -203,23 +201,6 @@ def _stream_of(msg: dict[str, Any]) -> str:
     return meta_id(msg).rsplit(".", 1)[0]
 
 
-def _ws_url(proxy: Proxy) -> str:
-    return proxy.url.replace("http://", "ws://", 1).removesuffix("/mcp") + "/ws"
-
-
-@contextlib.asynccontextmanager
-async def _socket(proxy: Proxy, session_id: str | None = None) -> AsyncIterator[Client]:
-    headers = {"Mcp-Session-Id": session_id} if session_id else {}
-    async with connect(
-        _ws_url(proxy),
-        subprotocols=[Subprotocol("mcp")],
-        additional_headers=headers,
-        proxy=None,
-        open_timeout=30,
-    ) as ws:
-        yield Client(ws)
-
-
 async def _until(c: Client, rid: int) -> list[dict[str, Any]]:
     """Frames up to and with the answer to ``rid``."""
     got = []
@@ -237,8 +218,8 @@ async def test_ws_on_the_other_replica_continues_the_session_and_its_streams(
         contextlib.AsyncExitStack() as sockets,
     ):
         a, b = await asyncio.gather(proxies.start(), proxies.start())
-        c = await sockets.enter_async_context(_socket(a))
-        own = await sockets.enter_async_context(_socket(b))  # a session of B's own
+        c = await sockets.enter_async_context(socket_beside(a.url))
+        own = await sockets.enter_async_context(socket_beside(b.url))  # a session of B's own
         session_id, _ = await asyncio.gather(
             initialize(c, "2025-06-18", caps={"streams": {}}),
             initialize(own, "2025-06-18", caps={"streams": {}}),
@@ -249,7 +230,7 @@ async def test_ws_on_the_other_replica_continues_the_session_and_its_streams(
         create = first[0]["params"]["stream"]
         ref = {"streamId": create["streamId"], "resumeToken": create["resumeToken"]}
         # The socket reconnects to B: the session goes on there (A holds it).
-        async with _socket(b, session_id) as c:
+        async with socket_beside(b.url, session_id) as c:
             echo, _ = await c.call(2, "tools/call", tool("echo", {"text": "via B"}))
             assert echo["result"]["content"][0]["text"] == "via B", echo
             await c.send(request(3, "stream/resume", {**ref, "lastEventId": meta_id(first[-1])}))
@@ -320,10 +301,10 @@ async def test_ws_for_a_session_nobody_can_place_is_told_to_come_back(tmp_path: 
         async with lives(tmp_path, store) as (proxies, _):
             a = await proxies.start()
             server.stop()
-            async with _socket(a, "some-session-elsewhere") as c:
+            async with socket_beside(a.url, "some-session-elsewhere") as c:
                 assert (await c.closed_with())[0] == 1013
             server.start()
-            async with _socket(a, "some-session-elsewhere") as c:
+            async with socket_beside(a.url, "some-session-elsewhere") as c:
                 assert await c.closed_with() == (4404, "Session not found")
 
 
