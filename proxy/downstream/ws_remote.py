@@ -286,15 +286,17 @@ class RemoteSocket:
     async def _release_standalone(self) -> None:
         """Closing: tell the holder how far this socket wrote the standalone stream."""
         hold = self._hold
-        if hold is not None and not hold.stopped:
-            upto = await hold.stop()
-            release = StandaloneRelease(
-                self.session_id, self.remote.server, self.principal, self._token, upto
-            )
-            with contextlib.suppress(StoreError, TimeoutError):
-                async with asyncio.timeout(RELEASE_WAIT_SECONDS):
-                    await self.remote.replicas.tell(self.owner, release)
-        self.remote.replicas.standalone_followers.pop(self._token, None)
+        try:
+            if hold is not None and not hold.stopped:
+                with contextlib.suppress(StoreError, TimeoutError):
+                    async with asyncio.timeout(RELEASE_WAIT_SECONDS):
+                        upto = await hold.stop()  # (a frame being written ends first)
+                        release = StandaloneRelease(
+                            self.session_id, self.remote.server, self.principal, self._token, upto
+                        )
+                        await self.remote.replicas.tell(self.owner, release)
+        finally:  # (kept until the release is sent: a takeover meanwhile gets the same)
+            self.remote.replicas.standalone_followers.pop(self._token, None)
 
     async def _acknowledge(self, event_id: str) -> None:
         await self.remote.acknowledge(self.session_id, event_id, self.principal)

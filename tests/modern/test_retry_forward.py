@@ -15,11 +15,14 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.core.era import invalid_params
-from proxy.core.jsonrpc import Message
-from proxy.forwarding import Answered, ForwardedRetry, NotesAhead, Refused
+from proxy.core.jsonrpc import Message, parse_body
+from proxy.forwarding import Answered, Forwarded, ForwardedRetry, NotesAhead, Refused
+from proxy.forwarding import Reply as ForwardReply
 from proxy.modern.reply import Reply
-from proxy.modern.retry_forward import retry_headers, serve_retry
+from proxy.modern.retry_forward import forward_retry, retry_headers, serve_retry
+from proxy.replicas import Relay, Replicas
 from proxy.store.base import StoreError
+from proxy.store.memory import MemoryStore
 
 BODY = '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t"}}'
 HEADERS = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "t"}
@@ -94,3 +97,51 @@ async def test_what_is_not_one_request_never_reaches_the_facade() -> None:
 def test_the_mirrored_headers_are_keyed_as_the_checks_read_them() -> None:
     sent = CIMultiDict({"mcp-protocol-version": "2026-07-28", "MCP-METHOD": "x", "Other": "y"})
     assert retry_headers(sent) == {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "x"}
+
+
+class ClientReply(Reply):
+    """What the asker writes to its client, recorded."""
+
+    def __init__(self) -> None:
+        self.written: list[dict[str, Any]] = []
+
+    @property
+    def gone(self) -> bool:
+        return False
+
+    def due(self) -> float:
+        return 3600.0
+
+    async def stream(self, messages: list[dict[str, Any]]) -> None:
+        self.written.extend(messages)
+
+    async def finish(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
+        self.written.append(message)
+        return web.Response(status=status)
+
+
+async def test_the_asker_writes_each_note_once_in_order_whatever_comes_twice() -> None:
+    """A part repeating notes already written (a relay retried), then a reply repeating
+    one more: the client gets each once, then the answer."""
+
+    async def holder(request: Forwarded, relay: Relay) -> ForwardReply:
+        assert isinstance(request, ForwardedRetry) and request.ahead
+        await relay(NotesAhead(0, [NOTE]))
+        await relay(NotesAhead(0, [NOTE, NOTE2]))
+        return Answered(200, [NOTE2, NOTE3, ANSWER], first=1)
+
+    store = MemoryStore()
+    await store.open()
+    a = Replicas(store, "a", 30.0, 60.0, holder)
+    b = Replicas(store, "b", 30.0, 60.0, holder)
+    await a.start()
+    await b.start()
+    try:
+        reply = ClientReply()
+        (msg,), _ = parse_body(BODY.encode())
+        await forward_retry(a, "default", "b", "call-1", msg, None, HEADERS, reply)
+        assert reply.written == [NOTE, NOTE2, NOTE3, ANSWER]
+    finally:
+        await a.stop()
+        await b.stop()
+        await store.close()
