@@ -20,7 +20,8 @@ from pathlib import Path
 
 from tests.downstream.ws_client import Client, initialize, socket_beside
 from tests.modern.support import SERVER
-from tests.proxy_lives import lives, shared
+from tests.proxy_lives import Proxy, lives, shared
+from tests.support import eventually, log_events
 
 ROOTS_CHANGED = {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}
 
@@ -32,6 +33,17 @@ def said(msg: dict[str, object]) -> int | None:
     params = msg.get("params")
     assert isinstance(params, dict), msg
     return int(str(params["data"]).removeprefix("roots changed "))
+
+
+def closed(proxy: Proxy) -> int:
+    """How many sockets ``proxy`` is done with (``ws_closed``: the socket's last line)."""
+    return len(log_events(proxy.log_path.read_text(errors="replace"), "ws_closed"))
+
+
+async def until_closed(proxy: Proxy, before: int) -> None:
+    """Wait until ``proxy`` is done with one more socket than ``before`` (a client's
+    close reaches the proxy a moment after the client is done with it)."""
+    await eventually(lambda: closed(proxy) > before, what="the proxy to close the socket")
 
 
 class Says:
@@ -87,15 +99,19 @@ async def test_the_newest_socket_takes_the_standalone_stream_on_any_replica(
         # Another on B takes it from the one on B, one on A from that.
         s3 = await open_socket(b.url, session)
         await says.read("s3 on B", s3, await says.say(s3))
+        before = closed(a)
         async with socket_beside(a.url, session) as s4:
             await says.read("s4 on A", s4, await says.say(s4))
             await says.settle("s4 on A", s4)
+        await until_closed(a, before)
         # Said with no socket holding it (s4 closed): the next socket, on B, gets it.
         waiting = await says.say(s1)
+        before = closed(b)
         async with socket_beside(b.url, session) as s5:
             await says.read("s5 on B", s5, waiting)
             await says.read("s5 on B", s5, await says.say(s5))
             await says.settle("s5 on B", s5)
+        await until_closed(b, before)
         # And once B's socket closed, the next one, on A, gets what it had not.
         waiting = await says.say(s1)
         s6 = await open_socket(a.url, session)
