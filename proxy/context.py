@@ -31,7 +31,7 @@ from proxy.forwarding import (
     TaskReply,
 )
 from proxy.metrics import Metrics
-from proxy.replicas import Replicas, Serve
+from proxy.replicas import Relay, Replicas, Serve
 from proxy.servers import Server, servers_of
 from proxy.store.base import Store, StoreLimits
 from proxy.store.fencing import Fence
@@ -87,7 +87,9 @@ class ModernSide(Protocol):
     @property
     def tasks(self) -> TaskService: ...
 
-    async def serve_forwarded_retry(self, message: ForwardedRetry) -> Reply: ...
+    async def serve_forwarded_retry(
+        self, message: ForwardedRetry, relay: Relay | None
+    ) -> Reply: ...
 
     def cancel_forwarded_retry(self, message: RetryCancel) -> None: ...
 

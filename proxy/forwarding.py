@@ -1,11 +1,14 @@
 """What one replica asks of another, and what it is told back (:mod:`proxy.replicas`).
 
 A client request for a session (or a task) held by another replica is sent to that
-replica's inbox as one of eight requests, and comes back as one of eight replies:
+replica's inbox as one of these requests, and comes back as one of these replies:
 
 - :class:`ForwardedPost` (``post``): the holder feeds the body to the session, and
   replies :class:`StreamOpened` (``sse``) or :class:`NoStream` (``accepted``);
 - :class:`ForwardedGet` (``get``): it opens the standalone stream, :class:`StreamOpened`;
+  from a ``/ws`` socket, which it names, the socket takes the stream over
+  (:mod:`proxy.forwarding_seat`: :class:`StandaloneTakeover`, answered
+  :class:`StandaloneStopped`, and :class:`StandaloneRelease`, answered :class:`Acked`);
 - :class:`ForwardedDelete` (``delete``): it ends the session, :class:`Deleted` (``deleted``);
 - :class:`ForwardedAck` (``ack``): the client has every event up to an id,
   :class:`Acked` (``acked``), a reply nobody waits for;
@@ -15,7 +18,10 @@ replica's inbox as one of eight requests, and comes back as one of eight replies
 - :class:`ForwardedRetry` (``retry``): a 2026-07-28 MRTR retry whose ``requestState``
   names the holder (:mod:`proxy.core.reqstate`); the holder continues its parked call and
   replies :class:`Answered` (``answered``: the notes it streamed, then the answer, and the
-  HTTP status), which the asker writes to its client as if it had served the call;
+  HTTP status), which the asker writes to its client as if it had served the call; an
+  asker that says so (``ahead``) gets the notes as the call streams them, each part a
+  :class:`NotesAhead` (``notes``) on its inbox before the reply, which then carries only
+  what was not sent ahead;
   :class:`RetryCancel` (``retry_cancel``): that client closed its response, so the call
   is cancelled, as a local one would be (:class:`Acked`, a reply nobody waits for).
 
@@ -39,15 +45,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard, assert_never
+from typing import Any, assert_never
 
-# A JSON-RPC request id (JSON-RPC 2.0 §4: a string, a number or null; never a boolean).
-RequestId = str | int | None
-
-
-class MalformedForward(ValueError):
-    """What :func:`decode_request` and :func:`decode_reply` raise for anything that is
-    not a message of this module, whatever is wrong with it."""
+from proxy.forwarding_fields import MalformedForward as MalformedForward  # (re-exported)
+from proxy.forwarding_fields import RequestId as RequestId
+from proxy.forwarding_fields import (
+    is_int,
+    messages_field,
+    object_of,
+    optional_text_field,
+    request_id_field,
+    text_field,
+)
+from proxy.forwarding_seat import (
+    StandaloneRelease,
+    StandaloneStopped,
+    StandaloneTakeover,
+    WsSocket,
+    decode_socket,
+    encode_socket,
+    optional_seq_field,
+    seq_field,
+)
 
 
 # ---------------------------------------------------------------------- requests
@@ -66,11 +85,13 @@ class ForwardedPost:
 
 @dataclass(frozen=True, slots=True)
 class ForwardedGet:
-    """A GET without ``Last-Event-ID``: the session's standalone stream."""
+    """A GET without ``Last-Event-ID``: the session's standalone stream; ``socket``: the
+    ``/ws`` socket that asks for it (None: an HTTP GET)."""
 
     session: str
     server: str
     principal: str | None
+    socket: WsSocket | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +138,7 @@ class ForwardedRetry:
     principal: str | None
     body: str
     headers: dict[str, str]
+    ahead: bool = False  # the asker takes the call's notes as they come (NotesAhead)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +151,9 @@ class RetryCancel:
     call: str
 
 
-SessionRequest = ForwardedPost | ForwardedGet | ForwardedDelete | ForwardedAck
+SessionRequest = ForwardedPost | ForwardedGet | ForwardedDelete | ForwardedAck | StandaloneRelease
 TaskAction = TaskUpdate | TaskCancel
-Forwarded = SessionRequest | TaskAction | ForwardedRetry | RetryCancel
+Forwarded = SessionRequest | TaskAction | ForwardedRetry | RetryCancel | StandaloneTakeover
 
 
 # ---------------------------------------------------------------------- replies
@@ -189,13 +211,40 @@ class Refused:
 @dataclass(frozen=True, slots=True)
 class Answered:
     """The holder served the request on its own: ``messages`` (JSON-RPC messages, the
-    answer last, the notes it streamed before it) with HTTP status ``status``."""
+    answer last, the notes it streamed before it) with HTTP status ``status``.
+
+    ``first``: how many notes went ahead of it (:class:`NotesAhead`): ``messages`` are
+    the call's messages from that index on. A reply of a replica from before this
+    field has none (decoded as 0: every note comes with the answer)."""
 
     status: int
     messages: list[dict[str, Any]]
+    first: int = 0
 
 
-Reply = StreamOpened | NoStream | Deleted | Acked | UnknownTask | TaskActed | Refused | Answered
+@dataclass(frozen=True, slots=True)
+class NotesAhead:
+    """A part of an :class:`Answered` sent before it, as the holder's call streams it
+    (progress, log messages): the call's messages ``seq``, ``seq + 1``, … of a
+    :class:`ForwardedRetry` that asked for them (``ahead``). Not a reply: the asker
+    writes them to its client and goes on waiting for the reply, which comes after
+    them on the same inbox."""
+
+    seq: int
+    messages: list[dict[str, Any]]
+
+
+Reply = (
+    StreamOpened
+    | NoStream
+    | Deleted
+    | Acked
+    | UnknownTask
+    | TaskActed
+    | Refused
+    | Answered
+    | StandaloneStopped
+)
 TaskReply = TaskActed | UnknownTask
 
 
@@ -212,7 +261,7 @@ def encode_request(request: Forwarded) -> dict[str, Any]:
                 "request_id": request.request_id,
             }
         case ForwardedGet():
-            return {"kind": "get", **_addressed(request)}
+            return {"kind": "get", **_addressed(request), "socket": encode_socket(request.socket)}
         case ForwardedDelete():
             return {"kind": "delete", **_addressed(request)}
         case ForwardedAck():
@@ -228,6 +277,16 @@ def encode_request(request: Forwarded) -> dict[str, Any]:
                 "principal": request.principal,
                 "body": request.body,
                 "headers": request.headers,
+                "ahead": request.ahead,
+            }
+        case StandaloneTakeover():
+            return {"kind": "standalone_takeover", "token": request.token}
+        case StandaloneRelease():
+            return {
+                "kind": "standalone_release",
+                **_addressed(request),
+                "token": request.token,
+                "upto": request.upto,
             }
         case RetryCancel():
             return {
@@ -267,66 +326,86 @@ def encode_reply(reply: Reply) -> dict[str, Any]:
             return {"outcome": "done"}
         case Refused():
             return {"outcome": "refused", "status": reply.status, "error": reply.error}
+        case StandaloneStopped():
+            return {"outcome": "standalone_stopped", "upto": reply.upto}
         case Answered():
-            return {"outcome": "answered", "status": reply.status, "messages": reply.messages}
+            return {
+                "outcome": "answered",
+                "status": reply.status,
+                "messages": reply.messages,
+                "first": reply.first,
+            }
         case _:
             assert_never(reply)
+
+
+def encode_notes(notes: NotesAhead) -> dict[str, Any]:
+    """``notes`` as the JSON object a replica's inbox carries."""
+    return {"outcome": "notes", "seq": notes.seq, "messages": notes.messages}
 
 
 # ---------------------------------------------------------------------- decoding
 def decode_request(wire: object) -> Forwarded:
     """The request ``wire`` encodes; :class:`MalformedForward` if it encodes none."""
-    fields = _object(wire)
+    fields = object_of(wire)
     kind = fields.get("kind")
     if kind == "post":
         return ForwardedPost(
             *_address(fields),
-            body=_text(fields, "body"),
-            last_event_id=_text_or_none(fields, "last_event_id"),
-            request_id=_request_id(fields),
+            body=text_field(fields, "body"),
+            last_event_id=optional_text_field(fields, "last_event_id"),
+            request_id=request_id_field(fields),
         )
     if kind == "get":
-        return ForwardedGet(*_address(fields))
+        return ForwardedGet(*_address(fields), decode_socket(fields))
+    if kind == "standalone_takeover":
+        return StandaloneTakeover(text_field(fields, "token"))
+    if kind == "standalone_release":
+        token, upto = text_field(fields, "token"), seq_field(fields, "upto")
+        return StandaloneRelease(*_address(fields), token, upto)
     if kind == "delete":
         return ForwardedDelete(*_address(fields))
     if kind == "ack":
-        return ForwardedAck(*_address(fields), last_event_id=_text(fields, "last_event_id"))
+        return ForwardedAck(*_address(fields), last_event_id=text_field(fields, "last_event_id"))
     if kind == "task_update":
         responses = fields.get("responses")
         if not isinstance(responses, dict):
             raise MalformedForward("task_update: responses must be an object")
-        return TaskUpdate(_text(fields, "task"), responses)
+        return TaskUpdate(text_field(fields, "task"), responses)
     if kind == "task_cancel":
-        return TaskCancel(_text(fields, "task"))
+        return TaskCancel(text_field(fields, "task"))
     if kind == "retry":
         headers = fields.get("headers")
         if not isinstance(headers, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
         ):
             raise MalformedForward("retry: headers must be an object of strings")
-        server, principal = _text(fields, "server"), _text_or_none(fields, "principal")
-        return ForwardedRetry(server, principal, _text(fields, "body"), headers)
+        server, principal = text_field(fields, "server"), optional_text_field(fields, "principal")
+        ahead = fields.get("ahead", False)  # absent: an asker from before NotesAhead
+        if not isinstance(ahead, bool):
+            raise MalformedForward("retry: ahead must be a boolean")
+        return ForwardedRetry(server, principal, text_field(fields, "body"), headers, ahead)
     if kind == "retry_cancel":
-        server, principal = _text(fields, "server"), _text_or_none(fields, "principal")
-        return RetryCancel(server, principal, _text(fields, "call"))
+        server, principal = text_field(fields, "server"), optional_text_field(fields, "principal")
+        return RetryCancel(server, principal, text_field(fields, "call"))
     raise MalformedForward(f"unknown kind of forwarded request: {kind!r}")
 
 
 def decode_reply(wire: object) -> Reply:
     """The reply ``wire`` encodes; :class:`MalformedForward` if it encodes none."""
-    fields = _object(wire)
+    fields = object_of(wire)
     outcome = fields.get("outcome")
     if outcome == "sse":
         after = fields.get("after")
-        if not _is_int(after) or after < 0:
+        if not is_int(after) or after < 0:
             raise MalformedForward("sse: after must be an integer, at least 0")
-        stream = _text(fields, "stream")
+        stream = text_field(fields, "stream")
         priming, retry_ms = fields.get("priming"), fields.get("retry_ms")
         if priming is not None and not (
             isinstance(priming, str) and priming.startswith(stream + ".")
         ):
             raise MalformedForward("sse: priming must be an event id of the stream, or null")
-        if retry_ms is not None and not (_is_int(retry_ms) and retry_ms >= 0):
+        if retry_ms is not None and not (is_int(retry_ms) and retry_ms >= 0):
             raise MalformedForward("sse: retry_ms must be an integer, at least 0, or null")
         return StreamOpened(stream, after, priming, retry_ms)
     simple: dict[object, Reply] = {
@@ -340,61 +419,34 @@ def decode_reply(wire: object) -> Reply:
         return simple[outcome]
     if outcome == "refused":
         status, error = fields.get("status"), fields.get("error")
-        if not _is_int(status) or not 400 <= status <= 599:
+        if not is_int(status) or not 400 <= status <= 599:
             raise MalformedForward("refused: status must be an HTTP error status")
         if not isinstance(error, dict):
             raise MalformedForward("refused: error must be an object")
         return Refused(status, error)
+    if outcome == "standalone_stopped":
+        return StandaloneStopped(optional_seq_field(fields, "upto"))
     if outcome == "answered":
-        status, answer = fields.get("status"), fields.get("messages")
-        if not _is_int(status) or not 200 <= status <= 599:
+        status, first = fields.get("status"), fields.get("first", 0)
+        if not is_int(status) or not 200 <= status <= 599:
             raise MalformedForward("answered: status must be an HTTP status")
-        if (
-            not isinstance(answer, list)
-            or not answer
-            or not all(isinstance(m, dict) for m in answer)
-        ):
-            raise MalformedForward("answered: messages must be a non-empty list of objects")
-        return Answered(status, answer)
+        if not is_int(first) or first < 0:
+            raise MalformedForward("answered: first must be an integer, at least 0")
+        return Answered(status, messages_field(fields, "answered"), first)
     raise MalformedForward(f"unknown outcome of a forwarded request: {outcome!r}")
 
 
-def _object(wire: object) -> Mapping[str, Any]:
-    if not isinstance(wire, dict):
-        raise MalformedForward(f"a forwarded message is an object, not {type(wire).__name__}")
-    return wire
+def decode_notes(wire: object) -> NotesAhead:
+    """The notes ``wire`` encodes; :class:`MalformedForward` if it encodes none."""
+    fields = object_of(wire)
+    if fields.get("outcome") != "notes":
+        raise MalformedForward(f"not notes: {fields.get('outcome')!r}")
+    seq = fields.get("seq")
+    if not is_int(seq) or seq < 0:
+        raise MalformedForward("notes: seq must be an integer, at least 0")
+    return NotesAhead(seq, messages_field(fields, "notes"))
 
 
 def _address(fields: Mapping[str, Any]) -> tuple[str, str, str | None]:
-    return _text(fields, "session"), _text(fields, "server"), _text_or_none(fields, "principal")
-
-
-def _text(fields: Mapping[str, Any], key: str) -> str:
-    value = fields.get(key)
-    if not isinstance(value, str):
-        raise MalformedForward(f"{key} must be a string")
-    return value
-
-
-def _text_or_none(fields: Mapping[str, Any], key: str) -> str | None:
-    # Present, if null: a field left out is as likely a bug as a choice.
-    if key not in fields:
-        raise MalformedForward(f"{key} is missing (null when there is none)")
-    value = fields[key]
-    if value is not None and not isinstance(value, str):
-        raise MalformedForward(f"{key} must be a string or null")
-    return value
-
-
-def _request_id(fields: Mapping[str, Any]) -> RequestId:
-    if "request_id" not in fields:
-        raise MalformedForward("request_id is missing (null when there is none)")
-    value = fields["request_id"]
-    if value is None or isinstance(value, str) or _is_int(value):
-        return value
-    raise MalformedForward("request_id must be a JSON-RPC id (a string, an integer or null)")
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    # bool is an int to Python, never to JSON.
-    return isinstance(value, int) and not isinstance(value, bool)
+    session, server = text_field(fields, "session"), text_field(fields, "server")
+    return session, server, optional_text_field(fields, "principal")

@@ -39,15 +39,19 @@ from proxy.forwarding import (
     ForwardedGet,
     ForwardedPost,
     ForwardedRetry,
+    NoStream,
     Refused,
     Reply,
     RetryCancel,
     SessionRequest,
+    StreamOpened,
     TaskCancel,
     TaskUpdate,
     UnknownTask,
 )
+from proxy.forwarding_seat import StandaloneRelease, StandaloneStopped, StandaloneTakeover
 from proxy.metrics import counts
+from proxy.replicas import Follower, Relay
 from proxy.runtime import SessionRunner
 from proxy.servers import Server
 from proxy.store.base import SessionRecord, StoreError
@@ -234,10 +238,11 @@ class Registry:
             log.warning("session_record_not_dropped", error=str(exc))
 
     # ------------------------------------------------------------------ forwarded requests
-    async def serve_forwarded(self, message: Forwarded) -> Reply:
+    async def serve_forwarded(self, message: Forwarded, relay: Relay | None = None) -> Reply:
         """A request another replica received for one of this replica's sessions (or
         tasks): feed it to the session, detach (the asker serves the stream from the
-        shared log), and say what it became once the stream is in the store."""
+        shared log), and say what it became once the stream is in the store. ``relay``
+        sends the asker parts of the reply ahead of it (an MRTR retry's notes)."""
         try:
             match message:
                 case TaskUpdate() | TaskCancel():
@@ -250,7 +255,9 @@ class Registry:
                     modern = self.context.modern_sides.get(message.server)
                     if modern is None:
                         raise SessionNotFound("no 2026-07-28 side at that server")
-                    return await modern.serve_forwarded_retry(message)
+                    return await modern.serve_forwarded_retry(
+                        message, relay if message.ahead else None
+                    )
                 case RetryCancel():
                     side = self.context.modern_sides.get(message.server)
                     if side is not None:
@@ -262,6 +269,20 @@ class Registry:
                 case ForwardedAck():
                     self._forwarded_to(message).acknowledge(message.last_event_id)
                     return Acked()
+                case StandaloneRelease(token=token, upto=upto):
+                    self._forwarded_to(message).seat.released(token, upto)
+                    return Acked()
+                case StandaloneTakeover(token=token):
+                    stop = self._followers().get(token)
+                    return StandaloneStopped(await stop() if stop is not None else None)
+                case ForwardedGet(socket=socket) if socket is not None:
+                    runner = self._forwarded_to(message)
+
+                    async def attach() -> tuple[int | None, StreamOpened | NoStream]:
+                        opened = await runner.serve_remote(message)
+                        return (opened.after if isinstance(opened, StreamOpened) else None), opened
+
+                    return await runner.seat.take(socket, self.context.replicas, attach)
                 case ForwardedPost() | ForwardedGet():
                     runner = self._forwarded_to(message)
                     if isinstance(message, ForwardedPost) and self.context.draining:
@@ -277,6 +298,10 @@ class Registry:
         except ProxyError as exc:
             request_id = message.request_id if isinstance(message, ForwardedPost) else None
             return Refused(exc.http_status, exc.to_jsonrpc(request_id))
+
+    def _followers(self) -> dict[str, Follower]:
+        replicas = self.context.replicas
+        return replicas.standalone_followers if replicas is not None else {}
 
     def _forwarded_to(self, message: SessionRequest) -> SessionRunner:
         """The session a forwarded request names, if it is the asking principal's and

@@ -10,7 +10,9 @@ and ending what a dead replica left running (DESIGN.md §9).
   asking replica then serves from the shared log. The holder commits the stream before it
   replies, so the log the asker reads has it. The requests and replies are the typed
   messages of :mod:`proxy.forwarding`; this module adds only their envelope (``id``,
-  ``from``, ``reply_to``).
+  ``from``, ``reply_to``). A holder may send parts of a reply ahead of it (an MRTR
+  retry's notes, as its call streams them: a ``relay``); they travel on the same inbox,
+  so the asker takes them in order, before the reply.
 - **A replica that died.** Its lease lapses. Requests for its sessions get 404 (the
   client initializes again); every replica looks, every half lease, for live streams whose
   owner's lease is gone, and one of them (the one that takes ``reaper:<owner>``) ends
@@ -41,10 +43,13 @@ from proxy.core.protocol import SERVER_ERROR
 from proxy.forwarding import (
     Forwarded,
     MalformedForward,
+    NotesAhead,
     Refused,
     Reply,
+    decode_notes,
     decode_reply,
     decode_request,
+    encode_notes,
     encode_reply,
     encode_request,
 )
@@ -57,8 +62,15 @@ log = structlog.get_logger("proxy.replicas")
 
 FORWARD_TIMEOUT_SECONDS = 30.0
 
+# Sends the asker of a request served here a part of the reply ahead of it (NotesAhead).
+Relay = Callable[[NotesAhead], Awaitable[None]]
 # What the registry does with a request forwarded here (Registry.serve_forwarded).
-Serve = Callable[[Forwarded], Awaitable[Reply]]
+Serve = Callable[[Forwarded, Relay], Awaitable[Reply]]
+# Takes the parts a request's holder sends ahead of its reply (in order, once each).
+Ahead = Callable[[NotesAhead], None]
+# Stops a /ws socket here writing a standalone stream another replica holds; the last
+# seq it wrote, None if it had not begun (proxy/standalone_seat.py).
+Follower = Callable[[], Awaitable[int | None]]
 Stop = Callable[[], Awaitable[None]]
 
 
@@ -98,6 +110,10 @@ class Replicas:
         self._tasks: list[asyncio.Task[None]] = []
         self._serving: set[asyncio.Task[None]] = set()
         self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._ahead: dict[int, Ahead] = {}  # the requests whose notes come ahead
+        # The /ws sockets here writing a standalone stream another replica holds: token →
+        # how to stop one (a newer socket takes it: StandaloneTakeover).
+        self.standalone_followers: dict[str, Follower] = {}
         self._ids = itertools.count(1)
         self._on_stop: list[Stop] = []  # what uses the replicas, stopped before they are
         self.history_lost_at: float | None = None  # the store's epoch changed (a flush)
@@ -210,13 +226,19 @@ class Replicas:
 
     # ------------------------------------------------------------------ forwarding
     async def forward(
-        self, owner: str, request: Forwarded, timeout: float | None = FORWARD_TIMEOUT_SECONDS
+        self,
+        owner: str,
+        request: Forwarded,
+        timeout: float | None = FORWARD_TIMEOUT_SECONDS,
+        ahead: Ahead | None = None,
     ) -> Reply:
         """Send ``request`` to ``owner`` and wait for its reply (up to ``timeout``; None:
-        the caller bounds the wait itself)."""
+        the caller bounds the wait itself); ``ahead`` takes the parts sent before it."""
         number = next(self._ids)
         waiting: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._replies[number] = waiting
+        if ahead is not None:
+            self._ahead[number] = ahead
         try:
             try:  # not retried: it may have been delivered
                 await self.store.send(
@@ -235,6 +257,7 @@ class Replicas:
             ) from None
         finally:
             self._replies.pop(number, None)
+            self._ahead.pop(number, None)
         try:
             return decode_reply(wire)
         except MalformedForward as exc:  # another version, or a bug: as good as no answer
@@ -275,6 +298,14 @@ class Replicas:
                 await asyncio.sleep(1.0)
 
     def _take(self, message: dict[str, Any]) -> None:
+        if "reply_to" in message and message.get("outcome") == "notes":
+            ahead = self._ahead.get(message["reply_to"])
+            try:
+                if ahead is not None:  # (else nobody waits any more)
+                    ahead(decode_notes(message))
+            except MalformedForward as exc:  # the reply carries them all the same
+                log.error("replica_notes_malformed", error=str(exc))
+            return
         if "reply_to" in message:
             waiting = self._replies.get(message["reply_to"])
             if waiting is not None and not waiting.done():
@@ -289,8 +320,12 @@ class Replicas:
         if not isinstance(asker, str) or not isinstance(number, int):
             log.error("replica_message_unaddressed", keys=sorted(message))
             return
+
+        async def relay(notes: NotesAhead) -> None:
+            await self.store.send(asker, {**encode_notes(notes), "reply_to": number})
+
         try:
-            reply = await self._serve(decode_request(message))
+            reply = await self._serve(decode_request(message), relay)
         except MalformedForward as exc:
             # Answered all the same: the asker's client hears at once, not in 30 s.
             log.error("replica_message_malformed", sender=asker, error=str(exc))

@@ -56,6 +56,7 @@ from proxy.core.stream import ByteBudget
 from proxy.forwarding import ForwardedGet, ForwardedPost, NoStream, StreamOpened
 from proxy.metrics import Metrics
 from proxy.servers import Server
+from proxy.standalone_seat import StandaloneSeat
 from proxy.store.persist import Persister
 from proxy.upstream import UpstreamContext, open_upstream
 
@@ -162,6 +163,7 @@ class SessionRunner:
         if idle_stop is not None and config.upstream.kind == "stdio":  # a process to stop
             settings = dataclasses.replace(settings, upstream_idle_stop=idle_stop)
         self.session = Session(session_id, epoch, settings, loop.time(), budget)
+        self.seat = StandaloneSeat(self.session)  # which /ws socket has its standalone stream
         self._persister = persister
         self.metrics = metrics
         self.principal = principal  # who created it (inbound auth), if anyone
@@ -257,6 +259,8 @@ class SessionRunner:
         pos = parse_event_id(last_event_id)
         if pos.epoch == self.session.epoch:
             self.feed(ClientAck(pos.stream, pos.seq))
+            if pos.stream == STANDALONE:
+                self.seat.acknowledged(pos.seq)
 
     async def serve_remote(self, message: ForwardedPost | ForwardedGet) -> StreamOpened | NoStream:
         """Feed a forwarded POST or GET on a connection that leaves at once; the stream

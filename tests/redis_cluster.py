@@ -1,6 +1,6 @@
 """A real local Redis Cluster for the tests: :class:`LocalCluster` (three masters, no
-replicas), and the session fixtures ``redis_cluster`` and ``redis_cluster_url``
-(registered in ``tests/conftest.py``).
+replicas; one may be killed and started again, empty), and the session fixtures
+``redis_cluster`` and ``redis_cluster_url`` (registered in ``tests/conftest.py``).
 
 Each master is ``redis-server --cluster-enabled yes`` in the foreground as our child, on
 two 127.0.0.1 ports held by :func:`tests.support.reserved_port` for its whole life: its
@@ -61,6 +61,7 @@ class LocalCluster:
         self.masters = masters
         self.ports: list[int] = []
         self._processes: list[subprocess.Popen[bytes]] = []
+        self._commands: list[list[str]] = []
         self._stack = ExitStack()
 
     @property
@@ -83,16 +84,37 @@ class LocalCluster:
                 *("--save", "", "--appendonly", "no", "--daemonize", "no"),
                 *("--dir", str(home)),
             ]
-            with (home / "redis-server.log").open("ab") as log:
-                self._processes.append(
-                    subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-                )
+            self._commands.append(command)
+            self._processes.append(self._spawn(n))
             self.ports.append(port)
         self._wait(lambda: all(answers_ping(p) for p in self.ports), "answer PING")
         nodes = [f"127.0.0.1:{p}" for p in self.ports]
         _cli(
             self.ports[0], "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"
         )
+        self._wait(self._ok, "report cluster_state:ok")
+
+    def _spawn(self, n: int) -> subprocess.Popen[bytes]:
+        with (self.directory / f"node{n}" / "redis-server.log").open("ab") as log:
+            return subprocess.Popen(self._commands[n], stdout=log, stderr=subprocess.STDOUT)
+
+    def holder_of(self, key: str) -> int:
+        """The port of the master holding ``key`` (which must exist)."""
+        (port,) = [p for p in self.ports if _cli(p, "--scan", "--pattern", key).strip()]
+        return port
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the master on ``port`` (what it held is gone: nothing is on disk)."""
+        process = self._processes[self.ports.index(port)]
+        process.kill()
+        process.wait()
+
+    def restart(self, port: int) -> None:
+        """Start the master on ``port`` again (empty, with its slots: its nodes.conf),
+        and wait until the cluster says it is whole."""
+        n = self.ports.index(port)
+        self._processes[n] = self._spawn(n)
+        self._wait(lambda: answers_ping(port), "answer PING")
         self._wait(self._ok, "report cluster_state:ok")
 
     def _ok(self) -> bool:

@@ -22,6 +22,7 @@ from proxy.forwarding import (
     ForwardedRetry,
     MalformedForward,
     NoStream,
+    NotesAhead,
     Refused,
     Reply,
     RetryCancel,
@@ -30,24 +31,31 @@ from proxy.forwarding import (
     TaskCancel,
     TaskUpdate,
     UnknownTask,
+    decode_notes,
     decode_reply,
     decode_request,
+    encode_notes,
     encode_reply,
     encode_request,
 )
+from proxy.forwarding_seat import StandaloneRelease, StandaloneStopped, StandaloneTakeover, WsSocket
 
 REQUESTS: list[Forwarded] = [
     ForwardedPost("s1", "default", "alice", '{"jsonrpc":"2.0","id":1,"method":"ping"}', "e.0.3", 1),
     ForwardedPost("s1", "default", None, "[]"),
     ForwardedPost("s1", "other", "", "{}", None, "req-7"),
     ForwardedGet("s1", "default", "alice"),
+    ForwardedGet("s1", "default", None, WsSocket("replica-b", "tok")),
     ForwardedDelete("s1", "default", None),
     ForwardedAck("s1", "default", "bob", "e.1.9"),
     TaskUpdate("t" * 32, {"q1": {"action": "accept"}}),
     TaskCancel("t" * 32),
     ForwardedRetry("default", "alice", '{"jsonrpc":"2.0","id":2}', {"Mcp-Method": "tools/call"}),
     ForwardedRetry("other", None, "{}", {}),
+    ForwardedRetry("other", None, "{}", {}, ahead=True),
     RetryCancel("default", "alice", "c" * 16),
+    StandaloneTakeover("tok"),
+    StandaloneRelease("s1", "default", "alice", "tok", 7),
 ]
 
 REPLIES: list[Reply] = [
@@ -63,7 +71,11 @@ REPLIES: list[Reply] = [
     Refused(404, {"jsonrpc": "2.0", "id": 3, "error": {"code": -32001, "message": "gone"}}),
     Answered(200, [{"jsonrpc": "2.0", "id": 3, "result": {}}]),
     Answered(503, [{"jsonrpc": "2.0", "method": "n"}, {"jsonrpc": "2.0", "id": 3, "error": {}}]),
+    Answered(200, [{"jsonrpc": "2.0", "id": 3, "result": {}}], first=4),
+    StandaloneStopped(12),
+    StandaloneStopped(None),
 ]
+NOTE = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}
 
 
 def _through_json(obj: dict[str, Any]) -> object:
@@ -84,12 +96,13 @@ def test_every_reply_survives_the_trip(reply: Reply) -> None:
 def test_the_wire_keeps_the_kinds_and_outcomes_it_had() -> None:
     """The shape on the wire: one ``kind`` per request, one ``outcome`` per reply."""
     assert [encode_request(r)["kind"] for r in REQUESTS] == [
-        "post", "post", "post", "get", "delete", "ack", "task_update", "task_cancel",
-        "retry", "retry", "retry_cancel",
+        "post", "post", "post", "get", "get", "delete", "ack", "task_update", "task_cancel",
+        "retry", "retry", "retry", "retry_cancel", "standalone_takeover", "standalone_release",
     ]  # fmt: skip
     assert [encode_reply(r)["outcome"] for r in REPLIES] == [
         "sse", "sse", "sse", "sse", "accepted", "deleted", "acked", "unknown_task", "done",
-        "refused", "answered", "answered",
+        "refused", "answered", "answered", "answered", "standalone_stopped",
+        "standalone_stopped",
     ]  # fmt: skip
     assert encode_request(REQUESTS[0]) == {
         "kind": "post",
@@ -107,6 +120,36 @@ def test_the_envelope_rides_along() -> None:
     wire = {**encode_request(REQUESTS[3]), "id": 12, "from": "replica-b"}
     assert decode_request(wire) == REQUESTS[3]
     assert decode_reply({**encode_reply(Acked()), "reply_to": 12}) == Acked()
+
+
+def test_notes_ahead_survive_the_trip_and_are_no_reply() -> None:
+    notes = NotesAhead(3, [NOTE, NOTE])
+    wire = {**encode_notes(notes), "reply_to": 5}
+    assert decode_notes(_through_json(wire)) == notes
+    with pytest.raises(MalformedForward):
+        decode_reply(wire)
+    for bad in (
+        {"outcome": "notes", "seq": -1, "messages": [NOTE]},
+        {"outcome": "notes", "seq": True, "messages": [NOTE]},
+        {"outcome": "notes", "seq": 0, "messages": []},
+        {"outcome": "answered", "status": 200, "messages": [NOTE]},
+    ):
+        with pytest.raises(MalformedForward):
+            decode_notes(bad)
+
+
+def test_a_get_from_a_replica_from_before_sockets_reads_as_an_http_get() -> None:
+    wire = {"kind": "get", "session": "s", "server": "d", "principal": None}
+    assert decode_request(wire) == ForwardedGet("s", "d", None, None)
+
+
+def test_what_a_replica_from_before_notes_ahead_sends_reads_as_without_them() -> None:
+    """A rolling deploy: an asker that sends no ``ahead``, a holder no ``first``."""
+    retry = encode_request(ForwardedRetry("d", None, "{}", {}))
+    del retry["ahead"]
+    assert decode_request(retry) == ForwardedRetry("d", None, "{}", {}, ahead=False)
+    answered = {"outcome": "answered", "status": 200, "messages": [NOTE]}
+    assert decode_reply(answered) == Answered(200, [NOTE], first=0)
 
 
 def test_a_stream_opened_by_a_replica_from_before_priming_reads_as_unprimed() -> None:
@@ -134,6 +177,16 @@ def test_a_stream_opened_by_a_replica_from_before_priming_reads_as_unprimed() ->
         {"kind": "retry", "server": "d", "principal": None, "body": "{}"},  # no headers
         {"kind": "retry", "server": "d", "principal": None, "body": "{}", "headers": {"a": 1}},
         {"kind": "retry", "server": "d", "body": "{}", "headers": {}},  # principal absent
+        {"kind": "retry", "server": "d", "principal": None, "body": "{}", "headers": {},
+         "ahead": 1},
+        {"kind": "get", "session": "s", "server": "d", "principal": None, "socket": "b"},
+        {"kind": "get", "session": "s", "server": "d", "principal": None,
+         "socket": {"replica": "b"}},
+        {"kind": "standalone_takeover"},
+        {"kind": "standalone_release", "session": "s", "server": "d", "principal": None,
+         "token": "t"},  # how far
+        {"kind": "standalone_release", "session": "s", "server": "d", "principal": None,
+         "token": "t", "upto": -1},
         {"kind": "retry_cancel", "server": "d", "principal": None},  # which call
         {"kind": "retry_cancel", "server": "d", "call": "c"},  # principal absent
     ],
@@ -163,6 +216,10 @@ def test_malformed_requests_are_refused(wire: object) -> None:
         {"outcome": "answered", "status": 200, "messages": ["x"]},
         {"outcome": "answered", "status": 100, "messages": [{}]},
         {"outcome": "answered", "status": True, "messages": [{}]},
+        {"outcome": "answered", "status": 200, "messages": [{}], "first": -1},
+        {"outcome": "standalone_stopped"},  # null if none, never absent
+        {"outcome": "standalone_stopped", "upto": "3"},
+        {"outcome": "answered", "status": 200, "messages": [{}], "first": "2"},
     ],
 )
 def test_malformed_replies_are_refused(wire: object) -> None:
@@ -178,10 +235,16 @@ JSON = st.recursive(
 FIELDS = [
     "session", "server", "principal", "body", "last_event_id", "request_id", "task",
     "responses", "stream", "after", "status", "error", "priming", "retry_ms", "headers",
-    "messages", "call",
+    "messages", "call", "ahead", "first", "seq", "socket", "token", "upto",
 ]  # fmt: skip
-KINDS = ["post", "get", "delete", "ack", "task_update", "task_cancel", "retry", "retry_cancel"]
-OUTCOMES = ["sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused", "answered"]
+KINDS = [
+    "post", "get", "delete", "ack", "task_update", "task_cancel", "retry", "retry_cancel",
+    "standalone_takeover", "standalone_release",
+]  # fmt: skip
+OUTCOMES = [
+    "sse", "accepted", "deleted", "acked", "unknown_task", "done", "refused", "answered",
+    "standalone_stopped",
+]  # fmt: skip
 
 
 def _near_misses(key: str, names: list[str]) -> st.SearchStrategy[dict[str, Any]]:

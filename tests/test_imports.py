@@ -192,7 +192,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("registry", ("proxy.registry",)),  # the session table's asyncio adapter
     ("context", ("proxy.context",)),  # what the whole process shares
     ("runtime", ("proxy.runtime",)),  # one session's executor
-    ("servers/replicas", ("proxy.servers", "proxy.replicas", "proxy.forwarding")),
+    (
+        "servers/replicas",
+        (
+            "proxy.servers",
+            "proxy.replicas",
+            "proxy.forwarding",
+            "proxy.forwarding_fields",
+            "proxy.forwarding_seat",
+            "proxy.standalone_seat",
+        ),
+    ),
     ("upstream/store", ("proxy.upstream", "proxy.store")),
     ("shim", ("proxy.shim",)),  # the stdio shim (connect): a client, on the core alone
     (

@@ -1,5 +1,6 @@
 """Replicas' inbox (proxy/replicas.py), in-process on the memory store: a request goes out
-typed and comes back typed, and what cannot be read is answered at once, not after the
+typed and comes back typed, the parts a holder relays ahead of its reply reach the asker
+before it, in order, and what cannot be read is answered at once, not after the
 forwarding timeout. (tests/test_replicas.py runs real replicas on Redis.)"""
 
 from __future__ import annotations
@@ -9,8 +10,18 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from proxy.forwarding import Acked, Forwarded, ForwardedAck, ForwardedGet, Refused, Reply
-from proxy.replicas import OwnerUnreachable, Replicas
+from proxy.forwarding import (
+    Acked,
+    Answered,
+    Forwarded,
+    ForwardedAck,
+    ForwardedGet,
+    ForwardedRetry,
+    NotesAhead,
+    Refused,
+    Reply,
+)
+from proxy.replicas import OwnerUnreachable, Relay, Replicas
 from proxy.store.memory import MemoryStore
 
 GET = ForwardedGet("s1", "default", "alice")
@@ -22,7 +33,7 @@ class Holder:
     def __init__(self) -> None:
         self.asked: list[Forwarded] = []
 
-    async def serve(self, request: Forwarded) -> Reply:
+    async def serve(self, request: Forwarded, relay: Relay) -> Reply:
         self.asked.append(request)
         return Acked()
 
@@ -89,13 +100,39 @@ async def test_a_refusal_reaches_the_asker_as_one(store: MemoryStore) -> None:
     refused = Refused(404, {"jsonrpc": "2.0", "id": None, "error": {"code": -32001}})
 
     class Refusing(Holder):
-        async def serve(self, request: Forwarded) -> Reply:
+        async def serve(self, request: Forwarded, relay: Relay) -> Reply:
             return refused
 
     a, b = await started(store, "a", Holder()), await started(store, "b", Refusing())
     try:
         async with asyncio.timeout(5):
             assert await a.forward("b", GET) == refused
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_what_a_holder_relays_ahead_comes_before_its_reply(store: MemoryStore) -> None:
+    notes = [{"jsonrpc": "2.0", "method": "n", "params": {"i": i}} for i in range(3)]
+    answer = Answered(200, [{"jsonrpc": "2.0", "id": 1, "result": {}}], first=3)
+
+    class Relaying(Holder):
+        async def serve(self, request: Forwarded, relay: Relay) -> Reply:
+            await relay(NotesAhead(0, notes[:2]))
+            await relay(NotesAhead(2, notes[2:]))
+            return answer
+
+    a, b = await started(store, "a", Holder()), await started(store, "b", Relaying())
+    got: list[NotesAhead] = []
+    try:
+        async with asyncio.timeout(5):
+            retry = ForwardedRetry("default", None, "{}", {}, ahead=True)
+            assert await a.forward("b", retry, ahead=got.append) == answer
+            assert got == [NotesAhead(0, notes[:2]), NotesAhead(2, notes[2:])]
+            # Parts for a request nobody waits on any more are dropped.
+            await store.send("a", {"outcome": "notes", "seq": 0, "messages": notes, "reply_to": 99})
+            assert await a.forward("b", retry, ahead=got.append) == answer
+        assert len(got) == 4
     finally:
         await a.stop()
         await b.stop()

@@ -4,7 +4,8 @@ it names works exactly as on the holder.
 
 - MRTR retries (2026-07-28): the official SDK client behind round robin
   (tests/e2e/round_robin_client.py), each retry reaching the replica that does not hold
-  the call, gets every answer; a retry whose holder is gone, ``owner_lost``;
+  the call, gets every answer; a retry whose holder is gone, ``owner_lost``; the call's
+  progress reaches a forwarded retry's client as it comes, once each, before the answer;
 - legacy 2025-11-25 tasks of a session held by A, served by B;
 - ``/ws`` on B for a session A holds, and a resume token of A's on a ``/ws`` of B's.
 """
@@ -20,14 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from websockets.asyncio.client import connect
-from websockets.typing import Subprotocol
 
 from tests.downstream.sse_client import RawSession
-from tests.downstream.ws_client import Client, initialize, request, tool
-from tests.modern.client import Answer, Modern, read_answer
+from tests.downstream.ws_client import Client, initialize, request, socket_beside, tool
+from tests.modern.client import Answer, Modern, body, read_answer, request_headers
 from tests.modern.support import SERVER
-from tests.proxy_lives import Proxy, lives, shared
+from tests.proxy_lives import lives, shared
 from tests.redis_server import RedisServer
 from tests.support import ROOT, eventually
 
@@ -78,6 +77,61 @@ async def test_an_mrtr_retry_for_a_dead_holder_gets_owner_lost(
             assert loop.time() - started < lease * 3  # not the 30 s forwarding timeout
         assert "mrtr_holder_lost" in b.log_path.read_text()  # the first: while it waited
         assert "mrtr_holder_gone" in b.log_path.read_text()  # the second: at once
+
+
+async def _sse_messages(resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    async for line in resp.content:
+        if line.startswith(b"data: ") and line[6:].strip():
+            yield json.loads(line[6:])
+
+
+async def test_a_forwarded_retry_gets_the_calls_progress_as_it_comes(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The holder's progress reaches the client of a retry sent to the other replica
+    while the call runs there, not with its answer: the tool answers only once the test
+    has read every progress note (it waits for a file the test makes then), so notes
+    that came with the answer would never come. Each comes once, in order, then the
+    answer."""
+    steps, gate = 6, tmp_path / "gate"
+    async with lives(tmp_path, shared(redis_url)) as (proxies, http):
+        proxies.command = SERVER
+        a, b = await asyncio.gather(proxies.start(), proxies.start())
+        caps = {"elicitation": {}}  # no Tasks extension: the retry cannot become a task
+        arguments = {"question": "q", "then_progress": steps, "pace": 0.2, "gate": str(gate)}
+        call = {"name": "ask", "arguments": arguments, "_meta": {"progressToken": "p1"}}
+        first = await Modern(http, a.url, caps).send("tools/call", call)
+        (key,) = first.result["inputRequests"]
+        retry = body(
+            "tools/call",
+            {
+                **call,
+                "requestState": first.result["requestState"],
+                "inputResponses": {key: ACCEPT},
+                "_meta": {"progressToken": "p2"},
+            },
+            2,
+            caps,
+        )
+        headers = request_headers("tools/call", retry["params"])
+        async with http.post(b.url, json=retry, headers=headers) as resp:
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            messages = _sse_messages(resp)
+            notes: list[dict[str, Any]] = []
+            async with asyncio.timeout(60):
+                while len(notes) < steps:
+                    message = await anext(messages)
+                    assert "method" in message, f"an answer before the progress: {message}"
+                    notes.append(message)
+            gate.touch()  # now the tool may answer
+            rest = [m async for m in messages]
+        assert [n["method"] for n in notes] == ["notifications/progress"] * steps
+        assert [n["params"]["progress"] for n in notes] == list(range(1, steps + 1))
+        assert {n["params"]["progressToken"] for n in notes} == {"p2"}  # the retry's own
+        (answer,) = rest  # the answer alone: no note twice
+        assert answer["id"] == 2, answer
+        assert json.loads(answer["result"]["content"][0]["text"]) == ACCEPT
+        assert b.upstream_pids() == []  # served by A's call, through B
 
 
 async def test_legacy_tasks_of_a_session_on_a_are_served_by_b(
@@ -147,23 +201,6 @@ def _stream_of(msg: dict[str, Any]) -> str:
     return meta_id(msg).rsplit(".", 1)[0]
 
 
-def _ws_url(proxy: Proxy) -> str:
-    return proxy.url.replace("http://", "ws://", 1).removesuffix("/mcp") + "/ws"
-
-
-@contextlib.asynccontextmanager
-async def _socket(proxy: Proxy, session_id: str | None = None) -> AsyncIterator[Client]:
-    headers = {"Mcp-Session-Id": session_id} if session_id else {}
-    async with connect(
-        _ws_url(proxy),
-        subprotocols=[Subprotocol("mcp")],
-        additional_headers=headers,
-        proxy=None,
-        open_timeout=30,
-    ) as ws:
-        yield Client(ws)
-
-
 async def _until(c: Client, rid: int) -> list[dict[str, Any]]:
     """Frames up to and with the answer to ``rid``."""
     got = []
@@ -181,8 +218,8 @@ async def test_ws_on_the_other_replica_continues_the_session_and_its_streams(
         contextlib.AsyncExitStack() as sockets,
     ):
         a, b = await asyncio.gather(proxies.start(), proxies.start())
-        c = await sockets.enter_async_context(_socket(a))
-        own = await sockets.enter_async_context(_socket(b))  # a session of B's own
+        c = await sockets.enter_async_context(socket_beside(a.url))
+        own = await sockets.enter_async_context(socket_beside(b.url))  # a session of B's own
         session_id, _ = await asyncio.gather(
             initialize(c, "2025-06-18", caps={"streams": {}}),
             initialize(own, "2025-06-18", caps={"streams": {}}),
@@ -193,7 +230,7 @@ async def test_ws_on_the_other_replica_continues_the_session_and_its_streams(
         create = first[0]["params"]["stream"]
         ref = {"streamId": create["streamId"], "resumeToken": create["resumeToken"]}
         # The socket reconnects to B: the session goes on there (A holds it).
-        async with _socket(b, session_id) as c:
+        async with socket_beside(b.url, session_id) as c:
             echo, _ = await c.call(2, "tools/call", tool("echo", {"text": "via B"}))
             assert echo["result"]["content"][0]["text"] == "via B", echo
             await c.send(request(3, "stream/resume", {**ref, "lastEventId": meta_id(first[-1])}))
@@ -264,10 +301,10 @@ async def test_ws_for_a_session_nobody_can_place_is_told_to_come_back(tmp_path: 
         async with lives(tmp_path, store) as (proxies, _):
             a = await proxies.start()
             server.stop()
-            async with _socket(a, "some-session-elsewhere") as c:
+            async with socket_beside(a.url, "some-session-elsewhere") as c:
                 assert (await c.closed_with())[0] == 1013
             server.start()
-            async with _socket(a, "some-session-elsewhere") as c:
+            async with socket_beside(a.url, "some-session-elsewhere") as c:
                 assert await c.closed_with() == (4404, "Session not found")
 
 

@@ -214,6 +214,14 @@ class Session:
         stream = self._streams.get(number)
         return stream.sent_upto if stream is not None else 0
 
+    def standalone_handed(self, upto: int) -> None:
+        """The standalone stream's events up to seq ``upto``, and none after, count as
+        handed to a client: a ``/ws`` socket on another replica wrote them from the
+        shared log (issue 19). The next connection to take the stream gets those after
+        ``upto`` (:meth:`_on_get`), as it would after a local one that had them."""
+        stream = self._streams[STANDALONE]
+        stream.sent_upto = max(0, min(upto, stream.log.last_seq))
+
     def stream_of(self, conn: ConnId) -> int | None:
         """The stream ``conn`` reads, if any."""
         return self.delivery.by_conn.get(conn)

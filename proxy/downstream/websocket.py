@@ -27,7 +27,8 @@ served by :class:`proxy.downstream.ws_socket.ClientSocket`.
   are out; proxy shutdown closes every socket with 1001.
 - **Delivery.** Each client request gets a virtual connection (``ClientConn`` with
   ``framing="message"``) and one pump task: requests interleave, each keeps its order.
-  The socket also carries the standalone stream; a session's newest socket takes it.
+  The socket also carries the standalone stream; a session's newest socket takes it,
+  on this replica or another (:mod:`proxy.standalone_seat`).
 - **No server-side closes.** When the core ends a virtual connection with a reconnect
   hint (``sse.max_stream_seconds``, the slow-reader cut, ``overflow: block`` asking for an
   acknowledgement) the pump re-attaches at once from the last frame it wrote (as a
@@ -94,7 +95,6 @@ class WebSocketEndpoint:
         self.config = server.config
         self.registry = registry
         self.sockets: set[ClientSocket | RemoteSocket] = set()
-        self.standalone_holders: dict[str, ClientSocket] = {}  # session id → socket
         context = registry.context
         keepalive = self.config.sse.keepalive_seconds
         self.stored = StoredStreams(
@@ -178,7 +178,6 @@ class WebSocketEndpoint:
                     config=self.config,
                     registry=self.registry,
                     server=self.server,
-                    standalone_holders=self.standalone_holders,
                     principal=principal_of(request),
                     stored=self.stored if self.stored.enabled else None,
                 )

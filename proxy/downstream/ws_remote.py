@@ -12,7 +12,10 @@ replica, or before a restart) made. Both are served as Streamable HTTP serves th
 - :class:`RemoteSocket` serves a socket whose session is held by another replica: each
   message is forwarded to the holder (:class:`~proxy.forwarding.ForwardedPost`), and the
   stream it opened is followed from the shared log; the session's standalone stream is
-  opened there too (:class:`~proxy.forwarding.ForwardedGet`) and followed likewise. A
+  taken there too (:class:`~proxy.forwarding.ForwardedGet` naming this socket: a
+  session's newest socket takes it, :mod:`proxy.standalone_seat`) and followed likewise,
+  until a newer socket takes it (:class:`StandaloneHold`); closing, the socket tells the
+  holder how far it wrote it, so the next socket goes on from there. A
   refusal is an error frame, as on a local socket; the holder saying the session is not
   found (it ended, or is another principal's) closes the socket with 4404, as a local
   socket does. Frames written are acknowledged to the holder (``overflow: block``), at
@@ -22,7 +25,9 @@ replica, or before a restart) made. Both are served as Streamable HTTP serves th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 
@@ -45,6 +50,7 @@ from proxy.forwarding import (
     Reply,
     StreamOpened,
 )
+from proxy.forwarding_seat import StandaloneRelease, WsSocket
 from proxy.replicas import OwnerUnreachable
 from proxy.store.base import COMPLETED, Store, StoreError
 
@@ -53,8 +59,28 @@ log = structlog.get_logger("proxy.ws")
 ACK_SECONDS = 1.0
 """How often a followed stream tells the holder how far its client has it."""
 
+RELEASE_WAIT_SECONDS = 5.0
+"""How long a closing socket tries to tell the holder how far it wrote the standalone
+stream (else the next socket starts after the last position it acknowledged)."""
+
 Send = Callable[[bytes], Awaitable[None]]
 Acked = Callable[[str], Awaitable[None]]
+
+
+class StandaloneHold:
+    """A socket's hold of its session's standalone stream, followed from the log: how
+    far it wrote it; stopped between two frames, never in the middle of one."""
+
+    def __init__(self, after: int) -> None:
+        self.written = after  # the seq of the last event written (or where it started)
+        self.stopped = False
+        self.lock = asyncio.Lock()  # held while a frame is written
+
+    async def stop(self) -> int:
+        """Write no more; the seq of the last event written."""
+        async with self.lock:
+            self.stopped = True
+        return self.written
 
 
 class LogFrames:
@@ -66,16 +92,30 @@ class LogFrames:
         self.send = send
         self.principal = principal
 
-    async def follow(self, key: str, after: int, acked: Acked | None = None) -> None:
+    async def follow(
+        self,
+        key: str,
+        after: int,
+        acked: Acked | None = None,
+        hold: StandaloneHold | None = None,
+    ) -> None:
         """Write the events of ``key`` after ``after``, then its tail until it completes
-        (``acked`` is told the last event id written, now and then)."""
+        (``acked`` is told the last event id written, now and then), or until ``hold``
+        is stopped."""
         record = await self.store.get_stream(key, time.time())
         if record is None or not self.stored.readable(record, self.principal):
             raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
         told = 0.0
         async for entries in self.store.tail(key, after):
             for entry in entries:
-                await self.send(entry.payload)
+                if hold is None:
+                    await self.send(entry.payload)
+                    continue
+                async with hold.lock:
+                    if hold.stopped:
+                        return
+                    await self.send(entry.payload)
+                    hold.written = entry.seq
             now = time.monotonic()
             if acked is not None and entries and now - told >= ACK_SECONDS:
                 told = now
@@ -124,6 +164,8 @@ class RemoteSocket:
         self._send_lock = asyncio.Lock()
         self._pumps: set[asyncio.Task[None]] = set()
         self._closer: asyncio.Task[None] | None = None
+        self._token = secrets.token_urlsafe(12)  # this socket, to the holder
+        self._hold: StandaloneHold | None = None  # the standalone stream, while it has it
 
     async def serve(self) -> None:
         self.log.info("ws_opened_remote", protocol=self.ws.ws_protocol)
@@ -179,9 +221,12 @@ class RemoteSocket:
         await self._take(await self.remote.replicas.forward(self.owner, forwarded))
 
     async def _open_standalone(self) -> None:
-        forwarded = ForwardedGet(self.session_id, self.remote.server, self.principal)
+        replicas = self.remote.replicas
+        socket = WsSocket(replicas.owner, self._token)
+        forwarded = ForwardedGet(self.session_id, self.remote.server, self.principal, socket)
+        replicas.standalone_followers[self._token] = self._stop_standalone
         try:
-            reply = await self.remote.replicas.forward(self.owner, forwarded)
+            reply = await replicas.forward(self.owner, forwarded)
         except (ProxyError, StoreError) as exc:  # requests still go through; no standalone
             self.log.warning("ws_standalone_not_opened", error=str(exc))
             return
@@ -190,11 +235,28 @@ class RemoteSocket:
             return
         await self._take(reply, standalone=True)
 
+    async def _stop_standalone(self) -> int | None:
+        """A newer socket takes the standalone stream: stop writing it (the holder asks);
+        the seq of the last event written (None: none, it had not begun: the holder's
+        reply to this socket's GET may be on its way still, and is then ignored)."""
+        hold = self._hold
+        if hold is None:
+            self._hold = StandaloneHold(0)
+            self._hold.stopped = True
+            return None
+        upto = await hold.stop()
+        self.log.info("ws_standalone_taken_over", upto=upto)
+        return upto
+
     async def _take(self, reply: Reply, standalone: bool = False) -> None:
         """Carry out what the holder made of a forwarded request."""
         match reply:
+            case StreamOpened(key, after) if standalone:
+                if self._hold is None:  # (else taken over before it began)
+                    self._hold = StandaloneHold(after)
+                    self._spawn(self._follow_standalone(key, self._hold))
             case StreamOpened(key, after):
-                self._spawn(self._follow(key, after, standalone))
+                self._spawn(self._follow(key, after))
             case NoStream():
                 pass
             case Answered(_, messages):
@@ -207,13 +269,34 @@ class RemoteSocket:
             case _:
                 raise ProxyError("the replica holding this session answered out of turn")
 
-    async def _follow(self, key: str, after: int, standalone: bool) -> None:
+    async def _follow(self, key: str, after: int) -> None:
         try:
             await self.frames.follow(key, after, self._acknowledge)
         except ResumeError as exc:  # gone while followed: like a local stream lost
             self.log.info("ws_remote_stream_lost", stream=key, reason=exc.reason)
-        if standalone:  # the standalone stream ends with its session
+
+    async def _follow_standalone(self, key: str, hold: StandaloneHold) -> None:
+        try:
+            await self.frames.follow(key, hold.written, self._acknowledge, hold)
+        except ResumeError as exc:
+            self.log.info("ws_remote_stream_lost", stream=key, reason=exc.reason)
+        if not hold.stopped:  # the standalone stream ends with its session
             self._session_over()
+
+    async def _release_standalone(self) -> None:
+        """Closing: tell the holder how far this socket wrote the standalone stream."""
+        hold = self._hold
+        try:
+            if hold is not None and not hold.stopped:
+                with contextlib.suppress(StoreError, TimeoutError):
+                    async with asyncio.timeout(RELEASE_WAIT_SECONDS):
+                        upto = await hold.stop()  # (a frame being written ends first)
+                        release = StandaloneRelease(
+                            self.session_id, self.remote.server, self.principal, self._token, upto
+                        )
+                        await self.remote.replicas.tell(self.owner, release)
+        finally:  # (kept until the release is sent: a takeover meanwhile gets the same)
+            self.remote.replicas.standalone_followers.pop(self._token, None)
 
     async def _acknowledge(self, event_id: str) -> None:
         await self.remote.acknowledge(self.session_id, event_id, self.principal)
@@ -257,6 +340,7 @@ class RemoteSocket:
     async def _teardown(self) -> None:
         if self._closer is not None:
             await asyncio.wait({self._closer}, timeout=10.0)
+        await self._release_standalone()
         tasks = {*self._pumps, *([self._closer] if self._closer is not None else [])}
         for task in tasks:
             task.cancel()

@@ -90,7 +90,6 @@ class ClientSocket:
         config: Config,
         registry: Registry,
         server: Server,
-        standalone_holders: dict[str, ClientSocket],
         principal: str | None = None,
         stored: StoredStreams | None = None,
     ) -> None:
@@ -99,7 +98,6 @@ class ClientSocket:
         self.server = server
         self.principal = principal  # sessions it opens are bound to it (inbound auth)
         self.registry = registry
-        self.standalone_holders = standalone_holders  # the endpoint's: session id → socket
         self.ws = ws
         self.runner = runner
         self.log = log.bind(
@@ -117,7 +115,7 @@ class ClientSocket:
         self.log.info("ws_opened", protocol=self.ws.ws_protocol, resumed=self.runner is not None)
         try:
             if self.runner is not None:
-                self._attach_standalone()
+                await self._attach_standalone()
             async for frame in self.ws:
                 if frame.type is WSMsgType.TEXT:
                     await self._on_text(frame.data)
@@ -198,31 +196,33 @@ class ClientSocket:
         self._pumps.add(task)
         task.add_done_callback(self._pumps.discard)
         if init is not None:
-            self._attach_standalone()
+            await self._attach_standalone()
 
     # ------------------------------------------------------------------ standalone stream
-    def _attach_standalone(self) -> None:
-        """Carry the session's standalone stream (server-initiated messages) here."""
+    async def _attach_standalone(self) -> None:
+        """Carry the session's standalone stream (server-initiated messages) here: the
+        newest socket of a session takes it over, on this replica or another
+        (:mod:`proxy.standalone_seat`)."""
         runner = self.runner
         assert runner is not None
-        holders = self.standalone_holders
-        previous = holders.get(runner.session_id)
-        if previous is not None and previous is not self:
-            previous.release_standalone()  # the newest socket of a session takes it over
-        conn = _open(runner)
-        try:
-            runner.feed(ClientGet(conn.id))
-        except Conflict:  # an HTTP client holds it (GET); it keeps it
-            runner.conn_gone(conn)
-            self.log.info("ws_standalone_busy")
-            return
-        except SessionNotFound:
-            runner.conn_gone(conn)
-            self._session_over()
-            return
-        holders[runner.session_id] = self
-        v = _Virtual(runner, conn, standalone=True)
-        self._standalone = (v, asyncio.create_task(self._pump(v)))
+
+        async def attach() -> tuple[int | None, None]:
+            conn = _open(runner)
+            try:
+                runner.feed(ClientGet(conn.id))
+            except Conflict:  # an HTTP client holds it (GET); it keeps it
+                runner.conn_gone(conn)
+                self.log.info("ws_standalone_busy")
+                return None, None
+            except SessionNotFound:
+                runner.conn_gone(conn)
+                self._session_over()
+                return None, None
+            v = _Virtual(runner, conn, standalone=True)
+            self._standalone = (v, asyncio.create_task(self._pump(v)))
+            return 0, None
+
+        await runner.seat.take(self, self.registry.context.replicas, attach)
 
     def _drop_standalone(self) -> asyncio.Task[None] | None:
         """Detach the standalone stream now; return its pump, for the caller to end."""
@@ -231,8 +231,7 @@ class ClientSocket:
         v, task = self._standalone
         self._standalone = None
         v.runner.conn_gone(v.conn)  # now: a newer socket's attach must find it free
-        if self.standalone_holders.get(v.runner.session_id) is self:
-            del self.standalone_holders[v.runner.session_id]
+        v.runner.seat.left(self)
         return task
 
     def release_standalone(self) -> None:

@@ -55,6 +55,7 @@ from proxy.modern.reply import Reply
 from proxy.modern.retry_forward import forward_retry, serve_retry
 from proxy.modern.tasks import TaskKeeper
 from proxy.modern.tools import ToolIndex, task_support
+from proxy.replicas import Relay
 from proxy.runtime import SessionRunner
 from proxy.servers import Server
 from proxy.store.base import StoreError
@@ -386,9 +387,12 @@ class ModernFacade:
             self.parked.pop(run.id, None)
             run.cancel("the client did not send the input in time (modern.input_ttl_seconds)")
 
-    async def serve_forwarded_retry(self, message: forwarding.ForwardedRetry) -> forwarding.Reply:
-        """A retry another replica received for a call parked here."""
-        return await serve_retry(self.post, message)
+    async def serve_forwarded_retry(
+        self, message: forwarding.ForwardedRetry, relay: Relay | None
+    ) -> forwarding.Reply:
+        """A retry another replica received for a call parked here (``relay``: sends
+        the asker the call's notes as they come)."""
+        return await serve_retry(self.post, message, relay)
 
     def cancel_forwarded_retry(self, message: forwarding.RetryCancel) -> None:
         """The client of a retry forwarded here left: cancel the call, as :meth:`_follow`

@@ -7,18 +7,23 @@ without stickiness the retry may reach any replica:
 - **Asker** (:func:`forward_retry`): the state names another replica. If that replica's
   lease lapsed, the call is gone with it: the answer is the error a lost call gets
   (-32000, ``data.reason: owner_lost``; docs/errors.md), not -32602. Else the retry is
-  sent to it (:class:`~proxy.forwarding.ForwardedRetry`) and what it answers
-  (:class:`~proxy.forwarding.Answered`: the notes streamed, then the answer) is written
-  to the client as if served here: JSON for a lone answer, SSE when notes came first.
+  sent to it (:class:`~proxy.forwarding.ForwardedRetry`, ``ahead``), and what the call
+  streams there (progress, log messages: :class:`~proxy.forwarding.NotesAhead`) and
+  what it answers (:class:`~proxy.forwarding.Answered`) are written to the client as if
+  served here: JSON for a lone answer, SSE once a note came.
 - **Holder** (:func:`serve_retry`): checks the request again (headers, state, principal)
-  and continues its parked call on a :class:`GatheredReply`, which keeps what the call
-  would have written for the asker to write.
+  and continues its parked call on a :class:`GatheredReply`, which sends each note the
+  call streams to the asker's inbox as it comes, and keeps the answer (and any note it
+  could not send) for the reply.
 
 The holder answers once the call answers, asks again, or becomes a task, however long
-that takes; meanwhile the asker sends the client keepalives and looks at the holder's
-lease every half lease (lapsed: ``owner_lost``). The call's progress reaches the client
-with the answer, not before. A client that leaves cancels the call on the holder
-(:class:`~proxy.forwarding.RetryCancel`), as a local client's leaving does.
+that takes; meanwhile the asker writes the notes as they arrive, sends the client
+keepalives, and looks at the holder's lease every half lease (lapsed: ``owner_lost``).
+Each note reaches the client once and in order: the notes and the reply travel on one
+inbox (a list) in the order the holder sent them, each part says which of the call's
+messages it starts at, and the reply carries every note not sent ahead. A client that
+leaves cancels the call on the holder (:class:`~proxy.forwarding.RetryCancel`), as a
+local client's leaving does.
 """
 
 from __future__ import annotations
@@ -36,9 +41,17 @@ from proxy.core import jsonrpc
 from proxy.core.era import METHOD_HEADER, NAME_HEADER
 from proxy.core.errors import LostReason, ProxyError, lost_answer
 from proxy.core.jsonrpc import Message
-from proxy.forwarding import Answered, ForwardedRetry, NoStream, Refused, Reply, RetryCancel
+from proxy.forwarding import (
+    Answered,
+    ForwardedRetry,
+    NoStream,
+    NotesAhead,
+    Refused,
+    Reply,
+    RetryCancel,
+)
 from proxy.modern.reply import Reply as HttpReply
-from proxy.replicas import OwnerUnreachable, Replicas
+from proxy.replicas import OwnerUnreachable, Relay, Replicas
 from proxy.store.base import StoreError
 
 log = structlog.get_logger("proxy.modern")
@@ -56,16 +69,19 @@ Post = Callable[[Message, str | None, Mapping[str, str], HttpReply], Awaitable[w
 
 
 class GatheredReply(HttpReply):
-    """A reply nobody reads yet: what the call streams and its answer are kept, for the
-    replica that asked (an :class:`~proxy.forwarding.Answered`)."""
+    """A reply nobody reads here: what the call streams and its answer are kept, for the
+    replica that asked (an :class:`~proxy.forwarding.Answered`); with a ``relay``, each
+    note the call streams is sent to that replica as it comes instead."""
 
-    def __init__(self, waits: bool = True) -> None:
+    def __init__(self, waits: bool = True, relay: Relay | None = None) -> None:
         # No HTTP request behind it: nothing of the base is used. ``waits=False``: as a
         # client already gone, so that nothing waits on it (a tasks/result of a running task).
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[dict[str, Any]] = []  # the call's, from ``first`` on
+        self.first = 0  # how many were relayed ahead (the asker has them)
         self.status = 200
         self.answered = False
         self._waits = waits
+        self._relay = relay
 
     def add_headers(self, headers: dict[str, str]) -> None:
         pass
@@ -80,6 +96,16 @@ class GatheredReply(HttpReply):
 
     async def stream(self, messages: list[dict[str, Any]]) -> None:
         self.messages.extend(messages)  # a keepalive (none) is nothing to keep
+        if not messages or self._relay is None:
+            return
+        try:
+            await self._relay(NotesAhead(self.first, list(self.messages)))
+        except StoreError as exc:  # kept (all after too): they come with the answer
+            log.warning("mrtr_notes_not_relayed", error=str(exc))
+            self._relay = None
+            return
+        self.first += len(self.messages)
+        self.messages.clear()
 
     def due(self) -> float:
         return 3600.0  # no keepalives: nothing is written until the answer
@@ -116,10 +142,11 @@ async def forward_retry(
         )
         return await reply.finish(lost)
     body = json.dumps(msg.raw, separators=(",", ":"))
-    forwarded = ForwardedRetry(server, principal, body, retry_headers(headers))
+    forwarded = ForwardedRetry(server, principal, body, retry_headers(headers), ahead=True)
     cancel = RetryCancel(server, principal, call)
+    notes = _NotesWriter(reply)
     try:
-        answer = await _wait_for_holder(replicas, holder, forwarded, reply)
+        answer = await _wait_for_holder(replicas, holder, forwarded, notes)
     except asyncio.CancelledError:  # the handler is cancelled with its client: the same
         await asyncio.shield(_tell(replicas, holder, cancel))
         raise
@@ -135,7 +162,8 @@ async def forward_retry(
         return reply.sse or web.Response(status=499)
     match answer:
         case Answered():
-            return await write_answered(reply, answer)
+            await notes.write()  # what came ahead of the reply (all of it is in: one inbox)
+            return await notes.finish(answer)
         case Refused(status, error):  # (on the stream if keepalives opened one)
             return await reply.finish(error, status=status)
         case _:  # a reply to another kind of request: as good as no answer
@@ -147,22 +175,68 @@ async def _tell(replicas: Replicas, holder: str, cancel: RetryCancel) -> None:
         await replicas.tell(holder, cancel)
 
 
+class _NotesWriter:
+    """The notes a holder sends ahead of its reply, written to the client in order, each
+    once: a part repeats none it already wrote, whatever came twice or late."""
+
+    def __init__(self, reply: HttpReply) -> None:
+        self.reply = reply
+        self.written = 0  # how many of the call's messages the client was written
+        self.arrived = asyncio.Event()
+        self._parts: list[NotesAhead] = []
+
+    def take(self, notes: NotesAhead) -> None:
+        self._parts.append(notes)
+        self.arrived.set()
+
+    async def write(self) -> None:
+        self.arrived.clear()
+        while self._parts:
+            part = self._parts.pop(0)
+            await self._write_from(part.seq, part.messages)
+
+    async def _write_from(self, seq: int, messages: list[dict[str, Any]]) -> None:
+        if seq > self.written:  # a part lost on the way: cannot happen on one inbox
+            log.error("mrtr_notes_gap", written=self.written, seq=seq)
+            self.written = seq
+        fresh = messages[self.written - seq :]
+        if fresh and not self.reply.gone:
+            await self.reply.stream(fresh)
+        self.written = max(self.written, seq + len(messages))
+
+    async def finish(self, answered: Answered) -> web.StreamResponse:
+        """The rest of the holder's reply: the notes not written yet, then the answer."""
+        *notes, last = answered.messages
+        await self._write_from(answered.first, notes)
+        return await self.reply.finish(last, status=answered.status)
+
+
 async def _wait_for_holder(
-    replicas: Replicas, holder: str, forwarded: ForwardedRetry, reply: HttpReply
+    replicas: Replicas, holder: str, forwarded: ForwardedRetry, notes: _NotesWriter
 ) -> Reply | None:
-    """The holder's reply, however long the call runs there; meanwhile keepalives to the
-    client (as the holder would send them) and, every half lease, a look at the holder's
-    lease: None once it lapsed. The client leaving ends the wait (the call runs on)."""
-    asking = asyncio.ensure_future(replicas.forward(holder, forwarded, timeout=None))
+    """The holder's reply, however long the call runs there; meanwhile the notes it sends
+    ahead, keepalives to the client (as the holder would send them) and, every half
+    lease, a look at the holder's lease: None once it lapsed. The client leaving ends the
+    wait (the call runs on)."""
+    reply = notes.reply
+    asking = asyncio.ensure_future(
+        replicas.forward(holder, forwarded, timeout=None, ahead=notes.take)
+    )
     loop = asyncio.get_running_loop()
     every = replicas.lease_seconds / 2
     looked = loop.time()
     try:
         while True:
             wait = max(0.05, min(every, reply.due(), GONE_CHECK_SECONDS))
-            done, _ = await asyncio.wait({asking}, timeout=wait)
-            if done:
+            arrived = asyncio.ensure_future(notes.arrived.wait())
+            try:
+                done, _ = await asyncio.wait({asking, arrived}, timeout=wait)
+            finally:
+                arrived.cancel()
+            if asking in done:
                 return asking.result()
+            if arrived in done:
+                await notes.write()
             if reply.gone:
                 return asking.result() if asking.done() else NoStream()
             if reply.due() <= 0:
@@ -189,8 +263,9 @@ async def write_answered(reply: HttpReply, answered: Answered) -> web.StreamResp
     return await reply.finish(last, status=answered.status)
 
 
-async def serve_retry(post: Post, message: ForwardedRetry) -> Reply:
-    """The holder's side: ``message``'s request, served by the façade's ``post``."""
+async def serve_retry(post: Post, message: ForwardedRetry, relay: Relay | None = None) -> Reply:
+    """The holder's side: ``message``'s request, served by the façade's ``post``
+    (``relay``: sends the asker the call's notes as they come)."""
     try:
         messages, batch = jsonrpc.parse_body(message.body)
     except ProxyError as exc:
@@ -198,7 +273,7 @@ async def serve_retry(post: Post, message: ForwardedRetry) -> Reply:
     if batch or len(messages) != 1:
         return Refused(400, ProxyError("a forwarded retry is one request").to_jsonrpc())
     msg = messages[0]
-    gathered = GatheredReply()
+    gathered = GatheredReply(relay=relay)
     try:
         await post(msg, message.principal, message.headers, gathered)
     except ProxyError as exc:
@@ -207,4 +282,4 @@ async def serve_retry(post: Post, message: ForwardedRetry) -> Reply:
     if not gathered.answered:
         error = ProxyError("the call ended without an answer")
         return Refused(error.http_status, error.to_jsonrpc(msg.id))
-    return Answered(gathered.status, gathered.messages)
+    return Answered(gathered.status, gathered.messages, gathered.first)

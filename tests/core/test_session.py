@@ -84,6 +84,25 @@ def test_unrelated_messages_go_to_the_standalone_stream_when_several_are_in_flig
     assert pb.upstream(progress("b", 1)) == [sse(c2, "ep0ch.3.1", progress("b", 1))]
 
 
+def test_what_a_socket_elsewhere_wrote_of_the_standalone_stream_is_not_given_again() -> None:
+    """Issue 19: a /ws socket on another replica wrote the standalone stream up to 2 (of
+    3); the next connection gets 3 only. A position past the log is the log's end."""
+    pb = Playbook()
+    pb.initialize()
+    call(pb, rid=1, token="a")
+    call(pb, rid=2, token="b")
+    logged = [note("notifications/message", {"level": "info", "data": n}) for n in "xyz"]
+    for msg in logged:
+        assert pb.upstream(msg) == []
+    pb.session.standalone_handed(2)
+    g = pb.conn()
+    assert pb.get(g) == [StartSse(g), prime(g, "ep0ch.0.2.1"), sse(g, "ep0ch.0.3", logged[2])]
+    pb.feed(ClientDetached(g))
+    pb.session.standalone_handed(99)
+    g2 = pb.conn()
+    assert pb.get(g2) == [StartSse(g2), prime(g2, "ep0ch.0.3.2")]
+
+
 def test_a_message_on_a_requests_http_response_goes_to_that_requests_stream() -> None:
     """DESIGN §5 rule 3: the transport says which upstream request's response carried it."""
     pb = Playbook()

@@ -1,8 +1,9 @@
 """A WebSocket client of the proxy's ``/ws`` (the ``websockets`` library, not aiohttp, so
 that the server is checked against another implementation): :func:`socket` opens one
 with the ``mcp`` subprotocol, :class:`Client` sends JSON-RPC frames and reads parsed
-ones, :func:`initialize` opens a session over it. Used by test_websocket.py and
-tests/test_shutdown.py."""
+ones, :func:`initialize` opens a session over it; :func:`socket_beside` opens one to a
+replica of tests/proxy_lives.py. Used by test_websocket.py, tests/test_shutdown.py and
+the replicas' tests."""
 
 from __future__ import annotations
 
@@ -97,6 +98,22 @@ async def socket(
         yield Client(ws)
 
 
+@contextlib.asynccontextmanager
+async def socket_beside(mcp_url: str, session_id: str | None = None) -> AsyncIterator[Client]:
+    """A socket to the ``/ws`` of the proxy whose ``/mcp`` is at ``mcp_url`` (one of
+    several replicas: tests/proxy_lives.py), continuing ``session_id`` if given."""
+    url = mcp_url.replace("http://", "ws://", 1).removesuffix("/mcp") + "/ws"
+    headers = {"Mcp-Session-Id": session_id} if session_id else {}
+    async with connect(
+        url,
+        subprotocols=[Subprotocol("mcp")],
+        additional_headers=headers,
+        proxy=None,
+        open_timeout=30,
+    ) as ws:
+        yield Client(ws)
+
+
 async def initialize(
     c: Client, version: str = "2025-06-18", caps: dict[str, Any] | None = None
 ) -> str:
@@ -107,7 +124,7 @@ async def initialize(
         "clientInfo": {"name": "ws-test", "version": "0"},
     }
     resp, _ = await c.call(0, "initialize", params)
-    assert resp["result"]["serverInfo"]["name"] in ("legacy-fixture", "flood")
+    assert resp["result"]["serverInfo"]["name"] in ("legacy-fixture", "flood", "task-fixture")
     session_id: str = resp["result"]["_meta"][SESSION_META]
     await c.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
     return session_id

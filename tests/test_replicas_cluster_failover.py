@@ -1,0 +1,86 @@
+"""A Redis Cluster master lost, then back (issue 19): two replicas on a three-master
+cluster of their own (:class:`tests.redis_cluster.LocalCluster`, no replicas of masters),
+the master holding a session's record SIGKILLed.
+
+While it is down, a request for that session on the replica that does not hold it (which
+must read the record to find the holder) waits ``store.unavailable_wait_seconds`` and
+is refused with 503, ``Retry-After`` and JSON-RPC -32000 ``store_unavailable``, never a
+500. Started again (empty: nothing is on disk), the cluster serves again: a new session
+through either replica answers a call (retried while the replicas settle: a replica
+whose lease key was on that master finds it gone and drops its sessions, as one paused
+past its lease does; every answer meanwhile is 200, 404 or a documented 503), and the
+lost record's session is ``404`` (its client initializes again), as after a flush
+(docs/stores.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+
+from tests.downstream.sse_client import RawSession, read_events
+from tests.proxy_lives import lives, shared
+from tests.redis_cluster import LocalCluster
+from tests.support import initialize_request, tool_call
+
+WAIT = 1.0  # store.unavailable_wait_seconds
+ECHO = tool_call(8, "echo", {"text": "k"})
+
+
+async def store_unavailable(resp: aiohttp.ClientResponse, request_id: object) -> None:
+    assert resp.status == 503, await resp.text()
+    assert int(resp.headers["Retry-After"]) >= 1
+    body = await resp.json()
+    assert body["id"] == request_id and body["error"]["code"] == -32000, body
+    assert body["error"]["data"] == {"reason": "store_unavailable"}
+
+
+async def serves(http: aiohttp.ClientSession, url: str) -> bool:
+    """A new session through ``url`` answers a call (False: not yet; each refusal met on
+    the way is one the docs give, never a 500)."""
+    client = RawSession(http, url)
+    init = initialize_request(0, version=client.version, client="raw")
+    for body in (init, {"jsonrpc": "2.0", "method": "notifications/initialized"}, ECHO):
+        async with http.post(url, json=body, headers=client.headers()) as resp:
+            if resp.status == 503:
+                await store_unavailable(resp, body.get("id"))
+                return False
+            if resp.status == 404:  # the session was dropped meanwhile
+                return False
+            assert resp.status in (200, 202), (resp.status, await resp.text())
+            client.session_id = client.session_id or resp.headers["Mcp-Session-Id"]
+            answers = [json.loads(e.data) for e in await read_events(resp) if e.data]
+        if "id" in body and not answers:  # its stream ended unanswered: the same
+            return False
+    return bool(answers[-1]["result"]["content"][0]["text"] == "k")
+
+
+async def test_a_lost_master_is_store_unavailable_then_the_cluster_serves_again(
+    tmp_path: Path,
+) -> None:
+    with LocalCluster(tmp_path / "cluster") as cluster:
+        store = shared(cluster.url, 5) | {"cluster": True, "unavailable_wait_seconds": WAIT}
+        async with lives(tmp_path, store) as (proxies, http):
+            a, b = await asyncio.gather(proxies.start(), proxies.start())
+            client = RawSession(http, a.url)
+            await client.initialize()
+            lost = cluster.holder_of(f"mrp:{store['namespace']}:{{session:{client.session_id}}}")
+            cluster.kill(lost)
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            async with http.post(b.url, json=ECHO, headers=client.headers()) as resp:
+                await store_unavailable(resp, 8)
+            assert loop.time() - began >= WAIT  # it waited for the store first
+            cluster.restart(lost)
+            async with asyncio.timeout(60):
+                for proxy in (b, a):
+                    while not await serves(http, proxy.url):
+                        await asyncio.sleep(0.2)
+            async with http.post(b.url, json=ECHO, headers=client.headers()) as resp:
+                assert resp.status == 404, await resp.text()  # its record went with the master
+        for proxy in (a, b):
+            text = proxy.log_path.read_text(errors="replace")
+            assert "aiohttp.server" not in text and "Error handling request" not in text, text
