@@ -35,6 +35,7 @@ from proxy.core.errors import (
     lost_error,
 )
 from proxy.core.jsonrpc import Message
+from proxy.core.modern_errors import UPSTREAM_CODE, URL_ELICITATION_REQUIRED
 from proxy.core.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -105,6 +106,22 @@ def advance(status: CallStatus, event: CallEvent) -> CallStatus:
         raise IllegalCallTransition(f"a call cannot {event.value} when {status.value}") from None
 
 
+URL_DECLINED = "url_elicitation_declined"
+URL_CANCELLED = "url_elicitation_cancelled"
+
+
+def url_refused(action: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The answer to a call whose client declined (or dismissed) a URL elicitation the
+    server required: -32000 ``data.reason`` ``url_elicitation_declined`` or
+    ``url_elicitation_cancelled``, ``data.upstreamCode`` -32042, the elicitation's URL."""
+    params = request.get("params") or {}
+    reason = URL_DECLINED if action == "decline" else URL_CANCELLED
+    verb = "declined" if action == "decline" else "dismissed"
+    message = f"the user {verb} the URL elicitation the server requires ({params.get('url')})"
+    data = {"reason": reason, UPSTREAM_CODE: URL_ELICITATION_REQUIRED, "url": params.get("url")}
+    return error_object(SERVER_ERROR, message, data)
+
+
 def _cancelled(upstream_id: int, reason: Any) -> dict[str, Any]:
     params = {"requestId": upstream_id, "reason": reason}
     return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
@@ -136,6 +153,10 @@ class Call:
         self.task_id: str | None = None
         self.parked_until: float | None = None  # input_required, waiting for a retry
         self.status_message: str | None = None
+        # A call that waits on URL elicitations before it is sent (anew) upstream: the
+        # server answered -32042 (proxy/core/url_elicit.py); its questions have no server id.
+        self.resend = False
+        self.url_rounds = 0  # how many times the server answered -32042 for this request
 
     def __repr__(self) -> str:
         return f"<Call {self.method} {self.status.value} upstream_id={self.upstream_id}>"
@@ -147,6 +168,11 @@ class Call:
     @property
     def attached(self) -> bool:
         return self.upstream_id is not None
+
+    @property
+    def unsent(self) -> bool:
+        """Its URL elicitations are all accepted: send the request to the server (again)."""
+        return self.resend and self.status is CallStatus.WORKING and not self.attached
 
     def _move(self, event: CallEvent) -> None:
         self.status = advance(self.status, event)
@@ -237,6 +263,31 @@ class Call:
         self._used_keys.add(key)
         return key
 
+    def await_url(self, requests: list[dict[str, Any]], hints: list[Any]) -> None:
+        """Not sent yet: it waits for the client to accept URL-mode ``elicitation/create``
+        ``requests`` (keys from ``hints``, the server's elicitationIds), then is sent."""
+        self.resend = True
+        for request, hint in zip(requests, hints, strict=True):
+            self.pending[self._new_key("elicitation", hint)] = (None, request)
+        self._move(CallEvent.ASK)
+
+    def _url_answers(self, responses: dict[str, Any]) -> bool:
+        """The client's answers to URL elicitations: each accepted one is done; a declined
+        or cancelled one ends the call (the server never hears of it: it asked by an error,
+        not a request). Anything else leaves the question pending (asked again)."""
+        for key, value in responses.items():
+            if key not in self.pending or not isinstance(value, dict):
+                continue
+            action = value.get("action")
+            if action == "accept":
+                del self.pending[key]
+            elif action in ("decline", "cancel"):
+                _, request = self.pending[key]
+                self._end_failed(url_refused(action, request))
+                return True
+        self._after_answers()
+        return True
+
     def lose(self, why: str) -> bool:
         """The upstream session ended under the call: it fails (nothing to tell the server)."""
         if self.done:
@@ -247,7 +298,11 @@ class Call:
     # ------------------------------------------------------------------ from the client
     def answer(self, responses: Any) -> tuple[bool, list[dict[str, Any]]]:
         """Deliver ``inputResponses``: keys not pending (never issued, answered) are ignored."""
-        if not isinstance(responses, dict) or self.done or not self.attached:
+        if not isinstance(responses, dict) or self.done:
+            return False, []
+        if self.resend and not self.attached:
+            return self._url_answers(responses), []
+        if not self.attached:
             return False, []
         out: list[dict[str, Any]] = []
         for key, value in responses.items():

@@ -4,7 +4,9 @@ A modern request's HTTP response follows its :class:`~proxy.core.call.Call` unti
 these happens, and :meth:`Follower.decide` says which, given the time (``now``, monotonic
 seconds) and the connection's state:
 
-- the call ended → :class:`Answer`;
+- the call ended → :class:`Answer`; but when the server answered -32042 (URL elicitation
+  required) and the client can do URL elicitation → :class:`AskUrl`
+  (:mod:`proxy.core.url_elicit`);
 - the server asked the client something → gather the questions asked together (none came
   for ``GATHER_QUIET_SECONDS``, or ``GATHER_MAX_SECONDS`` since the first), then
   :class:`AskClient` (an ``input_required`` result, MRTR); a request that cannot carry input
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 from proxy.core.call import ASKING, Call, CallStatus
 from proxy.core.sse import LIVENESS_SECONDS
+from proxy.core.url_elicit import url_round
 
 GATHER_QUIET_SECONDS = 0.03
 GATHER_MAX_SECONDS = 0.25
@@ -39,6 +42,14 @@ class RefuseInput:
 @dataclass(frozen=True, slots=True)
 class AskClient:
     """Answer the request with ``input_required`` and park the call for the retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class AskUrl:
+    """The server wants URL elicitations first (-32042): answer ``input_required`` and
+    park ``call`` (unsent, waiting on them) for the retry, which sends it again."""
+
+    call: Call
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +74,7 @@ class Wait:
     seconds: float
 
 
-Step = Answer | RefuseInput | AskClient | BecomeTask | ClientGone | Keepalive | Wait
+Step = Answer | RefuseInput | AskClient | AskUrl | BecomeTask | ClientGone | Keepalive | Wait
 
 
 def task_due(
@@ -105,7 +116,8 @@ class Follower:
 
     def decide(self, call: Call, now: float, *, gone: bool, keepalive_in: float) -> Step:
         if call.done:
-            return Answer()
+            again = url_round(call)
+            return Answer() if again is None else AskUrl(again)
         if call.status is CallStatus.INPUT_REQUIRED and call.pending:
             if not self.with_input:
                 return RefuseInput()

@@ -9,8 +9,10 @@ this protocol version MUST NOT emit these codes"):
 - ``-32042`` URL elicitation required (2025-11-25 only). 2026-07-28 has no error code for
   it: its place is taken by an ``input_required`` result carrying URL-mode
   ``elicitation/create`` requests (client/elicitation.mdx §URL Mode Flow), which is a
-  different answer, not a code; it is passed through as the server sent it
-  (docs/modern.md §Checks and errors).
+  different answer, not a code. :mod:`proxy.core.url_elicit` builds that answer for a
+  client that declared ``elicitation.url`` (and sends the request again once it accepts);
+  in any other case it is passed through as the server sent it (docs/modern.md §Checks
+  and errors).
 
 Every other code is passed through: the JSON-RPC ones mean the same in both eras, and
 2026-07-28 says receivers must assume nothing of the legacy server range. A legacy client
@@ -24,6 +26,7 @@ from typing import Any, Final
 from proxy.core.protocol import INVALID_PARAMS
 
 RESOURCE_NOT_FOUND_2025: Final = -32002
+URL_ELICITATION_REQUIRED: Final = -32042
 
 MODERN_CODES: Final[dict[int, int]] = {RESOURCE_NOT_FOUND_2025: INVALID_PARAMS}
 """A 2025-era code → the code 2026-07-28 gives the same condition."""

@@ -228,13 +228,17 @@ class ModernFacade:
             ):
                 raise tasks_capability_missing()
         self.track(run)
+        await self._send(run)
+        return await self._follow(msg, run, reply, started=time.monotonic())
+
+    async def _send(self, run: CallRun) -> None:
+        """Send ``run``'s request on a pooled session (anew, after URL elicitations)."""
         try:
             session = await self.pool.acquire(run.call.exclusive)
         except BaseException:
             run.fail(error_object(INTERNAL_ERROR, "no upstream session"))  # ends tracking
             raise
-        session.begin(run, upstream_params(msg.params))
-        return await self._follow(msg, run, reply, started=time.monotonic())
+        session.begin(run, upstream_params(run.call.params))
 
     def track(self, run: CallRun) -> None:
         """Count ``run`` among the live ones until it ends; 503 past ``modern.max_calls``."""
@@ -281,6 +285,8 @@ class ModernFacade:
         run.call.client = client
         run.call.parked_until = None
         run.answer(msg.params.get("inputResponses"))
+        if run.call.unsent:  # its URL elicitations are accepted: the request goes again
+            await self._send(run)
         self.continued[run.id] = run
         try:
             return await self._follow(msg, run, reply, started=time.monotonic())
@@ -324,6 +330,11 @@ class ModernFacade:
                         run.answer({key: None for key in call.pending})  # refused upstream
                     case follow.AskClient():
                         return await self._input_required(reply, msg, run)
+                    case follow.AskUrl(again):  # -32042: ask, then send the request anew
+                        fresh = CallRun(again.method, again.params, again.client, run.principal)
+                        fresh.call = again
+                        self.track(fresh)
+                        return await self._input_required(reply, msg, fresh)
                     case follow.BecomeTask():
                         try:
                             record = await self.tasks.adopt(run, "modern")
