@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import structlog
 from aiohttp import web
 
-from proxy import __version__
+from proxy import __version__, tracing
 from proxy.config import (
     Config,
     ConfigError,
@@ -227,6 +227,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGINT/SIGTERM (SIGTERM drains first: :mod:`proxy.downstream.drain`),
     then end every session and stop every process."""
     _watch_children_with_pidfds()
+    tracing.start(config.tracing)  # off unless configured (docs/tracing.md)
     # The root: what the whole process shares is built here, once, and handed down.
     context = ProxyContext(config)
     registry = Registry(context)
@@ -282,6 +283,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
         REAPER.stop()
         await context.close()  # the modern sides, the replicas, the store
         await runner.cleanup()
+        await asyncio.to_thread(tracing.stop)  # the last spans out
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         log.info("proxy_stopped")

@@ -194,6 +194,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("servers/replicas", ("proxy.servers", "proxy.replicas", "proxy.forwarding")),
     ("upstream/store", ("proxy.upstream", "proxy.store")),
     ("shim", ("proxy.shim",)),  # the stdio shim (connect): a client, on the core alone
+    ("tracing", ("proxy.tracing",)),  # OpenTelemetry spans: hooks every layer above calls
     (
         "config",
         (
@@ -205,6 +206,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proxy.config_import",
             "proxy.config_rules",
             "proxy.config_system",
+            "proxy.config_tracing",
             "proxy.jwks_keys",
         ),
     ),
