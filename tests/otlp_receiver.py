@@ -5,6 +5,7 @@ into plain :class:`Span` values, as a collector would see them."""
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -107,3 +108,20 @@ def tracing_env(receiver: Receiver) -> dict[str, str]:
         "OTEL_SERVICE_NAME": "proxy-under-test",
         "OTEL_BSP_SCHEDULE_DELAY": "50",
     }
+
+
+def traceparent() -> tuple[str, str, str]:
+    """A client's W3C ``traceparent`` (sampled), its trace id and its span id."""
+    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+    return f"00-{trace_id}-{span_id}-01", trace_id, span_id
+
+
+def call(rid: int, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A ``tools/call`` request."""
+    params = {"name": tool, "arguments": arguments}
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+
+def one(spans: list[Span]) -> Span:
+    assert len(spans) == 1, spans
+    return spans[0]

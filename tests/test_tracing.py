@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,14 +16,8 @@ import aiohttp
 from tests.downstream.sse_client import RawSession, read_events
 from tests.modern.client import Modern
 from tests.modern.support import SERVER, received
-from tests.otlp_receiver import Receiver, Span, otlp_receiver, tracing_env
+from tests.otlp_receiver import Receiver, call, one, otlp_receiver, traceparent, tracing_env
 from tests.support import RunningProxy, eventually, run_proxy_on
-
-
-def traceparent() -> tuple[str, str, str]:
-    """A client's W3C ``traceparent`` (sampled), its trace id and its span id."""
-    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
-    return f"00-{trace_id}-{span_id}-01", trace_id, span_id
 
 
 def config(server_log: Path, **sections: dict[str, Any]) -> dict[str, Any]:
@@ -55,18 +48,8 @@ async def traced_proxy(
         yield proxy, receiver, http, server_log
 
 
-def call(rid: int, tool: str, **arguments: Any) -> dict[str, Any]:
-    params = {"name": tool, "arguments": arguments}
-    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
-
-
 def sent_to_server(server_log: Path, method: str) -> list[dict[str, Any]]:
     return [m for m in received(server_log) if m.get("method") == method]
-
-
-def one(spans: list[Span]) -> Span:
-    assert len(spans) == 1, spans
-    return spans[0]
 
 
 async def test_a_legacy_call_is_one_trace_from_the_client_to_the_server(tmp_path: Path) -> None:
@@ -208,3 +191,30 @@ async def test_a_resume_is_a_span_with_its_last_event_id_and_replayed_count(
         assert resume.attributes["mcp_proxy.stream"] == int(last_event_id.split(".")[1])
         assert resume.attributes["mcp_proxy.resume.replayed"] >= 0
         assert resume.attributes["mcp.session.id"] == client.session_id[:8]
+
+
+async def test_a_trace_the_client_did_not_sample_still_reaches_the_server(tmp_path: Path) -> None:
+    """``traceparent`` flags 00: the proxy records nothing of it, and passes the context on:
+    the server sees the client's trace and its decision (with the proxy's unrecorded span
+    as the parent, as W3C Trace Context has each hop do)."""
+    async with traced_proxy(tmp_path) as (proxy, receiver, http, server_log):
+        client = RawSession(http, proxy.url)
+        await client.initialize()
+        header, trace_id, client_span = traceparent()
+        unsampled = header[:-2] + "00"
+        headers = client.headers(traceparent=unsampled)
+        async with http.post(proxy.url, json=call(4, "wait", seconds=0), headers=headers) as resp:
+            await read_events(resp)
+        sampled, _, _ = traceparent()  # a sampled call after it: its spans show the export ran
+        async with http.post(
+            proxy.url, json=call(5, "wait", seconds=0), headers=client.headers(traceparent=sampled)
+        ) as resp:
+            await read_events(resp)
+        await receiver.wait_for(
+            "the sampled call", lambda: receiver.named("tools/call wait", sampled.split("-")[1])
+        )
+        assert not [s for s in receiver.spans if s.trace_id == trace_id]
+        first = sent_to_server(server_log, "tools/call")[0]
+        version, passed_trace, parent, flags = first["params"]["_meta"]["traceparent"].split("-")
+        assert (version, passed_trace, flags) == ("00", trace_id, "00")
+        assert parent != client_span

@@ -284,7 +284,9 @@ class Tracing:
     def gather(self, links: list[Any]) -> None:
         span = trace.get_current_span()
         if span.is_recording():
-            links.append(span.get_span_context())
+            found = span.get_span_context()
+            if found not in links:
+                links.append(found)
 
     def commit(
         self, links: list[Any], events: int, kind: str
@@ -303,6 +305,9 @@ class Tracing:
     # ------------------------------------------------------------------ replicas
     @contextlib.contextmanager
     def forward(self, owner: str, request: Any) -> Iterator[dict[str, str]]:
+        if not trace.get_current_span().get_span_context().is_valid:
+            yield {}  # in no trace: none begins here
+            return
         kind = type(request).__name__
         attributes: dict[str, Any] = {FORWARD_TO: cut(owner), FORWARD_KIND: kind}
         with self.tracer.start_as_current_span(
@@ -313,11 +318,14 @@ class Tracing:
             yield carrier_of(carrier)
 
     def forwarded(self, message: Mapping[str, Any]) -> contextlib.AbstractContextManager[Any]:
+        parent = _extracted(message)
+        if parent is None:  # the asker traces nothing: no trace begins here
+            return contextlib.nullcontext()
         kind = str(message.get("kind", "?"))
         attributes: dict[str, Any] = {FORWARD_KIND: kind}
         attributes["mcp_proxy.forward.from"] = cut(str(message.get("from")))
         return self.tracer.start_as_current_span(
-            f"forwarded {kind}", _extracted(message), SpanKind.SERVER, attributes
+            f"forwarded {kind}", parent, SpanKind.SERVER, attributes
         )
 
 
@@ -332,30 +340,46 @@ class Exchanges:
         self.open: dict[Any, tuple[Span, Span]] = {}
 
     def traced(self, payload: bytes) -> bytes:
+        """``payload`` as the server gets it: a request sent within a client request's
+        span gets a CLIENT span of its own and carries it in ``params._meta``; within a
+        trace the sampler left out, the context alone goes on (still not sampled)."""
         parent = trace.get_current_span()
-        if not parent.is_recording():  # the proxy's own request, or a task's later turn
-            return payload
+        sampled_out = isinstance(parent, trace.NonRecordingSpan)
+        if not (parent.is_recording() or (sampled_out and parent.get_span_context().is_valid)):
+            return payload  # the proxy's own request, or a task's later turn
         try:
             data = json.loads(payload)
         except ValueError:
             return payload
         if not isinstance(data, dict) or not isinstance(data.get("method"), str):
             return payload
-        if "id" not in data:
-            return payload
         params = data.setdefault("params", {})
         if not isinstance(params, dict):
             return payload
-        msg = Message(Kind.REQUEST, data)
-        span = self.tracer.start_span(
-            span_name(msg), kind=SpanKind.CLIENT, attributes=request_attributes(msg, None)
-        )
+        if "id" not in data:
+            if data["method"] == "notifications/cancelled":  # no answer will end its span
+                self._end(params.get("requestId"), "cancelled")
+            return payload
         carrier: dict[str, str] = {}
-        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        if sampled_out:
+            propagate.inject(carrier)
+        else:
+            msg = Message(Kind.REQUEST, data)
+            attributes = request_attributes(msg, None)
+            span = self.tracer.start_span(
+                span_name(msg), kind=SpanKind.CLIENT, attributes=attributes
+            )
+            propagate.inject(carrier, context=trace.set_span_in_context(span))
+            self.open[data["id"]] = (span, parent)
         meta = params.get("_meta")
         params["_meta"] = {**(meta if isinstance(meta, dict) else {}), **carrier}
-        self.open[data["id"]] = (span, parent)
         return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _end(self, request_id: Any, outcome: str) -> None:
+        entry = self.open.pop(request_id, None) if isinstance(request_id, int | str) else None
+        if entry is not None:
+            entry[0].set_attribute(OUTCOME, outcome)
+            entry[0].end()
 
     def on_message(self, msg: Message, origin: int | None = None) -> None:
         entry = self.open.pop(msg.id, None) if msg.kind is Kind.RESPONSE else None
