@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 
 from tests.downstream.sse_client import RawSession, read_events
+from tests.downstream.ws_client import socket, tool
 from tests.modern.client import Modern
 from tests.modern.support import SERVER, received
 from tests.otlp_receiver import Receiver, call, one, otlp_receiver, traceparent, tracing_env
@@ -218,3 +219,35 @@ async def test_a_trace_the_client_did_not_sample_still_reaches_the_server(tmp_pa
         version, passed_trace, parent, flags = first["params"]["_meta"]["traceparent"].split("-")
         assert (version, passed_trace, flags) == ("00", trace_id, "00")
         assert parent != client_span
+
+
+async def test_a_call_over_the_websocket_joins_the_trace_in_its_meta(tmp_path: Path) -> None:
+    """``/ws`` has no header per message: ``params._meta.traceparent`` carries the context;
+    the request's span covers its admission, its upstream exchange ends with the answer."""
+    async with traced_proxy(tmp_path) as (proxy, receiver, _http, server_log):
+        header, trace_id, client_span = traceparent()
+        async with socket(proxy) as ws:
+            hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {}}
+            hello["clientInfo"] = {"name": "ws-test", "version": "0"}
+            started, _ = await ws.call(0, "initialize", hello)
+            assert "result" in started, started
+            await ws.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            params = tool("wait", {"seconds": 0})
+            params["_meta"] = {"traceparent": header}
+            answer, _ = await ws.call(11, "tools/call", params)
+            assert "result" in answer, answer
+        spans = await receiver.wait_for(
+            "the socket call's spans",
+            lambda: (
+                {s.kind for s in receiver.named("tools/call wait", trace_id)}
+                >= {"server", "client"}
+                and receiver.named("tools/call wait", trace_id)
+            ),
+        )
+        request = one([s for s in spans if s.kind == "server"])
+        exchange = one([s for s in spans if s.kind == "client"])
+        assert request.parent_id == client_span
+        assert exchange.parent_id == request.span_id
+        assert exchange.status != 2  # no error
+        (sent,) = sent_to_server(server_log, "tools/call")
+        assert sent["params"]["_meta"]["traceparent"] == f"00-{trace_id}-{exchange.span_id}-01"
