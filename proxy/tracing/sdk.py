@@ -14,6 +14,7 @@ conventions do not name is under ``mcp_proxy.*`` (docs/tracing.md lists every ke
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -191,8 +192,9 @@ class Tracing:
             span.set_attribute("http.response.status_code", exc.http_status)
             _failed(span, code, exc.message[:200])
             raise
-        except BaseException as exc:
-            span.set_attribute(OUTCOME, "client_gone")
+        except BaseException as exc:  # cancelled: the client hung up; else a fault
+            gone = isinstance(exc, asyncio.CancelledError | ConnectionError)
+            span.set_attribute(OUTCOME, "client_gone" if gone else "error")
             _failed(span, type(exc).__qualname__)
             raise
         else:
