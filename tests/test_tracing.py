@@ -18,7 +18,7 @@ from tests.downstream.ws_client import socket, tool
 from tests.modern.client import Modern
 from tests.modern.support import SERVER, received
 from tests.otlp_receiver import Receiver, call, one, otlp_receiver, traceparent, tracing_env
-from tests.support import RunningProxy, eventually, run_proxy_on
+from tests.support import RunningProxy, eventually, initialize_request, run_proxy_on
 
 
 def config(server_log: Path, **sections: dict[str, Any]) -> dict[str, Any]:
@@ -251,3 +251,47 @@ async def test_a_call_over_the_websocket_joins_the_trace_in_its_meta(tmp_path: P
         assert exchange.status != 2  # no error
         (sent,) = sent_to_server(server_log, "tools/call")
         assert sent["params"]["_meta"]["traceparent"] == f"00-{trace_id}-{exchange.span_id}-01"
+
+
+async def test_the_principal_is_named_and_a_cancelled_exchange_ends(tmp_path: Path) -> None:
+    """Inbound auth's principal is ``user.id`` (its name; the token is nowhere in a span);
+    a request the client cancels ends its upstream span as ``cancelled`` (no answer will)."""
+    token = "a-token-for-alice-0123456789"
+    auth = {"tokens": [{"token": token, "principal": "alice"}]}
+    quick = {"drain_seconds": 0}  # the cancelled call is never answered: no drain for it
+    async with traced_proxy(tmp_path, auth=auth, listen=quick) as (proxy, receiver, http, log):
+        client = RawSession(http, proxy.url)
+        bearer = {"Authorization": f"Bearer {token}"}
+        body = initialize_request(0, version=client.version, client="raw")
+        async with http.post(proxy.url, json=body, headers=client.headers(**bearer)) as resp:
+            assert resp.status == 200, await resp.text()
+            client.session_id = resp.headers["Mcp-Session-Id"]
+            await read_events(resp)
+        header, trace_id, _ = traceparent()
+        headers = client.headers(traceparent=header, **bearer)
+        async with http.post(proxy.url, json=call(12, "wait", seconds=60), headers=headers) as resp:
+            await resp.content.readuntil(b"\n\n")  # the priming event: the call is on
+            await eventually(lambda: sent_to_server(log, "tools/call"), what="the call upstream")
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": 12, "reason": "changed my mind"},
+            }
+            async with http.post(proxy.url, json=cancel, headers=headers) as cancelled:
+                assert cancelled.status == 202
+            # (the call's own span ends when its response does: not waited for here)
+            spans = await receiver.wait_for(
+                "the cancel's span and the cancelled exchange",
+                lambda: (
+                    receiver.named("notifications/cancelled", trace_id)
+                    and [
+                        s for s in receiver.named("tools/call wait", trace_id) if s.kind == "client"
+                    ]
+                ),
+            )
+        exchange = one(spans)
+        assert exchange.attributes["mcp_proxy.outcome"] == "cancelled"
+        notice = one(receiver.named("notifications/cancelled", trace_id))
+        assert notice.attributes["user.id"] == "alice"
+        assert notice.attributes["mcp.session.id"] == client.session_id[:8]
+        assert all(token not in str(s.attributes) for s in receiver.spans)
