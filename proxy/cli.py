@@ -11,7 +11,7 @@ import dataclasses
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 from aiohttp import web
@@ -29,13 +29,14 @@ from proxy.config import (
 from proxy.config_env import env as _env
 from proxy.config_env import settings_from_file_and_env
 from proxy.config_import import KEY as MCP_SERVERS
-from proxy.config_system import check_store_path, check_system
+from proxy.config_system import check_signed_in, check_store_path, check_system
 from proxy.context import ProxyContext, token_secret
 from proxy.downstream.app import build_app
 from proxy.downstream.drain import Drain, calls_in_flight
 from proxy.downstream.guard import ConnectionGuard
 from proxy.logs import configure_logging
 from proxy.registry import Registry
+from proxy.reload import Reloader
 from proxy.store.base import StoreError
 from proxy.store.sqlite_lock import StoreInUse
 from proxy.upstream.lineage import end_unclaimed
@@ -176,6 +177,14 @@ def resolve_config(args: argparse.Namespace) -> Config:
     return config
 
 
+def reread(args: argparse.Namespace) -> Config:
+    """The config as a start would read and check it now (a reload: :mod:`proxy.reload`)."""
+    config = resolve_config(args)
+    token_secret(config)
+    check_store_path(config.store)
+    return config
+
+
 def _resolve_headers(config: Config) -> None:
     if not config.servers:
         config.upstream.resolved_headers()
@@ -223,9 +232,16 @@ async def listen_guarded(runner: web.AppRunner, config: Config) -> asyncio.Serve
     return await loop.create_server(guard, config.listen.host, config.listen.port, backlog=128)
 
 
-async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
+async def serve(
+    config: Config,
+    ready: asyncio.Event | None = None,
+    reread: Callable[[], Config] | None = None,
+    watch: Sequence[str] = (),
+) -> None:
     """Serve until SIGINT/SIGTERM (SIGTERM drains first: :mod:`proxy.downstream.drain`),
-    then end every session and stop every process."""
+    then end every session and stop every process. With ``reread`` (the config read again
+    as at start), SIGHUP reloads it (:mod:`proxy.reload`), and so do changes of the files
+    in ``watch`` when ``listen.watch_config``."""
     _watch_children_with_pidfds()
     tracing.start(config.tracing)  # off unless configured (docs/tracing.md)
     # The root: what the whole process shares is built here, once, and handed down.
@@ -245,6 +261,10 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, drain.on_signal, sig)
+    reloader = None
+    if reread is not None:
+        reloader = Reloader(app, reread, list(watch) if config.listen.watch_config else [])
+        loop.add_signal_handler(signal.SIGHUP, reloader.on_signal)
     host = config.listen.host
     shown = f"[{host}]" if ":" in host else host
     port = bound_port(listener, config.listen.port)
@@ -278,6 +298,9 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     finally:
         log.info("proxy_stopping", sessions=len(registry))
         listener.close()  # stop accepting
+        if reloader is not None:
+            loop.remove_signal_handler(signal.SIGHUP)
+            await reloader.close()
         await registry.shutdown()  # end sessions, stop every child process
         await end_unclaimed(config.upstream.stop_grace_seconds)  # and what they orphaned
         REAPER.stop()
@@ -310,6 +333,11 @@ def check(path: str) -> Problems:
         for header, value in server.headers.items():
             with problems.collecting():
                 interpolate(value, f"{where}.headers.{header}")  # never shown: only its name
+        if server.oauth.client_secret is not None:
+            with problems.collecting():
+                server.oauth.resolved_secret(where)  # never shown: only its variable's name
+        if server.oauth.grant == "authorization_code":
+            check_signed_in(name, server, where, problems)
     with problems.collecting():
         token_secret(config)
     check_system(config, problems)
@@ -366,8 +394,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"mcp-resume-proxy: config error: {message}", file=sys.stderr)
         return 2
     configure_logging(config.log.format, config.log.level)
+    watched = [args.config or _env("CONFIG") or "", config.auth.tokens_file or ""]
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, reread=lambda: reread(args), watch=watched))
     except StoreInUse as exc:  # before the store was read and the port bound
         print(f"mcp-resume-proxy: {exc}", file=sys.stderr)
         return 2

@@ -67,13 +67,17 @@ def example_main(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``mcp-resume-proxy`` console script (and ``python -m proxy``): ``example`` and
-    ``health`` here, without loading the server's libraries; ``demo`` and everything else
-    in :func:`proxy.cli.main`."""
+    ``health`` here, without loading the server's libraries, ``login`` in
+    :mod:`proxy.cli_login`; ``demo`` and everything else in :func:`proxy.cli.main`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["example"]:
         return example_main(argv[1:])
     if argv[:1] == ["health"]:
         return health_main(argv[1:])
+    if argv[:1] == ["login"]:
+        from proxy.cli_login import login_main
+
+        return login_main(argv[1:])
     if argv[:1] == ["demo"]:
         try:
             argv = demo_argv(argv[1:])

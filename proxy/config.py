@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from proxy.config_auth import AuthConfig, check_auth
 from proxy.config_file import read_config_file
 from proxy.config_import import KEY, file_key_path, from_mcp_servers, is_mcp_servers
+from proxy.config_oauth import UpstreamOAuthConfig, check_oauth
 from proxy.config_rules import (  # re-exported: the schema's users import them from here
     Bound,
     ConfigError,
@@ -74,6 +75,9 @@ class ListenConfig:
     # (proxy_draining), calls in flight may finish for up to this long; then what is
     # left gets proxy_shutdown. 0: no drain. Env MCP_RESUME_PROXY_DRAIN_SECONDS wins.
     drain_seconds: Annotated[float, Bound(0, DRAIN_SECONDS_MAX)] = 30.0
+    # Reload the config when its file (or auth.tokens_file) changes, as SIGHUP does
+    # (docs/reference.md#reload); a reload also drains servers it removes this long.
+    watch_config: bool = False
 
 
 UPSTREAM_TRANSPORTS = ("auto", "stdio", "streamable-http", "sse", "websocket")
@@ -91,6 +95,8 @@ class UpstreamConfig:
     # Sent with every request to a URL upstream (e.g. Authorization). "${NAME}" in a value
     # is replaced by the environment variable NAME at start; never logged.
     headers: dict[str, str] = field(default_factory=dict)
+    # Streamable HTTP: OAuth tokens the proxy obtains and refreshes itself (docs/upstreams.md).
+    oauth: UpstreamOAuthConfig = field(default_factory=UpstreamOAuthConfig)
     connect_timeout_seconds: Annotated[float, Positive] = 10.0
     # A network upstream that stays unreachable this long ends its client sessions.
     reconnect_max_seconds: Annotated[float, Positive] = 30.0
@@ -475,6 +481,7 @@ def _check_upstream(up: UpstreamConfig, where: str) -> None:
             raise ConfigError(f"{where}.transport: stdio needs {where}.command, not a url")
     elif up.transport not in ("auto", "stdio"):
         raise ConfigError(f"{where}.transport: {up.transport} needs {where}.url")
+    check_oauth(up.oauth, up.kind, where)
 
 
 def load_config(path: str | Path) -> Config:

@@ -116,8 +116,8 @@ def interpolate(value: str, where: str) -> str:
 
 def interpolated(data: Any, path: str, problems: Problems | None = None) -> Any:
     """Every string of a config mapping interpolated, except upstreams' ``headers``
-    (``upstream.headers``, ``servers.NAME.headers``): those are resolved when the upstream
-    starts, so that no secret sits in the config object.
+    (``upstream.headers``, ``servers.NAME.headers``) and ``oauth.client_secret``: those are
+    resolved when the upstream starts, so that no secret sits in the config object.
 
     Without ``problems``, the first unset variable raises ``ConfigError``; with it, each
     is collected there and its key left out (so it takes its default)."""
@@ -160,9 +160,9 @@ def _interpolated_leaf(data: Any, path: str, problems: Problems) -> Any:
 
 def _kept_for_start(path: str) -> bool:
     parts = path.split(".")
-    return parts == ["upstream", "headers"] or (
-        len(parts) == 3 and parts[0] == "servers" and parts[2] == "headers"
-    )
+    if parts[:1] == ["servers"]:
+        parts = ["upstream", *parts[2:]] if len(parts) > 2 else parts
+    return parts in (["upstream", "headers"], ["upstream", "oauth", "client_secret"])
 
 
 def read_text(path: str) -> str:
@@ -211,7 +211,7 @@ NonNegative = Bound(0)
 
 
 # Keys whose values are secrets: a message names their type, never their value.
-_SECRET_KEY = re.compile(r"(^|\.)(token|token_secret)$|\.(headers|env)\.[^.]+$")
+_SECRET_KEY = re.compile(r"(^|\.)(token|token_secret|client_secret)$|\.(headers|env)\.[^.]+$")
 
 
 def shown_url(url: str) -> str:

@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 
 from proxy.config import Config, StoreConfig, UpstreamConfig
+from proxy.config_oauth import default_token_file
 from proxy.config_rules import ConfigError, Problems
 
 
@@ -103,3 +104,15 @@ def check_system(config: Config, problems: Problems) -> None:
                 f"{where}.stop_idle_seconds: ignored for a {up.kind} server (only a stdio "
                 f"server has a process of its own to stop)"
             )
+
+
+def check_signed_in(name: str, up: UpstreamConfig, where: str, problems: Problems) -> None:
+    """``oauth.grant: authorization_code`` without a token file here: until someone runs
+    ``login``, the server's sessions are refused (a warning: it may be done where the
+    proxy runs)."""
+    path = Path(up.oauth.token_file) if up.oauth.token_file else default_token_file(name)
+    if not path.exists():
+        login = "mcp-resume-proxy login" + ("" if where == "upstream" else f" {name}")
+        problems.warning(
+            f"{where}.oauth: no token file at {path} yet: run `{login}` before clients come"
+        )

@@ -84,6 +84,9 @@ class ModernSide(Protocol):
     here: MRTR retries of calls parked here, and the 2025-11-25 task requests of sessions
     held here (None: the session serves it)."""
 
+    @property
+    def tasks(self) -> TaskService: ...
+
     async def serve_forwarded_retry(self, message: ForwardedRetry) -> Reply: ...
 
     def cancel_forwarded_retry(self, message: RetryCancel) -> None: ...
@@ -123,14 +126,16 @@ class ProxyContext:
         self.task_services: list[TaskService] = []  # each server's modern tasks, if on
         self.modern_sides: dict[str, ModernSide] = {}  # each server's modern side, if on
         self.metrics = Metrics()
+        self.last_reload: dict[str, Any] | None = None  # proxy/reload.py, for /status
         metrics = self.metrics
         for server in self.servers.values():
-            metrics.watch(metrics.sessions.labels(server.name), self._counter(server))
+            metrics.watch(metrics.sessions.labels(server.name), self.counter(server))
         metrics.watch(metrics.buffered_bytes, lambda: self.budget.used)
         self._closers: list[Callable[[], Awaitable[None]]] = []
 
     @staticmethod
-    def _counter(server: Server) -> Callable[[], float]:
+    def counter(server: Server) -> Callable[[], float]:
+        """``server``'s live sessions, for its gauge."""
         return lambda: server.sessions
 
     @property
@@ -142,6 +147,16 @@ class ProxyContext:
         """Run ``close`` at :meth:`close`, after the sessions end and before the store
         closes."""
         self._closers.append(close)
+
+    def forget_server(self, name: str, close: Callable[[], Awaitable[None]] | None) -> None:
+        """A reload removed server ``name`` and its drain ended: it is no longer served,
+        and its modern side (``close``, run already) is not closed again at shutdown."""
+        self.servers.pop(name, None)
+        side = self.modern_sides.pop(name, None)
+        if side is not None:
+            self.task_services = [t for t in self.task_services if t is not side.tasks]
+        if close is not None:
+            self._closers = [c for c in self._closers if c != close]
 
     def store_health(self) -> dict[str, Any]:
         """The store for ``/healthz``: its kind, epoch, the error that holds commits back

@@ -139,6 +139,12 @@ class Metrics:
             ["upstream"],
             registry=r,
         )
+        self.config_reloads = Counter(
+            prefix + "config_reloads",
+            "Config reloads (SIGHUP, listen.watch_config), by outcome: applied or refused.",
+            ["outcome"],
+            registry=r,
+        )
         self.upstream_failures = Counter(
             prefix + "upstream_start_failures",
             "Upstream sessions that could not be started or initialized.",

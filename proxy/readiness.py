@@ -49,6 +49,18 @@ class Readiness:
             ServerReadiness(server, pools.get(name)) for name, server in context.servers.items()
         ]
 
+    def set_servers(self, servers: dict[str, Server], endpoints: dict[str, Any]) -> None:
+        """A reload added or removed servers: those kept keep their probe's state; a
+        removed one no longer counts."""
+        kept = {part.server.name: part for part in self.parts}
+        self.parts = []
+        for name, server in servers.items():
+            if server.removed:
+                continue
+            modern = endpoints[name].modern if name in endpoints else None
+            part = kept.get(name) or ServerReadiness(server, modern.pool if modern else None)
+            self.parts.append(part)
+
     async def check(self) -> tuple[bool, dict[str, Any]]:
         context = self.context
         reasons: list[str] = []
@@ -140,6 +152,7 @@ async def probe(config: UpstreamConfig, health: UpstreamHealth, name: str) -> No
         on_message=on_message,
         on_closed=own.gone,
         health=health,
+        server=name,
     )
     upstream = open_upstream(context)
     # Its lines name the probe and the server, never a client's principal.

@@ -108,6 +108,10 @@ class Registry:
     def __len__(self) -> int:
         return len(self._table)
 
+    def set_limits(self, limits: SessionLimits) -> None:
+        """New sessions must fit under these from now on (a reload); those open stay."""
+        self._table.limits = limits
+
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._table
 

@@ -183,6 +183,7 @@ class SessionRunner:
                 on_closed=self._upstream_closed,
                 health=health,
                 on_restarted=self._upstream_restarted,
+                server=server.name,
             )
         )
         # upstream.stop_idle_seconds: the process that may be stopped while the session stays.

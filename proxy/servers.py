@@ -22,6 +22,7 @@ class Server:
     config: Config  # the proxy's config with ``upstream`` = this server's
     health: UpstreamHealth = field(default_factory=UpstreamHealth)
     sessions: int = 0  # its live client sessions, and those starting
+    removed: bool = False  # a reload took it out of the config: it drains (proxy/reload.py)
 
     @property
     def upstream(self) -> UpstreamConfig:

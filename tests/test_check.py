@@ -49,6 +49,11 @@ def test_the_shipped_configs_pass_with_their_environment() -> None:
         ("listen: {port: 1}", "upstream: no MCP server"),
         ("upstream: {command: ['${NOPE_NOT_SET}']}", "upstream.command[0]: environment variable"),
         ("upstream: {url: 'http://h/mcp', headers: {A: '${NOPE_NOT_SET}'}}", "upstream.headers.A"),
+        (
+            "upstream: {url: 'http://h/mcp', oauth: {grant: client_credentials, client_id: c,"
+            " client_secret: '${NOPE_NOT_SET}'}}",
+            "upstream.oauth.client_secret: environment variable",
+        ),
         ("store: {kind: sqlite}\nupstream: {command: [x]}", "streams.token_secret"),
         ("listen: [1, 2]\n", "listen: expected a mapping"),
         ("listen: {port: 1\n", "not valid YAML"),
@@ -322,3 +327,20 @@ def test_an_idle_stop_on_a_server_with_no_process_is_a_warning(
         f"{config}: warning: servers.remote.stop_idle_seconds: ignored for a streamable-http "
         "server (only a stdio server has a process of its own to stop)\n"
     )
+
+
+def test_an_authorization_code_server_not_signed_in_yet_is_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    token_file = tmp_path / "remote.json"
+    path.write_text(
+        "servers: {remote: {url: 'http://h/mcp', oauth: {grant: authorization_code,"
+        f" token_file: '{token_file}'}}}}}}\n"
+    )
+    problems = check(str(path))
+    assert problems.errors == []
+    assert problems.warnings == [
+        f"servers.remote.oauth: no token file at {token_file} yet: run "
+        "`mcp-resume-proxy login remote` before clients come"
+    ]
+    token_file.write_text("{}")
+    assert check(str(path)).warnings == []

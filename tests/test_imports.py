@@ -183,7 +183,8 @@ def test_no_import_cycles() -> None:
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # programs: nothing imports them (proxy.cli_tools is the console script: proxy.cli
     # is loaded by it, only to serve)
-    ("cli", ("proxy.__main__", "proxy.cli_tools", "proxy.cli", "proxy.demo")),
+    ("cli", ("proxy.__main__", "proxy.cli_tools", "proxy.cli", "proxy.cli_login", "proxy.demo")),
+    ("reload", ("proxy.reload",)),  # applies a new config to the running app
     ("downstream", ("proxy.downstream",)),  # what clients reach (aiohttp)
     ("readiness", ("proxy.readiness",)),
     ("modern", ("proxy.modern",)),  # the 2026-07-28 side
@@ -204,10 +205,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proxy.config_file",
             "proxy.config_env",
             "proxy.config_import",
+            "proxy.config_oauth",
             "proxy.config_rules",
             "proxy.config_system",
             "proxy.config_tracing",
             "proxy.jwks_keys",
+            "proxy.reload_plan",
         ),
     ),
     ("core", ("proxy.core",)),  # sans-I/O (tests/core/test_sans_io.py)

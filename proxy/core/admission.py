@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import seed
-from proxy.core.errors import BadRequest, Draining, Overloaded, SessionNotFound
+from proxy.core.errors import BadRequest, Draining, Overloaded, ServerRemoved, SessionNotFound
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.modern_routes import Route, route
 
@@ -80,25 +80,34 @@ class PostAdmission:
         return self.initialize is not None
 
 
-def check_draining(messages: Sequence[Message], *, draining: bool) -> None:
+def check_draining(messages: Sequence[Message], *, draining: bool, removed: bool = False) -> None:
     """``Draining`` when the replica is ``draining`` and ``messages`` (a POST body, a
     frame, a forwarded POST) hold a request that starts work: ``initialize`` or a new
     call. Responses, notifications and :data:`DRAIN_ACCEPTED` pass; a batch is refused
-    whole (nothing of it is taken)."""
-    if not draining:
+    whole (nothing of it is taken). ``ServerRemoved`` instead when a reload removed the
+    server (it drains the same way, and will not come back)."""
+    if not (draining or removed):
         return
     for msg in messages:
         if msg.kind is Kind.REQUEST and msg.method not in DRAIN_ACCEPTED:
-            raise Draining()
+            raise ServerRemoved() if removed else Draining()
 
 
 def check_modern_draining(
-    method: str, params: dict[str, Any], *, tasks_enabled: bool, draining: bool
+    method: str,
+    params: dict[str, Any],
+    *,
+    tasks_enabled: bool,
+    draining: bool,
+    removed: bool = False,
 ) -> None:
     """``Draining`` for a 2026-07-28 request that starts work while the replica is
-    ``draining`` (:data:`MODERN_DRAIN_REFUSED`, by its route)."""
-    if draining and route(method, params, tasks_enabled=tasks_enabled) in MODERN_DRAIN_REFUSED:
-        raise Draining()
+    ``draining`` (:data:`MODERN_DRAIN_REFUSED`, by its route); ``ServerRemoved`` while a
+    reload drains the server away."""
+    if not (draining or removed):
+        return
+    if route(method, params, tasks_enabled=tasks_enabled) in MODERN_DRAIN_REFUSED:
+        raise ServerRemoved() if removed else Draining()
 
 
 def admit_post(
@@ -108,6 +117,7 @@ def admit_post(
     initialized: bool,
     accepting: bool,
     draining: bool = False,
+    removed: bool = False,
 ) -> PostAdmission:
     """The first decisions on a POST body, in order: initialize alone and once (see
     :func:`check_initialize`; ``initialized``: the connection names a session already),
@@ -119,7 +129,7 @@ def admit_post(
     init = check_initialize(messages, batch, initialized=initialized)
     if init is not None and not accepting:
         raise SessionNotFound("the proxy is shutting down")
-    check_draining(messages, draining=draining)
+    check_draining(messages, draining=draining, removed=removed)
     return PostAdmission(init)
 
 

@@ -17,6 +17,7 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     │   ├── RequestTimeout          request not received in time              -32600 / 408
     │   ├── MethodNotAllowed        HTTP method not served                    -32600 / 405
     │   ├── UnknownServer           a path that names no configured server    -32600 / 404
+    │   │   └── ServerRemoved       a server a reload removed, draining       -32600 / 404
     │   └── SSEDecodeError          (core/sse.py) an SSE stream we cannot read -32600 / 400
     ├── SessionNotFound             unknown or ended session                  -32001 / 404
     ├── Conflict                    e.g. a second standalone GET stream       -32600 / 409
@@ -24,6 +25,9 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     ├── RateLimited                 a principal resumes or polls too fast     -32000 / 429
     ├── Draining                    a draining replica takes no new work      -32000 / 503
     ├── UpstreamStartFailed         upstream cannot start or be reached       -32603 / 502
+    │   └── UpstreamUnauthorized    (upstream/oauth.py) the upstream refuses the proxy
+    │                               (401/403) and it cannot cure that: ``data`` names
+    │                               the server and the action                 -32000 / 502
     ├── ResumeError                 a resume that cannot be served whole      -32602 / 400|410
     │       (``reason`` says why: malformed_event_id, wrong_session, unknown_stream,
     │       unknown_position, history_truncated, abandoned, stream_completed,
@@ -36,6 +40,17 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     │                               spec's code and ``data``: -32020 header mismatch,
     │                               -32021 missing capability, -32022 unsupported
     │                               version, -32601, -32602                   code / given (400)
+    ├── DiscoveryError              (upstream/oauth_meta.py) an upstream's OAuth
+    │                               metadata or token endpoint cannot be had; the
+    │                               OAuth client answers it as UpstreamStartFailed
+    ├── TokenRefused                (upstream/oauth_meta.py) a token endpoint's
+    │                               refusal (``error``); answered as
+    │                               UpstreamUnauthorized
+    ├── TokenFileError              (upstream/oauth_tokens.py) the token file cannot
+    │                               be read or written; answered as
+    │                               UpstreamUnauthorized
+    ├── LoginError                  (upstream/oauth_login.py) ``login`` cannot
+    │                               complete: printed, exit 1, never on the wire
     ├── OwnerUnreachable            (replicas.py) the replica owning a session
     │                               cannot be reached                         -32000 / 503
     └── StoreUnavailable            the store (Redis, SQLite) did not answer within
@@ -288,6 +303,18 @@ class Draining(ProxyError):
         super().__init__(message)
 
 
+class ServerRemoved(UnknownServer):
+    """A reload removed this server from the config (proxy/reload.py): it takes no new
+    session and no new call while what is in flight finishes, then its sessions end."""
+
+    reason = "server_removed"
+
+    def __init__(
+        self, message: str = "Not Found: this server was removed from the proxy's config"
+    ) -> None:
+        super().__init__(message)
+
+
 class StoreUnavailable(ProxyError):
     """The store could not be read or written for a request within the bounded wait
     (``store.unavailable_wait_seconds``): ``503`` with ``Retry-After``. Nothing of the
@@ -309,6 +336,13 @@ class UpstreamStartFailed(ProxyError):
     jsonrpc_code = INTERNAL_ERROR
     http_status = 502
     reason = "upstream_start_failed"
+
+
+# ``data.reason`` of an error for an upstream that refuses the proxy (401, 403) when no
+# credentials the proxy has cure it (proxy/upstream/oauth.py; docs/errors.md).
+UPSTREAM_UNAUTHORIZED = "upstream_unauthorized"
+UPSTREAM_FORBIDDEN = "upstream_forbidden"
+UPSTREAM_REFUSALS = (UPSTREAM_UNAUTHORIZED, UPSTREAM_FORBIDDEN)
 
 
 class ResumeError(ProxyError):

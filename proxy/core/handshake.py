@@ -20,7 +20,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from proxy.core.errors import UpstreamStartFailed
+from proxy.core.errors import UPSTREAM_REFUSALS, UpstreamStartFailed
 from proxy.core.jsonrpc import Message
 from proxy.core.protocol import JSONRPC_VERSION
 
@@ -63,9 +63,21 @@ def initialize_result(answer: Message) -> dict[str, Any]:
     """The ``InitializeResult`` of a server's answer; :class:`UpstreamStartFailed` if it
     refused (an error) or answered with something that is not an object."""
     result = answer.raw.get("result")
+    error = answer.raw.get("error")
+    if isinstance(error, dict) and _proxy_refusal(error):  # says what is wrong already
+        raise UpstreamStartFailed(error["message"])
     if answer.is_error or not isinstance(result, dict):
-        raise UpstreamStartFailed(f"the MCP server refused initialize: {answer.raw.get('error')}")
+        raise UpstreamStartFailed(f"the MCP server refused initialize: {error}")
     return result
+
+
+def _proxy_refusal(error: dict[str, Any]) -> bool:
+    """An error the proxy wrote for an upstream that refuses it (401/403:
+    proxy/upstream/oauth.py), which names the server and what to do."""
+    if not isinstance(error.get("message"), str):
+        return False
+    data = error.get("data")
+    return isinstance(data, dict) and data.get("reason") in UPSTREAM_REFUSALS
 
 
 def initialized_notification() -> dict[str, Any]:

@@ -15,7 +15,6 @@ import structlog
 from aiohttp import web
 
 from proxy import __version__
-from proxy.config import Config
 from proxy.context import ProxyContext
 from proxy.core import cors, httprules
 from proxy.core.errors import Forbidden, ProxyError, UnknownServer
@@ -24,10 +23,12 @@ from proxy.downstream.guard import BodyBudget
 from proxy.downstream.http import StreamableHttp
 from proxy.downstream.keys import (
     AUTH_KEY,
+    BODIES_KEY,
     CONTEXT_KEY,
     ENDPOINTS_KEY,
     READINESS_KEY,
     REGISTRY_KEY,
+    SOCKETS_KEY,
 )
 from proxy.downstream.status import status_json, status_page
 from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
@@ -42,6 +43,7 @@ log = structlog.get_logger("proxy.http")
 
 
 Probe = Callable[[web.Request], Awaitable[web.Response]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _host_checked(probe: Probe, operators_only: bool = False) -> Probe:
@@ -115,9 +117,8 @@ async def _ready(request: web.Request) -> web.Response:
 
 
 def _unknown_server(context: ProxyContext) -> Probe:
-    known = ", ".join(server.mcp_path for server in context.servers.values())
-
     async def refuse(request: web.Request) -> web.Response:
+        known = ", ".join(server.mcp_path for server in context.servers.values())
         error = UnknownServer(f"Not Found: {request.path} names no server; try {known}")
         log.info("request_refused", path=request.path, status=404, reason=error.reason)
         return error_response(error)
@@ -125,17 +126,53 @@ def _unknown_server(context: ProxyContext) -> Probe:
     return refuse
 
 
+def _by_server(
+    app: web.Application, unknown: Probe, fixed: str | None = None, ws: bool = False
+) -> Handler:
+    """The handler of a server's path: the endpoint of the server the path names (or
+    ``fixed``: ``/mcp`` and ``/ws`` serve the server that was the only one at start), looked
+    up per request so that a reload (proxy/reload.py) adds and removes servers."""
+
+    async def dispatch(request: web.Request) -> web.StreamResponse:
+        name = fixed if fixed is not None else request.match_info["name"]
+        endpoints = app[SOCKETS_KEY] if ws else app[ENDPOINTS_KEY]
+        endpoint = endpoints.get(name)
+        if endpoint is None:
+            return await unknown(request)
+        return await endpoint.handle(request)
+
+    return dispatch
+
+
+def _mcp_paths(app: web.Application, fixed: str | None) -> Callable[[str], bool]:
+    """Whether a path is an MCP endpoint of a server being served now (CORS)."""
+    listen_path = app[CONTEXT_KEY].config.listen.path
+
+    def is_mcp(path: str) -> bool:
+        if fixed is not None and path == listen_path:
+            return fixed in app[ENDPOINTS_KEY]
+        name, sep, rest = path.removeprefix(SERVERS_PREFIX).partition("/")
+        return (
+            path.startswith(SERVERS_PREFIX)
+            and sep == "/"
+            and rest == "mcp"
+            and (name in app[ENDPOINTS_KEY])
+        )
+
+    return is_mcp
+
+
 def _cors_for(
-    config: Config, paths: set[str]
+    context: ProxyContext, is_mcp: Callable[[str], bool]
 ) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
     """Browser clients (e.g. an inspector on localhost) may read responses of allowed origins."""
 
     async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
         origin = request.headers.get("Origin")
-        if not origin or request.path not in paths:
+        if not origin or not is_mcp(request.path):
             return
         try:
-            httprules.check_origin(origin, config.listen.allowed_origins)
+            httprules.check_origin(origin, context.config.listen.allowed_origins)
         except ProxyError:
             return
         response.headers["Access-Control-Allow-Origin"] = origin
@@ -154,45 +191,54 @@ def modern_facade(server: Server, context: ProxyContext) -> ModernFacade | None:
     return modern
 
 
+def server_endpoints(
+    app: web.Application, server: Server, context: ProxyContext, registry: Registry
+) -> None:
+    """Serve ``server`` at its paths (at start, and when a reload adds it): its Streamable
+    HTTP and WebSocket endpoints and its modern side."""
+    modern = modern_facade(server, context)
+    endpoint = StreamableHttp(server, context, registry, modern, app[BODIES_KEY])
+    sockets = WebSocketEndpoint(server, registry)  # MCP over WebSocket
+    app[ENDPOINTS_KEY][server.name] = endpoint
+    app[SOCKETS_KEY][server.name] = sockets
+
+
 def build_app(context: ProxyContext, registry: Registry) -> web.Application:
     """The application of one process: what it serves is built here, from the root's
     context (:func:`proxy.cli.serve`) and session registry."""
     config = context.config
     auth = Authenticator(config.auth)
     app = web.Application(
-        client_max_size=config.sessions.max_message_bytes, middlewares=[auth.middleware]
+        client_max_size=config.sessions.max_message_bytes, middlewares=[current_auth]
     )
     app[AUTH_KEY] = auth
-    app.on_startup.append(auth.start)
-    app.on_cleanup.append(auth.close)
+    app.on_startup.append(lambda app: app[AUTH_KEY].start(app))
+    app.on_cleanup.append(lambda app: app[AUTH_KEY].close(app))
     app[CONTEXT_KEY] = context
     app[REGISTRY_KEY] = registry
-    bodies = BodyBudget(config.listen.max_inflight_body_bytes)
-    endpoints: dict[str, StreamableHttp] = {}
-    mcp_paths: set[str] = set()
-    only = context.only_server
-    for name, server in context.servers.items():
-        modern = modern_facade(server, context)
-        endpoint = endpoints[name] = StreamableHttp(server, context, registry, modern, bodies)
-        sockets = WebSocketEndpoint(server, registry)  # MCP over WebSocket
-        app.on_shutdown.append(sockets.close_all)  # open sockets get 1001 Going Away
-        mcp_paths.add(server.mcp_path)
-        app.router.add_route("*", server.mcp_path, endpoint.handle)
-        app.router.add_route("*", server.ws_path, sockets.handle)
-        if server is only:  # one server: also where clients have always found it
-            mcp_paths.add(config.listen.path)
-            app.router.add_route("*", config.listen.path, endpoint.handle)
-            app.router.add_route("*", WS_PATH, sockets.handle)
-    app[ENDPOINTS_KEY] = endpoints
-    # Paths that name no server get a JSON-RPC 404 saying which ones there are.
+    app[BODIES_KEY] = BodyBudget(config.listen.max_inflight_body_bytes)
+    app[ENDPOINTS_KEY] = {}
+    app[SOCKETS_KEY] = {}
+    for server in context.servers.values():
+        server_endpoints(app, server, context, registry)
+    app.on_shutdown.append(_close_sockets)  # open sockets get 1001 Going Away
     unknown = _unknown_server(context)
-    if only is None:
+    only = context.only_server
+    fixed = only.name if only is not None else None
+    if fixed is not None:  # one server: also where clients have always found it
+        app.router.add_route("*", config.listen.path, _by_server(app, unknown, fixed))
+        app.router.add_route("*", WS_PATH, _by_server(app, unknown, fixed, ws=True))
+    else:  # paths that name no server get a JSON-RPC 404 saying which ones there are
         app.router.add_route("*", config.listen.path, unknown)
         app.router.add_route("*", WS_PATH, unknown)
+    app.router.add_route("*", SERVERS_PREFIX + "{name}/mcp", _by_server(app, unknown))
+    app.router.add_route("*", SERVERS_PREFIX + "{name}/ws", _by_server(app, unknown, ws=True))
     app.router.add_route("*", SERVERS_PREFIX + "{name}", unknown)
     app.router.add_route("*", SERVERS_PREFIX + "{name}/{rest:.*}", unknown)
-    app.on_response_prepare.append(_cors_for(config, mcp_paths))
-    pools = {n: e.modern.pool if e.modern is not None else None for n, e in endpoints.items()}
+    app.on_response_prepare.append(_cors_for(context, _mcp_paths(app, fixed)))
+    pools = {
+        n: e.modern.pool if e.modern is not None else None for n, e in app[ENDPOINTS_KEY].items()
+    }
     app[READINESS_KEY] = Readiness(context, pools)
     app.router.add_get("/healthz", _host_checked(_health))
     app.router.add_get("/metrics", _host_checked(_metrics, operators_only=True))
@@ -200,3 +246,16 @@ def build_app(context: ProxyContext, registry: Registry) -> web.Application:
     app.router.add_get("/status", _host_checked(status_page, operators_only=True))
     app.router.add_get("/status.json", _host_checked(status_json, operators_only=True))
     return app
+
+
+async def _close_sockets(app: web.Application) -> None:
+    for sockets in list(app[SOCKETS_KEY].values()):
+        await sockets.close_all(app)
+
+
+@web.middleware
+async def current_auth(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Authentication by the app's authenticator of the moment (a reload replaces it)."""
+    return await request.app[AUTH_KEY].middleware(request, handler)

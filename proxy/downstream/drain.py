@@ -45,11 +45,12 @@ POLL_SECONDS = 0.1
 def calls_in_flight(app: web.Application) -> Callable[[], int]:
     """How many calls ``app`` runs right now, legacy and modern, every server's."""
     registry = app[REGISTRY_KEY]
-    facades = [e.modern for e in app[ENDPOINTS_KEY].values() if e.modern is not None]
+    endpoints = app[ENDPOINTS_KEY]  # a reload adds and removes servers: read it each time
 
     def count() -> int:
         legacy = sum(runner.session.live_requests for runner in registry.sessions())
-        return legacy + sum(len(facade.live) for facade in facades)
+        modern = (e.modern for e in endpoints.values() if e.modern is not None)
+        return legacy + sum(len(facade.live) for facade in modern)
 
     return count
 

@@ -266,6 +266,7 @@ class StreamableHttp:
             initialized=bool(existing) and existing in self.registry,
             accepting=self.context.accepting,
             draining=self.context.draining,
+            removed=self.server.removed,
         )
         if admission.opens_session:
             runner = await self.registry.create(principal_of(request), self.server)

@@ -119,14 +119,30 @@ def collect(app: web.Application) -> dict[str, Any]:
         "sessions": [_session_entry(r, now) for r in runners[:SESSIONS_SHOWN]],
         "modern": _summed(moderns) if moderns else None,  # every upstream's together
         "tasks": tasks,
+        "reload": _reload_entry(context.last_reload),
     }
+
+
+def _reload_entry(last: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The last config reload (proxy/reload.py): outcome, trigger, time, what changed or
+    why it was refused (key paths, never values). None: no reload since start."""
+    if last is None:
+        return None
+    at = datetime.fromtimestamp(last["at"], UTC).isoformat(timespec="seconds")
+    return {**last, "at": at}
 
 
 def _upstream_entry(server: Server, modern: ModernFacade | None) -> dict[str, Any]:
     health = _server_health(server)
     entry = {"name": server.name, "transport": health["transport"], "target": _target(server)}
     modern_health = modern.health() if modern is not None else None
-    return {**entry, **health, "modern": modern_health, "eras": _server_eras(server)}
+    return {
+        **entry,
+        **health,
+        "modern": modern_health,
+        "eras": _server_eras(server),
+        "removed": server.removed,
+    }
 
 
 def _session_entry(runner: SessionRunner, now: float) -> dict[str, Any]:

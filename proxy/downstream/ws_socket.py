@@ -161,6 +161,7 @@ class ClientSocket:
             initialized=self.runner is not None,
             accepting=self.registry.context.accepting,
             draining=self.registry.context.draining,
+            removed=self.server.removed,
         )
         init = admission.initialize
         if init is not None:

@@ -172,7 +172,11 @@ class ModernFacade:
         # A draining replica takes no new work (503 proxy_draining: proxy/downstream/drain.py).
         draining = self.shared.draining
         check_modern_draining(
-            method, msg.params, tasks_enabled=self.tasks_enabled, draining=draining
+            method,
+            msg.params,
+            tasks_enabled=self.tasks_enabled,
+            draining=draining,
+            removed=self.server.removed,
         )
         match route(method, msg.params, tasks_enabled=self.tasks_enabled):
             case Route.DISCOVER:

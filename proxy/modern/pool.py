@@ -91,6 +91,8 @@ class UpstreamPool:
         self._reaper: asyncio.TimerHandle | None = None
         self._listening: PooledSession | None = None  # per_request: kept for listeners
         self._listeners = 0
+        self._retired: list[PooledSession] = []  # of settings a reload replaced: end when idle
+        self._generation = 0  # the settings' (a reload replaces them: retarget)
 
     @property
     def per_request(self) -> bool:
@@ -111,6 +113,7 @@ class UpstreamPool:
         if self._stopping:
             raise UpstreamStartFailed("the proxy is shutting down")
         session = PooledSession(self, next(self._numbers))
+        session.generation = self._generation
         try:
             await session.start()
         except UpstreamStartFailed:
@@ -128,8 +131,12 @@ class UpstreamPool:
         return session
 
     def _register(self, session: PooledSession, for_call: bool) -> None:
-        """A started session joins the pool (per_request: a spare joins the ready ones)."""
+        """A started session joins the pool (per_request: a spare joins the ready ones);
+        one started with settings a reload replaced meanwhile does not."""
         if session.closed is not None:
+            return
+        if session.generation != self._generation:
+            self._retire(session)
             return
         if not self.per_request:
             self.sessions.append(session)
@@ -161,7 +168,7 @@ class UpstreamPool:
             if spare is not None:
                 waited = True
                 found = await self._claim(spare)
-                if found is not None:
+                if found is not None and found.generation == self._generation:
                     break
                 continue
             live = len(self.live_sessions())
@@ -285,7 +292,31 @@ class UpstreamPool:
         assert self.init_result is not None
         return self.init_result
 
+    def retarget(self, config: Config) -> None:
+        """A reload changed the server's settings: sessions started from now on use
+        ``config``; those running keep theirs, take no new call, and stop once idle."""
+        self.config = config
+        self.ties_by_stream = config.upstream.kind == "streamable-http"
+        self.init_result = None  # the new server may say otherwise
+        self._generation += 1  # spares under way are retired when up (_register)
+        old = [s for s in self.sessions if s is not self._listening] + self._ready
+        self.sessions = [s for s in self.sessions if s is self._listening]
+        self._ready = []
+        for session in old:
+            self._retire(session)
+
+    def _retire(self, session: PooledSession) -> None:
+        if session.busy == 0:
+            self._own(session.stop())
+        elif session not in self._retired:
+            self._retired.append(session)
+
     def idle(self, session: PooledSession) -> None:
+        if session in self._retired:
+            if session.busy == 0:
+                self._retired.remove(session)
+                self._own(session.stop())
+            return
         if self.per_request and session is not self._listening:
             self._own(session.stop())
             return
@@ -364,8 +395,8 @@ class UpstreamPool:
         coming = [spare.task for spare in self._coming]
         await asyncio.gather(*coming, return_exceptions=True)  # each stops itself (stopping)
         sessions, self.sessions = self.sessions, []
-        sessions += self._ready
-        self._ready = []
+        sessions += self._ready + self._retired
+        self._ready, self._retired = [], []
         for session in sessions:
             session.fail_calls(lost_error(LostReason.PROXY_SHUTDOWN, "the proxy is shutting down"))
         await asyncio.gather(*(s.stop() for s in sessions), return_exceptions=True)

@@ -70,6 +70,7 @@ class PooledSession:
     def __init__(self, pool: SessionOwner, number: int) -> None:
         self.pool = pool
         self.number = number
+        self.generation = 0  # the pool's settings it was started with (a reload: retarget)
         self.label = f"pool-{number}"
         context = UpstreamContext(
             config=pool.config.upstream,
@@ -77,6 +78,7 @@ class PooledSession:
             on_message=self._on_message,
             on_closed=self._on_closed,
             health=pool.health,
+            server=pool.name,
         )
         self.upstream: Upstream = open_upstream(context)
         self.table = CallTable(tied_by_stream=pool.ties_by_stream)

@@ -149,6 +149,8 @@ class UpstreamContext:
     # Given: a stdio server that exits on its own is started again for this session
     # (``upstream.restart``); called once per restart, before the new process starts.
     on_restarted: Callable[[str], None] | None = None
+    # The configured server's name (its OAuth tokens, and errors that tell what to do).
+    server: str = "default"
 
     @property
     def label(self) -> str:
@@ -207,14 +209,15 @@ class InFlight:
         if msg.kind is Kind.RESPONSE:
             self.ids.pop(msg.id, None)
 
-    def fail(self, request_id: Any, why: str) -> None:
-        """Answer one request with an error (once): its answer can no longer come."""
+    def fail(self, request_id: Any, why: str, data: Any = None) -> None:
+        """Answer one request with an error (once): its answer can no longer come.
+        ``data``: the error's (e.g. upstream_unauthorized's, proxy/upstream/oauth.py)."""
         method = self.ids.pop(request_id, None)
         if method is None:
             return
         log.warning("upstream_request_failed", session=self._session, method=method, error=why)
-        # -32000 with no data.reason, as this answer has always been written.
-        error = error_message(request_id, SERVER_ERROR, why)
+        # -32000, with no data.reason unless given, as this answer has always been written.
+        error = error_message(request_id, SERVER_ERROR, why, data)
         self._on_message(jsonrpc.classify(error), None)
 
     def fail_all(self, why: str) -> None:

@@ -57,6 +57,7 @@ from proxy.upstream.http_body import (
 )
 from proxy.upstream.http_endpoint import Endpoint
 from proxy.upstream.http_expiry import SessionExpiry
+from proxy.upstream.oauth import UpstreamUnauthorized, refusal
 
 log = structlog.get_logger("proxy.upstream.http")
 
@@ -83,8 +84,17 @@ class HttpUpstream:
         return self._endpoint.describe()
 
     async def start(self) -> None:
-        """Prepare the client; nothing connects yet (the first POST is ``initialize``)."""
+        """Prepare the client; nothing connects yet (the first POST is ``initialize``).
+        With ``upstream.oauth``, a token first: none (``UpstreamUnauthorized``) fails the
+        start, so the client's ``initialize`` gets 502 saying what to do."""
         await self._endpoint.open()
+        try:
+            await self._endpoint.authorize()
+        except BaseException as exc:
+            await self._endpoint.close()
+            if isinstance(exc, ProxyError):
+                self._context.health.failing(exc.message)
+            raise
         self.spawn(self._write(), "writer")
 
     def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
@@ -132,10 +142,10 @@ class HttpUpstream:
             self._listener.cancel()
         self._listener = self.spawn(self._listen(), "listen")
 
-    def lost(self, msg: Message, why: str) -> None:
+    def lost(self, msg: Message, why: str, data: Any = None) -> None:
         """A message the server will not get or answer: a request gets an error."""
         if msg.kind is Kind.REQUEST:
-            self._inflight.fail(msg.id, why)
+            self._inflight.fail(msg.id, why, data)
         else:
             log.warning(
                 "upstream_message_dropped",
@@ -178,16 +188,24 @@ class HttpUpstream:
             await written.wait()
             self.pending_bytes -= len(payload)
 
-    async def post(self, payload: bytes, msg: Message, written: asyncio.Event | None) -> None:
-        """POST one message and read its answer (§Sending Messages to the Server)."""
+    async def post(
+        self, payload: bytes, msg: Message, written: asyncio.Event | None, renewed: bool = False
+    ) -> None:
+        """POST one message and read its answer (§Sending Messages to the Server);
+        ``renewed``: a retry with a token renewed after a 401."""
         if self._expiry.closed is not None:
             self.lost(msg, self._expiry.closed)
+            return
+        try:
+            await self._endpoint.authorize()
+        except ProxyError as exc:
+            self._unauthorized(msg, exc)
             return
         # A new session (the client's initialize): neither its id nor its revision yet.
         initialize = msg.kind is Kind.REQUEST and msg.id == self._expiry.initialize_id
         headers = self._endpoint.headers(POST_ACCEPT, new_session=initialize)
         tracing.http_headers(msg, headers)  # W3C Trace Context, as params._meta has it
-        used = headers.get(SESSION_HEADER)
+        used, bearer = headers.get(SESSION_HEADER), self._endpoint.bearer
         try:
             resp = await self._endpoint.post(payload, headers, written)
         except NETWORK_ERRORS as exc:
@@ -205,7 +223,12 @@ class HttpUpstream:
                 self.lost(msg, f"upstream failed: HTTP {resp.status}")
             elif resp.status >= 400:
                 self._expiry.reachable()
-                await self._refused(resp, msg)
+                if resp.status != 401 and await self._refused(resp, msg):
+                    return  # the server's own error for it
+                if resp.status in (401, 403):
+                    await self._auth_refused(resp, msg, payload, bearer, renewed)
+                else:
+                    self.lost(msg, f"upstream refused the message: HTTP {resp.status}")
             else:
                 self._expiry.reachable()
                 self._expiry.accepted(msg)
@@ -237,13 +260,49 @@ class HttpUpstream:
             return
         self._inflight.fail(rid, "upstream response did not answer the request")
 
-    async def _refused(self, resp: aiohttp.ClientResponse, msg: Message) -> None:
-        """4xx: the server's own JSON-RPC error if it sent one for us, else ours."""
+    async def _refused(self, resp: aiohttp.ClientResponse, msg: Message) -> bool:
+        """4xx: deliver the server's own JSON-RPC error if it sent one for ``msg``
+        (True), else nothing (False: the caller writes one)."""
         with contextlib.suppress(BadBody, ProxyError, *NETWORK_ERRORS):
             for answer in await self._endpoint.json(resp):
                 if answer.kind is Kind.RESPONSE and msg.id is not None and answer.id == msg.id:
                     self._deliver(answer, msg.id)
-        self.lost(msg, f"upstream refused the message: HTTP {resp.status}")
+                    return True
+        return False
+
+    async def _auth_refused(
+        self,
+        resp: aiohttp.ClientResponse,
+        msg: Message,
+        payload: bytes,
+        bearer: str | None,
+        renewed: bool,
+    ) -> None:
+        """401/403: once, a renewed token and the message again (a 401 to a token not
+        renewed for it yet); else the error that says what to do."""
+        server, credentials = self._context.server, self._endpoint.credentials
+        challenge = resp.headers.get("WWW-Authenticate")
+        why = refusal(server, credentials, resp.status, challenge, renewed)
+        if why is not None:
+            self._unauthorized(msg, why)
+            return
+        resp.close()
+        try:
+            await self._endpoint.authorize(stale=bearer)
+        except ProxyError as exc:
+            self._unauthorized(msg, exc)
+            return
+        await self.post(payload, msg, None, renewed=True)
+
+    def _unauthorized(self, msg: Message, exc: ProxyError) -> None:
+        """The server refuses the proxy (401/403) and no token cures it, or none can be
+        had: the request gets the error that says what to do (docs/errors.md
+        ``upstream_unauthorized``), and ``/readyz`` turns not ready with it."""
+        data = exc.data if exc.data is not None else {"reason": exc.reason or "upstream_error"}
+        if isinstance(exc, UpstreamUnauthorized):
+            self._context.health.failing(exc.message)
+        log.warning("upstream_unauthorized", session=self._context.label, error=exc.message)
+        self.lost(msg, exc.message, data)
 
     async def _follow(self, resp: aiohttp.ClientResponse, rid: Any) -> None:
         """Read a request's SSE answer; resume it (§Resumability) if it drops too early."""
@@ -295,6 +354,8 @@ class HttpUpstream:
 
     async def _get(self, cursor: Cursor, sink: Sink, done: Callable[[], bool]) -> int | None:
         """One ``GET`` SSE stream read to its end; the status if refused (5xx raises)."""
+        with contextlib.suppress(ProxyError):  # else the server refuses it: a status
+            await self._endpoint.authorize()
         resp = await self._endpoint.get(cursor.last_id)
         try:
             if resp.status >= 500:

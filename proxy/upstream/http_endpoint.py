@@ -3,8 +3,9 @@
 2025-11-25 basic/transports §Streamable HTTP: one URL takes every ``POST`` and ``GET``.
 Requests carry the configured headers, the ``Mcp-Session-Id`` the server gave
 (§Session Management) and the negotiated ``MCP-Protocol-Version`` (§Protocol Version
-Header). :class:`Endpoint` keeps those and the ``aiohttp`` client, and reads response
-bodies, holding back while paused. It never logs URLs or headers (secrets).
+Header), and with ``upstream.oauth`` an access token (:mod:`proxy.upstream.oauth`).
+:class:`Endpoint` keeps those and the ``aiohttp`` client, and reads response bodies,
+holding back while paused. It never logs URLs or headers (secrets).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from proxy.upstream.http_body import (
     read_json,
     read_sse,
 )
+from proxy.upstream.oauth import UpstreamCredentials, credentials_for
 
 if TYPE_CHECKING:
     from aiohttp.client import _RequestContextManager  # what ClientSession.post returns
@@ -54,6 +56,11 @@ class Endpoint:
         self._version: str | None = None  # the negotiated protocol revision
         self._readable = asyncio.Event()  # cleared by pause(): readers stop consuming
         self._readable.set()
+        # upstream.oauth: the server's tokens (shared by its sessions), and the one sent.
+        self.credentials: UpstreamCredentials | None = credentials_for(
+            context.server, context.config
+        )
+        self.bearer: str | None = None
 
     @property
     def session_id(self) -> str | None:
@@ -79,6 +86,13 @@ class Endpoint:
             timeout=aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_seconds),
             trace_configs=[trace],
         )
+
+    async def authorize(self, stale: str | None = None) -> None:
+        """With ``upstream.oauth``: a usable access token for the next requests (a new
+        one when ``stale`` was refused); ``UpstreamUnauthorized`` when none can be had."""
+        if self.credentials is not None:
+            assert self._http is not None
+            self.bearer = await self.credentials.bearer(self._http, stale)
 
     async def close(self) -> bool:
         """Say goodbye (``DELETE``, §Session Management 5) and close the client; False if
@@ -107,6 +121,10 @@ class Endpoint:
         """What a request carries; for a ``new_session`` neither a session id nor a
         revision (the server has given neither yet)."""
         headers = dict(self._static)
+        if self.bearer is not None:  # RFC 6750 §2.1; never the client's own token
+            for name in [n for n in headers if n.lower() == "authorization"]:
+                del headers[name]  # a configured one, in whatever case: replaced
+            headers["Authorization"] = f"Bearer {self.bearer}"
         if accept is not None:
             headers["Accept"] = accept
         if accept == POST_ACCEPT:

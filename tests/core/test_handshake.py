@@ -74,6 +74,20 @@ def test_initialize_result() -> None:
         initialize_result(classify({"jsonrpc": "2.0", "id": 1, "result": 3}))
 
 
+def test_an_upstream_that_refuses_the_proxy_is_named_by_the_proxys_own_message() -> None:
+    # The answer the HTTP upstream writes for a 401 it cannot cure (proxy/upstream/oauth.py):
+    # readiness reports its message as it is, not a dict's repr.
+    error = {
+        "code": -32000,
+        "message": "upstream 'x' refuses the proxy: …; run `mcp-resume-proxy login x`",
+        "data": {"reason": "upstream_unauthorized", "server": "x", "action": "run login"},
+    }
+    refused = classify({"jsonrpc": "2.0", "id": 1, "error": error})
+    with pytest.raises(UpstreamStartFailed) as caught:
+        initialize_result(refused)
+    assert caught.value.message == error["message"]
+
+
 def test_initialized_notification() -> None:
     assert initialized_notification() == {
         "jsonrpc": "2.0",
