@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import structlog
 from aiohttp import web
 
-from proxy import __version__
+from proxy import __version__, tracing
 from proxy.config import (
     Config,
     ConfigError,
@@ -243,6 +243,7 @@ async def serve(
     as at start), SIGHUP reloads it (:mod:`proxy.reload`), and so do changes of the files
     in ``watch`` when ``listen.watch_config``."""
     _watch_children_with_pidfds()
+    tracing.start(config.tracing)  # off unless configured (docs/tracing.md)
     # The root: what the whole process shares is built here, once, and handed down.
     context = ProxyContext(config)
     registry = Registry(context)
@@ -305,6 +306,7 @@ async def serve(
         REAPER.stop()
         await context.close()  # the modern sides, the replicas, the store
         await runner.cleanup()
+        await asyncio.to_thread(tracing.stop)  # the last spans out
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         log.info("proxy_stopped")

@@ -32,6 +32,7 @@ from proxy.config_rules import (  # re-exported: the schema's users import them 
     interpolated,
     shown_url,
 )
+from proxy.config_tracing import TracingConfig
 from proxy.core.dual_era import DUAL_ERA_CHOICES
 from proxy.core.httprules import LOCAL_HOSTNAMES
 from proxy.core.session import SessionSettings
@@ -332,6 +333,8 @@ class Config:
     tasks: TasksConfig = field(default_factory=TasksConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    # OpenTelemetry traces (docs/tracing.md); off unless set here or by OTEL_* variables.
+    tracing: TracingConfig = field(default_factory=TracingConfig)
 
     def upstreams(self) -> dict[str, UpstreamConfig]:
         """Every MCP server by name: ``servers``, or ``upstream`` alone as "default"."""

@@ -32,6 +32,8 @@ RESTART_ONLY: tuple[str, ...] = (
     # Each server's modern side (pool, tasks) is built with these at start.
     "modern",
     "tasks",
+    # The tracer provider and its exporter are made once, at start (proxy/tracing).
+    "tracing",
 )
 """The settings (and sections) a reload cannot apply: a file that changes one of them is
 refused whole, naming them."""

@@ -38,6 +38,7 @@ from typing import Any
 
 import structlog
 
+from proxy import tracing
 from proxy.core.errors import ProxyError, SessionNotFound
 from proxy.core.protocol import SERVER_ERROR
 from proxy.forwarding import (
@@ -240,17 +241,17 @@ class Replicas:
         if ahead is not None:
             self._ahead[number] = ahead
         try:
-            try:  # not retried: it may have been delivered
-                await self.store.send(
-                    owner, {**encode_request(request), "id": number, "from": self.owner}
-                )
-            except StoreError as exc:
-                raise unavailable("forward a request", exc) from exc
-            async with asyncio.timeout(timeout):
-                # A caller bounding the wait itself (timeout None) watches the holder too.
-                wire = await (
-                    waiting if timeout is None else self._reply_while_alive(owner, waiting)
-                )
+            with tracing.forward(owner, request) as carrier:  # the trace goes along
+                try:  # not retried: it may have been delivered
+                    envelope = {"id": number, "from": self.owner, **carrier}
+                    await self.store.send(owner, {**encode_request(request), **envelope})
+                except StoreError as exc:
+                    raise unavailable("forward a request", exc) from exc
+                async with asyncio.timeout(timeout):
+                    # A caller bounding the wait itself (timeout None) watches the holder too.
+                    wire = await (
+                        waiting if timeout is None else self._reply_while_alive(owner, waiting)
+                    )
         except TimeoutError:
             raise OwnerUnreachable(
                 "the proxy replica holding this session did not answer; try again"
@@ -325,7 +326,8 @@ class Replicas:
             await self.store.send(asker, {**encode_notes(notes), "reply_to": number})
 
         try:
-            reply = await self._serve(decode_request(message), relay)
+            with tracing.forwarded(message):  # in the asker's trace
+                reply = await self._serve(decode_request(message), relay)
         except MalformedForward as exc:
             # Answered all the same: the asker's client hears at once, not in 30 s.
             log.error("replica_message_malformed", sender=asker, error=str(exc))

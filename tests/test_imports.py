@@ -205,6 +205,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("upstream/store", ("proxy.upstream", "proxy.store")),
     ("shim", ("proxy.shim",)),  # the stdio shim (connect): a client, on the core alone
+    ("tracing", ("proxy.tracing",)),  # OpenTelemetry spans: hooks every layer above calls
     (
         "config",
         (
@@ -217,6 +218,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proxy.config_oauth",
             "proxy.config_rules",
             "proxy.config_system",
+            "proxy.config_tracing",
             "proxy.jwks_keys",
             "proxy.reload_plan",
         ),

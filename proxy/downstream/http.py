@@ -15,6 +15,7 @@ import time
 import structlog
 from aiohttp import web
 
+from proxy import tracing
 from proxy.context import ProxyContext
 from proxy.core import cors, httprules, jsonrpc, lone_answer, seed
 from proxy.core.admission import admit_post
@@ -132,7 +133,10 @@ class StreamableHttp:
                 # 2026-07-28 has no GET stream and no session to delete.
                 raise MethodNotAllowed(f"Method Not Allowed: {request.method} (2026-07-28)")
             if request.method == "GET":
-                return await self._get(request)
+                principal = principal_of(request)
+                return await tracing.client_resume(
+                    self._get(request), request.headers, self.server.name, principal
+                )
             if request.method == "DELETE":
                 return await self._delete(request)
             if request.method == "OPTIONS" and request.headers.get("Origin"):
@@ -221,7 +225,13 @@ class StreamableHttp:
         started = time.monotonic()
         method = method_label(None if batch else messages[0].method)
         try:
-            response = await self._post_messages(request, messages, batch)
+            response = await tracing.client_post(  # its span, when tracing is on
+                self._post_messages(request, messages, batch),
+                request.headers,
+                messages,
+                self.server.name,
+                principal_of(request),
+            )
             era = "legacy" if request.get(_MODERN_KEY) is None else "modern"
             self.metrics.requests.labels(method, era).observe(time.monotonic() - started)
             return response
@@ -287,6 +297,9 @@ class StreamableHttp:
             opens_session=admission.opens_session,
             last_event_id=header_id,
         )
+        tracing.note_with(
+            lambda: {"session": runner.session_id, "stream": _stream_of(runner, conn)}
+        )
         if conn is None:
             return web.Response(status=202, headers={SESSION_HEADER: runner.session_id})
         hold = (
@@ -336,6 +349,7 @@ class StreamableHttp:
             raise
         if last_event_id is not None:  # (counted as resumed where the core says so)
             self.metrics.replay_events.observe(conn.queue.qsize())
+            tracing.note(replayed=conn.queue.qsize())
             conn.replay_clock = time.monotonic()
         return await self._stream(request, runner, conn)
 
@@ -435,6 +449,10 @@ class StreamableHttp:
                 return verdict
             if verdict is lone_answer.SSE or close is not None:
                 return None
+
+
+def _stream_of(runner: SessionRunner, conn: ClientConn | None) -> int | None:
+    return runner.session.stream_of(conn.id) if conn is not None else None
 
 
 def _is_close(item: bytes | Frame | CloseMarker) -> bool:

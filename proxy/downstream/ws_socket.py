@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from proxy import tracing
 from proxy.config import Config
 from proxy.core import jsonrpc, seed
 from proxy.core.admission import admit_post
@@ -134,7 +135,8 @@ class ClientSocket:
         batch = False
         try:
             messages, batch = jsonrpc.parse_body(data.encode())
-            await self._client_messages(messages, batch)
+            admitted = self._client_messages(messages, batch)  # traced: its span, from _meta
+            await tracing.client_post(admitted, {}, messages, self.server.name, self.principal)
         except ProxyError as exc:
             # Answer a lone request's refusal with its id (JSON-RPC 2.0 §5).
             lone = messages[0] if len(messages) == 1 and not batch else None

@@ -25,6 +25,7 @@ from typing import Any, assert_never
 
 import structlog
 
+from proxy import tracing
 from proxy.config import TasksConfig
 from proxy.core.era import invalid_params
 from proxy.core.errors import LostReason, lost_error
@@ -121,6 +122,7 @@ class TaskKeeper:
         self._timers[task_id] = loop.call_later(ttl / 1000, self._expire, task_id)
         self._changed(call)  # what changed while the record was written
         log.info("task_created", task=task_id[:8], method=call.method, era=era)
+        tracing.task_life(call, task_id, era)
         return record
 
     def _changed(self, call: CallRun) -> None:

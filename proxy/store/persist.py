@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from proxy import tracing
 from proxy.store.base import Batch, Entry, Store, StoreError, StreamRecord
 from proxy.store.fencing import Fence
 
@@ -70,6 +71,7 @@ class Persister:
         self._changed = asyncio.Event()
         self.last_error: str | None = None
         self.events = 0  # committed, in all
+        self._traced: list[Any] = []  # the traced requests of the open batch (tracing)
 
     # ------------------------------------------------------------------ gathering
     @property
@@ -81,6 +83,7 @@ class Persister:
         """Add what ``session`` noted (a :meth:`Journal.take`) to the open batch;
         ``server``: the name of the server it was made at (its streams' records say so)."""
         sid, epoch = session.session_id, session.epoch
+        tracing.gather(self._traced)
         batch = self._batch
         for number, announced in [(n, False) for n in j.opened] + [(n, True) for n in j.announced]:
             ids = session.client_ids(number)
@@ -144,20 +147,22 @@ class Persister:
         batch.fence, batch.owner = self.fence.token, self.owner
         self._batch = Batch()
         self._open += 1
-        self._inflight = asyncio.create_task(self._commit(batch, ticket))
+        traced, self._traced = self._traced, []
+        self._inflight = asyncio.create_task(self._commit(batch, ticket, traced))
 
-    async def _commit(self, batch: Batch, ticket: int) -> None:
+    async def _commit(self, batch: Batch, ticket: int, traced: list[Any]) -> None:
         delay = RETRY_FIRST_SECONDS
-        while True:
-            try:
-                refused = await self.store.commit(batch, time.time())
-                break
-            except StoreError as exc:
-                if self.last_error is None:
-                    log.warning("store_unavailable", store=self.store.kind, error=str(exc))
-                self.last_error = str(exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
+        with tracing.commit(traced, batch.events(), self.store.kind):
+            while True:
+                try:
+                    refused = await self.store.commit(batch, time.time())
+                    break
+                except StoreError as exc:
+                    if self.last_error is None:
+                        log.warning("store_unavailable", store=self.store.kind, error=str(exc))
+                    self.last_error = str(exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAX_SECONDS)
         if self.last_error is not None:
             log.info("store_available", store=self.store.kind)
             self.last_error = None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+from proxy import tracing
 from proxy.upstream.base import Upstream, UpstreamContext
 
 __all__ = ["UpstreamContext", "open_upstream"]
@@ -30,4 +33,4 @@ def open_upstream(context: UpstreamContext) -> Upstream:
         cls = WebSocketUpstream
     else:  # pragma: no cover - config validation refuses other values
         raise ValueError(f"unknown upstream transport {kind!r}")
-    return cls(context)
+    return cast(Upstream, tracing.wrap_upstream(context, cls))

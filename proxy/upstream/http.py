@@ -36,6 +36,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from proxy import tracing
 from proxy.backoff import Backoff
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
@@ -203,6 +204,7 @@ class HttpUpstream:
         # A new session (the client's initialize): neither its id nor its revision yet.
         initialize = msg.kind is Kind.REQUEST and msg.id == self._expiry.initialize_id
         headers = self._endpoint.headers(POST_ACCEPT, new_session=initialize)
+        tracing.http_headers(msg, headers)  # W3C Trace Context, as params._meta has it
         used, bearer = headers.get(SESSION_HEADER), self._endpoint.bearer
         try:
             resp = await self._endpoint.post(payload, headers, written)
