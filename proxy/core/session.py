@@ -375,6 +375,10 @@ class Session:
                 return
             rewritten = jsonrpc.with_param(msg, "requestId", downstream)
             self.append(self._route_unrelated(origin), rewritten, out)
+        elif msg.method == "notifications/resources/updated" and not self.view.shows_update(
+            msg.params
+        ):
+            return  # a resource this client may not see (docs/tools.md)
         else:
             payload, mark = msg.encoded(), seed.poll_mark(msg.raw)
             self._append_bytes(self._route_unrelated(origin), payload, mark, out)

@@ -291,6 +291,13 @@ class View:
             kept.append(item if shown == name else {**item, item_key: shown})
         return {**result, key: kept}
 
+    def shows_update(self, params: dict[str, Any]) -> bool:
+        """Is ``notifications/resources/updated`` with these params for this principal?"""
+        uri = params.get("uri")
+        if self.policy.resources.inert or not isinstance(uri, str):
+            return True
+        return self.server_name(Kind.RESOURCE, uri) is not None
+
     def uris(self, uris: Iterable[str]) -> list[str]:
         """Of ``uris``, those this principal may use (modern resource subscriptions)."""
         return [u for u in uris if self.server_name(Kind.RESOURCE, u) is not None]

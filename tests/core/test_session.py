@@ -332,3 +332,14 @@ def test_a_batch_with_a_refused_request_forwards_the_rest() -> None:
     assert [m["params"]["name"] for m in upstream_sent(out)] == ["drop"]
     assert [m.get("error", {}).get("code") for m in payloads(out, c)] == [-32602]
     assert CloseClient(c) not in out  # the forwarded one is still to be answered
+
+
+def test_updates_of_a_hidden_resource_do_not_reach_the_client() -> None:
+    pb = Playbook()
+    pb.session.policy = Policy(resources=Rules(Kind.RESOURCE, deny=("secret://*",)))
+    pb.initialize()
+    c, _ = call(pb)
+    hidden = note("notifications/resources/updated", {"uri": "secret://x"})
+    shown = note("notifications/resources/updated", {"uri": "file:///y"})
+    assert pb.upstream(hidden) == []
+    assert payloads(pb.upstream(shown), c) == [shown]

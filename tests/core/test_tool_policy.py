@@ -148,6 +148,9 @@ def test_resources_by_uri_glob() -> None:
             refusal(Kind.RESOURCE, "mem://one")
         )
     assert policy.view(frozenset({"files:mem"})).uris(["mem://one", "file:///x"]) == ["mem://one"]
+    assert view.shows_update({"uri": "file:///public/a"})
+    assert not view.shows_update({"uri": "mem://one"})
+    assert OPEN.view(frozenset()).shows_update({"uri": "mem://one"})
 
 
 def test_malformed_requests_and_answers_are_left_to_the_server() -> None:
