@@ -5,13 +5,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from proxy.config_rules import ConfigError
 from proxy.core.tool_policy import Kind, Policy, Rules, ScopeRule
-
-if TYPE_CHECKING:
-    from proxy.config import UpstreamConfig
 
 
 @dataclass(frozen=True)
@@ -53,11 +50,22 @@ class ResourceRulesConfig:
     require: list[ScopeRequirement] = field(default_factory=list)
 
 
+class Ruled(Protocol):
+    """A server's section (``UpstreamConfig``), as far as its rules go."""
+
+    @property
+    def tools(self) -> NameRulesConfig: ...
+    @property
+    def prompts(self) -> NameRulesConfig: ...
+    @property
+    def resources(self) -> ResourceRulesConfig: ...
+
+
 def _require(items: list[ScopeRequirement]) -> tuple[ScopeRule, ...]:
     return tuple(ScopeRule(r.scope, tuple(r.names)) for r in items)
 
 
-def policy_of(up: UpstreamConfig) -> Policy:
+def policy_of(up: Ruled) -> Policy:
     """The pure policy of one server's rules (checked by :func:`check_policy`)."""
     t, p, r = up.tools, up.prompts, up.resources
     return Policy(
@@ -86,7 +94,7 @@ def policy_of(up: UpstreamConfig) -> Policy:
     )
 
 
-def check_policy(up: UpstreamConfig, where: str) -> None:
+def check_policy(up: Ruled, where: str) -> None:
     """The rules between keys: scopes and names given, renames to distinct names."""
     problems: list[str] = []
     for kind in ("tools", "prompts", "resources"):

@@ -10,6 +10,7 @@ import pytest
 from proxy.config import ConfigError, Problems, collect_config, config_from_mapping
 from proxy.config_policy import policy_of
 from proxy.core.tool_policy import Kind
+from proxy.servers import Server
 
 
 def server(**rules: Any) -> dict[str, Any]:
@@ -75,3 +76,14 @@ def test_scope_rules_without_jwt_auth_are_a_warning() -> None:
     problems = Problems()
     collect_config({**server(**rules), "auth": {"jwt": {"jwks_url": "https://i/jwks"}}}, problems)
     assert problems.warnings == []
+
+
+def test_a_server_compiles_its_rules_once_and_again_for_a_new_config() -> None:
+    """The rules in force are read at each request: a config put in place later applies."""
+    config = config_from_mapping(server(tools={"deny": ["x"]}))
+    first = Server("a", config.for_server(config.servers["a"]))
+    policy = first.policy
+    assert first.policy is policy and not policy.tools.permits("x", None)
+    changed = config_from_mapping(server(tools={"deny": ["y"]}))
+    first.config = changed.for_server(changed.servers["a"])
+    assert first.policy.tools.permits("x", None) and not first.policy.tools.permits("y", None)

@@ -203,6 +203,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proxy.config_file",
             "proxy.config_env",
             "proxy.config_import",
+            "proxy.config_policy",
             "proxy.config_rules",
             "proxy.config_system",
             "proxy.jwks_keys",

@@ -158,7 +158,9 @@ async def test_list_changed_still_flows_and_the_new_tool_is_listed_by_its_new_na
             added = await c.call_tool(f"probe_{name}", {})
             assert text_of(added) == f"{name} was added"
         async with client(server, "2026-07-28") as c:
-            async with c.listen(tools_list_changed=True) as sub:
+            uris = ["probe://counter", "probe://readme"]
+            async with c.listen(tools_list_changed=True, resource_subscriptions=uris) as sub:
+                assert sub.honored.resource_subscriptions == ["probe://readme"]  # not the hidden
                 await c.call_tool("probe_add_tool", {"name": f"{name}2"})
                 with anyio.fail_after(DEADLINE_S):
                     async for event in sub:
