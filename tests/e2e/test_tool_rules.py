@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
+import aiohttp
 import anyio
 import httpx2
 import mcp_types as types
@@ -211,3 +212,42 @@ async def test_scopes_decide_what_a_jwt_lists_and_calls(
                 listed = await c.list_tools(cache_mode="refresh")
                 assert {t.name for t in listed.tools} == everything
                 assert text_of(await c.call_tool("bump", {})).isdigit()
+
+
+async def test_over_websocket_a_session_keeps_the_scopes_of_its_credential(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    """``/ws`` sessions take the scopes of the socket's credential, as ``/mcp`` ones do."""
+    state = tmp_path / "state"
+    state.mkdir()
+    issuer = Issuer()
+    kid = issuer.rsa("k1")
+    auth = jwt_auth(jwks_file=issuer.write_jwks(tmp_path / "jwks.json", kid))
+    rules = {"tools": {"require": [{"scope": "probe:admin", "names": ["add_tool", "bump"]}]}}
+    init = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    }
+    async with server_factory.start(config(state, rules, auth=auth)) as server:
+        url = server.url.replace("http://", "ws://").removesuffix("/mcp") + "/ws"
+        listed = {}
+        for scope in ("probe:read", "probe:admin"):
+            headers = {"Authorization": f"Bearer {issuer.token(kid, 'ann', scope=scope)}"}
+            async with (
+                aiohttp.ClientSession() as http,
+                http.ws_connect(url, headers=headers, protocols=("mcp",)) as ws,
+            ):
+                await ws.send_json(
+                    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}
+                )
+                await ws.send_json({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                await ws.send_json({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+                with anyio.fail_after(DEADLINE_S):
+                    while True:
+                        frame = json.loads((await ws.receive()).data)
+                        if frame.get("id") == 2:
+                            break
+                listed[scope] = {t["name"] for t in frame["result"]["tools"]}
+    assert {"add_tool", "bump"} <= listed["probe:admin"]
+    assert listed["probe:read"] == listed["probe:admin"] - {"add_tool", "bump"}
