@@ -83,6 +83,7 @@ class Rules:
     _deny: Globs = field(init=False, repr=False, compare=False)
     _require: tuple[tuple[str, Globs], ...] = field(init=False, repr=False, compare=False)
     _back: dict[str, str] = field(init=False, repr=False, compare=False)
+    _inert: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         shown = list(self.rename.values())
@@ -92,17 +93,13 @@ class Rules:
         object.__setattr__(self, "_deny", Globs(self.deny))
         object.__setattr__(self, "_require", tuple((r.scope, Globs(r.names)) for r in self.require))
         object.__setattr__(self, "_back", {new: old for old, new in self.rename.items()})
+        rules = (self.allow is not None, self.deny, self.rename, self.prefix, self.require)
+        object.__setattr__(self, "_inert", not any(rules))
 
     @property
     def inert(self) -> bool:
         """No rule at all: every name is shown as the server gives it."""
-        return (
-            self.allow is None
-            and not self.deny
-            and not self.rename
-            and not self.prefix
-            and not self.require
-        )
+        return self._inert
 
     @property
     def renames(self) -> bool:
@@ -145,9 +142,15 @@ class Policy:
     prompts: Rules = field(default_factory=lambda: Rules(Kind.PROMPT))
     resources: Rules = field(default_factory=lambda: Rules(Kind.RESOURCE))
 
+    _inert: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        inert = self.tools.inert and self.prompts.inert and self.resources.inert
+        object.__setattr__(self, "_inert", inert)
+
     @property
     def inert(self) -> bool:
-        return self.tools.inert and self.prompts.inert and self.resources.inert
+        return self._inert
 
     def view(self, scopes: frozenset[str] | None) -> View:
         return View(self, scopes)
