@@ -6,7 +6,7 @@ from __future__ import annotations
 import string
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core.modern_errors import modern_error
@@ -205,6 +205,7 @@ def rules(draw: st.DrawFn) -> Rules:
     )
 
 
+@settings(max_examples=200, deadline=None)  # no timing: a loaded machine is slow
 @given(rules(), st.lists(NAME, unique=True), st.none() | SCOPES)
 def test_every_shown_name_leads_back_to_its_own_tool_only(
     r: Rules, names: list[str], scopes: frozenset[str] | None
@@ -230,6 +231,7 @@ def test_every_shown_name_leads_back_to_its_own_tool_only(
             assert view.shown(Kind.TOOL, target) == s  # only by the name it is shown
 
 
+@settings(max_examples=200, deadline=None)  # no timing: a loaded machine is slow
 @given(rules(), NAME, SCOPES, SCOPES)
 def test_more_scopes_never_hide_more(
     r: Rules, name: str, a: frozenset[str], b: frozenset[str]
@@ -239,6 +241,7 @@ def test_more_scopes_never_hide_more(
         assert r.permits(name, None)  # unscoped credentials: only the operator's rules
 
 
+@settings(max_examples=200, deadline=None)  # no timing: a loaded machine is slow
 @given(rules(), NAME, st.none() | SCOPES)
 def test_deny_always_wins(r: Rules, name: str, scopes: frozenset[str] | None) -> None:
     denied = Rules(Kind.TOOL, allow=r.allow, deny=(*r.deny, name), rename=r.rename, prefix=r.prefix)
