@@ -205,7 +205,7 @@ def rules(draw: st.DrawFn) -> Rules:
     )
 
 
-@settings(max_examples=200, deadline=None)  # no timing: a loaded machine is slow
+@settings(max_examples=100, deadline=None)  # no timing: a loaded machine is slow
 @given(rules(), st.lists(NAME, unique=True), st.none() | SCOPES)
 def test_every_shown_name_leads_back_to_its_own_tool_only(
     r: Rules, names: list[str], scopes: frozenset[str] | None
@@ -231,7 +231,7 @@ def test_every_shown_name_leads_back_to_its_own_tool_only(
             assert view.shown(Kind.TOOL, target) == s  # only by the name it is shown
 
 
-@settings(max_examples=200, deadline=None)  # no timing: a loaded machine is slow
+@settings(max_examples=100, deadline=None)  # no timing: a loaded machine is slow
 @given(rules(), NAME, SCOPES, SCOPES)
 def test_more_scopes_never_hide_more(
     r: Rules, name: str, a: frozenset[str], b: frozenset[str]
@@ -241,7 +241,7 @@ def test_more_scopes_never_hide_more(
         assert r.permits(name, None)  # unscoped credentials: only the operator's rules
 
 
-@settings(max_examples=200, deadline=None)  # no timing: a loaded machine is slow
+@settings(max_examples=100, deadline=None)  # no timing: a loaded machine is slow
 @given(rules(), NAME, st.none() | SCOPES)
 def test_deny_always_wins(r: Rules, name: str, scopes: frozenset[str] | None) -> None:
     denied = Rules(Kind.TOOL, allow=r.allow, deny=(*r.deny, name), rename=r.rename, prefix=r.prefix)
