@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from proxy.config_auth import AuthConfig, check_auth
+from proxy.config_auth import AuthConfig, check_auth, jwt_enabled
 from proxy.config_file import read_config_file
 from proxy.config_import import KEY, file_key_path, from_mcp_servers, is_mcp_servers
 from proxy.config_oauth import UpstreamOAuthConfig, check_oauth
+from proxy.config_policy import NameRulesConfig, ResourceRulesConfig, check_policy
 from proxy.config_rules import (  # re-exported: the schema's users import them from here
     Bound,
     ConfigError,
@@ -133,6 +134,12 @@ class UpstreamConfig:
     # (2026-07-28, no resumption without Tasks) or legacy (2025-11-25, resumes with
     # Last-Event-ID). null: modern.dual_era.
     dual_era: Annotated[str | None, OneOf(DUAL_ERA_CHOICES)] = None
+    # Which tools, prompts and resources clients are shown and may use, by which names,
+    # and which OAuth scopes some need (docs/tools.md). Unset: everything, as the server
+    # lists it.
+    tools: NameRulesConfig = field(default_factory=NameRulesConfig)
+    prompts: NameRulesConfig = field(default_factory=NameRulesConfig)
+    resources: ResourceRulesConfig = field(default_factory=ResourceRulesConfig)
 
     @property
     def kind(self) -> str:
@@ -441,6 +448,14 @@ def collect_config(data: Any, problems: Problems) -> Config:
         _check_store(config.store)
     with problems.collecting():
         check_auth(config.auth)
+    for name, server in config.upstreams().items():
+        where = f"servers.{name}" if config.servers else "upstream"
+        scoped = [k for k in ("tools", "prompts", "resources") if getattr(server, k).require]
+        if scoped and not jwt_enabled(config.auth.jwt):
+            problems.warning(
+                f"{where}.{scoped[0]}.require: scope rules limit only JWTs, and auth.jwt is "
+                f"not set: nobody is limited by them"
+            )
     pool = config.modern.pool
     if pool.max_size < pool.size:
         problems.error(
@@ -482,6 +497,7 @@ def _check_upstream(up: UpstreamConfig, where: str) -> None:
     elif up.transport not in ("auto", "stdio"):
         raise ConfigError(f"{where}.transport: {up.transport} needs {where}.url")
     check_oauth(up.oauth, up.kind, where)
+    check_policy(up, where)
 
 
 def load_config(path: str | Path) -> Config:

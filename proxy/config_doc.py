@@ -87,6 +87,9 @@ def _rows(cls: Any, prefix: str = "") -> Iterator[tuple[str, str, str, str, str]
         name, limits = _type_name(tp)
         shown = json.dumps(default)
         yield path, name, limits, shown, notes.get(f.name, "")
+        item = typing.get_args(tp)[0] if typing.get_origin(tp) is list else None
+        if dataclasses.is_dataclass(item):  # a list of sections: each item's keys
+            yield from _rows(item, f"{path}[].")
 
 
 def render() -> str:

@@ -12,8 +12,15 @@ Each entry becomes ``servers.NAME``: ``command`` + ``args`` the stdio command, `
 ``headers`` with ``type`` / ``transport`` (``stdio``, ``sse``, ``http`` /
 ``streamable-http`` / ``streamableHttp``, ``ws`` / ``websocket``; none: by the URL).
 An entry with ``"disabled": true`` is left out; keys that only concern a host
-(``autoApprove``, ``description``, ``timeout`` ...) are ignored. Any other top-level key
-of the file is this proxy's own (``listen``, ``auth``, ...), so one file can hold both.
+(``autoApprove``, ``alwaysAllow``, ``description``, ``timeout`` ...) are ignored. Any other
+top-level key of the file is this proxy's own (``listen``, ``auth``, ...), so one file can
+hold both.
+
+Which tools clients see (docs/tools.md §Host keys), from the keys hosts use for it, exact
+names each: ``includeTools`` (Gemini CLI) → ``tools.allow``; ``excludeTools`` (Gemini CLI)
+and ``disabledTools`` (Roo Code) → ``tools.deny``; ``options.toolFilter`` (TBXark's
+mcp-proxy: ``{"mode": "allow"|"block", "list": [...]}``) → either. This proxy's own
+``tools``, ``prompts`` and ``resources`` sections may be given in an entry too.
 """
 
 from __future__ import annotations
@@ -47,14 +54,16 @@ _HOST_ONLY = frozenset(
         "icon",
         "enabled",
         "trust",
-        "includeTools",
-        "excludeTools",
     }
 )
 _OWN = frozenset(
     {"command", "args", "env", "cwd", "url", "headers", "type", "transport"}
     | {"serverUrl", "httpUrl"}  # other hosts' names for url
+    | {"tools", "prompts", "resources"}  # this proxy's rules (docs/tools.md)
+    | {"includeTools", "excludeTools", "disabledTools", "options"}  # hosts' names for them
 )
+# TBXark mcp-proxy's per-server options: what is not about tools concerns that proxy only.
+_OPTIONS_IGNORED = frozenset({"panicIfInvalid", "logEnabled"})
 
 
 def is_mcp_servers(data: Any) -> bool:
@@ -159,7 +168,67 @@ def _server(where: str, entry: dict[str, Any], problems: Problems) -> dict[str, 
         server["url"] = entry[urls[0]]
         if urls[0] == "httpUrl" and kind is None:
             server["transport"] = "streamable-http"
-    for key in ("headers", "env", "cwd"):
+    for key in ("headers", "env", "cwd", "tools", "prompts", "resources"):
         if key in entry:
             server[key] = entry[key]
+    _tool_keys(where, entry, server, problems)
     return server
+
+
+def _exact(name: str) -> str:
+    """A glob that matches exactly ``name`` (hosts list names, not patterns)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _names(where: str, value: Any, problems: Problems) -> list[str] | None:
+    if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
+        return [_exact(v) for v in value]
+    problems.error(f"{where}: expected a list of tool names, got {describe(value)}")
+    return None
+
+
+def _tool_keys(
+    where: str, entry: dict[str, Any], server: dict[str, Any], problems: Problems
+) -> None:
+    """Hosts' keys for which tools are served, as ``tools.allow`` / ``tools.deny``."""
+    allow: list[str] | None = None
+    deny: list[str] = []
+    if "includeTools" in entry:
+        allow = _names(f"{where}.includeTools", entry["includeTools"], problems)
+    for key in ("excludeTools", "disabledTools"):
+        if key in entry:
+            deny += _names(f"{where}.{key}", entry[key], problems) or []
+    options = entry.get("options", {})
+    if not isinstance(options, dict):
+        problems.error(f"{where}.options: expected a mapping, got {describe(options)}")
+        options = {}
+    for key in sorted(set(options) - _OPTIONS_IGNORED - {"toolFilter"}):
+        problems.error(
+            f"{where}.options.{key}: not read by this proxy (options.toolFilter is; "
+            f"authentication is auth:)"
+        )
+    found = options.get("toolFilter")
+    if found is not None:
+        at = f"{where}.options.toolFilter"
+        mode = found.get("mode", "block") if isinstance(found, dict) else None
+        listed = _names(f"{at}.list", found.get("list"), problems) if mode else None
+        if mode not in ("allow", "block"):
+            problems.error(
+                f"{at}: expected {{mode: allow|block, list: [...]}}, got {describe(found)}"
+            )
+        elif listed is not None and mode == "block":
+            deny += listed
+        elif listed is not None:
+            allow = listed if allow is None else [n for n in allow if n in listed]
+    if allow is None and not deny:
+        return
+    tools = server.get("tools")
+    if isinstance(tools, dict) and ("allow" in tools or "deny" in tools):
+        problems.error(f"{where}.tools: give allow and deny here or in the host's keys, not both")
+        return
+    rules = dict(tools) if isinstance(tools, dict) else {}
+    if allow is not None:
+        rules["allow"] = allow
+    if deny:
+        rules["deny"] = deny
+    server["tools"] = rules

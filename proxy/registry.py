@@ -153,7 +153,10 @@ class Registry:
             self._none_starting.set()
 
     async def create(
-        self, principal: str | None = None, server: Server | None = None
+        self,
+        principal: str | None = None,
+        server: Server | None = None,
+        scopes: frozenset[str] | None = None,
     ) -> SessionRunner:
         """Start a new session of ``server`` (the only one, if not given) and its upstream;
         ``Overloaded`` past a session limit.
@@ -179,6 +182,7 @@ class Registry:
                 context.persister,
                 context.metrics,
                 principal,
+                scopes,
             )
             await runner.start()
         except BaseException as exc:

@@ -152,6 +152,7 @@ class SessionRunner:
         persister: Persister | None = None,
         metrics: Metrics | None = None,
         principal: str | None = None,
+        scopes: frozenset[str] | None = None,
     ) -> None:
         self.server = server
         self.config = config = server.config
@@ -168,6 +169,8 @@ class SessionRunner:
         self.metrics = metrics
         self.principal = principal  # who created it (inbound auth), if anyone
         self.session.principal = principal
+        self.session.scopes = scopes  # those of the credential that opened it
+        self.session.policy = server.policy
         self._journal = self.session.keep_journal() if persister is not None else None
         self._on_forget = on_forget
         self._next_conn_id = next_conn_id
@@ -235,6 +238,7 @@ class SessionRunner:
         """Hand one event to the core and carry out its commands. Raises ``ProxyError``."""
         if self.session.forgotten:
             raise SessionNotFound("Session not found")
+        self.session.policy = self.server.policy  # the rules in force now (a reload)
         commands = self.session.handle(event, self._loop.time())
         # A client's own request may replay a whole log at once: that is not slowness.
         live = isinstance(event, UpstreamMessage | UpstreamClosed | Tick)

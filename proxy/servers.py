@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from proxy.config import Config, UpstreamConfig
+from proxy.config_policy import policy_of
 from proxy.core.dual_era import eras_served
+from proxy.core.tool_policy import Policy
 from proxy.upstream.base import UpstreamHealth
 
 SERVERS_PREFIX = "/servers/"
@@ -23,10 +25,20 @@ class Server:
     health: UpstreamHealth = field(default_factory=UpstreamHealth)
     sessions: int = 0  # its live client sessions, and those starting
     removed: bool = False  # a reload took it out of the config: it drains (proxy/reload.py)
+    _policy: tuple[UpstreamConfig, Policy] | None = field(default=None, repr=False)
 
     @property
     def upstream(self) -> UpstreamConfig:
         return self.config.upstream
+
+    @property
+    def policy(self) -> Policy:
+        """Its tool, prompt and resource rules (docs/tools.md), compiled once per config
+        (a config put in place later, by a reload, is compiled anew)."""
+        upstream = self.config.upstream
+        if self._policy is None or self._policy[0] is not upstream:
+            self._policy = (upstream, policy_of(upstream))
+        return self._policy[1]
 
     @property
     def mcp_path(self) -> str:

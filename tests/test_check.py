@@ -201,8 +201,9 @@ def test_mcp_servers_entries_are_named_as_the_file_has_them(tmp_path: Path) -> N
     assert errors == [
         "mcpServers.remote.type: expected one of http, sse, stdio, streamable-http, "
         "streamable_http, streamablehttp, websocket, ws, got str 'carrier-pigeon'",
-        "mcpServers.x.y.comand: unknown key (known here: args, command, cwd, env, headers, "
-        "httpUrl, serverUrl, transport, type, url)",
+        "mcpServers.x.y.comand: unknown key (known here: args, command, cwd, disabledTools, "
+        "env, excludeTools, headers, httpUrl, includeTools, options, prompts, resources, "
+        "serverUrl, tools, transport, type, url)",
         "mcpServers.files.args[1]: expected a string, got a mapping of 1 key",
         "mcpServers.more.env.TOKEN: expected a string, got a mapping of 1 key",
         "mcpServers.remote.serverUrl: expected an http(s):// or ws(s):// URL, got 'ftp://h/'",

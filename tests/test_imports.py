@@ -216,6 +216,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proxy.config_env",
             "proxy.config_import",
             "proxy.config_oauth",
+            "proxy.config_policy",
             "proxy.config_rules",
             "proxy.config_system",
             "proxy.config_tracing",

@@ -26,7 +26,7 @@ from proxy.core import jsonrpc, legacy_tasks, seed
 from proxy.core.admission import check_initialize
 from proxy.core.deadlines import Deadlines
 from proxy.core.delivery import Delivery
-from proxy.core.errors import BadRequest, Conflict, SessionNotFound
+from proxy.core.errors import BadRequest, Conflict, SessionNotFound, answer_with_error
 from proxy.core.eventid import format_event_id
 from proxy.core.events import (
     Accepted,
@@ -58,6 +58,7 @@ from proxy.core.schedule import Schedule
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
 from proxy.core.snapshot import SessionSnapshot
 from proxy.core.stream import ByteBudget, Mark, StreamEvent, StreamLog, StreamState, transition
+from proxy.core.tool_policy import FILTERED_LISTS, OPEN, Policy, Refuse, View
 
 __all__ = ["STANDALONE", "Session", "SessionSettings"]
 
@@ -85,6 +86,11 @@ class Session:
         # after it is made: the resume tokens it mints and checks are bound to it, and the
         # records of its streams in a durable store name it.
         self.principal: str | None = None
+        # What its client is shown and may use (docs/tools.md): the server's rules, set by
+        # the runtime (anew after a reload), and the OAuth scopes of the credential that
+        # opened the session (None: not limited by scope rules).
+        self.policy: Policy = OPEN
+        self.scopes: frozenset[str] | None = None
         self._protocol_version: str | None = None
         self._initialize_seen = False
         self._streams = StreamTable()  # watched: see proxy.core.schedule
@@ -118,6 +124,10 @@ class Session:
             stream.log.journal = journal
             journal.opened.append(number)
         return journal
+
+    @property
+    def view(self) -> View:
+        return self.policy.view(self.scopes)
 
     @property
     def protocol_version(self) -> str | None:
@@ -275,7 +285,14 @@ class Session:
         out.append(StartSse(ev.conn))
         self.delivery.attach(stream, ev.conn, self._now, out)
         stream.request_id = requests[0].id
+        view = self.view
         for msg in requests:
+            decided = None if view.inert else view.request(msg.method or "", msg.params)
+            if isinstance(decided, Refuse):  # as the server refuses what it does not have
+                self.append(stream.number, answer_with_error(msg.id, decided.error), out)
+                continue
+            if decided is not None:
+                msg = jsonrpc.classify(jsonrpc.with_param(msg, decided.key, decided.value))
             token = progress_token_of(msg.params)
             upstream_id = self._ids.add_client_request(
                 msg.id, msg.method or "", stream.number, token
@@ -290,6 +307,9 @@ class Session:
                 )
             step = HandshakeStep.INITIALIZE if msg.method == INITIALIZE else None
             out.append(SendUpstream(jsonrpc.encode(forward), step))
+        if not stream.pending:  # every request refused: answered already
+            self.complete(stream, out)
+            return
         if (
             self.speaks_streams
             and len(requests) == 1
@@ -363,6 +383,10 @@ class Session:
                 return
             rewritten = jsonrpc.with_param(msg, "requestId", downstream)
             self.append(self._route_unrelated(origin), rewritten, out)
+        elif msg.method == "notifications/resources/updated" and not self.view.shows_update(
+            msg.params
+        ):
+            return  # a resource this client may not see (docs/tools.md)
         else:
             payload, mark = msg.encoded(), seed.poll_mark(msg.raw)
             self._append_bytes(self._route_unrelated(origin), payload, mark, out)
@@ -380,8 +404,13 @@ class Session:
                 self.protocol_version = version
             if self.offers_tasks:  # the proxy offers them unless the server does itself
                 msg, self.offers_tasks = legacy_tasks.offer_tasks(msg)
-        elif self.offers_tasks and pending.method == "tools/list" and not msg.is_error:
-            msg = legacy_tasks.tools_may_be_tasks(msg)
+        elif pending.method in FILTERED_LISTS and not msg.is_error:
+            view = self.view
+            if not view.inert:
+                result = view.answer(pending.method, msg.raw.get("result"))
+                msg = jsonrpc.classify({**msg.raw, "result": result})
+            if self.offers_tasks and pending.method == "tools/list":
+                msg = legacy_tasks.tools_may_be_tasks(msg)
         self.append(pending.stream, jsonrpc.with_id(msg, pending.client_id), out)
         self.finish_request(rid, out)
         if pending.method == "initialize" and msg.is_error:

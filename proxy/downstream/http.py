@@ -39,7 +39,7 @@ from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import LAST_EVENT_ID, SESSION_HEADER, VERSION_HEADER
 from proxy.core.sse import encode_retry
 from proxy.downstream.admission import check_session_reading, post_to_session
-from proxy.downstream.auth import limit_resumes, principal_of
+from proxy.downstream.auth import limit_resumes, principal_of, scopes_of
 from proxy.downstream.entry import endpoint_entry
 from proxy.downstream.guard import BodyBudget, read_body
 from proxy.downstream.remote import RemoteSessions
@@ -256,7 +256,7 @@ class StreamableHttp:
             request[_MODERN_KEY] = True
             reply = Reply(request, self.config.sse.keepalive_seconds)
             return await self.modern.post(
-                messages[0], principal_of(request), request.headers, reply
+                messages[0], principal_of(request), request.headers, reply, scopes_of(request)
             )
         header_id = request.headers.get(LAST_EVENT_ID)
         existing = request.headers.get(SESSION_HEADER)
@@ -269,7 +269,9 @@ class StreamableHttp:
             removed=self.server.removed,
         )
         if admission.opens_session:
-            runner = await self.registry.create(principal_of(request), self.server)
+            runner = await self.registry.create(
+                principal_of(request), self.server, scopes_of(request)
+            )
         else:
             target = self._named_session(request)
             if isinstance(target, RemoteSessions):

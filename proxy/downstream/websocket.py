@@ -59,7 +59,7 @@ from proxy.core.errors import (
 )
 from proxy.core.protocol import SESSION_HEADER, VERSION_HEADER
 from proxy.core.socket_route import CLOSE_TRY_AGAIN_LATER, SocketRoute, socket_route
-from proxy.downstream.auth import limit_resumes, principal_of
+from proxy.downstream.auth import limit_resumes, principal_of, scopes_of
 from proxy.downstream.entry import endpoint_entry
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
@@ -180,6 +180,7 @@ class WebSocketEndpoint:
                     server=self.server,
                     principal=principal_of(request),
                     stored=self.stored if self.stored.enabled else None,
+                    scopes=scopes_of(request),
                 )
         self.sockets.add(socket)
         try:

@@ -93,11 +93,13 @@ class ClientSocket:
         server: Server,
         principal: str | None = None,
         stored: StoredStreams | None = None,
+        scopes: frozenset[str] | None = None,
     ) -> None:
         self.config = config
         self.stored = stored  # a durable store: streams of other sessions, from the log
         self.server = server
         self.principal = principal  # sessions it opens are bound to it (inbound auth)
+        self.scopes = scopes  # and to its credential's OAuth scopes (docs/tools.md)
         self.registry = registry
         self.ws = ws
         self.runner = runner
@@ -163,7 +165,7 @@ class ClientSocket:
         )
         init = admission.initialize
         if init is not None:
-            runner = await self.registry.create(self.principal, self.server)
+            runner = await self.registry.create(self.principal, self.server, self.scopes)
         else:
             if self.runner is None:
                 raise BadRequest(

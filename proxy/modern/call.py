@@ -33,6 +33,9 @@ class CallRun:
         self, method: str, params: dict[str, Any], client: ModernRequest, principal: str | None
     ) -> None:
         self.call = Call(method, params, client, principal)
+        # What the server is sent, when an operator's rule renamed what the client named
+        # (proxy/core/tool_policy.py); None: the client's own params.
+        self.upstream: dict[str, Any] | None = None
         self.carrier: Carrier | None = None
         self._changed = asyncio.Event()
         self.on_change: list[Callable[[CallRun], None]] = []

@@ -37,12 +37,14 @@ from proxy.core.era import (
     tasks_capability_missing,
     upstream_params,
 )
-from proxy.core.errors import BadRequest, Overloaded, ProxyError, error_object
+from proxy.core.errors import BadRequest, Overloaded, ProxyError, answer_with_error, error_object
 from proxy.core.jsonrpc import Kind, Message
+from proxy.core.modern_errors import modern_error
 from proxy.core.modern_results import discover_result, final_answer, input_required_result
 from proxy.core.modern_routes import Route, route
 from proxy.core.protocol import INTERNAL_ERROR
 from proxy.core.taskrecord import created, detailed
+from proxy.core.tool_policy import FILTERED_LISTS, Refuse, View
 from proxy.modern import legacy_remote
 from proxy.modern.call import CallRun
 from proxy.modern.context import ModernContext
@@ -145,17 +147,23 @@ class ModernFacade:
 
     # ------------------------------------------------------------------ entry
     async def post(
-        self, msg: Message, principal: str | None, headers: Mapping[str, str], reply: Reply
+        self,
+        msg: Message,
+        principal: str | None,
+        headers: Mapping[str, str],
+        reply: Reply,
+        scopes: frozenset[str] | None = None,
     ) -> web.StreamResponse:
         """Answer one modern request of ``principal`` (its HTTP headers mirror the body)
-        on ``reply``."""
+        on ``reply``; ``scopes``: its credential's OAuth scopes (docs/tools.md)."""
         if msg.kind is Kind.RESPONSE:
             raise BadRequest("Bad Request: a 2026-07-28 client sends no responses")
         if msg.kind is Kind.NOTIFICATION:
             return web.Response(status=202)  # none is defined over HTTP; accepted, unused
         try:
             client = check_request(msg.raw, headers)
-            return await self._dispatch(msg, client, principal, headers, reply)
+            view = self.server.policy.view(scopes)
+            return await self._dispatch(msg, client, principal, headers, reply, view)
         except ProxyError as exc:
             if exc.request_id is None:
                 exc.request_id = msg.id
@@ -168,6 +176,7 @@ class ModernFacade:
         principal: str | None,
         headers: Mapping[str, str],
         reply: Reply,
+        view: View,
     ) -> web.StreamResponse:
         method = msg.method or ""
         # A draining replica takes no new work (503 proxy_draining: proxy/downstream/drain.py).
@@ -188,12 +197,12 @@ class ModernFacade:
                 result = await self._task_request(method, msg.params, principal)
                 return await reply.finish(jsonrpc.ok_response(msg.id, result))
             case Route.LISTEN:
-                return await listen(self.context, reply, msg, client, principal)
+                return await listen(self.context, reply, msg, client, principal, view)
             case Route.RETRY:
                 state = msg.params["requestState"]
                 return await self._retry(msg, client, principal, state, headers, reply)
             case Route.START:
-                return await self._start(msg, client, principal, headers, reply)
+                return await self._start(msg, client, principal, headers, reply, view)
             case Route.NOT_FOUND:
                 raise method_not_found(method)
 
@@ -213,11 +222,18 @@ class ModernFacade:
         principal: str | None,
         headers: Mapping[str, str],
         reply: Reply,
+        view: View,
     ) -> web.StreamResponse:
         method = msg.method or ""
+        params = msg.params
+        decided = None if view.inert else view.request(method, params)
+        if isinstance(decided, Refuse):  # as the server refuses what it does not have
+            return await reply.finish(answer_with_error(msg.id, modern_error(decided.error)))
+        if decided is not None:
+            params = decided.applied(params)  # the server's own name
         run = CallRun(method, msg.params, client, principal)
         if method == "tools/call":
-            tool = (await self.tools.get()).get(str(msg.params.get("name")))
+            tool = (await self.tools.get()).get(str(params.get("name")))
             if tool is not None:
                 annotated = self.tools.header_params(tool)
                 if annotated:
@@ -227,9 +243,10 @@ class ModernFacade:
                 run.call.task_support, tasks_enabled=self.tasks_enabled, client_tasks=client.tasks
             ):
                 raise tasks_capability_missing()
+        run.upstream = params if decided is not None else None
         self.track(run)
         await self._send(run)
-        return await self._follow(msg, run, reply, started=time.monotonic())
+        return await self._follow(msg, run, reply, started=time.monotonic(), view=view)
 
     async def _send(self, run: CallRun) -> None:
         """Send ``run``'s request on a pooled session (anew, after URL elicitations)."""
@@ -238,7 +255,8 @@ class ModernFacade:
         except BaseException:
             run.fail(error_object(INTERNAL_ERROR, "no upstream session"))  # ends tracking
             raise
-        session.begin(run, upstream_params(run.call.params))
+        params = run.upstream if run.upstream is not None else run.call.params
+        session.begin(run, upstream_params(params))
 
     def track(self, run: CallRun) -> None:
         """Count ``run`` among the live ones until it ends; 503 past ``modern.max_calls``."""
@@ -294,7 +312,7 @@ class ModernFacade:
             self.continued.pop(run.id, None)
 
     async def _follow(
-        self, msg: Message, run: CallRun, reply: Reply, started: float
+        self, msg: Message, run: CallRun, reply: Reply, started: float, view: View | None = None
     ) -> web.StreamResponse:
         """Carry out what :class:`proxy.core.follow.Follower` decides for this request
         until it answers, asks, becomes a task, or the client goes away (then the call
@@ -325,7 +343,7 @@ class ModernFacade:
                     case follow.Keepalive():
                         await reply.stream([])
                     case follow.Answer():
-                        return await self._answer(reply, msg, run)
+                        return await self._answer(reply, msg, run, view)
                     case follow.RefuseInput():
                         run.answer({key: None for key in call.pending})  # refused upstream
                     case follow.AskClient():
@@ -359,13 +377,19 @@ class ModernFacade:
     def _server_info(self) -> Any:
         return (self.pool.init_result or {}).get("serverInfo")
 
-    async def _answer(self, reply: Reply, msg: Message, run: CallRun) -> web.StreamResponse:
+    async def _answer(
+        self, reply: Reply, msg: Message, run: CallRun, view: View | None
+    ) -> web.StreamResponse:
         message, status = final_answer(
             run.call,
             msg.id,
             cache_ttl_ms=self.config.modern.cache_ttl_ms,
             server_info=self._server_info(),
         )
+        method = run.call.method
+        filtered = view is not None and not view.inert and method in FILTERED_LISTS
+        if filtered and view is not None and "result" in message:  # shown, by its names
+            message = {**message, "result": view.answer(method, message["result"])}
         return await reply.finish(message, status=status)
 
     async def _input_required(self, reply: Reply, msg: Message, run: CallRun) -> web.StreamResponse:

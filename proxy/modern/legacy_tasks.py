@@ -29,12 +29,13 @@ from aiohttp import web
 
 from proxy.core import jsonrpc
 from proxy.core.era import ModernError, ModernRequest, invalid_params
-from proxy.core.errors import Overloaded, error_object
+from proxy.core.errors import Overloaded, answer_with_error, error_object
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.legacy_tasks import answered, final, question, task_principal
 from proxy.core.protocol import INTERNAL_ERROR, SESSION_HEADER
 from proxy.core.sse import LIVENESS_SECONDS
 from proxy.core.taskrecord import TERMINAL, legacy_task
+from proxy.core.tool_policy import Refuse
 from proxy.modern.call import CallRun
 from proxy.modern.context import ModernContext
 from proxy.modern.reply import Reply
@@ -75,7 +76,12 @@ class LegacyTasks:
         method = msg.method or ""
         reply.add_headers(headers)
         if method == "tools/call" and isinstance(msg.params.get("task"), dict):
-            result = await self._create(runner, msg)
+            view = runner.session.view  # the tools this session may call (docs/tools.md)
+            decided = None if view.inert else view.request(method, msg.params)
+            if isinstance(decided, Refuse):
+                return await reply.finish(answer_with_error(msg.id, decided.error))
+            params = msg.params if decided is None else decided.applied(msg.params)
+            result = await self._create(runner, msg, params)
         elif method == "tasks/result":
             return await self._result(reply, runner, msg)
         elif method in _TASK_METHODS:
@@ -85,7 +91,9 @@ class LegacyTasks:
         return await reply.finish(jsonrpc.ok_response(msg.id, result))
 
     # ------------------------------------------------------------------ requests
-    async def _create(self, runner: SessionRunner, msg: Message) -> dict[str, Any]:
+    async def _create(
+        self, runner: SessionRunner, msg: Message, asked: dict[str, Any]
+    ) -> dict[str, Any]:
         session = runner.session
         client = ModernRequest(
             version=session.protocol_version or "2025-11-25",
@@ -94,7 +102,7 @@ class LegacyTasks:
             log_level=None,
             progress_token=None,
         )
-        params = {k: v for k, v in msg.params.items() if k != "task"}
+        params = {k: v for k, v in asked.items() if k != "task"}
         call = CallRun("tools/call", params, client, self.principal(runner))
         if self.keeper.full():
             limit = self.keeper.settings.max_running

@@ -25,18 +25,26 @@ from proxy.core.era import (
 )
 from proxy.core.jsonrpc import Message
 from proxy.core.subscriptions import honoured
+from proxy.core.tool_policy import OPEN, View
 from proxy.modern.context import ModernContext
 from proxy.modern.hub import Listener
 from proxy.modern.reply import Reply
 
 log = structlog.get_logger("proxy.modern")
+EVERYTHING = OPEN.view(None)
 
 
 async def listen(
-    context: ModernContext, reply: Reply, msg: Message, client: ModernRequest, principal: str | None
+    context: ModernContext,
+    reply: Reply,
+    msg: Message,
+    client: ModernRequest,
+    principal: str | None,
+    view: View = EVERYTHING,
 ) -> web.StreamResponse:
     """Serve one ``subscriptions/listen`` request: acknowledge, then stream what its filter
-    asks for until the client leaves or the proxy shuts down."""
+    asks for until the client leaves or the proxy shuts down. A resource ``view`` hides
+    (docs/tools.md) is not subscribed to, and not acknowledged."""
     wanted = msg.params.get("notifications")
     if not isinstance(wanted, dict):
         raise invalid_params("Invalid params: notifications must be an object")
@@ -48,6 +56,8 @@ async def listen(
             raise invalid_params("Invalid params: notifications.taskIds must be strings")
     init = await context.pool.info()
     accepted = honoured(wanted, init.get("capabilities") or {})
+    if "resourceSubscriptions" in accepted and not view.inert:
+        accepted["resourceSubscriptions"] = view.uris(accepted["resourceSubscriptions"])
     known: list[str] = []
     for task_id in task_ids or []:
         with contextlib.suppress(ModernError):

@@ -23,17 +23,20 @@ from proxy.core.events import (
     WakeAt,
 )
 from proxy.core.session import SessionSettings
+from proxy.core.tool_policy import Kind, Policy, Rules, ScopeRule
 from tests.core.playbook import (
     Playbook,
     call,
     note,
     ok,
+    payloads,
     prime,
     progress,
     req,
     resumed,
     sse,
     up,
+    upstream_sent,
 )
 
 
@@ -287,3 +290,75 @@ def test_delete_forgets_everything() -> None:
         ForgetSession("deleted by client"),
     ]
     assert pb.session.buffered_bytes == 0
+
+
+def _ruled(version: str = "2025-11-25", scopes: frozenset[str] | None = None) -> Playbook:
+    pb = Playbook(version=version)
+    pb.session.policy = Policy(
+        tools=Rules(
+            Kind.TOOL,
+            deny=("secret",),
+            rename={"echo": "say"},
+            require=(ScopeRule("admin", ("drop",)),),
+        )
+    )
+    pb.session.scopes = scopes
+    pb.initialize()
+    return pb
+
+
+def test_a_hidden_tool_is_refused_in_the_servers_words_and_never_forwarded() -> None:
+    """docs/tools.md: the answer is logged like any (resumable), the stream completes."""
+    pb = _ruled(scopes=frozenset())
+    for name in ("secret", "echo", "drop"):
+        c = pb.conn()
+        out = pb.post(c, req(9, "tools/call", {"name": name}))
+        unknown = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "error": {"code": -32602, "message": f"Unknown tool: {name}"},
+        }
+        assert upstream_sent(out) == [], name
+        assert payloads(out, c) == [unknown]
+        assert CloseClient(c) in out
+
+
+def test_a_renamed_tool_reaches_the_server_by_its_own_name_and_lists_by_the_new() -> None:
+    pb = _ruled(scopes=frozenset({"admin"}))
+    c = pb.conn()
+    out = pb.post(c, req(9, "tools/call", {"name": "say", "arguments": {"x": 1}}))
+    (sent,) = upstream_sent(out)
+    assert sent["params"] == {"name": "echo", "arguments": {"x": 1}}
+    c = pb.conn()
+    (listing,) = upstream_sent(pb.post(c, req(10, "tools/list", {"cursor": "p2"})))
+    assert listing["params"] == {"cursor": "p2"}
+    tools = [{"name": n} for n in ("echo", "secret", "drop", "other")]
+    out = pb.upstream(ok(listing["id"], {"tools": tools, "nextCursor": "p3"}))
+    assert payloads(out, c) == [
+        ok(
+            10,
+            {"tools": [{"name": "say"}, {"name": "drop"}, {"name": "other"}], "nextCursor": "p3"},
+        )
+    ]
+
+
+def test_a_batch_with_a_refused_request_forwards_the_rest() -> None:
+    pb = _ruled(version="2025-03-26", scopes=None)  # no scopes: drop is not limited
+    c = pb.conn()
+    out = pb.post(
+        c, req(1, "tools/call", {"name": "secret"}), req(2, "tools/call", {"name": "drop"})
+    )
+    assert [m["params"]["name"] for m in upstream_sent(out)] == ["drop"]
+    assert [m.get("error", {}).get("code") for m in payloads(out, c)] == [-32602]
+    assert CloseClient(c) not in out  # the forwarded one is still to be answered
+
+
+def test_updates_of_a_hidden_resource_do_not_reach_the_client() -> None:
+    pb = Playbook()
+    pb.session.policy = Policy(resources=Rules(Kind.RESOURCE, deny=("secret://*",)))
+    pb.initialize()
+    c, _ = call(pb)
+    hidden = note("notifications/resources/updated", {"uri": "secret://x"})
+    shown = note("notifications/resources/updated", {"uri": "file:///y"})
+    assert pb.upstream(hidden) == []
+    assert payloads(pb.upstream(shown), c) == [shown]

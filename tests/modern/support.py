@@ -25,7 +25,7 @@ async def modern_proxy(
 ) -> AsyncIterator[tuple[RunningProxy, Modern, Path]]:
     """The proxy in front of the task fixture; the fixture logs what it receives."""
     server_log = tmp_path / "server.log"
-    upstream = {"env": {"TASK_SERVER_LOG": str(server_log)}}
+    upstream = {"env": {"TASK_SERVER_LOG": str(server_log)}, **sections.pop("upstream", {})}
     async with (
         run_proxy(tmp_path, SERVER, upstream=upstream, **sections) as proxy,
         aiohttp.ClientSession() as http,

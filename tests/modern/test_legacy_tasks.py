@@ -13,7 +13,7 @@ import aiohttp
 
 from tests.downstream.sse_client import RawSession
 from tests.modern.client import Answer, read_answer
-from tests.modern.support import modern_proxy
+from tests.modern.support import modern_proxy, received
 
 
 async def send(client: RawSession, message: dict[str, Any]) -> Answer:
@@ -149,3 +149,22 @@ async def test_a_client_without_the_capability_gets_the_plain_call(tmp_path: Pat
         client = await legacy(modern.http, proxy.url, {})
         answer = await ask(client, 3, "tools/call", name="wait", arguments={"seconds": 0}, task={})
     assert answer.result["content"][0]["text"] == "waited "  # the task param is ignored
+
+
+async def test_task_augmented_calls_follow_the_tool_rules(tmp_path: Path) -> None:
+    """docs/tools.md: a hidden tool called as a task is refused as an unknown tool, and a
+    renamed one runs as a task under the server's own name."""
+    rules = {"tools": {"rename": {"wait": "pause"}, "deny": ["fail*"]}}
+    async with modern_proxy(tmp_path, upstream=rules) as (proxy, modern, log):
+        client = await legacy(modern.http, proxy.url, {"tasks": {}})
+        for rid, name in enumerate(("wait", "fail"), start=3):
+            refused = await ask(client, rid, "tools/call", name=name, arguments={}, task={})
+            assert refused.error == {"code": -32602, "message": f"Unknown tool: {name}"}
+        created = await ask(
+            client, 9, "tools/call", name="pause", arguments={"seconds": 0, "label": "R"}, task={}
+        )
+        task_id = created.result["task"]["taskId"]
+        result = await ask(client, 10, "tasks/result", taskId=task_id)
+        assert result.result["content"][0]["text"] == "waited R"
+    calls = [m["params"]["name"] for m in received(log) if m.get("method") == "tools/call"]
+    assert calls == ["wait"]
