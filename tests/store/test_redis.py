@@ -359,7 +359,7 @@ async def test_a_cancelled_receiver_returns_at_once_though_its_command_lingers(
         finally:
             ended.set()
 
-    caller = asyncio.ensure_future(store._blocking_call("receive messages", stubborn))
+    caller = asyncio.ensure_future(store._run("receive messages", stubborn, blocking=True))
     await asyncio.sleep(0.05)
     caller.cancel()
     done, _ = await asyncio.wait({caller}, timeout=1)
