@@ -43,7 +43,7 @@ from proxy.downstream.auth import limit_resumes, principal_of, scopes_of
 from proxy.downstream.entry import endpoint_entry
 from proxy.downstream.guard import BodyBudget, read_body
 from proxy.downstream.remote import RemoteSessions
-from proxy.downstream.stored import StoredStreams
+from proxy.downstream.stored import JsonHold, StoredStreams
 from proxy.downstream.wire import error_response
 from proxy.metrics import method_label
 from proxy.modern.endpoint import ModernFacade
@@ -116,8 +116,10 @@ class StreamableHttp:
             server.name,
             sole_server=len(context.servers) == 1,
         )
+        window = config.sse.json_answer_window_ms
+        hold = JsonHold(window / 1000, config.sse.json_answer_min_bytes) if window > 0 else None
         self.remote = (
-            RemoteSessions(context.replicas, self.stored, server.name)
+            RemoteSessions(context.replicas, self.stored, server.name, hold)
             if context.replicas is not None
             else None
         )

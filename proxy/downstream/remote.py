@@ -19,13 +19,13 @@ import json
 import structlog
 from aiohttp import web
 
-from proxy.core import seed
+from proxy.core import lone_answer, seed
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.core.sse import encode_event
 from proxy.downstream.auth import principal_of
-from proxy.downstream.stored import StoredStreams
+from proxy.downstream.stored import JsonHold, StoredStreams
 from proxy.downstream.wire import forwarded_refusal
 from proxy.forwarding import (
     Answered,
@@ -48,10 +48,18 @@ log = structlog.get_logger("proxy.remote")
 
 
 class RemoteSessions:
-    def __init__(self, replicas: Replicas, stored: StoredStreams, server: str) -> None:
+    def __init__(
+        self,
+        replicas: Replicas,
+        stored: StoredStreams,
+        server: str,
+        json_hold: JsonHold | None = None,
+    ) -> None:
         self.replicas = replicas
         self.stored = stored
         self.server = server  # the name of the server whose endpoint this serves
+        # A lone request's large answer as JSON, as on the holder (None: always SSE).
+        self.json_hold = json_hold
         # Acknowledgements on their way (see acknowledge): ended before the replicas stop.
         self._acks: set[asyncio.Task[None]] = set()
         replicas.on_stop(self.close)
@@ -84,7 +92,10 @@ class RemoteSessions:
             request_id=lone_id if isinstance(lone_id, str | int) else None,
         )
         reply = await self.replicas.forward(owner, forwarded)
-        return await self._answer(request, session_id, reply)
+        hold = None  # as on the holder: a lone request (no batch), JSON accepted
+        if lone_id is not None and lone_answer.prefers_json(request.headers.get("Accept")):
+            hold = self.json_hold
+        return await self._answer(request, session_id, reply, hold)
 
     async def acknowledge(
         self, session_id: str, last_event_id: str, principal: str | None = None
@@ -134,14 +145,14 @@ class RemoteSessions:
         )
 
     async def _answer(
-        self, request: web.Request, session_id: str, reply: Reply
+        self, request: web.Request, session_id: str, reply: Reply, hold: JsonHold | None = None
     ) -> web.StreamResponse:
         match reply:
             case StreamOpened(stream, after, priming, retry_ms):
                 opening = b""
                 if priming is not None:  # the holder primed it: so does this replica
                     opening = encode_event(None, event_id=priming, retry_ms=retry_ms)
-                return await self.stored.follow(request, session_id, stream, after, opening)
+                return await self.stored.follow(request, session_id, stream, after, opening, hold)
             case NoStream():
                 return web.Response(status=202, headers={SESSION_HEADER: session_id})
             case Deleted():

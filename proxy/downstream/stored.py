@@ -29,13 +29,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from aiohttp import web
 
 from proxy.backoff import Backoff
-from proxy.core import jsonrpc, seed
+from proxy.core import jsonrpc, lone_answer, seed
 from proxy.core.errors import ResumeError, SessionNotFound, StoreUnavailable
 from proxy.core.eventid import format_event_id, parse_event_id
 from proxy.core.jsonrpc import Message
@@ -54,6 +56,35 @@ log = structlog.get_logger("proxy.stored")
 
 _END = object()
 REPLAY_CHUNK = 1000  # entries read (and written) at a time
+
+
+@dataclass(frozen=True)
+class JsonHold:
+    """A lone request's large answer as ``application/json``, as the holder sends it
+    (:mod:`proxy.core.lone_answer`): how long the response headers wait for it
+    (``sse.json_answer_window_ms``) and its least size (``sse.json_answer_min_bytes``)."""
+
+    window_seconds: float
+    min_bytes: int
+
+
+Pump = Callable[[str, int, "asyncio.Queue[Any]"], Coroutine[Any, Any, None]]
+
+
+class _Tail:
+    """The one reader of a stream's log for one response: ``pump`` in a task, filling
+    :attr:`queue` with batches of entries, then ``_END`` or the ``ResumeError`` that
+    ended it. Its holder ends it (:meth:`end`)."""
+
+    def __init__(self, pump: Pump, key: str, after: int) -> None:
+        self.queue: asyncio.Queue[list[Entry] | object] = asyncio.Queue()
+        self._task = asyncio.create_task(pump(key, after, self.queue))
+
+    async def end(self) -> None:
+        """Cancel the reader and wait until it is gone (at once: a cancelled tail of the
+        store ends with its cancellation, :mod:`proxy.store.redis_commands`)."""
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
 
 
 class StoredStreams:
@@ -115,11 +146,19 @@ class StoredStreams:
         return await self._serve(request, session_id, record, pos.seq, entries, None)
 
     async def follow(
-        self, request: web.Request, session_id: str, key: str, after: int, opening: bytes = b""
+        self,
+        request: web.Request,
+        session_id: str,
+        key: str,
+        after: int,
+        opening: bytes = b"",
+        hold: JsonHold | None = None,
     ) -> web.StreamResponse:
         """Stream ``key`` after ``after`` until it completes (a request another replica
         runs: the events reach this replica through the store). ``opening``: the priming
-        event the holder gave the stream, written before anything else.
+        event the holder gave the stream, written before anything else. ``hold``: first
+        wait for a lone large answer, sent as ``application/json`` instead, as the holder
+        would (:meth:`_hold`); else the stream goes on from the same tail.
 
         A primed stream whose first read fails (the store restarting) is answered with
         its priming event alone: the holder runs the request and committed the stream
@@ -138,7 +177,48 @@ class StoredStreams:
                 raise
             log.warning("stored_stream_primed_only", stream=key, error=str(exc))
             return await self._writer(request, session_id).end(opening)
-        return await self._serve(request, session_id, record, after, entries, None, opening)
+        if hold is None:
+            return await self._serve(request, session_id, record, after, entries, None, opening)
+        tail = _Tail(self._pump, key, entries[-1].seq if entries else after)
+        try:
+            answer = await self._hold(record, entries, tail, hold)
+        except BaseException:
+            await tail.end()
+            raise
+        if answer is not None:
+            await tail.end()
+            log.debug("answered_as_json", stream=key, size=len(answer))
+            headers = {SESSION_HEADER: session_id}
+            return web.Response(body=answer, content_type="application/json", headers=headers)
+        return await self._serve(request, session_id, record, after, entries, None, opening, tail)
+
+    async def _hold(
+        self, record: StreamRecord, entries: list[Entry], tail: _Tail, hold: JsonHold
+    ) -> bytes | None:
+        """Up to ``hold.window_seconds``, take what ``tail`` reads into ``entries``: the
+        lone answer's bytes if the stream is that answer alone and it is large enough,
+        else None (``entries`` holds every entry taken; the end of the stream, if taken,
+        is put back for the SSE response). The same rule as the holder's
+        (:func:`proxy.core.lone_answer.verdict`)."""
+        deadline = asyncio.get_running_loop().time() + hold.window_seconds
+        while True:
+            frames = [self._frames(record, [entry]) for entry in entries]
+            # A request's stream ends with its answer: an answer that came alone is the
+            # whole stream, whether or not the tail has read the end yet.
+            verdict = lone_answer.verdict(frames, True, min_bytes=hold.min_bytes)
+            if isinstance(verdict, bytes):
+                return verdict
+            if lone_answer.verdict(frames, False, min_bytes=hold.min_bytes) is lone_answer.SSE:
+                return None  # a message that is not a large lone answer
+            try:
+                async with asyncio.timeout_at(deadline):
+                    item = await tail.queue.get()
+            except TimeoutError:
+                return None
+            if not isinstance(item, list):
+                tail.queue.put_nowait(item)  # the last item there will be: still the last
+                return None
+            entries.extend(item)
 
     # ------------------------------------------------------------------ stream/poll, stream/resume
     @staticmethod
@@ -231,49 +311,51 @@ class StoredStreams:
         entries: list[Entry],
         reply: dict[str, Any] | None,
         opening: bytes = b"",
+        tail: _Tail | None = None,
     ) -> web.StreamResponse:
         """``opening`` (a priming event, or nothing), ``entries`` (the first chunk after
         ``after``, read before the response began so that a refusal is still an HTTP
         error), the rest and the live tail until the stream completes, then ``reply`` (a
         ``stream/resume``'s own answer), then the end. Each chunk is written as it is
-        read: the first event never waits for the last."""
+        read: the first event never waits for the last. ``tail``: the reader of the log
+        after ``entries`` already running (a hold's), ended here."""
         writer = self._writer(request, session_id)
-        await writer.open()
-        with contextlib.suppress(ConnectionError):
-            if opening or entries:
-                await writer.write(opening + self._frames(record, entries))
-            if entries:
-                after = entries[-1].seq
-            # The rest, in chunks as read (a tail of a completed stream ends at its end).
-            if await self._follow(writer, record, after):
-                tail = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
-                await writer.end(tail)
+        try:
+            await writer.open()
+            with contextlib.suppress(ConnectionError):
+                if opening or entries:
+                    await writer.write(opening + self._frames(record, entries))
+                if entries:
+                    after = entries[-1].seq
+                # The rest, in chunks as read (a tail of a completed stream ends at its end).
+                if tail is None:
+                    tail = _Tail(self._pump, record.key, after)
+                if await self._follow(writer, record, tail):
+                    end = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
+                    await writer.end(end)
+        finally:
+            if tail is not None:
+                await tail.end()
         return writer.response
 
-    async def _follow(self, writer: SseWriter, record: StreamRecord, after: int) -> bool:
-        """Write the stream's live tail (keepalives and liveness checks by ``writer``);
-        False when the client went first."""
-        queue: asyncio.Queue[list[Entry] | object] = asyncio.Queue()
-        pump = asyncio.create_task(self._pump(record.key, after, queue))
-        try:
-            while True:
-                items = await writer.next_batch(queue, _ends_tail)
-                if not items:
-                    return False
-                frames = b"".join(self._frames(record, i) for i in items if isinstance(i, list))
-                if frames:
-                    await writer.write(frames)
-                last = items[-1]
-                if isinstance(last, ResumeError):
-                    # Gone while followed: end the response; the client's next resume
-                    # gets the explicit error.
-                    log.info("stored_stream_lost", stream=record.key, reason=last.reason)
-                    return True
-                if last is _END:
-                    return True
-        finally:
-            pump.cancel()
-            await asyncio.gather(pump, return_exceptions=True)
+    async def _follow(self, writer: SseWriter, record: StreamRecord, tail: _Tail) -> bool:
+        """Write what ``tail`` reads, the stream's live tail (keepalives and liveness
+        checks by ``writer``); False when the client went first."""
+        while True:
+            items = await writer.next_batch(tail.queue, _ends_tail)
+            if not items:
+                return False
+            frames = b"".join(self._frames(record, i) for i in items if isinstance(i, list))
+            if frames:
+                await writer.write(frames)
+            last = items[-1]
+            if isinstance(last, ResumeError):
+                # Gone while followed: end the response; the client's next resume
+                # gets the explicit error.
+                log.info("stored_stream_lost", stream=record.key, reason=last.reason)
+                return True
+            if last is _END:
+                return True
 
     async def _pump(self, key: str, after: int, queue: asyncio.Queue[Any]) -> None:
         """Tail ``key`` into ``queue``; a store that fails (Redis restarting) is tailed

@@ -26,17 +26,21 @@ its blocking read times out (``block`` seconds, 2 by default) and checks the rec
 Network and server errors come out as :class:`~proxy.store.base.StoreError`; an outage is
 bounded by ``timeout`` (a socket timeout, 5 s by default; a broken connection is retried
 once on a new one, so the first command after a Redis restart succeeds).
+
+Every command runs in a task of its own that its caller waits on
+(:mod:`proxy.store.redis_commands`), so a cancelled caller always ends at once with
+CancelledError (redis-py alone can swallow a cancel) and :meth:`RedisStore.close` ends
+every command left.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import structlog
 from redis.exceptions import NoScriptError, RedisError
@@ -57,6 +61,7 @@ from proxy.store.base import (
     count_marks,
 )
 from proxy.store.redis_client import Client, check_server, connect, where
+from proxy.store.redis_commands import Commands, Ended
 from proxy.store.redis_layout import (
     BUCKETS,
     DEFAULT_TTL_S,
@@ -82,21 +87,11 @@ from proxy.store.redis_lua import (
 
 log = structlog.get_logger("proxy.store")
 
+T = TypeVar("T")
+
 TAIL_BATCH = 1000  # entries per batch a tail yields
 CLOSE_WAIT_SECONDS = 2.0
-"""How long :meth:`RedisStore.close` waits for the blocking commands it cancelled."""
-
-
-def _settled(calls: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
-    """A done-callback: forget a blocking command once it ended, and read its outcome
-    (a command its caller left is read by no one else)."""
-
-    def settle(call: asyncio.Future[Any]) -> None:
-        calls.discard(call)
-        if not call.cancelled():
-            call.exception()
-
-    return settle
+"""How long :meth:`RedisStore.close` waits for the commands it cancelled."""
 
 
 class RedisStore(Store):
@@ -127,7 +122,7 @@ class RedisStore(Store):
         self._client: Client | None = None
         self._blocking: Client | None = None  # tails' XREAD BLOCK, longer timeout
         self._closed = False
-        self._blocked: set[asyncio.Future[Any]] = set()
+        self._commands = Commands()  # in flight
 
     # ------------------------------------------------------------------ lifetime
     async def open(self) -> None:
@@ -143,11 +138,9 @@ class RedisStore(Store):
         self._put_task_script = self._client.register_script(PUT_TASK_LUA)
         with self._failing("open"):
             await check_server(self.url, self.timeout, cluster=self.cluster)
-            await self._load_scripts()
+        await self._run("open", self._load_scripts)
         self._epoch = await self.current_epoch()
-        with self._failing("open"):
-            old_layout = await self._redis.exists(self._layout.old_epoch)
-        if old_layout:
+        if await self._run("open", lambda r: r.exists(self._layout.old_epoch)):
             log.warning(
                 "store_old_layout_ignored",
                 namespace=self.namespace,
@@ -156,33 +149,47 @@ class RedisStore(Store):
                 "their ids get unknown_stream; their keys expire by their own TTLs",
             )
 
-    async def _load_scripts(self) -> None:
+    async def _load_scripts(self, client: Client) -> None:
         """SCRIPT LOAD each script (a cluster client sends it to every master)."""
         for script in (COMMIT_LUA, EPOCH_LUA, ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA, PUT_TASK_LUA):
-            await self._redis.script_load(script)
+            await client.script_load(script)
 
     async def close(self) -> None:
         self._closed = True
-        blocked = list(self._blocked)
-        for call in blocked:
-            call.cancel()
+        self._commands.cancel()
         for client in (self._client, self._blocking):
             if client is not None:
                 with contextlib.suppress(RedisError, OSError):
                     await client.aclose()
-        if blocked:  # their connections are closed: they end now, or never will
-            _, stuck = await asyncio.wait(blocked, timeout=CLOSE_WAIT_SECONDS)
-            if stuck:
-                log.warning("redis_blocked_calls_left", count=len(stuck))
+        # Their connections are closed: they end now, or never will.
+        stuck = await self._commands.ended(CLOSE_WAIT_SECONDS)
+        if stuck:
+            log.warning("redis_blocked_calls_left", count=stuck)
 
     async def current_epoch(self) -> str:
         """The epoch in Redis now (minted anew if it was flushed); :attr:`epoch` stays the
         one seen at :meth:`open`, so a caller compares the two."""
-        with self._failing("read the epoch"):
-            epoch = await self._epoch_script(
+        epoch = await self._run(
+            "read the epoch",
+            lambda _: self._epoch_script(
                 [self._layout.epoch], [secrets.token_hex(6), ms(EPOCH_TTL_S)]
-            )
+            ),
+        )
         return text(epoch)
+
+    async def _run(
+        self, doing: str, call: Callable[[Client], Awaitable[T]], *, blocking: bool = False
+    ) -> T:
+        """``call`` on the client (``blocking``: the blocking reads' client), as one of
+        :attr:`_commands` (a cancelled caller ends at once; its command is left to end);
+        Redis' errors come out as StoreError, and so does a command :meth:`close` ended."""
+        with self._failing(doing):
+            client = self._blocking if blocking else self._client
+            assert client is not None, "_failing checked that the store is open"
+            try:
+                return await self._commands.run(call(client))
+            except Ended:
+                raise StoreError(f"the redis store ({self._where}) is closed") from None
 
     @contextlib.contextmanager
     def _failing(self, doing: str) -> Iterator[None]:
@@ -195,11 +202,6 @@ class RedisStore(Store):
             yield
         except (RedisError, OSError) as exc:
             raise StoreError(f"redis at {self._where}: {doing} failed: {exc}") from exc
-
-    @property
-    def _redis(self) -> Client:
-        assert self._client is not None, "used only inside _failing, which checks it"
-        return self._client
 
     def _key(self, kind: str, name: str) -> str:
         return self._layout.key(kind, name)
@@ -224,24 +226,30 @@ class RedisStore(Store):
         """Run ``COMMIT_LUA`` once per part (bucket); their replies, in order. Several
         parts go as EVALSHAs in one pipeline (a cluster client: one per master), their
         scripts loaded again on NOSCRIPT (a restarted or flushed server, a new master)."""
-        with self._failing("commit"):
+
+        async def commit(client: Client) -> list[Any]:
             if len(calls) == 1:
                 return [await self._commit_script(*calls[0])]
             try:
-                return await self._commit_pipelined(calls)
+                return await self._commit_pipelined(client, calls)
             except NoScriptError:
-                await self._load_scripts()
-                return await self._commit_pipelined(calls)
+                await self._load_scripts(client)
+                return await self._commit_pipelined(client, calls)
 
-    async def _commit_pipelined(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        pipe = self._redis.pipeline(transaction=False)
+        return await self._run("commit", commit)
+
+    async def _commit_pipelined(
+        self, client: Client, calls: list[tuple[list[str], list[Any]]]
+    ) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
         for keys, args in calls:
             pipe.evalsha(self._commit_script.sha, len(keys), *keys, *args)
         return list(await pipe.execute())
 
     async def get_stream(self, key: str, now: float) -> StreamRecord | None:
-        with self._failing("read a stream record"):
-            fields = await self._redis.hgetall(self._stream_keys(key).record)
+        fields = await self._run(
+            "read a stream record", lambda r: r.hgetall(self._stream_keys(key).record)
+        )
         return record_of(key, cast(dict[bytes, bytes], fields), now)
 
     async def _snapshot(
@@ -250,13 +258,16 @@ class RedisStore(Store):
         """The record, the entries after ``after`` and (``wake``) the wake key's newest
         id, read in one MULTI; raises what :func:`check_read` raises."""
         names = self._stream_keys(key)
-        with self._failing("read a stream"):
-            pipe = self._redis.pipeline(transaction=True)
+
+        async def snapshot(client: Client) -> list[Any]:
+            pipe = client.pipeline(transaction=True)
             pipe.hgetall(names.record)
             pipe.xrange(names.log, min=f"{after + 1}-0", max="+", count=limit)
             if wake:
                 pipe.xrevrange(names.wake, count=1)
-            results = await pipe.execute()
+            return list(await pipe.execute())
+
+        results = await self._run("read a stream", snapshot)
         record = check_read(record_of(key, results[0], now), after)
         newest = results[2][0][0].decode() if wake and results[2] else "0-0"
         return record, [entry_of(item) for item in results[1]], newest
@@ -286,45 +297,29 @@ class RedisStore(Store):
         ``woken_at``, :meth:`close` is called, or ``block`` seconds pass."""
         names = self._stream_keys(key)
         streams: dict[Any, Any] = {names.log: f"{after}-1", names.wake: woken_at}
-        await self._blocking_call(
-            "tail a stream", lambda r: r.xread(streams, count=1, block=ms(self.block))
+        await self._run(
+            "tail a stream",
+            lambda r: r.xread(streams, count=1, block=ms(self.block)),
+            blocking=True,
         )
-
-    async def _blocking_call(self, doing: str, call: Callable[[Client], Awaitable[Any]]) -> Any:
-        """A blocking command on the blocking connections; :meth:`close` ends it with
-        StoreError (a cancellation from elsewhere stays one).
-
-        A caller cancelled meanwhile returns at once: the command is cancelled but not
-        waited for (redis-py's own clean-up of a cancelled read has been seen to hang
-        a stop for good); :meth:`close` ends what is left of it."""
-        with self._failing(doing):
-            assert self._blocking is not None
-            blocked = asyncio.ensure_future(call(self._blocking))
-            self._blocked.add(blocked)
-            blocked.add_done_callback(_settled(self._blocked))
-            try:
-                await asyncio.wait({blocked})
-            except asyncio.CancelledError:
-                blocked.cancel()
-                raise
-            if blocked.cancelled():  # by close(), not by the caller (who is not)
-                raise StoreError(f"the redis store ({self._where}) is closed")
-            return blocked.result()
 
     # ------------------------------------------------------------------ messages
     async def send(self, to: str, message: dict[str, Any]) -> None:
         inbox = self._key("inbox", to)
-        with self._failing("send a message"):
-            async with self._redis.pipeline(transaction=True) as pipe:
+
+        async def push(client: Client) -> None:
+            async with client.pipeline(transaction=True) as pipe:
                 pipe.rpush(inbox, json.dumps(message, separators=(",", ":")))
                 pipe.pexpire(inbox, INBOX_TTL_MS)
                 await pipe.execute()
 
+        await self._run("send a message", push)
+
     async def receive(self, owner: str) -> AsyncIterator[dict[str, Any]]:
         inbox = self._key("inbox", owner)
         while True:
-            popped = await self._blocking_call(
-                "receive messages", lambda r: r.blpop([inbox], timeout=self.block)
+            popped = await self._run(
+                "receive messages", lambda r: r.blpop([inbox], timeout=self.block), blocking=True
             )
             if popped is not None:
                 yield json.loads(popped[1])
@@ -333,16 +328,19 @@ class RedisStore(Store):
         """Each bucket's index's keys that expire after ``now`` (one pipelined ZRANGE per
         bucket), then their records (one pipelined HGETALL each): the cost is
         :data:`~proxy.store.redis_layout.BUCKETS` small reads plus the live streams."""
-        with self._failing("list live streams"):
-            pipe = self._redis.pipeline(transaction=False)
+
+        async def list_live(client: Client) -> tuple[list[str], Sequence[dict[bytes, bytes]]]:
+            pipe = client.pipeline(transaction=False)
             for bucket in range(BUCKETS):
                 pipe.zrange(self._layout.live(bucket), f"({ms(now)}", "+inf", byscore=True)
             found = cast(list[list[bytes]], await pipe.execute())
             keys = [text(member) for members in found for member in members]
-            pipe = self._redis.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=False)
             for key in keys:
                 pipe.hgetall(self._stream_keys(key).record)
-            rows: Sequence[dict[bytes, bytes]] = await pipe.execute() if keys else []
+            return keys, await pipe.execute() if keys else []
+
+        keys, rows = await self._run("list live streams", list_live)
         records = [record_of(key, row, now) for key, row in zip(keys, rows, strict=True)]
         return [
             r
@@ -361,14 +359,13 @@ class RedisStore(Store):
         expires_at = record.expires_at
         if expires_at is None:
             expires_at = time.time() + DEFAULT_TTL_S
-        with self._failing("write a session"):
-            await self._redis.set(
-                self._key("session", record.session_id), json.dumps(value), pxat=ms(expires_at)
-            )
+        key = self._key("session", record.session_id)
+        await self._run(
+            "write a session", lambda r: r.set(key, json.dumps(value), pxat=ms(expires_at))
+        )
 
     async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
-        with self._failing("read a session"):
-            raw = await self._redis.get(self._key("session", session_id))
+        raw = await self._run("read a session", lambda r: r.get(self._key("session", session_id)))
         if raw is None:
             return None
         value = json.loads(raw)
@@ -380,46 +377,50 @@ class RedisStore(Store):
         )
 
     async def drop_session(self, session_id: str) -> None:
-        with self._failing("drop a session"):
-            await self._redis.delete(self._key("session", session_id))
+        await self._run("drop a session", lambda r: r.delete(self._key("session", session_id)))
 
     async def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
         """As the contract says; the lease lapses on the Redis server's clock (``now`` is
         not used), so every replica agrees on when."""
-        with self._failing("acquire a lease"):
-            taken = await self._acquire_script(
+        taken = await self._run(
+            "acquire a lease",
+            lambda _: self._acquire_script(
                 [self._key("lease", name)], [owner, max(1, round(ttl * 1000))]
-            )
+            ),
+        )
         return bool(taken)
 
     async def renew_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
-        with self._failing("renew a lease"):
-            renewed = await self._renew_script(
+        renewed = await self._run(
+            "renew a lease",
+            lambda _: self._renew_script(
                 [self._key("lease", name)], [owner, max(1, round(ttl * 1000))]
-            )
+            ),
+        )
         return bool(renewed)
 
     async def release_lease(self, name: str, owner: str) -> None:
-        with self._failing("release a lease"):
-            await self._release_script([self._key("lease", name)], [owner])
+        await self._run(
+            "release a lease", lambda _: self._release_script([self._key("lease", name)], [owner])
+        )
 
     async def lease_owner(self, name: str, now: float) -> str | None:
-        with self._failing("read a lease"):
-            held = await self._redis.get(self._key("lease", name))
+        held = await self._run("read a lease", lambda r: r.get(self._key("lease", name)))
         return text(held) if held is not None else None
 
     # ------------------------------------------------------------------ tasks
     async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> bool:
         value = json.dumps({"record": record, "expires_at": expires_at})
-        with self._failing("write a task"):
-            written = await self._put_task_script(
+        written = await self._run(
+            "write a task",
+            lambda _: self._put_task_script(
                 [self._key("task", task_id)], [value, ms(expires_at), *sorted(TERMINAL)]
-            )
+            ),
+        )
         return bool(written)
 
     async def get_task(self, task_id: str, now: float) -> dict[str, Any] | None:
-        with self._failing("read a task"):
-            raw = await self._redis.get(self._key("task", task_id))
+        raw = await self._run("read a task", lambda r: r.get(self._key("task", task_id)))
         if raw is None:
             return None
         value = json.loads(raw)
