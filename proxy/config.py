@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from proxy.config_auth import AuthConfig, check_auth
 from proxy.config_file import read_config_file
 from proxy.config_import import KEY, file_key_path, from_mcp_servers, is_mcp_servers
+from proxy.config_resource import check_resource_server
 from proxy.config_rules import (  # re-exported: the schema's users import them from here
     Bound,
     ConfigError,
@@ -126,6 +127,9 @@ class UpstreamConfig:
     # (2026-07-28, no resumption without Tasks) or legacy (2025-11-25, resumes with
     # Last-Event-ID). null: modern.dual_era.
     dual_era: Annotated[str | None, OneOf(DUAL_ERA_CHOICES)] = None
+    # Inbound, with auth.jwt: scopes a JWT must grant at this server's paths, beside
+    # auth.jwt.required_scopes (else 403 insufficient_scope); named in its metadata.
+    required_scopes: list[str] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -432,6 +436,10 @@ def collect_config(data: Any, problems: Problems) -> Config:
         _check_store(config.store)
     with problems.collecting():
         check_auth(config.auth)
+    with problems.collecting():
+        where = "servers.{}" if config.servers else "upstream"
+        scopes = {where.format(n): up.required_scopes for n, up in config.upstreams().items()}
+        check_resource_server(config.auth, config.listen.host, scopes)
     pool = config.modern.pool
     if pool.max_size < pool.size:
         problems.error(

@@ -49,7 +49,11 @@ async def status_of(proxy: RunningProxy, token: str) -> int:
         await resp.read()
         if resp.status == 401:
             challenge = resp.headers["WWW-Authenticate"]
-            assert challenge == 'Bearer realm="mcp-resume-proxy", error="invalid_token"'
+            metadata = f"{proxy.base}/.well-known/oauth-protected-resource/mcp"
+            assert challenge == (
+                f'Bearer realm="mcp-resume-proxy", error="invalid_token", '
+                f'resource_metadata="{metadata}"'
+            )
             assert (await resp.json())["error"]["data"]["reason"] == "unauthorized"
         return resp.status
 

@@ -214,6 +214,14 @@ class Forbidden(ProtocolError):
     reason = "forbidden"
 
 
+class InsufficientScope(ProtocolError):
+    """A valid JWT without a scope the path requires (``auth.jwt.required_scopes``,
+    ``servers.NAME.required_scopes``): ``403`` with ``error="insufficient_scope"``."""
+
+    http_status = 403
+    reason = "insufficient_scope"
+
+
 class MisdirectedHost(ProtocolError):
     http_status = 421
     reason = "misdirected_host"

@@ -29,6 +29,7 @@ from proxy.downstream.keys import (
     READINESS_KEY,
     REGISTRY_KEY,
 )
+from proxy.downstream.resource import add_metadata_routes, resource_server
 from proxy.downstream.status import status_json, status_page
 from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
 from proxy.downstream.wire import error_response
@@ -184,6 +185,9 @@ def build_app(context: ProxyContext, registry: Registry) -> web.Application:
             app.router.add_route("*", config.listen.path, endpoint.handle)
             app.router.add_route("*", WS_PATH, sockets.handle)
     app[ENDPOINTS_KEY] = endpoints
+    auth.resource = resource_server(config, context.servers)
+    if auth.resource is not None:  # RFC 9728 documents, open (docs/auth.md)
+        add_metadata_routes(app, auth.resource)
     # Paths that name no server get a JSON-RPC 404 saying which ones there are.
     unknown = _unknown_server(context)
     if only is None:
