@@ -290,3 +290,22 @@ def test_a_public_url_lets_the_proxy_listen_beyond_loopback() -> None:
         }
     )
     assert config.auth.resource.public_url == "https://MCP.example:8443/"
+
+
+async def test_resource_uris_come_from_public_url_never_from_host(
+    tmp_path: Path, oauth_server: AuthServer
+) -> None:
+    public = "https://mcp.example:8443"
+    config = two_servers(oauth_server, resource={"public_url": public + "/"})
+    async with proxy_for(tmp_path, config) as proxy, aiohttp.ClientSession() as http:
+        forged = {"Host": "evil.example"}
+        async with http.get(proxy.base + WELL_KNOWN + "/servers/a/mcp", headers=forged) as resp:
+            assert (await resp.json())["resource"] == f"{public}/servers/a/mcp"
+        async with http.post(proxy.base + "/servers/a/mcp", headers=forged) as resp:
+            metadata = f'resource_metadata="{public}{WELL_KNOWN}/servers/a/mcp"'
+            assert metadata in resp.headers["WWW-Authenticate"]
+        # A token for the public URI is good; one for the address it listens on is not.
+        good = await token_for(oauth_server, f"{public}/servers/a/mcp")
+        assert (await initialize(proxy, "/servers/a/mcp", good)).status == 200
+        local = await token_for(oauth_server, f"{proxy.base}/servers/a/mcp")
+        assert (await initialize(proxy, "/servers/a/mcp", local)).status == 401

@@ -1,14 +1,20 @@
 """Inbound authentication: bearer credentials, each naming a principal (docs/auth.md).
 
 With authentication on (``auth.tokens``, ``auth.tokens_file`` or a JWKS in ``auth.jwt``),
-every route but ``/healthz`` (and CORS preflights, which browsers send without
-credentials) needs ``Authorization: Bearer CREDENTIAL``; otherwise ``401`` with
-``WWW-Authenticate: Bearer`` (RFC 6750 §3, ``error="invalid_token"`` when one was
-presented) and a JSON-RPC error body. A credential is a static token (compared in
-constant time, every one of them) or else a JWT, verified against the JWKS keys: the
-``kid`` header picks the key, the algorithm must be configured and fit the key, ``exp``
-is required, ``iss`` / ``aud`` are checked when configured, and the principal is the
-``auth.jwt.principal_claim`` claim.
+every route but ``/healthz``, the protected-resource metadata documents and CORS
+preflights (which browsers send without credentials) needs ``Authorization: Bearer
+CREDENTIAL``; otherwise ``401`` with ``WWW-Authenticate: Bearer`` (RFC 6750 §3,
+``error="invalid_token"`` when one was presented) and a JSON-RPC error body. A credential
+is a static token (compared in constant time, every one of them) or else a JWT, verified
+against the JWKS keys: the ``kid`` header picks the key, the algorithm must be configured
+and fit the key, ``exp`` is required, ``iss`` / ``aud`` are checked when configured, and
+the principal is the ``auth.jwt.principal_claim`` claim.
+
+With ``auth.jwt.issuer`` the proxy is also an OAuth resource server
+(:mod:`proxy.core.protected_resource`): a JWT's ``aud`` must name the endpoint asked (or
+the proxy's base, or a configured audience), every 401 names the metadata document
+(``resource_metadata``) and the scopes needed, and a JWT without a required scope gets
+``403`` ``insufficient_scope``.
 
 The principal is put on the request (``request[PRINCIPAL]``): sessions, streams, tasks
 and MRTR states are bound to it, and another principal gets ``404`` / ``-32602`` for them,
