@@ -1,6 +1,6 @@
 """Hosts sign in as the MCP authorization spec says, with the official SDKs' own OAuth
 clients: the Python SDK 2.x (``mcp.client.auth.OAuthClientProvider``) and the TypeScript
-SDK 2.x (``tests/clients/ts_oauth.mjs``) each get a 401 from the proxy, read its
+SDK 1.x and 2.x (``tests/clients/ts_oauth.mjs``) each get a 401 from the proxy, read its
 protected-resource metadata, register at the real authorization server
 (tests/oauth_as.py: dynamic registration, PKCE, RFC 8707 resource), log in headless, and
 call a tool through the proxy with the token they got."""
@@ -135,17 +135,19 @@ def assert_principal_served(proxy: RunningProxy, principal: str) -> None:
     assert principal in log
 
 
+@pytest.mark.parametrize("sdk", ["1", "2"])
 async def test_the_typescript_sdk_signs_in_and_calls_a_tool(
-    tmp_path: Path, oauth_server: AuthServer
+    tmp_path: Path, oauth_server: AuthServer, sdk: str
 ) -> None:
     async with run_proxy_on(tmp_path, proxy_config(oauth_server)) as proxy:
         url = f"{proxy.base}/servers/demo/mcp"
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "MCP_TS_CLIENT2_MODULES": str(TS_CLIENT2_MODULES),
+            "MCP_TOOLS_NODE_MODULES": str(ROOT / ".tools" / "node_modules"),
         }
         done = subprocess.run(
-            [str(NODE), str(TS_CLIENT), url, REDIRECT_URI],
+            [str(NODE), str(TS_CLIENT), url, REDIRECT_URI, "--sdk", sdk],
             env=env,
             capture_output=True,
             text=True,

@@ -46,7 +46,6 @@ from proxy.core.errors import InsufficientScope, RateLimited, Unauthorized
 from proxy.core.protected_resource import (
     ResourceServer,
     audience_accepted,
-    canonical,
     is_metadata,
 )
 from proxy.core.ratelimit import RateLimiter
@@ -268,14 +267,8 @@ class Authenticator:
             return principal, None
         if self.jwt is None:
             raise InvalidToken("unknown_token")
-        audiences = None
-        if self.resource is not None:
-            extra = (
-                frozenset([canonical(self.settings.jwt.audience)])
-                if self.settings.jwt.audience
-                else frozenset()
-            )
-            audiences = self.resource.accepted_audiences(path) | extra
+        # As a resource server, the audiences of the path (auth.jwt.audience among them).
+        audiences = self.resource.accepted_audiences(path) if self.resource else None
         return await self.jwt.verify(presented, audiences)
 
     def resume_allowed(self, principal: str | None, now: float) -> float | None:

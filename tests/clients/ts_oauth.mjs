@@ -1,7 +1,8 @@
-// An OAuth host written with the official TypeScript SDK 2.x client
-// (@modelcontextprotocol/client, from MCP_TS_CLIENT2_MODULES) and its own OAuth client:
+// An OAuth host written with the official TypeScript SDK client and its own OAuth
+// client, 2.x (@modelcontextprotocol/client, from MCP_TS_CLIENT2_MODULES) or 1.x
+// (@modelcontextprotocol/sdk, from MCP_TOOLS_NODE_MODULES):
 //
-//   node ts_oauth.mjs URL REDIRECT_URI
+//   node ts_oauth.mjs URL REDIRECT_URI [--sdk 1|2]
 //
 // It connects to URL with an OAuthClientProvider; the proxy's 401 sends the SDK to the
 // protected-resource metadata, the authorization server's metadata, dynamic client
@@ -13,11 +14,25 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { approve } from "../oauth_as/approve.mjs";
 
-const [url, redirectUri] = process.argv.slice(2);
+const [url, redirectUri, ...rest] = process.argv.slice(2);
+const major = rest.includes("--sdk") ? rest[rest.indexOf("--sdk") + 1] : "2";
 const print = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
-const { Client, StreamableHTTPClientTransport, UnauthorizedError } = await import(
-  pathToFileURL(join(process.env.MCP_TS_CLIENT2_MODULES, "@modelcontextprotocol/client/dist/index.mjs")).href
-);
+const load = (root, path) => import(pathToFileURL(join(root, path)).href);
+
+async function sdk() {
+  if (major === "2") {
+    return load(process.env.MCP_TS_CLIENT2_MODULES, "@modelcontextprotocol/client/dist/index.mjs");
+  }
+  const esm = "@modelcontextprotocol/sdk/dist/esm/client";
+  const root = process.env.MCP_TOOLS_NODE_MODULES;
+  const [{ Client }, { StreamableHTTPClientTransport }, { UnauthorizedError }] = await Promise.all([
+    load(root, `${esm}/index.js`),
+    load(root, `${esm}/streamableHttp.js`),
+    load(root, `${esm}/auth.js`),
+  ]);
+  return { Client, StreamableHTTPClientTransport, UnauthorizedError };
+}
+const { Client, StreamableHTTPClientTransport, UnauthorizedError } = await sdk();
 
 // What a host keeps between the redirect and the callback, in memory.
 const kept = { client: undefined, tokens: undefined, verifier: undefined, redirectedTo: undefined };
@@ -67,7 +82,8 @@ try {
     if (!(error instanceof UnauthorizedError) || !kept.redirectedTo) throw error;
     // Signed in at the authorization server: trade the code, then connect again.
     const transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
-    await transport.finishAuth(new URL(kept.redirectedTo).searchParams);
+    const params = new URL(kept.redirectedTo).searchParams;
+    await transport.finishAuth(major === "2" ? params : params.get("code"));
     ({ client } = await connect());
   }
   const result = await client.callTool({ name: "echo", arguments: { text: "signed in from typescript" } });
