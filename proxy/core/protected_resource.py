@@ -55,11 +55,13 @@ def _unique(scopes: Iterable[str]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class ProtectedServer:
     """One server as a protected resource: its MCP paths (the first is its canonical one,
-    whose metadata the others point at), its other paths (``/ws``), its required scopes."""
+    whose metadata the others point at), its other paths (``/ws``), its required scopes,
+    and more scopes its metadata names (those a per-tool policy knows)."""
 
     mcp_paths: tuple[str, ...]
     other_paths: tuple[str, ...] = ()
     required_scopes: tuple[str, ...] = ()
+    advertised_scopes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -128,7 +130,11 @@ class ResourceServer:
                 (
                     *self.scopes_supported,
                     *self.required_scopes,
-                    *(s for server in self.servers.values() for s in server.required_scopes),
+                    *(
+                        s
+                        for server in self.servers.values()
+                        for s in (*server.required_scopes, *server.advertised_scopes)
+                    ),
                 )
             )
         else:
@@ -137,7 +143,8 @@ class ResourceServer:
             if name is None or endpoint not in self.servers[name].mcp_paths:
                 return None
             resource = self._base() + endpoint
-            scopes = _unique((*self.scopes_supported, *self.scopes_required(endpoint)))
+            advertised = self.servers[name].advertised_scopes
+            scopes = _unique((*self.scopes_supported, *self.scopes_required(endpoint), *advertised))
         document: dict[str, object] = {
             "resource": resource,
             "authorization_servers": list(self.authorization_servers),
