@@ -27,7 +27,7 @@ from mcp.shared.auth import (
     OAuthToken,
 )
 
-from tests.oauth_as import NODE, REDIRECT_URI, AuthServer, approve
+from tests.oauth_as import NODE, REDIRECT_URI, AuthServer, approve, client_credentials_token
 from tests.support import DEMO, ROOT, RunningProxy, log_events, run_proxy_on
 
 TS_CLIENT = ROOT / "tests" / "clients" / "ts_oauth.mjs"
@@ -126,6 +126,51 @@ async def test_the_python_sdk_signs_in_and_calls_a_tool(
         claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
         assert claims["aud"] == url
         assert_principal_served(proxy, claims["sub"])
+
+
+@pytest.mark.parametrize("held", ["another_resource", "missing_scope"])
+async def test_the_python_sdk_recovers_from_a_refused_token(
+    tmp_path: Path, oauth_server: AuthServer, held: str
+) -> None:
+    """A host holding a token for another resource gets 401 invalid_token, one without
+    the scope the server requires 403 insufficient_scope (and steps up, asking for both
+    scopes); either way it signs in again and its call goes through."""
+    async with run_proxy_on(tmp_path, proxy_config(oauth_server)) as proxy:
+        url = f"{proxy.base}/servers/demo/mcp"
+        resource = f"{proxy.base}/servers/other/mcp" if held == "another_resource" else url
+        scope = "mcp:tools" if held == "another_resource" else "mcp:read"
+        answer = await client_credentials_token(oauth_server, resource=resource, scope=scope)
+        storage, login = MemoryStorage(), HeadlessLogin(oauth_server.issuer)
+        storage.tokens = OAuthToken(
+            access_token=answer["access_token"], expires_in=answer["expires_in"], scope=scope
+        )
+        provider = OAuthClientProvider(
+            server_url=url,
+            client_metadata=OAuthClientMetadata(
+                client_name="python sdk host",
+                redirect_uris=[REDIRECT_URI],  # type: ignore[list-item]
+                grant_types=["authorization_code", "refresh_token"],
+                response_types=["code"],
+                token_endpoint_auth_method="none",
+            ),
+            storage=storage,
+            redirect_handler=login.redirect,
+            callback_handler=login.callback,
+        )
+        async with (
+            httpx2.AsyncClient(auth=provider, timeout=30.0) as http,
+            Client(streamable_http_client(url, http_client=http), mode="legacy") as client,  # type: ignore[arg-type]
+        ):
+            result = await client.call_tool("echo", {"text": "again"})
+        assert result.content[0].text == "again"  # type: ignore[union-attr]
+        refusals = log_events(proxy.log_text(), "request_refused")
+        if held == "another_resource":
+            assert [e["why"] for e in refusals] == ["audience"]
+        else:
+            assert [(e["status"], e["reason"]) for e in refusals] == [(403, "insufficient_scope")]
+            (asked,) = login.authorization_urls
+            wanted = parse_qs(urlsplit(asked).query)["scope"][0].split()
+            assert {"mcp:read", "mcp:tools"} <= set(wanted)
 
 
 def assert_principal_served(proxy: RunningProxy, principal: str) -> None:
