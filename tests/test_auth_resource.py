@@ -100,6 +100,7 @@ async def test_metadata_per_server_and_at_the_root(
         for unknown in ("/servers/zz/mcp", "/servers/a/ws", "/mcp", "/other"):
             async with http.get(base + WELL_KNOWN + unknown) as resp:
                 assert resp.status == 404, unknown
+                assert (await resp.json())["error"]["data"]["reason"] == "unknown_server"
         # Every 401 names the document of the path asked (its scope where one is needed).
         refused = await initialize(proxy, "/servers/a/mcp", None)
         assert refused.status == 401

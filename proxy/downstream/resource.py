@@ -10,8 +10,10 @@ from aiohttp import web
 
 from proxy.config import Config
 from proxy.config_resource import public_base, resource_server_on
+from proxy.core.errors import UnknownServer
 from proxy.core.protected_resource import WELL_KNOWN, ProtectedServer, ResourceServer
 from proxy.downstream.websocket import WS_PATH
+from proxy.downstream.wire import error_response
 from proxy.servers import Server
 
 _CORS = {
@@ -58,7 +60,9 @@ def add_metadata_routes(app: web.Application, resource: ResourceServer) -> None:
             return web.Response(status=204, headers=_CORS)
         document = resource.metadata(request.path)
         if document is None:
-            return web.json_response({"error": "not_found"}, status=404, headers=_CORS)
+            known = ", ".join(WELL_KNOWN + s.mcp_paths[0] for s in resource.servers.values())
+            error = UnknownServer(f"Not Found: no metadata at {request.path}; try {known}")
+            return error_response(error, _CORS)
         return web.json_response(
             document, headers={**_CORS, "Cache-Control": "public, max-age=300"}
         )
