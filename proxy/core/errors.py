@@ -13,6 +13,7 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     │   ├── ForbiddenOrigin         Origin not allowed (DNS rebinding)        -32600 / 403
     │   ├── Unauthorized            no valid bearer credential (inbound auth) -32600 / 401
     │   ├── Forbidden               only ``auth.operators`` may read this     -32600 / 403
+    │   ├── InsufficientScope       a JWT lacks a scope the path requires     -32600 / 403
     │   ├── MisdirectedHost         Host not allowed (DNS rebinding)          -32600 / 421
     │   ├── RequestTimeout          request not received in time              -32600 / 408
     │   ├── MethodNotAllowed        HTTP method not served                    -32600 / 405
