@@ -34,6 +34,8 @@ from proxy.context import ProxyContext, token_secret
 from proxy.downstream.app import build_app
 from proxy.downstream.drain import Drain, calls_in_flight
 from proxy.downstream.guard import ConnectionGuard
+from proxy.downstream.keys import AUTH_KEY
+from proxy.downstream.resource import bind
 from proxy.logs import configure_logging
 from proxy.registry import Registry
 from proxy.reload import Reloader
@@ -268,6 +270,9 @@ async def serve(
     host = config.listen.host
     shown = f"[{host}]" if ":" in host else host
     port = bound_port(listener, config.listen.port)
+    bind(app[AUTH_KEY].resource, config, port)  # canonical URIs need the bound port
+    if reloader is not None:
+        reloader.port = port
     base = f"http://{shown}:{port}"
     servers = context.servers
     only = context.only_server

@@ -21,6 +21,7 @@ from proxy.config_file import read_config_file
 from proxy.config_import import KEY, file_key_path, from_mcp_servers, is_mcp_servers
 from proxy.config_oauth import UpstreamOAuthConfig, check_oauth
 from proxy.config_policy import NameRulesConfig, ResourceRulesConfig, check_policy
+from proxy.config_resource import check_resource_server
 from proxy.config_rules import (  # re-exported: the schema's users import them from here
     Bound,
     ConfigError,
@@ -140,6 +141,9 @@ class UpstreamConfig:
     tools: NameRulesConfig = field(default_factory=NameRulesConfig)
     prompts: NameRulesConfig = field(default_factory=NameRulesConfig)
     resources: ResourceRulesConfig = field(default_factory=ResourceRulesConfig)
+    # Inbound, with auth.jwt: scopes a JWT must grant at this server's paths, beside
+    # auth.jwt.required_scopes (else 403 insufficient_scope); named in its metadata.
+    required_scopes: list[str] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -456,6 +460,10 @@ def collect_config(data: Any, problems: Problems) -> Config:
                 f"{where}.{scoped[0]}.require: scope rules limit only JWTs, and auth.jwt is "
                 f"not set: nobody is limited by them"
             )
+    with problems.collecting():
+        where = "servers.{}" if config.servers else "upstream"
+        scopes = {where.format(n): up.required_scopes for n, up in config.upstreams().items()}
+        check_resource_server(config.auth, config.listen.host, scopes)
     pool = config.modern.pool
     if pool.max_size < pool.size:
         problems.error(

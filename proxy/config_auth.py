@@ -57,14 +57,42 @@ class JwtConfig:
     jwks_file: str | None = None
     jwks_url: str | None = None
     jwks_refresh_seconds: Annotated[float, Positive] = 300.0
-    # When set, a token's iss and aud must match (exp is always required).
+    # When set, a token's iss must match (exp is always required); with issuer set the
+    # proxy is an OAuth resource server (auth.resource): see docs/auth.md.
     issuer: str | None = None
+    # When set, a token whose aud names it is accepted. With issuer set, so is a token
+    # whose aud names the canonical URI of the endpoint asked (auth.resource); without
+    # issuer, aud is checked only when this is set.
     audience: str | None = None
     algorithms: list[str] = field(default_factory=lambda: ["RS256", "ES256"])
     # The claim that names the principal.
     principal_claim: str = "sub"
     # Clock skew allowed on exp and nbf.
     leeway_seconds: Annotated[float, NonNegative] = 30.0
+    # Scopes every JWT must grant (its scope or scp claim), at every path; one that
+    # lacks any gets 403 insufficient_scope. A server's required_scopes add to these.
+    # Static tokens carry no scopes and are not held to them.
+    required_scopes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ResourceConfig:
+    """The MCP authorization spec's resource-server role (RFC 9728 metadata, audience =
+    the canonical URI of the endpoint asked), on when auth.jwt has a JWKS and an issuer
+    (docs/auth.md)."""
+
+    # The URL clients reach this proxy at, scheme://host[:port] without a path (behind a
+    # reverse proxy or a TLS terminator: its public address). Canonical resource URIs are
+    # this plus an endpoint's path; the Host header is never used. null: http://
+    # listen.host:PORT, allowed only when listen.host is loopback.
+    public_url: str | None = None
+    # Named in the metadata documents (at least one). Empty: [auth.jwt.issuer].
+    authorization_servers: list[str] = field(default_factory=list)
+    # Scopes named in the metadata's scopes_supported, beside every required scope.
+    scopes_supported: list[str] = field(default_factory=list)
+    # More audiences accepted beside the canonical URIs and auth.jwt.audience (e.g. the
+    # client id an authorization server puts in aud).
+    audiences: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -90,6 +118,7 @@ class AuthConfig:
     # principal}), read at start: keeps them out of the main config file.
     tokens_file: str | None = None
     jwt: JwtConfig = field(default_factory=JwtConfig)
+    resource: ResourceConfig = field(default_factory=ResourceConfig)
     per_principal: PrincipalLimits = field(default_factory=PrincipalLimits)
     # The principals who may read what spans everyone (/status, /status.json, /metrics);
     # others get 403. Empty: every authenticated principal may.

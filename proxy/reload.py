@@ -46,6 +46,7 @@ from proxy.downstream.keys import (
     REGISTRY_KEY,
     SOCKETS_KEY,
 )
+from proxy.downstream.resource import bind, resource_server
 from proxy.logs import configure_logging
 from proxy.registry import SHUTDOWN_DRAIN_SECONDS, session_limits
 from proxy.reload_plan import ReloadPlan, plan_reload
@@ -70,6 +71,7 @@ class Reloader:
     ) -> None:
         self.app = app
         self.reread = reread
+        self.port = 0  # the port listened on (set once bound): resource URIs name it
         self.last: dict[str, Any] | None = None  # the last reload, for /status
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -152,6 +154,8 @@ class Reloader:
         auth = Authenticator(new.auth)
         await auth.start()  # tokens file, JWKS: a failure refuses the reload
         self._apply(new, plan)
+        auth.resource = resource_server(new, context.servers)  # their metadata, audiences
+        bind(auth.resource, new, self.port)
         old_auth, app[AUTH_KEY] = app[AUTH_KEY], auth
         await old_auth.close()
         if new.log != context.config.log:

@@ -49,7 +49,11 @@ async def status_of(proxy: RunningProxy, token: str) -> int:
         await resp.read()
         if resp.status == 401:
             challenge = resp.headers["WWW-Authenticate"]
-            assert challenge == 'Bearer realm="mcp-resume-proxy", error="invalid_token"'
+            metadata = f"{proxy.base}/.well-known/oauth-protected-resource/mcp"
+            assert challenge == (
+                f'Bearer realm="mcp-resume-proxy", error="invalid_token", '
+                f'resource_metadata="{metadata}"'
+            )
             assert (await resp.json())["error"]["data"]["reason"] == "unauthorized"
         return resp.status
 
@@ -276,5 +280,41 @@ async def test_a_tokens_scopes_come_from_its_scope_or_scp_claim(tmp_path: Path) 
         ):
             token = jwt.encode({**Issuer.claims("erin", aud=None), **extra}, private, "EdDSA")
             assert await verifier.verify(token) == ("erin", frozenset(scopes))
+    finally:
+        await verifier.close()
+
+
+async def test_a_resource_servers_audiences(tmp_path: Path) -> None:
+    """With the audiences of a path (the resource-server role), ``aud`` must name one of
+    them, as a string or in a list, whatever the case of its scheme and host and with or
+    without a trailing slash; without ``aud`` the token is refused."""
+    private = ed25519.Ed25519PrivateKey.generate()
+    jwk = OKPAlgorithm.to_jwk(private.public_key(), as_dict=True)
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
+    settings = build(
+        "auth.jwt",
+        JwtConfig,
+        {"jwks_file": str(tmp_path / "jwks.json"), "algorithms": ["EdDSA"], "issuer": ISSUER},
+    )
+    verifier = JwtVerifier(settings)
+    await verifier.start()
+    accepted = frozenset({"https://mcp.example/servers/a/mcp", "https://mcp.example"})
+    try:
+        for aud, why in (
+            ("https://mcp.example/servers/a/mcp", None),
+            ("HTTPS://MCP.example/servers/a/mcp/", None),
+            (["https://elsewhere", "https://mcp.example/"], None),
+            ("https://mcp.example/servers/b/mcp", "audience"),
+            ("https://mcp.example/servers/a/MCP", "audience"),  # a path is case-sensitive
+            (["https://elsewhere", 7], "audience"),
+            (None, "missing_claim"),
+        ):
+            token = jwt.encode(Issuer.claims("erin", aud=aud), private, "EdDSA")
+            if why is None:
+                assert (await verifier.verify(token, accepted))[0] == "erin", aud
+                continue
+            with pytest.raises(InvalidToken) as info:
+                await verifier.verify(token, accepted)
+            assert info.value.why == why, aud
     finally:
         await verifier.close()

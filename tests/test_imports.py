@@ -211,6 +211,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "proxy.config",
             "proxy.config_auth",
+            "proxy.config_resource",
             "proxy.config_doc",
             "proxy.config_file",
             "proxy.config_env",

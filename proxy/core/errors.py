@@ -13,6 +13,7 @@ Every ``ProxyError`` subclass in the package, wherever it is defined (code / HTT
     │   ├── ForbiddenOrigin         Origin not allowed (DNS rebinding)        -32600 / 403
     │   ├── Unauthorized            no valid bearer credential (inbound auth) -32600 / 401
     │   ├── Forbidden               only ``auth.operators`` may read this     -32600 / 403
+    │   ├── InsufficientScope       a JWT lacks a scope the path requires     -32600 / 403
     │   ├── MisdirectedHost         Host not allowed (DNS rebinding)          -32600 / 421
     │   ├── RequestTimeout          request not received in time              -32600 / 408
     │   ├── MethodNotAllowed        HTTP method not served                    -32600 / 405
@@ -227,6 +228,14 @@ class Forbidden(ProtocolError):
 
     http_status = 403
     reason = "forbidden"
+
+
+class InsufficientScope(ProtocolError):
+    """A valid JWT without a scope the path requires (``auth.jwt.required_scopes``,
+    ``servers.NAME.required_scopes``): ``403`` with ``error="insufficient_scope"``."""
+
+    http_status = 403
+    reason = "insufficient_scope"
 
 
 class MisdirectedHost(ProtocolError):

@@ -30,6 +30,7 @@ from proxy.downstream.keys import (
     REGISTRY_KEY,
     SOCKETS_KEY,
 )
+from proxy.downstream.resource import add_metadata_routes, resource_server
 from proxy.downstream.status import status_json, status_page
 from proxy.downstream.websocket import WS_PATH, WebSocketEndpoint
 from proxy.downstream.wire import error_response
@@ -222,6 +223,8 @@ def build_app(context: ProxyContext, registry: Registry) -> web.Application:
     for server in context.servers.values():
         server_endpoints(app, server, context, registry)
     app.on_shutdown.append(_close_sockets)  # open sockets get 1001 Going Away
+    auth.resource = resource_server(config, context.servers)
+    add_metadata_routes(app)  # RFC 9728 documents, open (docs/auth.md)
     unknown = _unknown_server(context)
     only = context.only_server
     fixed = only.name if only is not None else None

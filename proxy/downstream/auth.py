@@ -1,14 +1,20 @@
 """Inbound authentication: bearer credentials, each naming a principal (docs/auth.md).
 
 With authentication on (``auth.tokens``, ``auth.tokens_file`` or a JWKS in ``auth.jwt``),
-every route but ``/healthz`` (and CORS preflights, which browsers send without
-credentials) needs ``Authorization: Bearer CREDENTIAL``; otherwise ``401`` with
-``WWW-Authenticate: Bearer`` (RFC 6750 §3, ``error="invalid_token"`` when one was
-presented) and a JSON-RPC error body. A credential is a static token (compared in
-constant time, every one of them) or else a JWT, verified against the JWKS keys: the
-``kid`` header picks the key, the algorithm must be configured and fit the key, ``exp``
-is required, ``iss`` / ``aud`` are checked when configured, and the principal is the
-``auth.jwt.principal_claim`` claim.
+every route but ``/healthz``, the protected-resource metadata documents and CORS
+preflights (which browsers send without credentials) needs ``Authorization: Bearer
+CREDENTIAL``; otherwise ``401`` with ``WWW-Authenticate: Bearer`` (RFC 6750 §3,
+``error="invalid_token"`` when one was presented) and a JSON-RPC error body. A credential
+is a static token (compared in constant time, every one of them) or else a JWT, verified
+against the JWKS keys: the ``kid`` header picks the key, the algorithm must be configured
+and fit the key, ``exp`` is required, ``iss`` / ``aud`` are checked when configured, and
+the principal is the ``auth.jwt.principal_claim`` claim.
+
+With ``auth.jwt.issuer`` the proxy is also an OAuth resource server
+(:mod:`proxy.core.protected_resource`): a JWT's ``aud`` must name the endpoint asked (or
+the proxy's base, or a configured audience), every 401 names the metadata document
+(``resource_metadata``) and the scopes needed, and a JWT without a required scope gets
+``403`` ``insufficient_scope``.
 
 The principal is put on the request (``request[PRINCIPAL]``): sessions, streams, tasks
 and MRTR states are bound to it, and another principal gets ``404`` / ``-32602`` for them,
@@ -36,7 +42,12 @@ from proxy.config_auth import (
     load_tokens,
 )
 from proxy.config_rules import ConfigError
-from proxy.core.errors import RateLimited, Unauthorized
+from proxy.core.errors import InsufficientScope, RateLimited, Unauthorized
+from proxy.core.protected_resource import (
+    ResourceServer,
+    audience_accepted,
+    is_metadata,
+)
 from proxy.core.ratelimit import RateLimiter
 from proxy.downstream.jwks import JwksUrl
 from proxy.downstream.wire import error_response
@@ -150,9 +161,13 @@ class JwtVerifier:
         principal, _ = await self.verify(token)
         return principal
 
-    async def verify(self, token: str) -> tuple[str, frozenset[str]]:
+    async def verify(
+        self, token: str, audiences: frozenset[str] | None = None
+    ) -> tuple[str, frozenset[str]]:
         """The principal a valid JWT names and the scopes it grants; :class:`InvalidToken`
-        otherwise."""
+        otherwise. ``audiences`` (canonical, :mod:`proxy.core.protected_resource`): its
+        ``aud`` must name one of them (the resource-server role); None: ``aud`` must name
+        ``auth.jwt.audience`` when that is set."""
         s = self.settings
         try:
             header = jwt.get_unverified_header(token)
@@ -170,22 +185,25 @@ class JwtVerifier:
             raise InvalidToken("unknown_kid")
         if alg not in key.algorithms:
             raise InvalidToken("algorithm")  # e.g. RS256 named for an EC key
+        by_pyjwt = audiences is None and s.audience is not None
         required = ["exp"]
         required += ["iss"] if s.issuer is not None else []
-        required += ["aud"] if s.audience is not None else []
+        required += ["aud"] if by_pyjwt or audiences is not None else []
         try:
             claims = jwt.decode(
                 token,
                 key.key,
                 algorithms=[alg],
                 issuer=s.issuer,
-                audience=s.audience,
+                audience=s.audience if by_pyjwt else None,
                 leeway=s.leeway_seconds,
-                options={"require": required, "verify_aud": s.audience is not None},
+                options={"require": required, "verify_aud": by_pyjwt},
             )
         except jwt.PyJWTError as exc:
             why = next((w for kind, w in _REFUSALS if isinstance(exc, kind)), "invalid")
             raise InvalidToken(why) from None
+        if audiences is not None and not audience_accepted(claims.get("aud"), audiences):
+            raise InvalidToken("audience")  # a token for another resource
         principal = claims.get(s.principal_claim)
         if not isinstance(principal, str) or not principal:
             raise InvalidToken("no_principal")
@@ -204,6 +222,9 @@ class Authenticator:
         # On when anything is configured, even a tokens file that turns out empty or a
         # JWKS URL not fetched yet: then every request is refused, never let through.
         self.enabled = auth_enabled(settings)
+        # The resource-server role (auth.jwt with an issuer): set by the app, which knows
+        # the servers' paths (proxy/downstream/resource.py).
+        self.resource: ResourceServer | None = None
         per_minute = settings.per_principal.resumes_per_minute
         self._resumes = RateLimiter(per_minute) if per_minute else None
 
@@ -235,16 +256,20 @@ class Authenticator:
                 principal = name
         return principal
 
-    async def authenticate(self, presented: str) -> tuple[str, frozenset[str] | None]:
+    async def authenticate(
+        self, presented: str, path: str = "/"
+    ) -> tuple[str, frozenset[str] | None]:
         """The principal of a bearer credential and the scopes it grants (None for a
-        static token): a static token, else a JWT; :class:`InvalidToken` when it is
-        neither."""
+        static token): a static token, else a JWT good at ``path``; :class:`InvalidToken`
+        when it is neither."""
         principal = self.principal_for(presented)
         if principal is not None:
             return principal, None
         if self.jwt is None:
             raise InvalidToken("unknown_token")
-        return await self.jwt.verify(presented)
+        # As a resource server, the audiences of the path (auth.jwt.audience among them).
+        audiences = self.resource.accepted_audiences(path) if self.resource else None
+        return await self.jwt.verify(presented, audiences)
 
     def resume_allowed(self, principal: str | None, now: float) -> float | None:
         """None when ``principal`` may resume or poll now (``auth.per_principal.
@@ -259,23 +284,58 @@ class Authenticator:
         request: web.Request,
         handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
     ) -> web.StreamResponse:
-        if not self.enabled or request.path in _OPEN or request.method == "OPTIONS":
+        path = request.path
+        if not self.enabled or path in _OPEN or request.method == "OPTIONS" or is_metadata(path):
             return await handler(request)
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
         presented = presented.strip()
         why = "missing"
         if scheme.lower() == "bearer" and presented:
             try:
-                principal, scopes = await self.authenticate(presented)
+                principal, scopes = await self.authenticate(presented, path)
             except InvalidToken as exc:
                 why = exc.why
             else:
+                missing = self._missing_scopes(path, scopes)
+                if missing:
+                    return self._insufficient_scope(path, principal, missing)
                 request[PRINCIPAL] = principal
                 if scopes is not None:
                     request[SCOPES] = scopes
                 request[_AUTHENTICATOR] = self
                 return await handler(request)
         error = Unauthorized("Unauthorized: a valid bearer token is required")
-        log.info("request_refused", path=request.path, status=401, reason=error.reason, why=why)
-        challenge = CHALLENGE + (', error="invalid_token"' if presented else "")
+        log.info("request_refused", path=path, status=401, reason=error.reason, why=why)
+        return error_response(error, {"WWW-Authenticate": self._challenge(path, presented)})
+
+    def _challenge(self, path: str, presented: str) -> str:
+        """A 401's ``WWW-Authenticate`` (RFC 6750 §3): ``invalid_token`` when a credential
+        was presented; as a resource server, also the scopes needed at ``path`` and where
+        its metadata is (RFC 9728 §5.1)."""
+        error = "invalid_token" if presented else None
+        if self.resource is None:
+            return CHALLENGE + (f', error="{error}"' if error else "")
+        scope = self.resource.scopes_required(path)
+        return self.resource.challenge(path, error=error, scope=scope)
+
+    def _missing_scopes(self, path: str, scopes: frozenset[str] | None) -> tuple[str, ...]:
+        """The scopes required at ``path`` that a JWT's ``scopes`` lack (a static token,
+        ``scopes`` None, is held to none)."""
+        if self.resource is None or scopes is None:
+            return ()
+        return tuple(s for s in self.resource.scopes_required(path) if s not in scopes)
+
+    def _insufficient_scope(
+        self, path: str, principal: str, missing: tuple[str, ...]
+    ) -> web.Response:
+        """403 ``insufficient_scope`` naming every scope ``path`` requires (2026-07-28
+        authorization §Runtime Insufficient Scope Errors: all of them in one challenge)."""
+        assert self.resource is not None
+        needed = self.resource.scopes_required(path)
+        error = InsufficientScope(
+            f"Forbidden: this token lacks the scope {' '.join(missing)} "
+            f"(needed here: {' '.join(needed)})"
+        )
+        log.info("request_refused", path=path, status=403, reason=error.reason, principal=principal)
+        challenge = self.resource.challenge(path, error="insufficient_scope", scope=needed)
         return error_response(error, {"WWW-Authenticate": challenge})
