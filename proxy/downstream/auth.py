@@ -39,6 +39,7 @@ from proxy.config_rules import ConfigError
 from proxy.core.errors import RateLimited, Unauthorized
 from proxy.core.ratelimit import RateLimiter
 from proxy.downstream.jwks import JwksUrl
+from proxy.downstream.jwt_times import misshapen_time_claim
 from proxy.downstream.wire import error_response
 from proxy.jwks_keys import KeySet
 
@@ -186,6 +187,8 @@ class JwtVerifier:
         except jwt.PyJWTError as exc:
             why = next((w for kind, w in _REFUSALS if isinstance(exc, kind)), "invalid")
             raise InvalidToken(why) from None
+        if misshapen_time_claim(claims) is not None:  # "exp": "9999999999" passes PyJWT
+            raise InvalidToken("claim_type")
         principal = claims.get(s.principal_claim)
         if not isinstance(principal, str) or not principal:
             raise InvalidToken("no_principal")
