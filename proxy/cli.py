@@ -29,6 +29,7 @@ from proxy.config import (
 from proxy.config_env import env as _env
 from proxy.config_env import settings_from_file_and_env
 from proxy.config_import import KEY as MCP_SERVERS
+from proxy.config_strings import check_header
 from proxy.config_system import check_store_path, check_system
 from proxy.context import ProxyContext, token_secret
 from proxy.downstream.app import build_app
@@ -306,8 +307,10 @@ def check(path: str) -> Problems:
     for name, server in config.upstreams().items():
         where = f"servers.{name}" if config.servers else "upstream"
         for header, value in server.headers.items():
-            with problems.collecting():
-                interpolate(value, f"{where}.headers.{header}")  # never shown: only its name
+            with problems.collecting():  # never shown: only its name
+                check_header(
+                    header, interpolate(value, f"{where}.headers.{header}"), f"{where}.headers"
+                )
     with problems.collecting():
         token_secret(config)
     check_system(config, problems)

@@ -31,6 +31,7 @@ from proxy.config_rules import (  # re-exported: the schema's users import them 
     interpolated,
     shown_url,
 )
+from proxy.config_strings import check_header, env_problems
 from proxy.core.dual_era import DUAL_ERA_CHOICES
 from proxy.core.httprules import LOCAL_HOSTNAMES
 from proxy.core.session import SessionSettings
@@ -150,11 +151,14 @@ class UpstreamConfig:
 
     def resolved_headers(self, where: str = "upstream") -> dict[str, str]:
         """``headers`` with ``${NAME}`` (``${NAME:-default}``) replaced from the environment
-        (ConfigError if unset without a default)."""
-        return {
+        (ConfigError if unset without a default, or if a header cannot be sent)."""
+        resolved = {
             name: interpolate(value, f"{where}.headers.{name}")
             for name, value in self.headers.items()
         }
+        for name, value in resolved.items():
+            check_header(name, value, f"{where}.headers")
+        return resolved
 
 
 @dataclass(frozen=True)
@@ -460,6 +464,9 @@ def _check_store(store: StoreConfig) -> None:
 
 
 def _check_upstream(up: UpstreamConfig, where: str) -> None:
+    unfit = env_problems(up.env, where)
+    if unfit:
+        raise ConfigError(*unfit)
     if up.url and up.command:
         raise ConfigError(f"{where}: give either command (stdio) or url, not both")
     if up.url is not None:
