@@ -35,6 +35,7 @@ from proxy.context import ProxyContext, token_secret
 from proxy.downstream.app import build_app
 from proxy.downstream.drain import Drain, calls_in_flight
 from proxy.downstream.guard import ConnectionGuard
+from proxy.downstream.server_log import SERVER_LOG
 from proxy.logs import configure_logging
 from proxy.registry import Registry
 from proxy.store.base import StoreError
@@ -236,6 +237,7 @@ async def serve(config: Config, ready: asyncio.Event | None = None) -> None:
     runner = web.AppRunner(
         app,
         access_log=None,
+        logger=SERVER_LOG,  # a request aiohttp cannot parse: logged without its bytes
         shutdown_timeout=5.0,
         keepalive_timeout=config.listen.keepalive_timeout_seconds,
     )
