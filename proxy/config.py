@@ -146,8 +146,9 @@ class UpstreamConfig:
         return bool(self.command or self.url)
 
     def describe(self) -> str:
-        """The command or URL, for logs and the status page (never a header value)."""
-        return self.url or " ".join(self.command)
+        """The command or URL, for logs (never a header value, nor the URL's user info,
+        query or fragment: any may carry a credential)."""
+        return shown_url(self.url) if self.url else " ".join(self.command)
 
     def resolved_headers(self, where: str = "upstream") -> dict[str, str]:
         """``headers`` with ``${NAME}`` (``${NAME:-default}``) replaced from the environment

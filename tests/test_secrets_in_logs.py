@@ -190,3 +190,15 @@ async def test_a_request_aiohttp_cannot_parse_is_logged_and_answered_without_its
     assert "Traceback" not in log_text
     kinds = [entry["error"] for entry in log_events(log_text, "request_malformed")]
     assert sorted(kinds) == sorted(kind for kind, _ in requests), kinds
+
+
+async def test_an_upstream_urls_credentials_are_not_logged_at_start(tmp_path: Path) -> None:
+    """The start line (``proxy_listening upstream=``) names the URL without its user info,
+    query or fragment (it logged the URL as written, ``?key=`` and password included)."""
+    password, key = "pw-8c1e4f0b7d2a", "key-5b9a3e1c7f04"
+    url = f"http://user:{password}@127.0.0.1:9/mcp?key={key}#frag-{key}"
+    async with run_proxy(tmp_path, upstream={"url": url}) as proxy:
+        log_text = proxy.log_text()
+    (listening,) = log_events(log_text, "proxy_listening")
+    assert listening["upstream"] == "http://127.0.0.1:9/mcp"
+    assert password not in log_text and key not in log_text
