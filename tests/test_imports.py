@@ -204,6 +204,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proxy.config_env",
             "proxy.config_import",
             "proxy.config_rules",
+            "proxy.config_strings",
             "proxy.config_system",
             "proxy.jwks_keys",
         ),
