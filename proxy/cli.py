@@ -29,6 +29,7 @@ from proxy.config import (
 from proxy.config_env import env as _env
 from proxy.config_env import settings_from_file_and_env
 from proxy.config_import import KEY as MCP_SERVERS
+from proxy.config_strings import check_header
 from proxy.config_system import check_signed_in, check_store_path, check_system
 from proxy.context import ProxyContext, token_secret
 from proxy.downstream.app import build_app
@@ -36,6 +37,7 @@ from proxy.downstream.drain import Drain, calls_in_flight
 from proxy.downstream.guard import ConnectionGuard
 from proxy.downstream.keys import AUTH_KEY
 from proxy.downstream.resource import bind
+from proxy.downstream.server_log import SERVER_LOG
 from proxy.logs import configure_logging
 from proxy.registry import Registry
 from proxy.reload import Reloader
@@ -254,6 +256,7 @@ async def serve(
     runner = web.AppRunner(
         app,
         access_log=None,
+        logger=SERVER_LOG,  # a request aiohttp cannot parse: logged without its bytes
         shutdown_timeout=5.0,
         keepalive_timeout=config.listen.keepalive_timeout_seconds,
     )
@@ -336,8 +339,10 @@ def check(path: str) -> Problems:
     for name, server in config.upstreams().items():
         where = f"servers.{name}" if config.servers else "upstream"
         for header, value in server.headers.items():
-            with problems.collecting():
-                interpolate(value, f"{where}.headers.{header}")  # never shown: only its name
+            with problems.collecting():  # never shown: only its name
+                check_header(
+                    header, interpolate(value, f"{where}.headers.{header}"), f"{where}.headers"
+                )
         if server.oauth.client_secret is not None:
             with problems.collecting():
                 server.oauth.resolved_secret(where)  # never shown: only its variable's name

@@ -34,6 +34,7 @@ from proxy.config_rules import (  # re-exported: the schema's users import them 
     interpolated,
     shown_url,
 )
+from proxy.config_strings import check_header, env_problems
 from proxy.config_tracing import TracingConfig
 from proxy.core.dual_era import DUAL_ERA_CHOICES
 from proxy.core.httprules import LOCAL_HOSTNAMES
@@ -163,16 +164,20 @@ class UpstreamConfig:
         return bool(self.command or self.url)
 
     def describe(self) -> str:
-        """The command or URL, for logs and the status page (never a header value)."""
-        return self.url or " ".join(self.command)
+        """The command or URL, for logs (never a header value, nor the URL's user info,
+        query or fragment: any may carry a credential)."""
+        return shown_url(self.url) if self.url else " ".join(self.command)
 
     def resolved_headers(self, where: str = "upstream") -> dict[str, str]:
         """``headers`` with ``${NAME}`` (``${NAME:-default}``) replaced from the environment
-        (ConfigError if unset without a default)."""
-        return {
+        (ConfigError if unset without a default, or if a header cannot be sent)."""
+        resolved = {
             name: interpolate(value, f"{where}.headers.{name}")
             for name, value in self.headers.items()
         }
+        for name, value in resolved.items():
+            check_header(name, value, f"{where}.headers")
+        return resolved
 
 
 @dataclass(frozen=True)
@@ -492,6 +497,9 @@ def _check_store(store: StoreConfig) -> None:
 
 
 def _check_upstream(up: UpstreamConfig, where: str) -> None:
+    unfit = env_problems(up.env, where)
+    if unfit:
+        raise ConfigError(*unfit)
     if up.url and up.command:
         raise ConfigError(f"{where}: give either command (stdio) or url, not both")
     if up.url is not None:

@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-import yaml
-
+from proxy.config_file import Unreadable, parse_yaml, read_bounded
 from proxy.config_rules import (
     ConfigError,
     NonNegative,
@@ -25,7 +24,6 @@ from proxy.config_rules import (
     Problems,
     convert,
     interpolated,
-    read_text,
     shown_url,
 )
 from proxy.jwks_keys import (
@@ -195,16 +193,13 @@ def load_tokens(auth: AuthConfig) -> list[tuple[str, str]]:
 
 def _read_tokens_file(path: str) -> list[_FileToken]:
     try:
-        text = read_text(path)
-    except ValueError as exc:
+        text = read_bounded(path)
+    except Unreadable as exc:
         raise ConfigError(f"auth.tokens_file: cannot read {path}: {exc}") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        # Only where: PyYAML's own message quotes the line, which may hold a token.
-        mark = getattr(exc, "problem_mark", None)
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise ConfigError(f"auth.tokens_file: {path} is not valid YAML{at}") from None
+        data = parse_yaml(text)  # its errors say where and what, never the line: a token
+    except Unreadable as exc:
+        raise ConfigError(f"auth.tokens_file: {path} is {exc}") from None
     if data is None:
         return []
     entries: list[_FileToken] = convert(

@@ -210,8 +210,24 @@ Positive = Bound(0, low_allowed=False)
 NonNegative = Bound(0)
 
 
-# Keys whose values are secrets: a message names their type, never their value.
-_SECRET_KEY = re.compile(r"(^|\.)(token|token_secret|client_secret)$|\.(headers|env)\.[^.]+$")
+# Keys that hold secrets, themselves or inside them: a message names a value found there
+# by its type, never the value (a token pasted without its "token:" key is a string where
+# a mapping was expected), nor an unknown key's name (a token indented one step too far).
+_SECRET_KEYS = frozenset(
+    {"token", "tokens", "tokens_file", "token_secret", "client_secret", "headers", "env"}
+)
+_PATH_PARTS = re.compile(r"[.\[\]]")
+
+
+# An unknown key under a secret key is named only if it looks like a key: shorter than a
+# token may be (auth.tokens: 16 characters at least).
+_KEY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,14}")
+
+
+def holds_secret(path: str) -> bool:
+    """The key path ``path`` is a secret key or inside one (``auth.tokens[0]``,
+    ``upstream.env``, ``servers.x.headers.Authorization``)."""
+    return not _SECRET_KEYS.isdisjoint(_PATH_PARTS.split(path))
 
 
 def shown_url(url: str) -> str:
@@ -226,13 +242,14 @@ def shown_url(url: str) -> str:
 
 def describe(value: Any, path: str = "") -> str:
     """What was found, for a message: a mapping or list by its size only (it may hold a
-    secret), a value at a secret key (``*.token``, ``*.headers.*``, ``*.env.*``) by its
-    type only, else the value itself (cut at 60 characters)."""
+    secret), a value at or inside a secret key (``auth.tokens``, ``*.token``,
+    ``*.headers``, ``*.env``, …: :func:`holds_secret`) by its type only, else the value
+    itself (cut at 60 characters)."""
     if isinstance(value, dict):
         return f"a mapping of {len(value)} key{'s' if len(value) != 1 else ''}"
     if isinstance(value, list | tuple):
         return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
-    if _SECRET_KEY.search(path):
+    if holds_secret(path):
         return f"a {type(value).__name__} (not shown: the key holds a secret)"
     shown = repr(value)
     return f"{type(value).__name__} {shown if len(shown) <= 60 else shown[:57] + '...'}"
@@ -324,6 +341,10 @@ def _convert(path: str, tp: Any, value: Any, problems: Problems) -> Any:
     if tp is str:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise ConfigError(f"{path}: expected a string, got {describe(value, path)}")
+        if isinstance(value, str) and "\0" in value:
+            # No argument, variable, path, host or header can carry one: the process
+            # start or the request would fail on every use (the value is not shown).
+            raise ConfigError(f"{path}: holds a NUL character, which no string here can")
         return str(value)
     raise ConfigError(f"{path}: unsupported type {tp!r}")  # pragma: no cover
 
@@ -332,14 +353,19 @@ def _build(prefix: str, cls: Any, data: Any, problems: Problems) -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {describe(data)}")
+        found = describe(data, prefix)
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {found}")
     hints = typing.get_type_hints(cls, include_extras=True)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
-            problems.error(f"{path}: unknown key (known here: {', '.join(names)})")
+            if holds_secret(prefix) and not _KEY_NAME.fullmatch(str(key)):
+                # The "key" may be a token that lost its own key ("- token: \n  abc…:").
+                problems.error(f"{prefix}: an unknown key, not shown (known: {', '.join(names)})")
+            else:
+                problems.error(f"{path}: unknown key (known here: {', '.join(names)})")
             continue
         try:
             kwargs[key] = _convert(path, hints[key], value, problems)

@@ -162,7 +162,7 @@ def read_jwks_file(path: str, algorithms: Iterable[str]) -> KeySet:
         raise JwksError(f"cannot read {path}: {exc}") from None
     try:
         document = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
         raise JwksError(f"{path} is not JSON") from None
     keys, problems = key_set_from(document, algorithms)
     if problems:

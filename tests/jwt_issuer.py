@@ -129,6 +129,10 @@ def bad_tokens(issuer: Issuer) -> dict[str, tuple[str, str]]:
         "no exp": (issuer.token("r1", exp=None), "missing_claim"),
         "not yet valid": (issuer.token("r1", nbf=now + 3600), "not_yet_valid"),
         "not a JWT": ("not-a-jwt-and-not-a-static-token", "malformed"),
+        # Time claims are JSON numbers (RFC 7519 §2 NumericDate); PyJWT alone takes these.
+        "exp a numeric string": (issuer.token("r1", exp=str(now + 3600)), "claim_type"),
+        "nbf a numeric string": (issuer.token("r1", nbf=str(now - 60)), "claim_type"),
+        "iat a boolean": (issuer.token("r1", iat=True), "claim_type"),
     }
 
 

@@ -219,6 +219,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proxy.config_oauth",
             "proxy.config_policy",
             "proxy.config_rules",
+            "proxy.config_strings",
             "proxy.config_system",
             "proxy.config_tracing",
             "proxy.jwks_keys",

@@ -7,6 +7,7 @@ and JWTs, whole and their signature, accepted or refused for each reason."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,10 @@ from tests.modern.client import TASKS, Modern
 from tests.support import (
     MCP_HEADERS,
     bearer,
+    eventually,
     initialize_request,
     log_events,
+    run_proxy,
     run_proxy_on,
     tool_call,
 )
@@ -126,3 +129,76 @@ async def test_no_secret_reaches_the_logs(tmp_path: Path) -> None:
     assert len(seen) >= 3, seen  # the scenario did handle them
     whys = {entry.get("why") for entry in log_events(log_text, "request_refused")}
     assert {why for _, why in bad_tokens(an_issuer()).values()} <= whys  # each was refused
+
+
+async def _raw_exchange(port: int, request: bytes) -> bytes:
+    """Send ``request`` as it is on a connection of its own; what comes back until close."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await reader.read()
+    finally:
+        writer.close()
+
+
+async def test_a_request_aiohttp_cannot_parse_is_logged_and_answered_without_its_bytes(
+    tmp_path: Path,
+) -> None:
+    """Headers past aiohttp's 8190-byte limit, a header line without its colon, a bad
+    request line, more than 128 headers: each gets 400, and neither the log nor the answer
+    quotes the request (aiohttp's own message quoted ~100 characters of the
+    ``Authorization`` value: a JWT's header and claims)."""
+    issuer = an_issuer()
+    groups = [f"group-{i:05d}" for i in range(700)]  # a JWT past 8 KB: many claims
+    big_jwt = issuer.token("r1", "carol", groups=groups)
+    assert len(big_jwt) > 8190
+    claims = big_jwt.split(".")[1]
+    head = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n"
+    many = "".join(f"X-Header-{i}: {STATIC_TOKEN}\r\n" for i in range(130)) + "\r\n"
+    requests = [
+        ("LineTooLong", head + f"Authorization: Bearer {big_jwt}\r\n\r\n".encode()),
+        ("BadHttpMessage", head + f"Authorization Bearer {STATIC_TOKEN}\r\n\r\n".encode()),
+        ("BadStatusLine", f"GET /mcp?token={STATIC_TOKEN} HTTP/1.1 extra\r\n\r\n".encode()),
+        ("BadHttpMessage", head + many.encode()),  # more than 128 headers
+    ]
+    secrets = {"the JWT's claims": claims[:40], "a static token": STATIC_TOKEN}
+    auth = {
+        "tokens": [{"token": STATIC_TOKEN, "principal": "alice"}],
+        "jwt": {"jwks_file": issuer.write_jwks(tmp_path / "jwks.json", "r1"), "issuer": ISSUER},
+    }
+    async with run_proxy(tmp_path, auth=auth) as proxy:
+        for kind, request in requests:
+            answer = await _raw_exchange(proxy.port, request)
+            assert answer.startswith(b"HTTP/1.0 400 ") or answer.startswith(b"HTTP/1.1 400 "), (
+                kind,
+                answer[:200],
+            )
+            for what, secret in secrets.items():
+                assert secret.encode() not in answer, (kind, what)
+        # Each refusal logged (as request_malformed; aiohttp's own: "Error handling request").
+        await eventually(
+            lambda: (
+                sum(map(proxy.log_text().count, ("request_malformed", "Error handling")))
+                >= len(requests)
+            ),
+            what="a log line for each refusal",
+        )
+        log_text = proxy.log_text()
+    leaks = [what for what, secret in secrets.items() if secret in log_text]
+    assert not leaks, f"secrets in the log: {leaks}"
+    assert "Traceback" not in log_text
+    kinds = [entry["error"] for entry in log_events(log_text, "request_malformed")]
+    assert sorted(kinds) == sorted(kind for kind, _ in requests), kinds
+
+
+async def test_an_upstream_urls_credentials_are_not_logged_at_start(tmp_path: Path) -> None:
+    """The start line (``proxy_listening upstream=``) names the URL without its user info,
+    query or fragment (it logged the URL as written, ``?key=`` and password included)."""
+    password, key = "pw-8c1e4f0b7d2a", "key-5b9a3e1c7f04"
+    url = f"http://user:{password}@127.0.0.1:9/mcp?key={key}#frag-{key}"
+    async with run_proxy(tmp_path, upstream={"url": url}) as proxy:
+        log_text = proxy.log_text()
+    (listening,) = log_events(log_text, "proxy_listening")
+    assert listening["upstream"] == "http://127.0.0.1:9/mcp"
+    assert password not in log_text and key not in log_text

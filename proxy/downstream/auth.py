@@ -50,6 +50,7 @@ from proxy.core.protected_resource import (
 )
 from proxy.core.ratelimit import RateLimiter
 from proxy.downstream.jwks import JwksUrl
+from proxy.downstream.jwt_times import misshapen_time_claim
 from proxy.downstream.wire import error_response
 from proxy.jwks_keys import KeySet
 
@@ -202,6 +203,8 @@ class JwtVerifier:
         except jwt.PyJWTError as exc:
             why = next((w for kind, w in _REFUSALS if isinstance(exc, kind)), "invalid")
             raise InvalidToken(why) from None
+        if misshapen_time_claim(claims) is not None:  # "exp": "9999999999" passes PyJWT
+            raise InvalidToken("claim_type")
         if audiences is not None and not audience_accepted(claims.get("aud"), audiences):
             raise InvalidToken("audience")  # a token for another resource
         principal = claims.get(s.principal_claim)

@@ -35,6 +35,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from proxy.config import ListenConfig
 from proxy.core.errors import Overloaded, PayloadTooLarge, ProxyError, RequestTimeout
+from proxy.downstream.server_log import QUEUE_SLOT, quiet_refusal
 
 log = structlog.get_logger("proxy.http")
 
@@ -128,7 +129,7 @@ async def read_body(
 # aiohttp keeps no public record of a request's headers being parsed or of a connection
 # waiting for its next request; these read RequestHandler's own state (checked to exist
 # when a ConnectionGuard is made, so an aiohttp that renames them fails at start).
-_HANDLER_STATE = ("_request_count", "_waiter")
+_HANDLER_STATE = ("_request_count", "_waiter", QUEUE_SLOT)
 
 
 def _requests_parsed(handler: RequestHandler) -> int:
@@ -204,6 +205,7 @@ class _GuardedConnection(asyncio.Protocol):
             self._arm(inner, heard=True)  # the first byte of the next request
         self._heard = True
         inner.data_received(data)
+        quiet_refusal(inner)  # a request aiohttp could not parse: answered without its bytes
         if self._timer is not None and _requests_parsed(inner) != self._parsed_at_arming:
             self._disarm()
 

@@ -56,6 +56,8 @@ from typing import Any
 import structlog
 from yarl import URL
 
+from proxy.config_rules import ConfigError, shown_url
+from proxy.config_strings import check_header
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError, error_message
 from proxy.core.jsonrpc import Kind, Message
@@ -143,18 +145,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_headers(values: Sequence[str]) -> dict[str, str]:
-    """``'Name: value'`` strings to a dict, ``${VAR}`` replaced from the environment."""
+    """``'Name: value'`` strings to a dict, ``${VAR}`` replaced from the environment;
+    ``ValueError`` for one that cannot be sent, never quoting it (this goes to the host's
+    log, and a header is most often a credential: ``Bearer abc…`` without its name)."""
     headers: dict[str, str] = {}
     for header in values:
         name, sep, value = header.partition(":")
         if not sep or not name.strip():
-            raise ValueError(f"--header: expected 'NAME: VALUE', got {name.strip()!r}…")
+            raise ValueError("--header: expected 'NAME: VALUE' (a name, a colon, a value)")
         try:
             expanded = _ENV_REF.sub(lambda m: os.environ[m.group(1)], value.strip())
         except KeyError as exc:
             raise ValueError(
                 f"--header {name.strip()}: environment variable {exc.args[0]} is not set"
             ) from None
+        try:
+            check_header(name.strip(), expanded, "--header")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         headers[name.strip()] = expanded
     return headers
 
@@ -271,7 +279,8 @@ def main(argv: list[str]) -> int:
         return 2
     if not re.match(r"^https?://", args.url, re.IGNORECASE):
         print(
-            f"mcp-resume-proxy connect: URL must be http(s)://, got {args.url!r}", file=sys.stderr
+            f"mcp-resume-proxy connect: URL must be http(s)://, got {shown_url(args.url)!r}",
+            file=sys.stderr,
         )
         return 2
     for flag, value in (

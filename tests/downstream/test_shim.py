@@ -297,6 +297,42 @@ async def test_help_explains_the_shim() -> None:
         assert word in text, word
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["http://127.0.0.1:9/mcp", "--header", "Bearer {secret}"], "expected 'NAME: VALUE'"),
+        (["http://127.0.0.1:9/mcp", "--header", "Authorization: ${{SHIM_T}}"], "line break"),
+        (["ftp://user:{secret}@h/mcp?token={secret}"], "URL must be http(s)://"),
+    ],
+)
+async def test_the_shims_argument_errors_quote_no_credential(args: list[str], said: str) -> None:
+    """What the shim says goes to the host's log: a header without its name (``Bearer
+    abc…``), one with a line break, a URL of another scheme are refused (exit 2) without
+    the credential in them (the header's text and the URL were quoted)."""
+    secret = "shim-secret-1f7c3a9e5b"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        "connect",
+        *(arg.format(secret=secret) for arg in args),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=str(ROOT),
+        env={"PATH": "/usr/bin:/bin", "SHIM_T": f"Bearer {secret}\r\nX-Injected: 1"},
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 60.0)
+    finally:
+        if proc.returncode is None:  # it did not refuse: it serves, until ended here
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 2, err
+    assert said in err.decode(), err
+    assert secret[:10].encode() not in out + err
+
+
 async def test_a_request_a_draining_proxy_refuses_is_sent_again_until_a_replica_takes_it(
     tmp_path: Path,
 ) -> None:
