@@ -190,10 +190,14 @@ def reread(args: argparse.Namespace) -> Config:
 
 
 def _resolve_headers(config: Config) -> None:
+    """What is resolved only when an upstream starts, resolved now: an unset ``${VAR}`` is
+    a config error at start, not at the first session."""
     if not config.servers:
         config.upstream.resolved_headers()
+        config.upstream.resolved_command()
     for name, server in config.servers.items():
         server.resolved_headers(f"servers.{name}")
+        server.resolved_command(f"servers.{name}")
 
 
 def _as_mapping(config: Config) -> dict[str, object]:
@@ -343,6 +347,8 @@ def check(path: str) -> Problems:
                 check_header(
                     header, interpolate(value, f"{where}.headers.{header}"), f"{where}.headers"
                 )
+        with problems.collecting():
+            server.resolved_command(where)  # never shown: only its key path
         if server.oauth.client_secret is not None:
             with problems.collecting():
                 server.oauth.resolved_secret(where)  # never shown: only its variable's name

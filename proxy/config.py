@@ -168,6 +168,17 @@ class UpstreamConfig:
         query or fragment: any may carry a credential)."""
         return shown_url(self.url) if self.url else " ".join(self.command)
 
+    def resolved_command(self, where: str = "upstream") -> list[str]:
+        """``command`` with ``${NAME}`` (``${NAME:-default}``) replaced from the environment
+        (ConfigError if unset without a default, or if an argument holds a NUL): it is kept
+        as written in the config, so that logs and ``/status`` never show what a variable
+        held (an argument may be a credential)."""
+        resolved = [interpolate(arg, f"{where}.command[{i}]") for i, arg in enumerate(self.command)]
+        for i, arg in enumerate(resolved):
+            if "\x00" in arg:
+                raise ConfigError(f"{where}.command[{i}]: holds a NUL character")
+        return resolved
+
     def resolved_headers(self, where: str = "upstream") -> dict[str, str]:
         """``headers`` with ``${NAME}`` (``${NAME:-default}``) replaced from the environment
         (ConfigError if unset without a default, or if a header cannot be sent)."""

@@ -116,8 +116,9 @@ def interpolate(value: str, where: str) -> str:
 
 def interpolated(data: Any, path: str, problems: Problems | None = None) -> Any:
     """Every string of a config mapping interpolated, except upstreams' ``headers``
-    (``upstream.headers``, ``servers.NAME.headers``) and ``oauth.client_secret``: those are
-    resolved when the upstream starts, so that no secret sits in the config object.
+    (``upstream.headers``, ``servers.NAME.headers``), ``command`` and
+    ``oauth.client_secret``: those are resolved when the upstream starts, so that no secret
+    sits in the config object, and a command is shown (logs, ``/status``) as written.
 
     Without ``problems``, the first unset variable raises ``ConfigError``; with it, each
     is collected there and its key left out (so it takes its default)."""
@@ -162,7 +163,11 @@ def _kept_for_start(path: str) -> bool:
     parts = path.split(".")
     if parts[:1] == ["servers"]:
         parts = ["upstream", *parts[2:]] if len(parts) > 2 else parts
-    return parts in (["upstream", "headers"], ["upstream", "oauth", "client_secret"])
+    return parts in (
+        ["upstream", "headers"],
+        ["upstream", "command"],
+        ["upstream", "oauth", "client_secret"],
+    )
 
 
 def read_text(path: str) -> str:

@@ -72,7 +72,10 @@ def check_command(up: UpstreamConfig, where: str, problems: Problems) -> None:
     """Whether ``up``'s program can be started from here (see the module's rules)."""
     if not up.command:
         return
-    program = up.command[0]
+    try:
+        program = up.resolved_command(where)[0]
+    except ConfigError:
+        return  # named by check already
     cwd = Path(up.cwd) if up.cwd else None
     if cwd is not None and not cwd.is_dir():
         problems.warning(f"{where}.cwd: {up.cwd} is not a directory here")

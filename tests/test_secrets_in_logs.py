@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.e2e.node_tools import run_server_everything
 from tests.jwt_issuer import AUDIENCE, ISSUER, an_issuer, bad_tokens
 from tests.modern.client import TASKS, Modern
 from tests.support import (
+    FIXTURE,
     MCP_HEADERS,
     bearer,
     eventually,
@@ -202,3 +204,28 @@ async def test_an_upstream_urls_credentials_are_not_logged_at_start(tmp_path: Pa
     (listening,) = log_events(log_text, "proxy_listening")
     assert listening["upstream"] == "http://127.0.0.1:9/mcp"
     assert password not in log_text and key not in log_text
+
+
+async def test_a_commands_arguments_from_the_environment_are_shown_as_written(
+    tmp_path: Path,
+) -> None:
+    """``command: [..., "${VAR}"]`` is filled in when the server starts: the start line,
+    each session's log and ``/status.json`` show ``${VAR}``, never what it held (they
+    showed the value: an argument may be a credential)."""
+    secret = "arg-secret-4e7c1a9b2d"
+    config = {
+        "listen": {"host": "127.0.0.1", "port": 0},
+        "upstream": {"command": [sys.executable, FIXTURE[1], "--tag", "${ARG_SECRET}"]},
+        "log": {"format": "json", "level": "debug"},
+    }
+    async with (
+        run_proxy_on(tmp_path, config, env={"ARG_SECRET": secret}) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.post(proxy.url, json=initialize_request(), headers=MCP_HEADERS) as resp:
+            assert resp.status == 200, await resp.text()  # the server started, with it
+        async with http.get(proxy.base + "/status.json") as resp:
+            status = await resp.text()
+        log_text = proxy.log_text()
+    assert "${ARG_SECRET}" in log_text and "${ARG_SECRET}" in status
+    assert secret not in log_text and secret not in status

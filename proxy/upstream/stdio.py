@@ -33,6 +33,7 @@ from typing import Any
 
 import structlog
 
+from proxy.config_rules import ConfigError
 from proxy.core import jsonrpc
 from proxy.core.errors import LostReason, ProxyError, UpstreamStartFailed, error_message
 from proxy.core.handshake import HandshakeStep
@@ -119,6 +120,10 @@ class StdioUpstream(IdleStop):
 
     async def _spawn(self) -> None:
         cfg = self._context.config
+        try:
+            command = cfg.resolved_command()  # ${NAME} from the environment, as at start
+        except ConfigError as exc:
+            raise UpstreamStartFailed(f"cannot start the MCP server: {exc}") from None
         env = dict(os.environ) if cfg.inherit_env else {}
         env.update(cfg.env)
         lineage = Lineage()  # its descendants, found to end with it
@@ -133,7 +138,7 @@ class StdioUpstream(IdleStop):
             with REAPER.spawning():  # asyncio's child from the fork on: not reaped by us
                 transport, protocol = await loop.subprocess_exec(
                     lambda: _ExitWatchingProtocol(exited, limit=cfg.max_line_bytes, loop=loop),
-                    *cfg.command,
+                    *command,
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
