@@ -91,6 +91,34 @@ class HeadlessLogin:
         )
 
 
+def host_provider(url: str, storage: MemoryStorage, login: HeadlessLogin) -> OAuthClientProvider:
+    """The SDK's OAuth client as a host configures it: a public client (PKCE, no secret)
+    that registers itself and signs in through ``login``."""
+    return OAuthClientProvider(
+        server_url=url,
+        client_metadata=OAuthClientMetadata(
+            client_name="python sdk host",
+            redirect_uris=[REDIRECT_URI],  # type: ignore[list-item]
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+        ),
+        storage=storage,
+        redirect_handler=login.redirect,
+        callback_handler=login.callback,
+    )
+
+
+async def echo_through(url: str, provider: OAuthClientProvider, mode: str, text: str) -> str:
+    """``echo`` called at ``url`` by the Python SDK client signing in with ``provider``."""
+    async with (
+        httpx2.AsyncClient(auth=provider, timeout=30.0) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as client,  # type: ignore[arg-type]
+    ):
+        result = await client.call_tool("echo", {"text": text})
+    return str(result.content[0].text)  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_the_python_sdk_signs_in_and_calls_a_tool(
     tmp_path: Path, oauth_server: AuthServer, mode: str
@@ -98,25 +126,8 @@ async def test_the_python_sdk_signs_in_and_calls_a_tool(
     async with run_proxy_on(tmp_path, proxy_config(oauth_server)) as proxy:
         url = f"{proxy.base}/servers/demo/mcp"
         storage, login = MemoryStorage(), HeadlessLogin(oauth_server.issuer)
-        provider = OAuthClientProvider(
-            server_url=url,
-            client_metadata=OAuthClientMetadata(
-                client_name="python sdk host",
-                redirect_uris=[REDIRECT_URI],  # type: ignore[list-item]
-                grant_types=["authorization_code", "refresh_token"],
-                response_types=["code"],
-                token_endpoint_auth_method="none",
-            ),
-            storage=storage,
-            redirect_handler=login.redirect,
-            callback_handler=login.callback,
-        )
-        async with (
-            httpx2.AsyncClient(auth=provider, timeout=30.0) as http,
-            Client(streamable_http_client(url, http_client=http), mode=mode) as client,  # type: ignore[arg-type]
-        ):
-            result = await client.call_tool("echo", {"text": "signed in"})
-        assert result.content[0].text == "signed in"  # type: ignore[union-attr]
+        provider = host_provider(url, storage, login)
+        assert await echo_through(url, provider, mode, "signed in") == "signed in"
         # It asked for this server's URI and the scope the 401 named.
         (asked,) = login.authorization_urls
         query = parse_qs(urlsplit(asked).query)
@@ -144,25 +155,8 @@ async def test_the_python_sdk_recovers_from_a_refused_token(
         storage.tokens = OAuthToken(
             access_token=answer["access_token"], expires_in=answer["expires_in"], scope=scope
         )
-        provider = OAuthClientProvider(
-            server_url=url,
-            client_metadata=OAuthClientMetadata(
-                client_name="python sdk host",
-                redirect_uris=[REDIRECT_URI],  # type: ignore[list-item]
-                grant_types=["authorization_code", "refresh_token"],
-                response_types=["code"],
-                token_endpoint_auth_method="none",
-            ),
-            storage=storage,
-            redirect_handler=login.redirect,
-            callback_handler=login.callback,
-        )
-        async with (
-            httpx2.AsyncClient(auth=provider, timeout=30.0) as http,
-            Client(streamable_http_client(url, http_client=http), mode="legacy") as client,  # type: ignore[arg-type]
-        ):
-            result = await client.call_tool("echo", {"text": "again"})
-        assert result.content[0].text == "again"  # type: ignore[union-attr]
+        provider = host_provider(url, storage, login)
+        assert await echo_through(url, provider, "legacy", "again") == "again"
         refusals = log_events(proxy.log_text(), "request_refused")
         if held == "another_resource":
             assert [e["why"] for e in refusals] == ["audience"]
