@@ -102,9 +102,11 @@ def test_interpolation_forms(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     )
     config = load_config(path)
     assert config.listen.host == "127.0.0.1"
-    assert config.upstream.command == ["python", "value.py"]
     assert config.upstream.env == {"TOKEN": "value"}
-    # Headers stay as written in the config object (no secret in it) until resolved.
+    # The command and headers stay as written in the config object (no secret in it, and
+    # logs show them so) until resolved when the server starts.
+    assert config.upstream.command == ["python", "${SET_VAR}.py"]
+    assert config.upstream.resolved_command() == ["python", "value.py"]
     assert config.upstream.headers == {"Authorization": "Bearer ${SET_VAR}"}
     assert config.upstream.resolved_headers() == {"Authorization": "Bearer value"}
 
