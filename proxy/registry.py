@@ -92,6 +92,22 @@ def session_limits(config: Config, servers: dict[str, Server]) -> SessionLimits:
     )
 
 
+async def end_sessions(runners: list[SessionRunner]) -> None:
+    """End ``runners`` as a stop does: each request in flight answered with
+    ``proxy_shutdown``, up to :data:`SHUTDOWN_DRAIN_SECONDS` for the connections to write
+    those answers out, then every process gone (shutdown; a server a reload removed)."""
+    for runner in runners:
+        runner.shut_down()  # every upstream begins to stop now, in parallel
+    drained = asyncio.gather(*(r.written_out() for r in runners))
+    try:
+        async with asyncio.timeout(SHUTDOWN_DRAIN_SECONDS):
+            await drained
+    except TimeoutError:
+        left = sum(r.open_connections for r in runners)
+        log.info("shutdown_connections_not_drained", connections=left)
+    await asyncio.gather(*(r.wait_stopped() for r in runners))
+
+
 class Registry:
     """Every live session of this process, by id."""
 
@@ -325,16 +341,6 @@ class Registry:
         """
         self.context.accepting = False
         await self._none_starting.wait()  # each ends itself once started (see above)
-        runners = list(self._table.entries())
-        for runner in runners:
-            runner.shut_down()  # every upstream begins to stop now, in parallel
-        drained = asyncio.gather(*(r.written_out() for r in runners))
-        try:
-            async with asyncio.timeout(SHUTDOWN_DRAIN_SECONDS):
-                await drained
-        except TimeoutError:
-            left = sum(r.open_connections for r in runners)
-            log.info("shutdown_connections_not_drained", connections=left)
-        await asyncio.gather(*(r.wait_stopped() for r in runners))
+        await end_sessions(list(self._table.entries()))
         if self._reaper:
             await asyncio.gather(*self._reaper, return_exceptions=True)

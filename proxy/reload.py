@@ -37,7 +37,7 @@ from aiohttp import web
 from proxy.config import Config, ConfigError
 from proxy.downstream.app import server_endpoints
 from proxy.downstream.auth import Authenticator
-from proxy.downstream.drain import POLL_SECONDS
+from proxy.downstream.drain import POLL_SECONDS, calls_in_flight
 from proxy.downstream.keys import (
     AUTH_KEY,
     CONTEXT_KEY,
@@ -48,7 +48,7 @@ from proxy.downstream.keys import (
 )
 from proxy.downstream.resource import bind, resource_server
 from proxy.logs import configure_logging
-from proxy.registry import SHUTDOWN_DRAIN_SECONDS, session_limits
+from proxy.registry import end_sessions, session_limits
 from proxy.reload_plan import ReloadPlan, plan_reload
 from proxy.servers import Server
 
@@ -203,24 +203,12 @@ class Reloader:
         endpoint = app[ENDPOINTS_KEY][name]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
-
-        def in_flight() -> int:
-            legacy = sum(r.session.live_requests for r in registry.sessions() if r.server is server)
-            return legacy + (len(endpoint.modern.live) if endpoint.modern is not None else 0)
-
+        in_flight = calls_in_flight(app, server)
         while in_flight() and loop.time() < deadline:
             await asyncio.sleep(POLL_SECONDS)
             if not server.removed:
                 return  # a later reload put it back
-        runners = [r for r in registry.sessions() if r.server is server]
-        for runner in runners:
-            runner.shut_down()
-        try:
-            async with asyncio.timeout(SHUTDOWN_DRAIN_SECONDS):
-                await asyncio.gather(*(r.written_out() for r in runners))
-        except TimeoutError:
-            pass
-        await asyncio.gather(*(r.wait_stopped() for r in runners))
+        await end_sessions([r for r in registry.sessions() if r.server is server])
         if not server.removed:
             return
         if endpoint.modern is not None:

@@ -35,6 +35,7 @@ from aiohttp import web
 
 from proxy.context import ProxyContext
 from proxy.downstream.keys import ENDPOINTS_KEY, REGISTRY_KEY
+from proxy.servers import Server
 
 log = structlog.get_logger("proxy.drain")
 
@@ -42,14 +43,20 @@ POLL_SECONDS = 0.1
 """How often a drain counts the calls still in flight."""
 
 
-def calls_in_flight(app: web.Application) -> Callable[[], int]:
-    """How many calls ``app`` runs right now, legacy and modern, every server's."""
+def calls_in_flight(app: web.Application, server: Server | None = None) -> Callable[[], int]:
+    """How many calls ``app`` runs right now, legacy and modern: every server's, or
+    ``server``'s alone (a reload drains it)."""
     registry = app[REGISTRY_KEY]
     endpoints = app[ENDPOINTS_KEY]  # a reload adds and removes servers: read it each time
 
     def count() -> int:
-        legacy = sum(runner.session.live_requests for runner in registry.sessions())
-        modern = (e.modern for e in endpoints.values() if e.modern is not None)
+        runners = registry.sessions()
+        legacy = sum(r.session.live_requests for r in runners if server in (None, r.server))
+        modern = (
+            e.modern
+            for name, e in endpoints.items()
+            if e.modern is not None and (server is None or name == server.name)
+        )
         return legacy + sum(len(facade.live) for facade in modern)
 
     return count
