@@ -236,17 +236,22 @@ def test_only_public_signing_keys_that_fit_are_kept() -> None:
     assert keys.find(None) is None
 
 
-async def test_an_eddsa_token_and_a_kidless_one_with_a_single_key(tmp_path: Path) -> None:
-    private = ed25519.Ed25519PrivateKey.generate()
+async def eddsa_verifier(
+    tmp_path: Path, private: ed25519.Ed25519PrivateKey, **settings: Any
+) -> JwtVerifier:
+    """A started verifier of EdDSA tokens signed by ``private`` (its one key in a JWKS
+    file), with ``settings`` of ``auth.jwt`` beside; the caller closes it."""
     jwk = OKPAlgorithm.to_jwk(private.public_key(), as_dict=True)
     (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
-    settings = build(
-        "auth.jwt",
-        JwtConfig,
-        {"jwks_file": str(tmp_path / "jwks.json"), "algorithms": ["EdDSA"], "issuer": ISSUER},
-    )
-    verifier = JwtVerifier(settings)
+    given = {"jwks_file": str(tmp_path / "jwks.json"), "algorithms": ["EdDSA"], **settings}
+    verifier = JwtVerifier(build("auth.jwt", JwtConfig, given))
     await verifier.start()
+    return verifier
+
+
+async def test_an_eddsa_token_and_a_kidless_one_with_a_single_key(tmp_path: Path) -> None:
+    private = ed25519.Ed25519PrivateKey.generate()
+    verifier = await eddsa_verifier(tmp_path, private, issuer=ISSUER)
     try:
         token = jwt.encode(Issuer.claims("erin", aud=None), private, algorithm="EdDSA")
         assert await verifier.principal_for(token) == "erin"
@@ -263,13 +268,7 @@ async def test_an_eddsa_token_and_a_kidless_one_with_a_single_key(tmp_path: Path
 
 async def test_a_tokens_scopes_come_from_its_scope_or_scp_claim(tmp_path: Path) -> None:
     private = ed25519.Ed25519PrivateKey.generate()
-    jwk = OKPAlgorithm.to_jwk(private.public_key(), as_dict=True)
-    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
-    settings = build(
-        "auth.jwt", JwtConfig, {"jwks_file": str(tmp_path / "jwks.json"), "algorithms": ["EdDSA"]}
-    )
-    verifier = JwtVerifier(settings)
-    await verifier.start()
+    verifier = await eddsa_verifier(tmp_path, private)
     try:
         for extra, scopes in (
             ({"scope": "mcp:read  mcp:tools"}, {"mcp:read", "mcp:tools"}),
@@ -289,15 +288,7 @@ async def test_a_resource_servers_audiences(tmp_path: Path) -> None:
     them, as a string or in a list, whatever the case of its scheme and host and with or
     without a trailing slash; without ``aud`` the token is refused."""
     private = ed25519.Ed25519PrivateKey.generate()
-    jwk = OKPAlgorithm.to_jwk(private.public_key(), as_dict=True)
-    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
-    settings = build(
-        "auth.jwt",
-        JwtConfig,
-        {"jwks_file": str(tmp_path / "jwks.json"), "algorithms": ["EdDSA"], "issuer": ISSUER},
-    )
-    verifier = JwtVerifier(settings)
-    await verifier.start()
+    verifier = await eddsa_verifier(tmp_path, private, issuer=ISSUER)
     accepted = frozenset({"https://mcp.example/servers/a/mcp", "https://mcp.example"})
     try:
         for aud, why in (
