@@ -30,6 +30,7 @@ from tests.support import (
     RunningProxy,
     eventually,
     initialize_request,
+    log_events,
     run_proxy_on,
     tail,
     wait_listening,
@@ -181,6 +182,16 @@ async def test_a_wrong_client_secret_is_a_clear_502_and_not_ready(tmp_path: Path
                 status, body = await readyz(proxy)
                 assert status == 503
                 assert "invalid_client" in body["upstreams"]["remote"]
+                # Sessions opening at once get the same answer without asking the
+                # authorization server again each time (a backoff, 1 s at least).
+                for _ in range(5):
+                    async with http.post(mcp, json=init, headers=MCP_HEADERS) as resp:
+                        assert resp.status == 502
+                        again = (await resp.json())["error"]
+                    assert again["data"]["reason"] == "upstream_unauthorized"
+                    assert "invalid_client" in again["message"]
+            asked = log_events(proxy.log_text(), "upstream_token_refused")
+            assert len(asked) == 1, asked
 
 
 # ------------------------------------------------------------------ (b) login, then calls
