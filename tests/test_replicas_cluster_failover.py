@@ -6,9 +6,9 @@ While it is down, a request for that session on the replica that does not hold i
 must read the record to find the holder) waits ``store.unavailable_wait_seconds`` and
 is refused with 503, ``Retry-After`` and JSON-RPC -32000 ``store_unavailable``, never a
 500. Started again (empty: nothing is on disk), the cluster serves again: a new session
-through either replica answers a call (retried while the replicas settle: a replica
-whose lease key was on that master finds it gone and drops its sessions, as one paused
-past its lease does; every answer meanwhile is 200, 404 or a documented 503), and the
+through either replica answers a call (retried while the replicas settle; every answer
+meanwhile is 200, 404 or a documented 503; a replica whose lease key was on that master
+finds it gone after the outage and takes it again: proxy/replica_lease.py), and the
 lost record's session is ``404`` (its client initializes again), as after a flush
 (docs/stores.md).
 """
