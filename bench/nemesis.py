@@ -78,6 +78,7 @@ def as_json(report: Report, took: float) -> dict[str, object]:
             {"violation": str(v), "faults_during": report.faults_during(v.label)}
             for v in report.violations
         ],
+        "phases_s": [[name, round(took, 1)] for name, took in report.timeline.done],
     }
 
 

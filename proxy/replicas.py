@@ -23,8 +23,15 @@ and ending what a dead replica left running (DESIGN.md §9).
   its first renewal, which finds the lease lapsed (or at its first write, which the store
   refuses): its fencing token goes stale, every session it held is lost (upstreams
   stopped, nothing more written), it takes its lease again, and ends what of its own is
-  still live (``owner_lost``) unless a reaper did. A lease found gone because Redis lost
-  its data (a new epoch) is taken again without that: nobody can have reaped a stream.
+  still live (``owner_lost``) unless a reaper did.
+- **A lease that was lost, not lapsed** (its key went with a Redis master's data, a
+  flush, a failover: :mod:`proxy.replica_lease` tells which) is taken again, only if
+  nobody holds it, and the sessions are kept, unless a replica reaped it meanwhile
+  (``reaper:<owner>`` is held): then they are lost as above. The reaper checks the lease
+  again once it holds ``reaper:<owner>``, and the holder checks ``reaper:<owner>`` once it
+  holds its lease again, so one of the two always sees the other. Other replicas
+  presume a lease found missing alive for half a lease, and reap it only once it was
+  missing at two looks that far apart.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from proxy.forwarding import (
     encode_reply,
     encode_request,
 )
+from proxy.replica_lease import Clock, LeaseClock
 from proxy.store.base import Store, StoreError
 from proxy.store.fencing import Fence
 from proxy.store.open import end_orphans
@@ -62,6 +70,9 @@ from proxy.store.unavailable import patiently, unavailable
 log = structlog.get_logger("proxy.replicas")
 
 FORWARD_TIMEOUT_SECONDS = 30.0
+REAPER_LEASE_SECONDS = 60.0
+"""How long ``reaper:<owner>`` stays held: while it does, a replica that finds its lease
+missing knows its streams were ended and loses its sessions."""
 
 # Sends the asker of a request served here a part of the reply ahead of it (NotesAhead).
 Relay = Callable[[NotesAhead], Awaitable[None]]
@@ -96,6 +107,7 @@ class Replicas:
         retention: float,
         serve: Serve,
         fence: Fence | None = None,
+        clock: Clock = time.monotonic,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -106,6 +118,7 @@ class Replicas:
         self._epoch_seen = ""
         self._flushed_at: float | None = None  # monotonic: when the epoch was seen change
         self.lease_seconds = lease_seconds
+        self.leases = LeaseClock(lease_seconds, clock)
         self._retention = retention
         self._serve = serve
         self._tasks: list[asyncio.Task[None]] = []
@@ -122,8 +135,10 @@ class Replicas:
     # ------------------------------------------------------------------ lifetime
     async def start(self) -> None:
         lease = f"replica:{self.owner}"
+        sent = self.leases.clock()
         if not await self.store.acquire_lease(lease, self.owner, self.lease_seconds, time.time()):
             raise StoreError(f"the replica lease {lease} is held by another process")
+        self.leases.renewed(sent)
         self._epoch_seen = self.store.epoch
         for name, loop in (("renew", self._renew), ("inbox", self._listen), ("reap", self._reap)):
             self._tasks.append(asyncio.create_task(loop(), name=f"replicas-{name}"))
@@ -154,6 +169,7 @@ class Replicas:
             try:
                 await self.renew_once()
             except StoreError as exc:
+                self.leases.unreachable()
                 log.warning("replica_lease_not_renewed", error=str(exc))
 
     def _orphan(self, stale: str) -> None:
@@ -163,20 +179,28 @@ class Replicas:
 
     async def renew_once(self) -> None:
         """Renew the lease; if it lapsed, lose every session (the fencing token goes
-        stale) and take it again; then end what the stale tokens left live."""
+        stale) and take it again; if its key was lost, take it again and keep them
+        (unless it was reaped meanwhile); then end what the stale tokens left live."""
         lease = f"replica:{self.owner}"
+        sent = self.leases.clock()
         held = await self.store.renew_lease(lease, self.owner, self.lease_seconds, time.time())
         await self._check_epoch()
-        flushed = self._flushed_lately()
-        if not held:
-            if not flushed and not self._orphaned:
+        if held:
+            self.leases.renewed(sent)
+        else:
+            lost = self._flushed_lately() or self.leases.lost_not_lapsed()
+            if not lost and not self._orphaned:
                 self.fence.lost("lease_lapsed")  # another replica may be reaping it
             if not await self.store.acquire_lease(
                 lease, self.owner, self.lease_seconds, time.time()
             ):  # another process has this replica's name: cannot happen, say so if it does
                 log.error("replica_lease_taken", owner=self.owner)
                 return
-            log.info("replica_lease_taken_again", owner=self.owner, flushed=flushed)
+            self.leases.renewed(sent)
+            reaper = await self._reaper_of_self() if lost else None
+            if reaper is not None and not self._orphaned:
+                self.fence.lost("lease_reaped")  # its streams were (being) ended: lost
+            log.info("replica_lease_taken_again", owner=self.owner, lost=lost, reaper=reaper)
         while self._orphaned:
             await end_orphans(
                 self.store,
@@ -188,6 +212,15 @@ class Replicas:
             )
             self._orphaned.pop(0)
 
+    async def _reaper_of_self(self) -> str | None:
+        """Who holds ``reaper:<this owner>`` (ending its streams), read once this replica
+        holds its lease again; ``"unknown"`` if the store cannot say (as good as reaped)."""
+        try:
+            return await self.store.lease_owner(f"reaper:{self.owner}", time.time())
+        except StoreError as exc:
+            log.warning("replica_reaper_unknown", error=str(exc))
+            return "unknown"
+
     async def _check_epoch(self) -> None:
         """Read the store's epoch; note when it changed (flushed or replaced: resumes
         into what was held get explicit errors, and every lease went with the data)."""
@@ -196,7 +229,7 @@ class Replicas:
             return
         log.error("store_history_lost", epoch_was=self._epoch_seen, epoch=epoch)
         self._epoch_seen = epoch
-        self._flushed_at = time.monotonic()
+        self._flushed_at = self.leases.clock()
         if self.history_lost_at is None:
             self.history_lost_at = time.time()
 
@@ -204,12 +237,17 @@ class Replicas:
         """The store's data was lost less than a lease ago (this replica saw its epoch
         change): a lease missing now went with it, not lapsed."""
         at = self._flushed_at
-        return at is not None and time.monotonic() - at < self.lease_seconds
+        return at is not None and self.leases.clock() - at < self.lease_seconds
 
     # ------------------------------------------------------------------ owners
     async def owner_alive(self, owner: str) -> bool:
+        """Whether ``owner`` holds its lease, or is presumed to (found missing just now
+        after it was seen held: its key may have been lost, and it takes it again)."""
         if owner == self.owner:
             return True
+        return self.leases.note(owner, await self._holds_lease(owner))
+
+    async def _holds_lease(self, owner: str) -> bool:
         return await self.store.lease_owner(f"replica:{owner}", time.time()) == owner
 
     async def owner_of(self, session_id: str) -> str:
@@ -362,10 +400,15 @@ class Replicas:
         owners = {r.owner for r in await self.store.live_streams(None, now)}
         ended = 0
         for owner in sorted(owners - {self.owner}):
-            if await self.owner_alive(owner):
+            if await self.owner_alive(owner) or not self.leases.missing_long(owner):
                 continue
-            if not await self.store.acquire_lease(f"reaper:{owner}", self.owner, 60, now):
+            reaper = f"reaper:{owner}"
+            if not await self.store.acquire_lease(reaper, self.owner, REAPER_LEASE_SECONDS, now):
                 continue  # another replica is at it
+            if await self._holds_lease(owner):  # it took its lost lease again just now
+                self.leases.note(owner, True)
+                await self.store.release_lease(reaper, self.owner)
+                continue
             log.info("replica_lost", owner=owner)
             ended += await end_orphans(
                 self.store, owner, self._retention, "owner_lost", fence=self.fence.token

@@ -19,8 +19,13 @@ Each event goes to exactly one socket:
   :data:`TAKEOVER_WAIT_SECONDS`): the new socket starts after the last position it
   acknowledged (it may repeat what that socket wrote in its last second, never skip).
 
-An HTTP ``GET`` of the standalone stream is no socket: it keeps the stream while open
-(sockets are refused it, 409), and it is never taken over.
+An HTTP ``GET`` listen stream (no ``Last-Event-ID``) on another replica is a remote
+holder like a remote socket (its replica follows the log and names it alike): a newer
+socket or ``GET`` takes the stream from it, and closing it says how far it wrote, so the
+next ``GET`` anywhere starts after that, never again with what it wrote. An HTTP ``GET``
+on this replica keeps the stream while open (sockets and other listen ``GET`` requests
+are refused it, 409), and it is never taken over; it takes the stream from a remote holder
+(:meth:`StandaloneSeat.clear_remote`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,30 @@ log = structlog.get_logger("proxy.ws")
 
 TAKEOVER_WAIT_SECONDS = 5.0
 """How long a takeover waits for the replica of the socket that has the stream to stop it."""
+
+
+class StandaloneHold:
+    """A remote holder's hold of its session's standalone stream, followed from the log
+    (a ``/ws`` socket's, or an HTTP ``GET``'s): how far it wrote it; stopped between two
+    events, never in the middle of one."""
+
+    def __init__(self, after: int) -> None:
+        self.written = after  # the seq of the last event written (or where it started)
+        self.stopped = False
+        self.lock = asyncio.Lock()  # held while an event is written
+        self._wake: Callable[[], None] | None = None
+
+    def on_stop(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` once stopped (a writer waiting for the log's next event ends)."""
+        self._wake = wake
+
+    async def stop(self) -> int:
+        """Write no more; the seq of the last event written."""
+        async with self.lock:
+            self.stopped = True
+        if self._wake is not None:
+            self._wake()
+        return self.written
 
 
 class LocalSocket(Protocol):
@@ -109,6 +138,16 @@ class StandaloneSeat:
             log.warning("ws_standalone_not_stopped", replica=old.replica, error=str(exc))
             return None
         return reply.upto if isinstance(reply, StandaloneStopped) else None
+
+    async def clear_remote(self, replicas: Replicas | None) -> None:
+        """A ``GET`` on this replica takes the stream: stop the remote holder first, if
+        one has it (a local socket has a connection on the stream: the ``GET`` is refused)."""
+        if isinstance(self.holder, WsSocket):
+            async with self._lock:
+                old = self.holder
+                if isinstance(old, WsSocket):
+                    await self._stop(old, replicas)
+                    self.holder = None
 
     def left(self, socket: LocalSocket) -> None:
         """``socket`` carries the stream no more (it closed, or its session ended)."""

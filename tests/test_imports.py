@@ -197,6 +197,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "proxy.servers",
             "proxy.replicas",
+            "proxy.replica_lease",
             "proxy.forwarding",
             "proxy.forwarding_fields",
             "proxy.forwarding_seat",

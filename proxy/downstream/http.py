@@ -345,6 +345,8 @@ class StreamableHttp:
         if isinstance(target, RemoteSessions):
             return await target.get(request, self._session_id(request))
         runner = target
+        if last_event_id is None and self.remote is not None:  # a listener elsewhere stops
+            await runner.seat.clear_remote(self.remote.replicas)
         conn = runner.open_conn()
         try:
             runner.feed(ClientGet(conn.id, last_event_id))

@@ -14,7 +14,9 @@ server's, so a replica never asks on behalf of someone else, nor at the wrong se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import secrets
 
 import structlog
 from aiohttp import web
@@ -39,12 +41,18 @@ from proxy.forwarding import (
     Reply,
     StreamOpened,
 )
+from proxy.forwarding_seat import StandaloneRelease, WsSocket
 from proxy.modern.reply import Reply as HttpReply
 from proxy.modern.retry_forward import write_answered
 from proxy.replicas import Replicas
+from proxy.standalone_seat import StandaloneHold
 from proxy.store.base import StoreError
 
 log = structlog.get_logger("proxy.remote")
+
+RELEASE_WAIT_SECONDS = 5.0
+"""How long an ended listen ``GET`` tries to tell the holder how far it wrote (else the
+next listener starts after the last position it acknowledged)."""
 
 
 class RemoteSessions:
@@ -131,11 +139,65 @@ class RemoteSessions:
         await asyncio.gather(*acks, return_exceptions=True)
 
     async def get(self, request: web.Request, session_id: str) -> web.StreamResponse:
+        """The session's standalone stream (a listen ``GET``), held as a remote socket
+        holds it (:mod:`proxy.standalone_seat`): a newer listener anywhere takes it (this
+        response then ends between two events), and once this one ends the holder hears
+        how far it wrote, so the next starts after that."""
         owner = await self.replicas.owner_of(session_id)
-        forwarded = ForwardedGet(session_id, self.server, principal_of(request))
-        return await self._answer(
-            request, session_id, await self.replicas.forward(owner, forwarded)
-        )
+        principal = principal_of(request)
+        token = secrets.token_urlsafe(12)
+        hold: StandaloneHold | None = None
+
+        async def stop() -> int | None:  # the holder asks: a newer listener takes it
+            nonlocal hold
+            if hold is None:  # not begun: the reply on its way is ignored
+                hold = StandaloneHold(0)
+                hold.stopped = True
+                return None
+            upto = await hold.stop()
+            log.info("remote_listen_taken_over", session=session_id, upto=upto)
+            return upto
+
+        self.replicas.standalone_followers[token] = stop
+        socket = WsSocket(self.replicas.owner, token)
+        try:
+            reply = await self.replicas.forward(
+                owner, ForwardedGet(session_id, self.server, principal, socket)
+            )
+            if not isinstance(reply, StreamOpened):
+                return await self._answer(request, session_id, reply)
+            if hold is not None:  # taken over before it began
+                return web.Response(status=409, headers={SESSION_HEADER: session_id})
+            hold = StandaloneHold(reply.after)
+            opening = b""
+            if reply.priming is not None:
+                opening = encode_event(None, event_id=reply.priming, retry_ms=reply.retry_ms)
+            return await self.stored.follow(
+                request, session_id, reply.stream, reply.after, opening, listen=hold
+            )
+        finally:
+            await self._release(owner, session_id, principal, token, hold)
+
+    async def _release(
+        self,
+        owner: str,
+        session_id: str,
+        principal: str | None,
+        token: str,
+        hold: StandaloneHold | None,
+    ) -> None:
+        """A listen ``GET`` ended: tell the holder how far it wrote (unless a newer one
+        took the stream from it), then forget it."""
+        log.info("remote_listen_ended", session=session_id)
+        try:
+            if hold is not None and not hold.stopped:
+                with contextlib.suppress(StoreError, TimeoutError):
+                    async with asyncio.timeout(RELEASE_WAIT_SECONDS):
+                        upto = await hold.stop()
+                        release = StandaloneRelease(session_id, self.server, principal, token, upto)
+                        await self.replicas.tell(owner, release)
+        finally:  # (kept until the release is sent: a takeover meanwhile gets the same)
+            self.replicas.standalone_followers.pop(token, None)
 
     async def delete(self, request: web.Request, session_id: str) -> web.StreamResponse:
         owner = await self.replicas.owner_of(session_id)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from proxy.core.stream_access import may_read
 from proxy.core.tokens import token_matches
 from proxy.downstream.auth import principal_of
 from proxy.sse_writer import SseWriter
+from proxy.standalone_seat import StandaloneHold
 from proxy.store.base import COMPLETED, Entry, Store, StoreError, StreamRecord
 from proxy.store.unavailable import patiently
 
@@ -153,12 +155,15 @@ class StoredStreams:
         after: int,
         opening: bytes = b"",
         hold: JsonHold | None = None,
+        listen: StandaloneHold | None = None,
     ) -> web.StreamResponse:
         """Stream ``key`` after ``after`` until it completes (a request another replica
         runs: the events reach this replica through the store). ``opening``: the priming
         event the holder gave the stream, written before anything else. ``hold``: first
         wait for a lone large answer, sent as ``application/json`` instead, as the holder
-        would (:meth:`_hold`); else the stream goes on from the same tail.
+        would (:meth:`_hold`); else the stream goes on from the same tail. ``listen``: a
+        ``GET``'s hold of the standalone stream: each event is written under it, and the
+        response ends once it is stopped (a newer listener takes the stream).
 
         A primed stream whose first read fails (the store restarting) is answered with
         its priming event alone: the holder runs the request and committed the stream
@@ -178,7 +183,9 @@ class StoredStreams:
             log.warning("stored_stream_primed_only", stream=key, error=str(exc))
             return await self._writer(request, session_id).end(opening)
         if hold is None:
-            return await self._serve(request, session_id, record, after, entries, None, opening)
+            return await self._serve(
+                request, session_id, record, after, entries, None, opening, listen=listen
+            )
         tail = _Tail(self._pump, key, entries[-1].seq if entries else after)
         try:
             answer = await self._hold(record, entries, tail, hold)
@@ -312,6 +319,7 @@ class StoredStreams:
         reply: dict[str, Any] | None,
         opening: bytes = b"",
         tail: _Tail | None = None,
+        listen: StandaloneHold | None = None,
     ) -> web.StreamResponse:
         """``opening`` (a priming event, or nothing), ``entries`` (the first chunk after
         ``after``, read before the response began so that a refusal is still an HTTP
@@ -324,13 +332,17 @@ class StoredStreams:
             await writer.open()
             with contextlib.suppress(ConnectionError):
                 if opening or entries:
-                    await writer.write(opening + self._frames(record, entries))
+                    await self._write(
+                        writer, opening + self._frames(record, entries), entries, listen
+                    )
                 if entries:
                     after = entries[-1].seq
                 # The rest, in chunks as read (a tail of a completed stream ends at its end).
                 if tail is None:
                     tail = _Tail(self._pump, record.key, after)
-                if await self._follow(writer, record, tail):
+                if listen is not None:
+                    listen.on_stop(functools.partial(tail.queue.put_nowait, _END))
+                if await self._follow(writer, record, tail, listen):
                     end = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
                     await writer.end(end)
         finally:
@@ -338,16 +350,34 @@ class StoredStreams:
                 await tail.end()
         return writer.response
 
-    async def _follow(self, writer: SseWriter, record: StreamRecord, tail: _Tail) -> bool:
+    @staticmethod
+    async def _write(
+        writer: SseWriter, frames: bytes, entries: list[Entry], listen: StandaloneHold | None
+    ) -> None:
+        """Write ``frames`` (``entries``' events), under ``listen`` if given: nothing once
+        it is stopped, and its position moved past them once written."""
+        if listen is None:
+            await writer.write(frames)
+            return
+        async with listen.lock:
+            if not listen.stopped:
+                await writer.write(frames)
+                if entries:
+                    listen.written = entries[-1].seq
+
+    async def _follow(
+        self, writer: SseWriter, record: StreamRecord, tail: _Tail, listen: StandaloneHold | None
+    ) -> bool:
         """Write what ``tail`` reads, the stream's live tail (keepalives and liveness
         checks by ``writer``); False when the client went first."""
         while True:
             items = await writer.next_batch(tail.queue, _ends_tail)
             if not items:
                 return False
-            frames = b"".join(self._frames(record, i) for i in items if isinstance(i, list))
+            batches = [i for i in items if isinstance(i, list)]
+            frames = b"".join(self._frames(record, i) for i in batches)
             if frames:
-                await writer.write(frames)
+                await self._write(writer, frames, [e for b in batches for e in b], listen)
             last = items[-1]
             if isinstance(last, ResumeError):
                 # Gone while followed: end the response; the client's next resume

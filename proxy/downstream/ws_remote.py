@@ -52,6 +52,7 @@ from proxy.forwarding import (
 )
 from proxy.forwarding_seat import StandaloneRelease, WsSocket
 from proxy.replicas import OwnerUnreachable
+from proxy.standalone_seat import StandaloneHold
 from proxy.store.base import COMPLETED, Store, StoreError
 
 log = structlog.get_logger("proxy.ws")
@@ -65,22 +66,6 @@ stream (else the next socket starts after the last position it acknowledged)."""
 
 Send = Callable[[bytes], Awaitable[None]]
 Acked = Callable[[str], Awaitable[None]]
-
-
-class StandaloneHold:
-    """A socket's hold of its session's standalone stream, followed from the log: how
-    far it wrote it; stopped between two frames, never in the middle of one."""
-
-    def __init__(self, after: int) -> None:
-        self.written = after  # the seq of the last event written (or where it started)
-        self.stopped = False
-        self.lock = asyncio.Lock()  # held while a frame is written
-
-    async def stop(self) -> int:
-        """Write no more; the seq of the last event written."""
-        async with self.lock:
-            self.stopped = True
-        return self.written
 
 
 class LogFrames:

@@ -43,6 +43,7 @@ from tests.nemesis.history import Audit, Call
 from tests.nemesis.http_clients import LegacyClient, ModernClient
 from tests.nemesis.schedule import KINDS, Fault, make_schedule
 from tests.nemesis.stream_clients import ShimClient, WsClient
+from tests.nemesis.timeline import Timeline
 from tests.redis_server import RedisServer
 from tests.replica_set import DRAIN_ENV
 from tests.support import MCP_HEADERS, descendants
@@ -72,6 +73,7 @@ class Report:
     violations: list[Violation]
     faults_done: Counter[str]
     fault_spans: list[tuple[float, float, str]] = field(default_factory=list)
+    timeline: Timeline = field(default_factory=Timeline)
 
     def faults_during(self, label: str) -> str:
         """The kinds of the faults that overlapped a call's life (a hint at a cause)."""
@@ -99,6 +101,8 @@ class Report:
             f"audited: {len(self.audits)} streams ({gone} gone from the store)",
             f"violations: {len(self.violations)} "
             + " ".join(f"{k}={n}" for k, n in sorted(rules.items())),
+            "where the time went:",
+            self.timeline.describe(),
         ]
         return "\n".join(lines)
 
@@ -113,8 +117,16 @@ class Report:
 class FaultRunner:
     """Carries out a schedule, one fault after the other, at (or after) its time."""
 
-    def __init__(self, c: Cluster, redis: RedisServer, cutters: list[CutProxy], log: Log):
+    def __init__(
+        self,
+        c: Cluster,
+        redis: RedisServer,
+        cutters: list[CutProxy],
+        log: Log,
+        timeline: Timeline,
+    ):
         self.c, self.redis, self.cutters, self.log = c, redis, cutters, log
+        self.timeline = timeline
         self.done: Counter[str] = Counter()
         self.spans: list[tuple[float, float, str]] = []
 
@@ -125,7 +137,8 @@ class FaultRunner:
                 await asyncio.sleep(wait)  # the schedule's own timing, not a synchronisation
             self.log(f"nemesis: {fault.describe()}")
             began = clock()
-            await self.apply(fault)
+            with self.timeline.phase(f"fault {fault.describe().strip()}"):
+                await self.apply(fault)
             # a cut lands on the next bytes; the others act while apply runs
             self.spans.append((began, clock() + (2.0 if fault.kind == "cut" else 0.0), fault.kind))
             self.done[fault.kind] += 1
@@ -164,7 +177,16 @@ class FaultRunner:
         await self.c.lb.wait_up()
 
 
-async def run_nemesis(directory: Path, seed: int, settings: Settings, log: Log = print) -> Report:
+async def run_nemesis(
+    directory: Path,
+    seed: int,
+    settings: Settings,
+    log: Log = print,
+    timeline: Timeline | None = None,
+) -> Report:
+    """One run; ``timeline`` (one of the caller's, to read if the run hangs) says where
+    its time went."""
+    timeline = timeline if timeline is not None else Timeline()
     rng = random.Random(seed)
     schedule = make_schedule(
         seed,
@@ -195,10 +217,14 @@ async def run_nemesis(directory: Path, seed: int, settings: Settings, log: Log =
             "streams": {"event_id_in_meta": True},
             "sse": {"keepalive_seconds": 1.0},
         }
-        async with cluster(directory, store, 3, env, **sections) as c:
+        async with contextlib.AsyncExitStack() as stack:
+            with timeline.phase("starting the replicas and the balancer"):
+                c = await stack.enter_async_context(cluster(directory, store, 3, env, **sections))
             calls, audits, faults, crashed = await drive(
-                c, redis, directory, rng, schedule, settings, log
+                c, redis, directory, rng, schedule, settings, log, timeline
             )
+            with timeline.phase("stopping the replicas and the balancer"):
+                await stack.aclose()
         loose_keys = await keys_without_ttl(redis.url)
         process = redis._process
         leftovers = leftover_processes(before | ({process.pid} if process is not None else set()))
@@ -210,7 +236,7 @@ async def run_nemesis(directory: Path, seed: int, settings: Settings, log: Log =
         keys_without_ttl=loose_keys,
         leftover_processes=leftovers,
     )
-    return Report(seed, schedule, calls, audits, violations, faults.done, faults.spans)
+    return Report(seed, schedule, calls, audits, violations, faults.done, faults.spans, timeline)
 
 
 async def drive(
@@ -221,6 +247,7 @@ async def drive(
     schedule: list[Fault],
     settings: Settings,
     log: Log,
+    timeline: Timeline,
 ) -> tuple[list[Call], dict[str, Audit], FaultRunner, list[str]]:
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -258,13 +285,15 @@ async def drive(
                         clients.append(
                             ShimClient(name, cutter.url(), shim_log, child, clock, settings.bound)
                         )
-            faults = FaultRunner(c, redis, cutters, log)
+            faults = FaultRunner(c, redis, cutters, log, timeline)
             running = [asyncio.create_task(client.run(settings.seconds)) for client in clients]
-            await faults.run(schedule, clock)
-            await faults.heal()
+            with timeline.phase(f"the {len(schedule)} faults (and healing)"):
+                await faults.run(schedule, clock)
+                await faults.heal()
             log(f"nemesis: t={clock():.1f}s faults done, waiting for the calls to end")
             left = max(0.0, settings.seconds - clock()) + settings.bound + 5
-            _, pending = await asyncio.wait(running, timeout=left)
+            with timeline.phase("the clients' last calls ending"):
+                _, pending = await asyncio.wait(running, timeout=left)
             for task in pending:  # a client past every bound: its calls stay open
                 task.cancel()
             ends = await asyncio.gather(*running, return_exceptions=True)
@@ -280,8 +309,9 @@ async def drive(
             await faults.heal()
             calls = [call for client in clients for call in client.calls]
             log(f"nemesis: t={clock():.1f}s calls ended, auditing the store")
-            audits = await audit_all(http, c.lb.url, calls)
-            await delete_sessions(http, c.lb.url, clients)
+            with timeline.phase("the audit"):
+                audits = await audit_all(http, c.lb.url, calls)
+                await delete_sessions(http, c.lb.url, clients)
             log(f"nemesis: t={clock():.1f}s audited, stopping")
             return calls, audits, faults, crashed
         finally:

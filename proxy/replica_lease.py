@@ -1,0 +1,92 @@
+"""What a replica can tell about leases from when it looked (DESIGN.md §9): a lease that
+*lapsed* (its holder was paused, cut off or dead past it) from one that was *lost* (its
+key went with the data of a Redis master that failed without a replica, a flush, a
+failover to a replica that had not yet received it).
+
+A lease key's expiry runs on the store's clock and only moves forward while its holder
+renews it, every third of ``lease_seconds``. So:
+
+- **The holder** (:meth:`LeaseClock.lost_not_lapsed`): a renewal that finds its lease
+  missing less than a lease after the last renewal that held was *sent* cannot be a
+  lapse (the key had at least that long to live): the key was lost. After a renewal that
+  could not reach the store (an outage) the holder cannot tell, and treats it as lost
+  too. Either way it takes the lease again only if nobody reaped it meanwhile
+  (:mod:`proxy.replicas`); a lapse still loses its sessions, as fencing says.
+- **Another replica** (:meth:`LeaseClock.note`, :meth:`LeaseClock.missing_long`): a
+  holder whose key was lost takes it again within a third of a lease. So a lease found
+  missing is *presumed alive* for :attr:`LeaseClock.grace` (half a lease) if this replica
+  saw it held shortly before, and it is reaped (its streams ended with ``owner_lost``)
+  only once it was missing at two looks at least :attr:`grace` apart, never seen held in
+  between.
+
+Times are this process's monotonic clock (injected, for the tests); the store's clock is
+never compared with it, only durations, which run at the same rate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+Clock = Callable[[], float]
+
+FORGET_AFTER_LEASES = 10
+"""How long an owner missing (never seen held again) stays in the notes."""
+
+
+class LeaseClock:
+    """This replica's notes on its own lease and on the others' (one per Replicas)."""
+
+    def __init__(self, lease_seconds: float, clock: Clock = time.monotonic) -> None:
+        self.lease_seconds = lease_seconds
+        self.grace = lease_seconds / 2
+        self.clock = clock
+        self._renewed_at: float | None = None  # the last renewal that held: when sent
+        self._outage = False  # the last renewal could not reach the store
+        self._seen_held: dict[str, float] = {}  # another owner's lease: last seen held
+        self._missing_since: dict[str, float] = {}  # … first seen missing since then
+
+    # ------------------------------------------------------------------ its own lease
+    def renewed(self, sent: float) -> None:
+        """A renewal (or acquisition) sent at ``sent`` found the lease held."""
+        self._renewed_at = sent
+        self._outage = False
+
+    def unreachable(self) -> None:
+        """A renewal could not reach the store."""
+        self._outage = True
+
+    def lost_not_lapsed(self) -> bool:
+        """A renewal just found the lease missing: was its key lost rather than lapsed?
+        (Less than a lease since the last renewal that held was sent, or the store was
+        unreachable at the last renewal.)"""
+        outage, self._outage = self._outage, False
+        at = self._renewed_at
+        return outage or (at is not None and self.clock() - at < self.lease_seconds)
+
+    # ------------------------------------------------------------------ the others'
+    def note(self, owner: str, held: bool) -> bool:
+        """Note what a look at ``owner``'s lease found; whether ``owner`` is (presumed)
+        alive: held, or missing for less than :attr:`grace` after it was seen held
+        within a lease (its key may have been lost; its holder takes it again)."""
+        now = self.clock()
+        if held:
+            self._seen_held[owner] = now
+            self._missing_since.pop(owner, None)
+            return True
+        since = self._missing_since.setdefault(owner, now)
+        seen = self._seen_held.get(owner)
+        self._forget(now)
+        return seen is not None and since - seen < self.lease_seconds and now - since < self.grace
+
+    def missing_long(self, owner: str) -> bool:
+        """``owner``'s lease was found missing at least :attr:`grace` ago and never held
+        since: its holder, had it only lost the key, would have taken it again."""
+        since = self._missing_since.get(owner)
+        return since is not None and self.clock() - since >= self.grace
+
+    def _forget(self, now: float) -> None:
+        horizon = now - FORGET_AFTER_LEASES * self.lease_seconds
+        for notes in (self._seen_held, self._missing_since):
+            for owner in [o for o, at in notes.items() if at < horizon]:
+                del notes[owner]

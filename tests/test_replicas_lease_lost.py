@@ -1,0 +1,67 @@
+"""A replica whose lease key is lost (not lapsed) keeps its sessions (docs/stores.md,
+Replicas; proxy/replica_lease.py): two replicas on one real Redis.
+
+A's lease key is deleted under a live call, as a Redis master lost without a replica (or
+a failover to a replica that had not received it) deletes it. A's next renewal, a third
+of a lease later, finds it missing less than a lease after the last one that held: the
+key was lost, nobody reaped it (``reaper:<A>`` is free), so A takes it again and keeps
+its sessions and its fencing token. The call ends with its result, on A and resumed on
+B; a request through B reaches A's session. (B runs with a long lease, so that its
+reaper's half-lease grace is not what this test races; tests/test_replica_lease.py
+shows the reaper's side with a hand-turned clock.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+from tests.downstream.sse_client import RawSession, messages, read_events
+from tests.proxy_lives import lives, progress_of, read_some, shared
+from tests.support import eventually, log_events, tool_call
+
+STEPS = 100  # 5 s: A renews its lease (3 s) every second meanwhile
+
+
+async def test_a_lost_lease_key_is_taken_again_and_the_call_ends_with_its_result(
+    tmp_path: Path, redis_url: str
+) -> None:
+    store = shared(redis_url, 3.0)
+    async with lives(tmp_path, store) as (proxies, http):
+        a = await proxies.start()
+        proxies.store = {**store, "lease_seconds": 60.0}
+        b = await proxies.start()
+        client = RawSession(http, a.url)
+        await client.initialize()
+        call = tool_call(7, "slow", {"steps": STEPS, "delay": 0.05}, "t")
+        resp = await http.post(a.url, json=call, headers=client.headers())
+        received, last_id = await read_some(resp, 3)
+        (started,) = log_events(a.log_path.read_text(), "replica_started")
+        lease = f"mrp:{store['namespace']}:{{lease:replica:{started['owner']}}}"
+        r = aioredis.from_url(redis_url)
+        try:
+            assert await r.delete(lease) == 1
+        finally:
+            await r.aclose()
+
+        def taken_again() -> list[dict[str, object]]:
+            return log_events(a.log_path.read_text(), "replica_lease_taken_again")
+
+        await eventually(taken_again, what="A to take its lease again")
+        received += messages(await read_events(resp))
+        assert progress_of(received) == list(range(1, STEPS + 1))
+        assert [m for m in received if "id" in m] == [received[-1]]
+        assert received[-1]["result"]["content"][0]["text"] == f"done {STEPS}"
+        # Resumed on B from the shared log: the same, once.
+        again = await http.get(b.url, headers=client.headers(**{"Last-Event-ID": last_id}))
+        assert again.status == 200, await again.text()
+        assert messages(await read_events(again)) == received[3:]
+        # The session lives on, through either replica.
+        on_b = RawSession(http, b.url, session_id=client.session_id)
+        echo = messages(
+            await on_b.request(8, "tools/call", tool_call(8, "echo", {"text": "k"})["params"])
+        )
+        assert echo[0]["result"]["content"][0]["text"] == "k"
+        assert not log_events(a.log_path.read_text(), "lease_lost")
+        assert taken_again()[0]["lost"] is True
