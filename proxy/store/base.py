@@ -43,7 +43,7 @@ import abc
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy.core.errors import ResumeError
 from proxy.core.resume_rules import HeldIn, check_position
@@ -57,9 +57,11 @@ class StoreError(Exception):
     """The store cannot be reached or refused a write: the caller answers 503."""
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One event of a log: its position, its bytes, and what a poll reports of it."""
+class Entry(NamedTuple):
+    """One event of a log: its position, its bytes, and what a poll reports of it.
+
+    A named tuple, not a dataclass: one is made per event stored and per event read
+    back, and a tuple is made in a third of the time (``Entry._make`` of a row)."""
 
     seq: int
     payload: bytes

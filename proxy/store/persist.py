@@ -98,11 +98,15 @@ class Persister:
             record.announced = announced
             batch.streams.append(record)
         appends = batch.appends
+        lists: dict[int, list[Entry]] = {}  # stream number -> its list in the batch
         for number, seq, payload, mark in j.appends:
-            key = f"{epoch}.{number}"
-            found = appends.get(key)
+            found = lists.get(number)
             if found is None:
-                found = appends[key] = []
+                key = f"{epoch}.{number}"
+                found = appends.get(key)
+                if found is None:
+                    found = appends[key] = []
+                lists[number] = found
             found.append(Entry(seq, payload, mark))
         for number, first in j.trimmed.items():
             batch.trimmed[f"{epoch}.{number}"] = first
@@ -120,9 +124,9 @@ class Persister:
         """Flush at the end of this loop turn; a batch without events or endings (new
         records, trims, drops) waits up to :data:`RECORD_DELAY_SECONDS` for the events that
         usually follow (one commit, not two, for a quick call)."""
-        loop = asyncio.get_running_loop()
         if self._scheduled:
             return
+        loop = asyncio.get_running_loop()
         if urgent:
             if self._timer is not None:
                 self._timer.cancel()

@@ -22,7 +22,8 @@ the event loop. Writes (commits, sessions, leases, tasks) run where ``synchronou
   statement gives the GIL up and waits up to the switch interval to get it back: a
   burst's commits took ten times longer beside the loop relaying it). The checkpoints
   that copy the WAL into the database (and fsync it) go to the thread instead
-  (:data:`CHECKPOINT_BYTES`); SQLite's own ones on the writer are a backstop.
+  (at most every :data:`CHECKPOINT_SECONDS`); SQLite's own ones on the writer are a
+  backstop.
 - ``"full"``: on the thread, behind the reads queued before them: each commit waits for
   an fsync, which the loop must not.
 
@@ -61,8 +62,9 @@ from proxy.store.wakeup import Wakeups
 P = ParamSpec("P")
 T = TypeVar("T")
 
-CHECKPOINT_BYTES = 4 * 1024 * 1024
-"""Payload bytes committed on the loop after which the thread checkpoints the WAL."""
+CHECKPOINT_SECONDS = 0.1
+"""While commits run on the loop, the thread checkpoints the WAL at most this often (it
+grows by what is committed meanwhile: a few MB at most, at full speed)."""
 
 
 class SqliteStore(Store):
@@ -90,7 +92,7 @@ class SqliteStore(Store):
         self._now = 0.0  # the latest ``now`` seen: tails have no clock of their own
         # Writes on the loop (synchronous normal: no fsync per commit), else on the thread.
         self._inline = synchronous == "normal"
-        self._unchecked = 0  # payload bytes committed since the last checkpoint was asked
+        self._next_checkpoint = 0.0  # loop time: no checkpoint is asked before it
         self._checkpoint: asyncio.Future[None] | None = None  # asked, not yet done
 
     async def _call(
@@ -115,16 +117,16 @@ class SqliteStore(Store):
             raise StoreError(f"the sqlite store {self.path} is {state}")
         return db.run(functools.partial(method, db, *args, **kwargs))
 
-    def _checkpoint_soon(self, written: int) -> None:
-        """Count ``written`` bytes; past :data:`CHECKPOINT_BYTES`, have the thread copy
-        the WAL into the database (one checkpoint asked at a time)."""
-        self._unchecked += written
-        if self._unchecked < CHECKPOINT_BYTES or self._checkpoint is not None:
+    def _checkpoint_soon(self) -> None:
+        """After a commit on the loop: have the thread copy the WAL into the database,
+        unless it is doing so or did within :data:`CHECKPOINT_SECONDS`."""
+        now = asyncio.get_running_loop().time()
+        if self._checkpoint is not None or now < self._next_checkpoint:
             return
         db, executor = self._db, self._executor
         if db is None or executor is None or self._closed:
             return
-        self._unchecked = 0
+        self._next_checkpoint = now + CHECKPOINT_SECONDS
         done = asyncio.get_running_loop().run_in_executor(executor, db.run, db.checkpoint)
         self._checkpoint = done
         done.add_done_callback(self._checkpointed)
@@ -182,9 +184,7 @@ class SqliteStore(Store):
         try:
             refused = await self._write(Database.commit, batch, now)
             if self._inline:
-                self._checkpoint_soon(
-                    sum(len(e.payload) for v in batch.appends.values() for e in v)
-                )
+                self._checkpoint_soon()
             return refused
         finally:
             # Also on failure or cancellation: a tail only re-reads, and its read queues

@@ -446,7 +446,7 @@ class Database:
             "SELECT seq, payload, mark FROM events WHERE key = ? AND seq > ? ORDER BY seq LIMIT ?",
             (key, after, -1 if limit is None else limit),
         )
-        return [Entry(seq, payload, mark) for seq, payload, mark in rows]
+        return list(map(Entry._make, rows))  # rows are (seq, payload, mark)
 
     def tail_step(self, key: str, after: int, now: float) -> tuple[list[Entry], str]:
         """The next entries after ``after`` and the stream's state, read together."""
