@@ -216,6 +216,9 @@ class Store(abc.ABC):
     # How long a client's request waits for the store to answer before it is refused
     # (proxy/store/unavailable.py); store.unavailable_wait_seconds.
     unavailable_wait: float = 5.0
+    # :meth:`commit_now` works: a commit is done before it returns, with no wait worth
+    # a loop turn (sqlite with synchronous normal: no fsync).
+    commits_at_once: bool = False
 
     def __init__(self, limits: StoreLimits) -> None:
         self.limits = limits
@@ -247,6 +250,10 @@ class Store(abc.ABC):
 
         Returns the keys refused by fencing (nothing of the batch was applied to them);
         empty when the writer's token holds on every key."""
+
+    def commit_now(self, batch: Batch, now: float) -> list[str]:
+        """:meth:`commit`, done before it returns (only when :attr:`commits_at_once`)."""
+        raise NotImplementedError(f"the {self.kind} store commits only with await")
 
     @abc.abstractmethod
     async def get_stream(self, key: str, now: float) -> StreamRecord | None:

@@ -152,7 +152,24 @@ class Persister:
         self._batch = Batch()
         self._open += 1
         traced, self._traced = self._traced, []
+        if self.store.commits_at_once:
+            # Stored before this callback returns: a writer holding this turn's events
+            # goes on at the loop's next turn, not after a task's first step and the
+            # commit behind it (the first event of a burst waited for two commits).
+            try:
+                with tracing.commit(traced, batch.events(), self.store.kind):
+                    refused = self.store.commit_now(batch, time.time())
+            except StoreError as exc:
+                self._failed(exc)  # the task below retries it, with backoff
+            else:
+                self._landed(batch, ticket, refused)
+                return
         self._inflight = asyncio.create_task(self._commit(batch, ticket, traced))
+
+    def _failed(self, exc: StoreError) -> None:
+        if self.last_error is None:
+            log.warning("store_unavailable", store=self.store.kind, error=str(exc))
+        self.last_error = str(exc)
 
     async def _commit(self, batch: Batch, ticket: int, traced: list[Any]) -> None:
         delay = RETRY_FIRST_SECONDS
@@ -162,23 +179,27 @@ class Persister:
                     refused = await self.store.commit(batch, time.time())
                     break
                 except StoreError as exc:
-                    if self.last_error is None:
-                        log.warning("store_unavailable", store=self.store.kind, error=str(exc))
-                    self.last_error = str(exc)
+                    self._failed(exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RETRY_MAX_SECONDS)
+        self._inflight = None
+        self._landed(batch, ticket, refused)
+
+    def _landed(self, batch: Batch, ticket: int, refused: list[str]) -> None:
+        """Batch ``ticket`` is in the store (``refused``: the keys fencing turned away)."""
         if self.last_error is not None:
             log.info("store_available", store=self.store.kind)
             self.last_error = None
-        if refused:  # before any writer waiting for this batch goes on
+        self.events += batch.events()
+        self.committed = ticket
+        # Before any writer waiting for this batch goes on (none runs before this returns;
+        # what was gathered since is discarded by the fence, not written).
+        if refused:
             log.warning(
                 "store_write_refused", streams=refused, stale=batch.fence != self.fence.token
             )
             if batch.fence == self.fence.token:
                 self.fence.lost("write_refused")
-        self.events += batch.events()
-        self.committed = ticket
-        self._inflight = None
         if self._batch:
             self._flush()
         else:  # nothing gathered meanwhile: the open ticket holds nothing; it is done too

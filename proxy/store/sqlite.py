@@ -91,7 +91,7 @@ class SqliteStore(Store):
         self._closed = False
         self._now = 0.0  # the latest ``now`` seen: tails have no clock of their own
         # Writes on the loop (synchronous normal: no fsync per commit), else on the thread.
-        self._inline = synchronous == "normal"
+        self._inline = self.commits_at_once = synchronous == "normal"
         self._next_checkpoint = 0.0  # loop time: no checkpoint is asked before it
         self._checkpoint: asyncio.Future[None] | None = None  # asked, not yet done
 
@@ -178,20 +178,38 @@ class SqliteStore(Store):
 
     # ------------------------------------------------------------------ logs
     async def commit(self, batch: Batch, now: float) -> list[str]:
+        if self._inline:
+            return self.commit_now(batch, now)
         self._now = max(self._now, now)
         if not batch:
             return []
         try:
-            refused = await self._write(Database.commit, batch, now)
-            if self._inline:
-                self._checkpoint_soon()
-            return refused
+            return await self._call(Database.commit, batch, now)
         finally:
             # Also on failure or cancellation: a tail only re-reads, and its read queues
             # behind this commit on the one thread.
-            self._wakeups.wake(
-                [*batch.appends, *batch.completed, *batch.dropped, *(r.key for r in batch.streams)]
-            )
+            self._wake(batch)
+
+    def commit_now(self, batch: Batch, now: float) -> list[str]:
+        """:meth:`commit` on the loop, at once (``synchronous: normal``)."""
+        self._now = max(self._now, now)
+        if not batch:
+            return []
+        db = self._db
+        if self._closed or db is None:
+            state = "closed" if self._closed else "not open"
+            raise StoreError(f"the sqlite store {self.path} is {state}")
+        try:
+            refused = db.run(functools.partial(Database.commit, db, batch, now))
+        finally:
+            self._wake(batch)  # also on failure: a tail only re-reads
+        self._checkpoint_soon()
+        return refused
+
+    def _wake(self, batch: Batch) -> None:
+        self._wakeups.wake(
+            [*batch.appends, *batch.completed, *batch.dropped, *(r.key for r in batch.streams)]
+        )
 
     async def get_stream(self, key: str, now: float) -> StreamRecord | None:
         return await self._call(Database.stream, key, now)
