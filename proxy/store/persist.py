@@ -82,32 +82,26 @@ class Persister:
     def note(self, session: Session, j: Journal, server: str) -> None:
         """Add what ``session`` noted (a :meth:`Journal.take`) to the open batch;
         ``server``: the name of the server it was made at (its streams' records say so)."""
-        sid, epoch = session.session_id, session.epoch
+        epoch = session.epoch
         tracing.gather(self._traced)
         batch = self._batch
-        for number, announced in [(n, False) for n in j.opened] + [(n, True) for n in j.announced]:
-            ids = session.client_ids(number)
-            record = StreamRecord(
-                f"{epoch}.{number}",
-                sid,
-                self.owner,
-                request_ids=ids,
-                principal=session.principal,
-                server=server,
-            )
-            record.announced = announced
-            batch.streams.append(record)
-        appends = batch.appends
-        lists: dict[int, list[Entry]] = {}  # stream number -> its list in the batch
-        for number, seq, payload, mark in j.appends:
-            found = lists.get(number)
-            if found is None:
-                key = f"{epoch}.{number}"
-                found = appends.get(key)
+        if j.opened or j.announced:
+            self._note_records(session, j, server)
+        if j.appends:  # most often the one event this feed appended: kept cheap
+            appends = batch.appends
+            lists: dict[int, list[Entry]] = {}  # stream number -> its list in the batch
+            for number, seq, payload, mark in j.appends:
+                found = lists.get(number)
                 if found is None:
-                    found = appends[key] = []
-                lists[number] = found
-            found.append(Entry(seq, payload, mark))
+                    key = f"{epoch}.{number}"
+                    found = appends.get(key)
+                    if found is None:
+                        found = appends[key] = []
+                    lists[number] = found
+                found.append(Entry(seq, payload, mark))
+        elif not (j.trimmed or j.completed or j.dropped):
+            self._schedule(urgent=bool(batch.appends or batch.completed))
+            return
         for number, first in j.trimmed.items():
             batch.trimmed[f"{epoch}.{number}"] = first
         if j.completed:
@@ -119,6 +113,22 @@ class Persister:
         # Clients wait for events and endings; new records, trims and drops can wait a
         # little for them (nobody reads what is not there yet, or gone).
         self._schedule(urgent=bool(batch.appends or batch.completed))
+
+    def _note_records(self, session: Session, j: Journal, server: str) -> None:
+        """The new streams' records (and the announced seeds') of what ``session`` noted."""
+        sid, epoch = session.session_id, session.epoch
+        for number, announced in [(n, False) for n in j.opened] + [(n, True) for n in j.announced]:
+            ids = session.client_ids(number)
+            record = StreamRecord(
+                f"{epoch}.{number}",
+                sid,
+                self.owner,
+                request_ids=ids,
+                principal=session.principal,
+                server=server,
+            )
+            record.announced = announced
+            self._batch.streams.append(record)
 
     def _schedule(self, *, urgent: bool) -> None:
         """Flush at the end of this loop turn; a batch without events or endings (new
