@@ -3,7 +3,7 @@
 ``python bench/storetrace.py PROXY-ARGS...`` is ``mcp-resume-proxy PROXY-ARGS...`` with
 two wrappers installed from outside (no proxy code changes):
 
-- each ``Store.commit`` the group commit (``proxy.store.persist.Persister``) makes: its
+- each ``Store.commit`` (or ``Store.commit_now``) the group commit (``proxy.store.persist.Persister``) makes: its
   wall time, its events, its new stream records and completions;
 - each ``ClientConn.stored()`` that had to wait (the wire held behind the store): how
   long it waited.
@@ -50,9 +50,25 @@ def _timed_commit(
 _persister_init = persist.Persister.__init__
 
 
+def _timed_commit_now(commit_now: Callable[[Batch, float], Any]) -> Callable[[Batch, float], Any]:
+    def timed(batch: Batch, now: float) -> Any:
+        t0 = time.perf_counter()
+        refused = commit_now(batch, now)
+        commits.append(
+            (time.perf_counter() - t0, batch.events(), len(batch.streams), len(batch.completed))
+        )
+        return refused
+
+    return timed
+
+
 def _init(self: persist.Persister, *args: Any, **kwargs: Any) -> None:
     _persister_init(self, *args, **kwargs)
-    self.store.commit = _timed_commit(self.store.commit)  # type: ignore[method-assign]
+    store = self.store
+    if store.commits_at_once:  # commits made on the loop, without an await
+        store.commit_now = _timed_commit_now(store.commit_now)  # type: ignore[method-assign]
+    else:
+        store.commit = _timed_commit(store.commit)  # type: ignore[method-assign]
 
 
 _stored = runtime.ClientConn.stored

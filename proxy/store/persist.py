@@ -82,28 +82,26 @@ class Persister:
     def note(self, session: Session, j: Journal, server: str) -> None:
         """Add what ``session`` noted (a :meth:`Journal.take`) to the open batch;
         ``server``: the name of the server it was made at (its streams' records say so)."""
-        sid, epoch = session.session_id, session.epoch
+        epoch = session.epoch
         tracing.gather(self._traced)
         batch = self._batch
-        for number, announced in [(n, False) for n in j.opened] + [(n, True) for n in j.announced]:
-            ids = session.client_ids(number)
-            record = StreamRecord(
-                f"{epoch}.{number}",
-                sid,
-                self.owner,
-                request_ids=ids,
-                principal=session.principal,
-                server=server,
-            )
-            record.announced = announced
-            batch.streams.append(record)
-        appends = batch.appends
-        for number, seq, payload, mark in j.appends:
-            key = f"{epoch}.{number}"
-            found = appends.get(key)
-            if found is None:
-                found = appends[key] = []
-            found.append(Entry(seq, payload, mark))
+        if j.opened or j.announced:
+            self._note_records(session, j, server)
+        if j.appends:  # most often the one event this feed appended: kept cheap
+            appends = batch.appends
+            lists: dict[int, list[Entry]] = {}  # stream number -> its list in the batch
+            for number, seq, payload, mark in j.appends:
+                found = lists.get(number)
+                if found is None:
+                    key = f"{epoch}.{number}"
+                    found = appends.get(key)
+                    if found is None:
+                        found = appends[key] = []
+                    lists[number] = found
+                found.append(Entry(seq, payload, mark))
+        elif not (j.trimmed or j.completed or j.dropped):
+            self._schedule(urgent=bool(batch.appends or batch.completed))
+            return
         for number, first in j.trimmed.items():
             batch.trimmed[f"{epoch}.{number}"] = first
         if j.completed:
@@ -116,13 +114,29 @@ class Persister:
         # little for them (nobody reads what is not there yet, or gone).
         self._schedule(urgent=bool(batch.appends or batch.completed))
 
+    def _note_records(self, session: Session, j: Journal, server: str) -> None:
+        """The new streams' records (and the announced seeds') of what ``session`` noted."""
+        sid, epoch = session.session_id, session.epoch
+        for number, announced in [(n, False) for n in j.opened] + [(n, True) for n in j.announced]:
+            ids = session.client_ids(number)
+            record = StreamRecord(
+                f"{epoch}.{number}",
+                sid,
+                self.owner,
+                request_ids=ids,
+                principal=session.principal,
+                server=server,
+            )
+            record.announced = announced
+            self._batch.streams.append(record)
+
     def _schedule(self, *, urgent: bool) -> None:
         """Flush at the end of this loop turn; a batch without events or endings (new
         records, trims, drops) waits up to :data:`RECORD_DELAY_SECONDS` for the events that
         usually follow (one commit, not two, for a quick call)."""
-        loop = asyncio.get_running_loop()
         if self._scheduled:
             return
+        loop = asyncio.get_running_loop()
         if urgent:
             if self._timer is not None:
                 self._timer.cancel()
@@ -148,7 +162,24 @@ class Persister:
         self._batch = Batch()
         self._open += 1
         traced, self._traced = self._traced, []
+        if self.store.commits_at_once:
+            # Stored before this callback returns: a writer holding this turn's events
+            # goes on at the loop's next turn, not after a task's first step and the
+            # commit behind it (the first event of a burst waited for two commits).
+            try:
+                with tracing.commit(traced, batch.events(), self.store.kind):
+                    refused = self.store.commit_now(batch, time.time())
+            except StoreError as exc:
+                self._failed(exc)  # the task below retries it, with backoff
+            else:
+                self._landed(batch, ticket, refused)
+                return
         self._inflight = asyncio.create_task(self._commit(batch, ticket, traced))
+
+    def _failed(self, exc: StoreError) -> None:
+        if self.last_error is None:
+            log.warning("store_unavailable", store=self.store.kind, error=str(exc))
+        self.last_error = str(exc)
 
     async def _commit(self, batch: Batch, ticket: int, traced: list[Any]) -> None:
         delay = RETRY_FIRST_SECONDS
@@ -158,23 +189,27 @@ class Persister:
                     refused = await self.store.commit(batch, time.time())
                     break
                 except StoreError as exc:
-                    if self.last_error is None:
-                        log.warning("store_unavailable", store=self.store.kind, error=str(exc))
-                    self.last_error = str(exc)
+                    self._failed(exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RETRY_MAX_SECONDS)
+        self._inflight = None
+        self._landed(batch, ticket, refused)
+
+    def _landed(self, batch: Batch, ticket: int, refused: list[str]) -> None:
+        """Batch ``ticket`` is in the store (``refused``: the keys fencing turned away)."""
         if self.last_error is not None:
             log.info("store_available", store=self.store.kind)
             self.last_error = None
-        if refused:  # before any writer waiting for this batch goes on
+        self.events += batch.events()
+        self.committed = ticket
+        # Before any writer waiting for this batch goes on (none runs before this returns;
+        # what was gathered since is discarded by the fence, not written).
+        if refused:
             log.warning(
                 "store_write_refused", streams=refused, stale=batch.fence != self.fence.token
             )
             if batch.fence == self.fence.token:
                 self.fence.lost("write_refused")
-        self.events += batch.events()
-        self.committed = ticket
-        self._inflight = None
         if self._batch:
             self._flush()
         else:  # nothing gathered meanwhile: the open ticket holds nothing; it is done too

@@ -7,10 +7,11 @@ them are in :mod:`proxy.store.redis_layout`; the Lua scripts in :mod:`proxy.stor
 A :class:`~proxy.store.base.Batch` is split by bucket (a bucket holds whole sessions, in
 one cluster slot: :func:`~proxy.store.redis_layout.by_bucket`) and each part is applied by
 one Lua script (``EVALSHA``, loaded again on ``NOSCRIPT``; the parts of one batch go in one
-pipeline), so replicas and readers see all of what a batch does to a session or none of
-it. ``commit`` returns once Redis has applied every part (a part that fails fails the
-commit, which the caller retries whole: every part is idempotent). The store is as
-durable as the server is configured (``appendonly yes`` with ``appendfsync always``
+pipeline; a single part on a single server is packed and sent at once:
+:mod:`proxy.store.redis_fast`), so replicas and readers see all of what a batch does to a
+session or none of it. ``commit`` returns once Redis has applied every part (a part that
+fails fails the commit, which the caller retries whole: every part is idempotent). The
+store is as durable as the server is configured (``appendonly yes`` with ``appendfsync always``
 survives a crash of Redis itself; the default ``everysec`` may lose the last second;
 ``--save ''`` without AOF keeps nothing).
 
@@ -42,11 +43,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
+import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import NoScriptError, RedisError
 
 from proxy.core.stream import Unacknowledged
 from proxy.core.taskrecord import TERMINAL
+from proxy.store import redis_fast
 from proxy.store.base import (
     COMPLETED,
     LIVE,
@@ -228,6 +231,14 @@ class RedisStore(Store):
         scripts loaded again on NOSCRIPT (a restarted or flushed server, a new master)."""
 
         async def commit(client: Client) -> list[Any]:
+            if len(calls) == 1 and isinstance(client, aioredis.Redis):  # one server
+                keys, args = calls[0]
+                sha = self._commit_script.sha
+                try:
+                    return [await redis_fast.evalsha(client, sha, keys, args)]
+                except NoScriptError:  # a restarted or flushed server
+                    await self._load_scripts(client)
+                    return [await redis_fast.evalsha(client, sha, keys, args)]
             if len(calls) == 1:
                 return [await self._commit_script(*calls[0])]
             try:

@@ -157,6 +157,9 @@ def by_bucket(batch: Batch) -> dict[int, Batch]:
     Field by field, whatever fields :class:`Batch` has: a dict keyed by stream key is
     split by key, a list of stream keys or of records (``.key``) by item, and any other
     value (one for the whole batch) is copied into every part."""
+    buckets = {bucket_of(key) for key in batch.touched()}
+    if len(buckets) == 1:  # the common case: one session's batch, one part
+        return {buckets.pop(): batch}
     names = [f.name for f in dataclasses.fields(batch)]
     whole = {
         name: getattr(batch, name)

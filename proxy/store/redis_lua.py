@@ -21,27 +21,44 @@ local function name(i) return ARGV[5 + i] end
 local function rec(i) return KEYS[3 * i - 1] end
 local function log(i) return KEYS[3 * i] end
 
-local function wake(i)
-  local w = KEYS[3 * i + 1]
-  redis.call('XADD', w, 'MAXLEN', '1', '*', 'w', '1')
-  redis.call('PEXPIRE', w, wake_ttl)
-end
+-- A stream's wake-up and expiry are applied once, at the end (the script is atomic: no
+-- reader sees the steps between), however many parts of the batch touch it.
+local woken, expiring = {}, {}
+local function wake(i) woken[i] = true end
 
 local function drop(i)
   redis.call('DEL', rec(i), log(i))
   redis.call('ZREM', live, name(i))
+  expiring[i] = nil
 end
 
--- Both keys of a stream expire together; a LIVE one is in the index until then.
+-- Both keys of a stream expire together; a LIVE one is in the index until then. One
+-- whose time has come goes at once (a later step finds no record, as it would any).
 local function expire(i, state, at)
   if tonumber(at) <= now then return drop(i) end
-  redis.call('PEXPIREAT', rec(i), at)
-  redis.call('PEXPIREAT', log(i), at)
-  if state == 'live' then
-    redis.call('ZADD', live, at, name(i))
-    if redis.call('PEXPIRETIME', live) < tonumber(at) then redis.call('PEXPIREAT', live, at) end
-  else
-    redis.call('ZREM', live, name(i))
+  expiring[i] = {state, at}
+end
+
+local function settle()
+  local latest = nil
+  for i, e in pairs(expiring) do
+    local state, at = e[1], e[2]
+    redis.call('PEXPIREAT', rec(i), at)
+    redis.call('PEXPIREAT', log(i), at)
+    if state == 'live' then
+      redis.call('ZADD', live, at, name(i))
+      if not latest or tonumber(at) > latest then latest = tonumber(at) end
+    else
+      redis.call('ZREM', live, name(i))
+    end
+  end
+  if latest and redis.call('PEXPIRETIME', live) < latest then
+    redis.call('PEXPIREAT', live, latest)
+  end
+  for i in pairs(woken) do
+    local w = KEYS[3 * i + 1]
+    redis.call('XADD', w, 'MAXLEN', '1', '*', 'w', '1')
+    redis.call('PEXPIRE', w, wake_ttl)
   end
 end
 
@@ -169,6 +186,7 @@ for _ = 1, tonumber(take()) do
     wake(i)
   end
 end
+settle()
 redis.call('ZREMRANGEBYSCORE', live, '-inf', ARGV[1])
 return refused_names
 """

@@ -25,6 +25,7 @@ file stays readable by the versions on either side.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import sqlite3
@@ -57,6 +58,11 @@ BUSY_TIMEOUT_MS = 5_000
 WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes the WAL file shrinks back to after a checkpoint
 PAGE_SIZE = 16_384  # events of a few KB stay on their page (4 KB pages: half as fast)
 TAIL_CHUNK = 1_000  # entries a tail reads at a time
+# The writer's own checkpoints (SQLite's automatic ones, run by the commit that crosses
+# the mark) are a backstop: the store's thread checkpoints first, off the event loop
+# (:meth:`Database.checkpoint`), and the WAL only reaches this when it cannot keep up.
+WAL_BACKSTOP_PAGES = 4_096
+SWEEP_KEYS = 64  # expired streams deleted per transaction (the loop turns between them)
 
 _SCHEMA = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
@@ -99,6 +105,16 @@ _LOAD_FOR_APPEND = (
     f"SELECT {_STREAM_COLUMNS}, (SELECT min(seq) FROM events WHERE events.key = streams.key)"
     " FROM streams WHERE key = ?"
 )
+INSERT_ROWS = 128  # events per INSERT statement, at most
+
+
+@functools.cache
+def _insert_rows(rows: int) -> str:
+    """An INSERT of ``rows`` events."""
+    values = ",".join(["(?,?,?,?)"] * rows)
+    return f"INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES {values}"
+
+
 _ACQUIRE_LEASE = (
     "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?)"
     " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at"
@@ -190,12 +206,16 @@ def plan_append(
 
 
 def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    """A connection in WAL mode. Each is used by one thread at a time, but not always the
+    one that made it (:class:`Database` says which)."""
     if not path.parent.is_dir():
         raise StoreError(
             f"cannot open the sqlite store {path}: the directory {path.parent} does not exist"
         )
     try:
-        conn = sqlite3.connect(path, isolation_level=None)  # transactions are explicit
+        # Transactions are explicit; the store, not sqlite3, keeps each connection to one
+        # thread at a time.
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open the sqlite store {path}: {exc}") from exc
     try:
@@ -216,20 +236,34 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
 
 
 class Database:
-    """The connection and every statement. Each method runs on the store's one thread."""
+    """Two connections and every statement.
+
+    ``conn`` writes (:meth:`commit`, sessions, leases, tasks, :meth:`sweep_step`) and
+    ``reader`` reads and checkpoints; in WAL mode neither waits for the other, and a read
+    begun after a commit returned sees it. :class:`~proxy.store.sqlite.SqliteStore` runs
+    the reads on its thread and the writes where ``synchronous`` says (one thread at a
+    time uses each connection)."""
 
     def __init__(self, path: Path, synchronous: str, limits: StoreLimits) -> None:
         self.path = path
         self.limits = limits
         self.conn = _connect(path, synchronous)
+        self.reader: sqlite3.Connection | None = None
         try:
             self.epoch = self._migrate()
+            self.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
+            self.reader = _connect(path, synchronous)
         except sqlite3.Error as exc:
-            self.conn.close()
+            self.close()
             raise StoreError(f"cannot open the sqlite store {path}: {exc}") from exc
         except BaseException:
-            self.conn.close()
+            self.close()
             raise
+
+    @property
+    def _reads(self) -> sqlite3.Connection:
+        assert self.reader is not None, "set by __init__"
+        return self.reader
 
     def run(self, call: Callable[[], T]) -> T:
         """``call()``, with any SQLite error as a :class:`StoreError` naming the file."""
@@ -239,7 +273,14 @@ class Database:
             raise StoreError(f"sqlite store {self.path}: {exc}") from exc
 
     def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
         self.conn.close()
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database without blocking the writer (``PASSIVE``); the
+        writer starts the WAL over at its next commit once all of it is copied."""
+        self._reads.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -252,6 +293,22 @@ class Database:
             if conn.in_transaction:
                 conn.rollback()
             raise
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """One read transaction on ``reader``: a record and the entries read after it
+        agree, whatever the writer commits meanwhile."""
+        reads = self._reads
+        reads.execute("BEGIN")
+        try:
+            yield
+        finally:
+            reads.execute("COMMIT")
+
+    def _many(self, statement: str, rows: Sequence[Any]) -> None:
+        """``executemany``, skipped when there is nothing (most batches touch few tables)."""
+        if rows:
+            self.conn.executemany(statement, rows)
 
     def _migrate(self) -> str:
         """Create the schema and mint the epoch if the file is new; the stored epoch."""
@@ -280,25 +337,27 @@ class Database:
     def commit(self, batch: Batch, now: float) -> list[str]:
         """Apply ``batch`` in one transaction; the keys fencing refused (nothing applied)."""
         with self._transaction():
-            refused = [k for k in batch.touched() if refused_by(self.stream(k, now), k, batch)]
+            refused = [
+                k for k in batch.touched() if refused_by(self._stream(self.conn, k, now), k, batch)
+            ]
             batch = batch.without(set(refused))
-            self.conn.executemany(
+            self._many(
                 "UPDATE streams SET fence = ? WHERE key = ?",
                 [(batch.fence, key) for key in batch.takeovers],
             )
             self._put_streams(batch.streams, batch.fence, now)
             self._append(batch.appends, batch, now)
             trims = [(first, key) for key, first in batch.trimmed.items()]
-            self.conn.executemany(
+            self._many(
                 "UPDATE streams SET first_seq = max(first_seq, min(?, last_seq + 1)) WHERE key = ?",
                 trims,
             )
-            self.conn.executemany(
+            self._many(
                 "DELETE FROM events WHERE key = ?1 AND seq < "
                 "(SELECT first_seq FROM streams WHERE key = ?1)",
                 [(key,) for _, key in trims],
             )
-            self.conn.executemany(
+            self._many(
                 f"UPDATE streams SET state = :state, expires_at = :at WHERE key = :key"
                 f" AND {_ALIVE}",
                 [
@@ -307,8 +366,8 @@ class Database:
                 ],
             )
             dropped = [(key,) for key in batch.dropped]
-            self.conn.executemany("DELETE FROM streams WHERE key = ?", dropped)
-            self.conn.executemany("DELETE FROM events WHERE key = ?", dropped)
+            self._many("DELETE FROM streams WHERE key = ?", dropped)
+            self._many("DELETE FROM events WHERE key = ?", dropped)
         return refused
 
     def _put_streams(self, records: Sequence[StreamRecord], fence: str, now: float) -> None:
@@ -318,14 +377,12 @@ class Database:
             return
         # An expired record is gone as if never made: its key is new again, without a log.
         expired = [{"key": r.key, "now": now} for r in records]
-        self.conn.executemany(
+        self._many(
             "DELETE FROM events WHERE key = :key AND EXISTS (SELECT 1 FROM streams"
             " WHERE key = :key AND expires_at <= :now)",
             expired,
         )
-        self.conn.executemany(
-            "DELETE FROM streams WHERE key = :key AND expires_at <= :now", expired
-        )
+        self._many("DELETE FROM streams WHERE key = :key AND expires_at <= :now", expired)
         live_until = now + self.limits.live_ttl
         rows = [
             _stream_row(
@@ -337,12 +394,12 @@ class Database:
             )
             for r in records
         ]
-        self.conn.executemany(_MAKE_STREAM, rows)
+        self._many(_MAKE_STREAM, rows)
 
     def _append(self, appends: dict[str, list[Entry]], batch: Batch, now: float) -> None:
         live_until = now + self.limits.live_ttl
         records: list[tuple[Any, ...]] = []
-        inserts: list[tuple[str, int, bytes, int]] = []
+        inserts: list[Any] = []  # flat: key, seq, payload, mark per event
         clears: list[tuple[str]] = []
         cuts: list[tuple[str, int]] = []
         for key, entries in appends.items():
@@ -353,17 +410,26 @@ class Database:
             if record.state == LIVE:
                 record.expires_at = live_until
             records.append(_stream_row(record))
-            inserts.extend((key, e.seq, e.payload, e.mark) for e in plan.new)
+            for e in plan.new:
+                inserts += (key, e.seq, e.payload, e.mark)
             if plan.clear:
                 clears.append((key,))
             elif plan.cut is not None:
                 cuts.append((key, plan.cut))
-        self.conn.executemany("DELETE FROM events WHERE key = ?", clears)
-        self.conn.executemany("DELETE FROM events WHERE key = ? AND seq < ?", cuts)
-        self.conn.executemany(
-            "INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES (?, ?, ?, ?)", inserts
-        )
-        self.conn.executemany(_PUT_STREAM, records)
+        self._many("DELETE FROM events WHERE key = ?", clears)
+        self._many("DELETE FROM events WHERE key = ? AND seq < ?", cuts)
+        self._insert_events(inserts)
+        self._many(_PUT_STREAM, records)
+
+    def _insert_events(self, flat: list[Any]) -> None:
+        """Insert the events ``flat`` holds (4 values each), many rows per statement: a
+        quarter less time per event than a statement per row. Chunks are powers of two up
+        to :data:`INSERT_ROWS`, so a few statements, prepared once, serve every batch."""
+        done, rows = 0, len(flat) // 4
+        while done < rows:
+            size = min(INSERT_ROWS, 1 << ((rows - done).bit_length() - 1))
+            self.conn.execute(_insert_rows(size), flat[4 * done : 4 * (done + size)])
+            done += size
 
     def _load_for_append(
         self, key: str, first: int, batch: Batch, now: float
@@ -380,39 +446,46 @@ class Database:
 
     # ------------------------------------------------------------------ reads
     def stream(self, key: str, now: float) -> StreamRecord | None:
-        row = self.conn.execute(
+        return self._stream(self._reads, key, now)
+
+    @staticmethod
+    def _stream(conn: sqlite3.Connection, key: str, now: float) -> StreamRecord | None:
+        row = conn.execute(
             f"SELECT {_STREAM_COLUMNS} FROM streams WHERE key = :key AND {_ALIVE}",
             {"key": key, "now": now},
         ).fetchone()
         return None if row is None else _stream_record(row)
 
     def read(self, key: str, after: int, now: float, limit: int | None) -> list[Entry]:
-        check_read(self.stream(key, now), after)
-        return self._entries(key, after, limit)
+        with self._snapshot():
+            check_read(self.stream(key, now), after)
+            return self._entries(key, after, limit)
 
     def _entries(self, key: str, after: int, limit: int | None) -> list[Entry]:
-        rows = self.conn.execute(
+        rows = self._reads.execute(
             "SELECT seq, payload, mark FROM events WHERE key = ? AND seq > ? ORDER BY seq LIMIT ?",
             (key, after, -1 if limit is None else limit),
         )
-        return [Entry(seq, payload, mark) for seq, payload, mark in rows]
+        return list(map(Entry._make, rows))  # rows are (seq, payload, mark)
 
     def tail_step(self, key: str, after: int, now: float) -> tuple[list[Entry], str]:
         """The next entries after ``after`` and the stream's state, read together."""
-        record = check_read(self.stream(key, now), after)
-        return self._entries(key, after, TAIL_CHUNK), record.state
+        with self._snapshot():
+            record = check_read(self.stream(key, now), after)
+            return self._entries(key, after, TAIL_CHUNK), record.state
 
     def summary(self, key: str, after: int, now: float) -> Unacknowledged:
-        check_read(self.stream(key, now), after)
-        row = self.conn.execute(_SUMMARY, (int(Mark.REQUEST), int(Mark.ERROR), key, after))
-        messages, requests, errors = row.fetchone()
+        with self._snapshot():
+            check_read(self.stream(key, now), after)
+            row = self._reads.execute(_SUMMARY, (int(Mark.REQUEST), int(Mark.ERROR), key, after))
+            messages, requests, errors = row.fetchone()
         return Unacknowledged(messages, requests, errors)
 
     def live_streams(self, owner: str | None, now: float) -> list[StreamRecord]:
         query = f"SELECT {_STREAM_COLUMNS} FROM streams WHERE state = :live AND {_ALIVE}"
         if owner is not None:
             query += " AND owner = :owner"
-        rows = self.conn.execute(query, {"live": LIVE, "now": now, "owner": owner})
+        rows = self._reads.execute(query, {"live": LIVE, "now": now, "owner": owner})
         return [_stream_record(row) for row in rows]
 
     # ------------------------------------------------------------------ sessions, leases, tasks
@@ -423,7 +496,7 @@ class Database:
         )
 
     def get_session(self, session_id: str, now: float) -> SessionRecord | None:
-        row = self.conn.execute(
+        row = self._reads.execute(
             "SELECT session_id, epoch, owner, protocol_version, expires_at FROM sessions"
             f" WHERE session_id = :id AND {_ALIVE}",
             {"id": session_id, "now": now},
@@ -448,7 +521,7 @@ class Database:
         self.conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
 
     def lease_owner(self, name: str, now: float) -> str | None:
-        row = self.conn.execute(
+        row = self._reads.execute(
             "SELECT owner FROM leases WHERE name = ? AND expires_at > ?", (name, now)
         ).fetchone()
         return None if row is None else str(row[0])
@@ -456,7 +529,7 @@ class Database:
     def put_task(self, task_id: str, record: dict[str, Any], expires_at: float, now: float) -> bool:
         """Write it unless the record held (not expired) is final; whether it was."""
         with self._transaction() as conn:
-            held = self.get_task(task_id, now)
+            held = self._task(conn, task_id, now)
             if held is not None and held.get("status") in TERMINAL:
                 return False
             conn.execute(
@@ -466,19 +539,31 @@ class Database:
         return True
 
     def get_task(self, task_id: str, now: float) -> dict[str, Any] | None:
-        row = self.conn.execute(
+        return self._task(self._reads, task_id, now)
+
+    @staticmethod
+    def _task(conn: sqlite3.Connection, task_id: str, now: float) -> dict[str, Any] | None:
+        row = conn.execute(
             "SELECT record FROM tasks WHERE task_id = ? AND expires_at > ?", (task_id, now)
         ).fetchone()
         return None if row is None else dict(json.loads(row[0]))
 
-    def sweep(self, now: float) -> tuple[list[str], int]:
-        """Delete what expired by ``now``: the streams that went, and how many sessions."""
+    def sweep_step(self, now: float) -> tuple[list[str], int, bool]:
+        """Delete what expired by ``now``, at most :data:`SWEEP_KEYS` streams (with their
+        events) in one transaction: the streams that went, how many sessions, and whether
+        more expired streams are left."""
         with self._transaction() as conn:
-            expired = conn.execute("SELECT key FROM streams WHERE expires_at <= ?", (now,))
+            expired = conn.execute(
+                "SELECT key FROM streams WHERE expires_at <= ? LIMIT ?", (now, SWEEP_KEYS + 1)
+            )
             keys = [key for (key,) in expired]
+            more = len(keys) > SWEEP_KEYS
+            keys = keys[:SWEEP_KEYS]
             conn.executemany("DELETE FROM events WHERE key = ?", [(key,) for key in keys])
-            conn.execute("DELETE FROM streams WHERE expires_at <= ?", (now,))
+            conn.executemany("DELETE FROM streams WHERE key = ?", [(key,) for key in keys])
+            if more:
+                return keys, 0, True
             sessions = conn.execute("DELETE FROM sessions WHERE expires_at <= ?", (now,))
             conn.execute("DELETE FROM leases WHERE expires_at <= ?", (now,))
             conn.execute("DELETE FROM tasks WHERE expires_at <= ?", (now,))
-            return keys, sessions.rowcount
+            return keys, sessions.rowcount, False

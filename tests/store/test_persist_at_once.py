@@ -1,0 +1,117 @@
+"""The group commit with a store that commits at once (proxy/store/persist.py with SQLite,
+``synchronous: normal``): the batch is stored in the flush itself, at the end of the loop
+turn that gathered it; fencing and retries keep their rules."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from proxy.core.journal import Journal
+from proxy.store.base import Batch, Entry, StoreError, StoreLimits, StreamRecord
+from proxy.store.fencing import Fence
+from proxy.store.persist import Persister
+from proxy.store.sqlite import SqliteStore
+from tests.store.test_persist_fencing import EPOCH, KEY, NotingSession
+
+
+async def opened(path: Path, synchronous: str = "normal") -> SqliteStore:
+    store = SqliteStore(path, StoreLimits(), synchronous=synchronous)
+    await store.open()
+    return store
+
+
+async def test_sqlite_normal_commits_at_once_and_full_does_not(tmp_path: Path) -> None:
+    normal = await opened(tmp_path / "a.db")
+    full = await opened(tmp_path / "b.db", "full")
+    try:
+        assert normal.commits_at_once and not full.commits_at_once
+        batch = Batch([StreamRecord(KEY, "s1")], {KEY: [Entry(1, b"{}")]})
+        assert normal.commit_now(batch, time.time()) == []
+        assert [e.seq for e in await normal.read(KEY, 0, time.time())] == [1]
+    finally:
+        await normal.close()
+        await full.close()
+
+
+async def test_a_batch_is_stored_by_the_end_of_the_turn_after_it_was_gathered(
+    tmp_path: Path,
+) -> None:
+    store = await opened(tmp_path / "store.db")
+    persister = Persister(store, "a", 60.0, Fence("a"))
+    try:
+        journal = Journal(opened=[1], appends=[(1, 1, b'{"a":1}', 0)])
+        persister.note(NotingSession(), journal, "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        assert persister.committed < ticket
+        await asyncio.sleep(0)  # one loop turn: the flush runs, and with it the commit
+        assert persister.committed >= ticket
+        assert [e.payload for e in await store.read(KEY, 0, time.time())] == [b'{"a":1}']
+    finally:
+        await persister.close()
+        await store.close()
+
+
+async def test_a_refused_write_at_once_makes_the_token_stale_before_its_waiters_go_on(
+    tmp_path: Path,
+) -> None:
+    store = await opened(tmp_path / "store.db")
+    fence = Fence("a")
+    persister = Persister(store, "a", 60.0, fence)
+    stale = fence.token
+    lost: list[str] = []
+    fence.on_lost(lost.append)
+    try:
+        # Another replica ended stream 1 while this one was paused: it holds that one's token.
+        taken = Batch([StreamRecord(KEY, "s1", "a")], {KEY: [Entry(1, b"{}")]}, fence="reaper")
+        await store.commit(taken, time.time())
+        late = Journal(appends=[(1, 2, b'{"late":1}', 0)])
+        persister.note(NotingSession(), late, "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        async with asyncio.timeout(10):
+            await persister.wait(ticket)
+        assert lost == [stale] and fence.token != stale  # told before the wait returned
+        assert [e.seq for e in await store.read(KEY, 0, time.time())] == [1]
+        assert persister.committed >= ticket
+        # New writes go under the new token: a new stream is this replica's again.
+        again = Journal(opened=[2], appends=[(2, 1, b"{}", 0)])
+        persister.note(NotingSession(), again, "default")  # type: ignore[arg-type]
+        async with asyncio.timeout(10):
+            await persister.wait(persister.ticket)
+        record = await store.get_stream(f"{EPOCH}.2", time.time())
+        assert record is not None and record.fence == fence.token
+    finally:
+        await persister.close()
+        await store.close()
+
+
+class FailingOnce(SqliteStore):
+    """Its first commit at once fails, as a full disk or a locked file would."""
+
+    failed = False
+
+    def commit_now(self, batch: Batch, now: float) -> list[str]:
+        if not self.failed:
+            self.failed = True
+            raise StoreError("disk full (once)")
+        return super().commit_now(batch, now)
+
+
+async def test_a_commit_at_once_that_fails_is_retried_until_it_lands(tmp_path: Path) -> None:
+    store = FailingOnce(tmp_path / "store.db", StoreLimits())
+    await store.open()
+    persister = Persister(store, "a", 60.0, Fence("a"))
+    try:
+        journal = Journal(opened=[1], appends=[(1, 1, b"{}", 0)])
+        persister.note(NotingSession(), journal, "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        await asyncio.sleep(0)
+        assert persister.last_error == "disk full (once)"
+        async with asyncio.timeout(10):
+            await persister.wait(ticket)
+        assert persister.last_error is None
+        assert [e.seq for e in await store.read(KEY, 0, time.time())] == [1]
+    finally:
+        await persister.close()
+        await store.close()
