@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,8 @@ from aiohttp import web
 from proxy.backoff import Backoff
 from proxy.core import jsonrpc, lone_answer, seed
 from proxy.core.errors import ResumeError, SessionNotFound, StoreUnavailable
-from proxy.core.eventid import format_event_id, parse_event_id
+from proxy.core.eventid import event_id_prefix, format_event_id, parse_event_id
+from proxy.core.eventrun import EventRun, in_chunks
 from proxy.core.jsonrpc import Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.core.resume_rules import HeldIn, check_resume
@@ -324,7 +325,7 @@ class StoredStreams:
             await writer.open()
             with contextlib.suppress(ConnectionError):
                 if opening or entries:
-                    await writer.write(opening + self._frames(record, entries))
+                    await _write(writer, [opening, *self._runs(record, [entries])])
                 if entries:
                     after = entries[-1].seq
                 # The rest, in chunks as read (a tail of a completed stream ends at its end).
@@ -345,9 +346,7 @@ class StoredStreams:
             items = await writer.next_batch(tail.queue, _ends_tail)
             if not items:
                 return False
-            frames = b"".join(self._frames(record, i) for i in items if isinstance(i, list))
-            if frames:
-                await writer.write(frames)
+            await _write(writer, self._runs(record, [i for i in items if isinstance(i, list)]))
             last = items[-1]
             if isinstance(last, ResumeError):
                 # Gone while followed: end the response; the client's next resume
@@ -393,6 +392,32 @@ class StoredStreams:
         return b"".join(
             encode_event(e.payload, event_id=format_event_id(epoch, number, e.seq)) for e in entries
         )
+
+    @staticmethod
+    def _runs(record: StreamRecord, batches: list[list[Entry]]) -> list[EventRun]:
+        """Batches of the log (consecutive entries, as a read or a tail gives them) as runs
+        of events, framed when written."""
+        prefix = event_id_prefix(record.epoch, record.number)
+        runs: list[EventRun] = []
+        for entries in batches:
+            start = 0
+            for i in range(1, len(entries) + 1):  # a gap (none is expected) starts a new run
+                if i == len(entries) or entries[i].seq != entries[i - 1].seq + 1:
+                    part = entries[start:i]
+                    runs.append(EventRun(prefix, part[0].seq, [e.payload for e in part]))
+                    start = i
+        return runs
+
+
+async def _write(writer: SseWriter, items: Sequence[bytes | EventRun]) -> None:
+    """Write ``items`` in chunks of bounded size (:func:`~proxy.core.eventrun.in_chunks`),
+    letting the event loop run between them: a long replay never holds it for long."""
+    first = True
+    for chunk in in_chunks(item for item in items if item):
+        if not first:
+            await asyncio.sleep(0)
+        first = False
+        await writer.write(chunk)
 
 
 def _ends_tail(item: list[Entry] | object) -> bool:
