@@ -1,4 +1,4 @@
-"""The targets of issues 4, 10 and 11, judged from one run's figures (pairs within a
+"""The targets of issues 4, 10, 11 and 23, judged from one run's figures (pairs within a
 repetition)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from replicas import REPLICA_SCENARIO, summary
-from report import Row
+from report import STALL_LIMIT_MS, Row, stall_summary
 
 
 def _paired(per_rep: list[dict[str, Row]], a: str, b: str, key: str, op: str) -> float | None:
@@ -311,5 +311,41 @@ def modern_targets_table(per_rep: list[dict[str, Row]], medians: dict[str, Row])
             )
         )
     lines = ["| target (issue 11) | this run | verdict |", "|---|---|---|"]
+    lines += [f"| {what} | {value} | {_verdict(ok)} |" for what, value, ok in rows]
+    return "\n".join(lines)
+
+
+REPLAY_LIMIT_MS = 50.0  # issue 23: a 10,000-event replay, GET to the last event
+
+
+def stall_targets_table(
+    stall: dict[str, list[dict[str, Any]]], resume: dict[str, list[dict[str, Any]]], n: int
+) -> str:
+    """Issue 23: the replay of ``n`` events within 50 ms from the GET to the last event on
+    every resume scenario (median, bench/replicas.py); no stalls: no echo call slower than
+    20 ms beside a 50,000-event resume and a 10,000-notification burst, for each store
+    (bench/stall.py)."""
+    rows: list[tuple[str, str, bool | None]] = []
+    for label, runs in resume.items():
+        s = summary(runs)
+        rows.append(
+            _judged(
+                f"replay of {n:,} events ≤ {REPLAY_LIMIT_MS:.0f} ms, GET → last event ({label})",
+                None if s is None else s["median"]["nth_ms"],
+                "{:.1f} ms (median)",
+                _at_most(REPLAY_LIMIT_MS),
+            )
+        )
+    for name, runs in stall.items():
+        s = stall_summary(runs)
+        rows.append(
+            _judged(
+                f"no stalls ({name}): every echo call ≤ {STALL_LIMIT_MS:.0f} ms",
+                None if s is None else s["calls_max"],
+                "max {:.1f} ms",
+                _at_most(STALL_LIMIT_MS),
+            )
+        )
+    lines = ["| target (issue 23) | this run | verdict |", "|---|---|---|"]
     lines += [f"| {what} | {value} | {_verdict(ok)} |" for what, value, ok in rows]
     return "\n".join(lines)
