@@ -5,6 +5,7 @@ and from the store (a restarted replica)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,10 @@ import aiohttp
 from proxy.core.eventrun import CHUNK_BYTES
 from proxy.core.sse import SSEDecoder, SSEEvent
 from tests.downstream.sse_client import RawSession, proxy_session, read_events
-from tests.downstream.test_slow_client import FLOOD
 from tests.proxy_lives import lives
-from tests.support import eventually, stop_proxy, tool_call
+from tests.support import ROOT, eventually, stop_proxy, tool_call
+
+FLOOD = [sys.executable, str(ROOT / "tests" / "fixtures" / "flood_server.py")]
 
 N = 3000
 SIZE = 300  # N events of ~330 bytes on the wire: ~1 MB, about 15 chunks
