@@ -233,3 +233,50 @@ def store_table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
             f"| {fmt(m.get('store_data_per_event'), 1, ' B')} |"
         )
     return "\n".join(lines) if len(lines) > 2 else ""
+
+
+STALL_LIMIT_MS = 20.0  # issue 23: no echo call slower than this beside a resume and a burst
+
+
+def stall_summary(runs: list[dict[str, Any]]) -> dict[str, float] | None:
+    """One contender's stall phase over its repetitions: the worst of each figure (the
+    target is about every call), the median of the operations' times; None if any failed."""
+    if not runs or any("error" in r or not r["calls"].get("n") for r in runs):
+        return None
+    worst = {
+        f"{part}_{k}": max(r[part][k] for r in runs if r[part].get("n"))
+        for part in ("calls", "probe", "client_lag")
+        for k in ("p99", "max")
+        if any(r[part].get("n") for r in runs)
+    }
+    return {
+        **worst,
+        "calls_n": sum(r["calls"]["n"] for r in runs),
+        "calls_p50": statistics.median(r["calls"]["p50"] for r in runs),
+        "resume_ms": statistics.median(r["resume_ms"] for r in runs),
+        "burst_ms": statistics.median(r["burst_ms"] for r in runs),
+    }
+
+
+def stall_table(stall: dict[str, list[dict[str, Any]]]) -> str:
+    """The no-stall phase (bench/stall.py): echo callers beside a 50,000-event resume and
+    a 10,000-notification burst."""
+    lines = [
+        "| no stalls (8 echo callers beside a 50,000-event resume and a 10,000 burst) "
+        "| calls in the window | echo p50 ms | echo p99 ms | **echo max ms** "
+        "| /healthz probe max ms | callers' own loop lag max ms | resume ms | burst ms |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for name, runs in stall.items():
+        s = stall_summary(runs)
+        if s is None:
+            errors = "; ".join(r.get("error", "no call in the window") for r in runs)
+            lines.append(f"| {name} | n/a: {errors[:200]} | | | | | | | |")
+            continue
+        lines.append(
+            f"| {name} | {s['calls_n']:.0f} | {s['calls_p50']:.1f} | {s['calls_p99']:.1f} "
+            f"| {s['calls_max']:.1f} | {s.get('probe_max', float('nan')):.1f} "
+            f"| {s.get('client_lag_max', float('nan')):.1f} | {s['resume_ms']:.0f} "
+            f"| {s['burst_ms']:.0f} |"
+        )
+    return "\n".join(lines)

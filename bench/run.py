@@ -49,9 +49,10 @@ def _phases(
     alone: bool = False,
 ) -> list[dict[str, Any]]:
     """Start ``contender``, run ``bench/<script> --url --pid --json ARGS`` at it, stop it.
-    memory.py also gets the store's probe (``--probe``)."""
+    memory.py and stall.py also get the store's probe (``--probe``)."""
     with C.started(contender, sections, alone=alone) as started:
-        probe = ["--probe", started.probe] if started.probe and script == "memory.py" else []
+        wants_probe = script in ("memory.py", "stall.py")
+        probe = ["--probe", started.probe] if started.probe and wants_probe else []
         cmd = [
             PYTHON,
             str(BENCH / script),
@@ -177,6 +178,7 @@ def main() -> None:
     parser.add_argument("--notifications", type=int, help="burst size (10000, --quick 2000)")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory phases")
     parser.add_argument("--no-resume", action="store_true", help="skip the resume phase")
+    parser.add_argument("--no-stall", action="store_true", help="skip the no-stall phase")
     parser.add_argument(
         "--resumes", type=int, help="timed resumes per start, resume phase (5, --quick 2)"
     )
@@ -286,8 +288,12 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     resume_n = n if q else 10_000  # the issue's burst: 10,000 notifications
     if not args.no_resume and any(c.store != "memory" for c in load_set.values()):
         resume = replicas.resume_suite(reps, resume_n, args.resumes or (2 if q else 5))
+    stall: dict[str, list[dict[str, Any]]] = {}
+    if not args.no_stall:
+        stall = stall_suite(reps, [n for n in STALL_CONTENDERS if n in load_set], load_set, q)
     return {
         "load": raw,
+        "stall": stall,
         "emission": emission,
         "memory": memory,
         "resume": resume,
@@ -300,6 +306,26 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine_line([Path(PYTHON).name, *sys.argv]),
         "started_at": started_at,
     }
+
+
+STALL_CONTENDERS = ("proxy+raw", "proxy+sqlite", "proxy+redis")
+
+
+def stall_suite(
+    reps: int, names: list[str], load_set: dict[str, Contender], quick: bool
+) -> dict[str, list[dict[str, Any]]]:
+    """The no-stall phase (bench/stall.py), each contender on a fresh start per repetition
+    (interleaved)."""
+    args = ["--resume-events", "10000", "--burst", "2000"] if quick else []
+    stall: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for rep in range(reps):
+        for name in names:
+            print(f"stall: {name} run {rep + 1}/{reps}", file=sys.stderr, flush=True)
+            try:
+                stall[name] += _phases(load_set[name], "stall.py", args, timeout=900)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                stall[name].append({"error": f"failed: {str(exc).strip()[-300:]}"})
+    return stall
 
 
 def render(data: dict[str, Any]) -> str:
@@ -341,7 +367,10 @@ def render(data: dict[str, Any]) -> str:
         out.append(modern_targets_table(per_rep, medians))
     if any(name.startswith(("proxy+sqlite", "proxy+redis")) for name in raw) or resume:
         out.append(store_targets_table(per_rep, resume, resume_n))
-    out.append(targets23_table(per_rep, medians, peers, resume, resume_n))
+    stall: dict[str, list[dict[str, Any]]] = data.get("stall", {})
+    if stall:
+        out.append(report.stall_table(stall))
+    out.append(targets23_table(per_rep, medians, peers, resume, resume_n, stall))
     notes = list(data["notes"])
     notes += [e for name, runs in raw.items() for e in report.errors_of(name, runs)]
     notes += report.memory_notes(memory)

@@ -3,8 +3,9 @@
 ``python bench/storetrace.py PROXY-ARGS...`` is ``mcp-resume-proxy PROXY-ARGS...`` with
 two wrappers installed from outside (no proxy code changes):
 
-- each ``Store.commit`` (or ``Store.commit_now``) the group commit (``proxy.store.persist.Persister``) makes: its
-  wall time, its events, its new stream records and completions;
+- each ``Store.commit`` (or ``Store.commit_now``) the group commit
+  (``proxy.store.persist.Persister``) makes: its wall time, its events, its new stream
+  records and completions;
 - each ``ClientConn.stored()`` that had to wait (the wire held behind the store): how
   long it waited.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from replicas import REPLICA_SCENARIO, summary
-from report import Row
+from report import STALL_LIMIT_MS, Row, stall_summary
 from targets import Target, _at_least, _at_most, _best_peer_ratio, _judged, _paired, _verdict
 
 NPM = "mcp-proxy(npm)+raw"
@@ -38,6 +38,7 @@ def targets23_table(
     peers: list[str],
     resume: dict[str, list[dict[str, Any]]],
     resume_n: int,
+    stall: dict[str, list[dict[str, Any]]],
 ) -> str:
     rows: list[Target] = []
     base = baseline_of(per_rep, "proxy+raw")
@@ -154,6 +155,17 @@ def targets23_table(
                     _at_most(REPLAY_MS),
                 )
             )
+    for name, runs in stall.items():  # bench/stall.py
+        worst = stall_summary(runs)
+        rows.append(
+            _judged(
+                f"no stalls ({name}): every echo call ≤ {STALL_LIMIT_MS:.0f} ms beside a "
+                "50,000-event resume and a 10,000-notification burst",
+                None if worst is None else worst["calls_max"],
+                "max {:.1f} ms",
+                _at_most(STALL_LIMIT_MS),
+            )
+        )
     lines = ["| target (issue 23) | this run | verdict |", "|---|---|---|"]
     lines += [f"| {what} | {value} | {_verdict(ok)} |" for what, value, ok in rows]
     return "\n".join(lines)

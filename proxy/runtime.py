@@ -22,6 +22,7 @@ import structlog
 from proxy.core import jsonrpc
 from proxy.core.errors import SessionNotFound
 from proxy.core.eventid import parse_event_id
+from proxy.core.eventrun import EventRun
 from proxy.core.events import (
     Accepted,
     ClientAck,
@@ -38,6 +39,7 @@ from proxy.core.events import (
     PauseUpstream,
     ProxyShutdown,
     ResumeUpstream,
+    SendEvents,
     SendToClient,
     SendUpstream,
     StartSse,
@@ -101,11 +103,15 @@ class ClientConn:
     # priming events and retry hints left out.
     framing: str = "sse"
     outcome: str | None = None  # "sse" or "accepted", set by the core's first command
-    # framing "sse": SSE-encoded bytes; framing "message": Frame
-    queue: asyncio.Queue[bytes | Frame | CloseMarker] = field(default_factory=asyncio.Queue)
+    # framing "sse": SSE-encoded bytes, or an EventRun (a replay) framed when written;
+    # framing "message": Frame
+    queue: asyncio.Queue[bytes | EventRun | Frame | CloseMarker] = field(
+        default_factory=asyncio.Queue
+    )
     closed: bool = False
     queued_bytes: int = 0  # in the queue, not yet handed to the socket
     replay_left: int = 0  # of those, a replay's (at the front of the queue)
+    replay_events: int = 0  # events queued by the client's own request (a replay)
     replay_clock: float | None = None  # a resume's replay began then (monotonic), for metrics
     last_event_id: str | None = None  # of the last event queued (or priming event seen)
     first_event_id: str | None = None  # of the first event ever queued
@@ -341,6 +347,7 @@ class SessionRunner:
                         conn.first_event_id = command.event_id
                     if not live:
                         conn.replay_left += len(data)
+                        conn.replay_events += 1
                     conn.queue.put_nowait(item)
         elif isinstance(command, SendUpstream):
             sleeper = self._idle_stoppable
@@ -386,8 +393,36 @@ class SessionRunner:
             self.log.info(command.event, **command.fields)
             if command.event == "stream_resumed" and self.metrics is not None:
                 self.metrics.resumes.labels("resumed").inc()
+        elif isinstance(command, SendEvents):
+            self._send_run(command, live)
         else:  # the Command union is closed: the type checker proves this unreachable
             assert_never(command)
+
+    def _send_run(self, command: SendEvents, live: bool) -> None:
+        """Queue a run of logged events as one item: the writer frames it in chunks
+        (proxy/core/eventrun.py), so a replay of thousands costs no work per event here.
+        A connection with framing "message" takes them one by one, as ever."""
+        conn = self._conns.get(command.conn)
+        if conn is None or conn.closed:
+            return
+        if conn.framing != "sse":
+            for each in command.each():
+                self._execute(each, live)
+            return
+        run = command.run
+        size = run.size()
+        backlog = conn.queued_bytes - conn.replay_left
+        if live and backlog and backlog + size > self._max_queued:
+            self._too_slow(conn)
+            return
+        conn.queued_bytes += size
+        conn.last_event_id = run.event_id(len(run) - 1)
+        if conn.first_event_id is None:
+            conn.first_event_id = run.event_id(0)
+        if not live:
+            conn.replay_left += size
+            conn.replay_events += len(run)
+        conn.queue.put_nowait(run)
 
     def _too_slow(self, conn: ClientConn) -> None:
         """A client reads slower than its stream grows: end its connection, not the stream.

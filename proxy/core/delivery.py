@@ -7,12 +7,14 @@ streams holding more than their bounds under ``overflow: block`` (the server is 
 back while any does).
 
 Everything it sends is already in the stream's log: a :class:`SendToClient` names an
-event the log has (DESIGN.md §3, "an event is stored before it is sent").
+event the log has, a :class:`SendEvents` a run of them (DESIGN.md §3, "an event is stored
+before it is sent").
 """
 
 from __future__ import annotations
 
-from proxy.core.eventid import format_event_id
+from proxy.core.eventid import event_id_prefix, format_event_id
+from proxy.core.eventrun import EventRun
 from proxy.core.events import (
     CloseClient,
     Command,
@@ -20,6 +22,7 @@ from proxy.core.events import (
     LogNote,
     PauseUpstream,
     ResumeUpstream,
+    SendEvents,
     SendToClient,
 )
 from proxy.core.schedule import Schedule
@@ -101,9 +104,14 @@ class Delivery:
                 self.held.add(stream.number)
             return
         if stream.cursor < stream.log.last_seq:
-            for entry in stream.log.after(stream.cursor):
-                event_id = format_event_id(self._epoch, stream.number, entry.seq)
-                out.append(SendToClient(conn, event_id, entry.payload))
+            payloads = stream.log.payloads_after(stream.cursor)
+            first = stream.cursor + 1
+            if len(payloads) == 1:  # the live case: one event as it comes
+                event_id = format_event_id(self._epoch, stream.number, first)
+                out.append(SendToClient(conn, event_id, payloads[0]))
+            else:  # a backlog (a resume's replay): one command, framed in chunks when written
+                prefix = event_id_prefix(self._epoch, stream.number)
+                out.append(SendEvents(conn, EventRun(prefix, first, payloads)))
             stream.cursor = stream.log.last_seq
             stream.sent_upto = max(stream.sent_upto, stream.cursor)
             if stream.state is StreamState.COMPLETED:

@@ -38,6 +38,12 @@ def format_event_id(epoch: str, stream: int, seq: int, attach: int | None = None
     return f"{epoch}.{stream}.{seq}.{attach}"
 
 
+def event_id_prefix(epoch: str, stream: int) -> str:
+    """What every id of ``stream`` starts with: ``format_event_id(epoch, stream, seq)`` is
+    this followed by ``seq``."""
+    return f"{epoch}.{stream}."
+
+
 def _number(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or len(text) > 16:
         raise ValueError(text)

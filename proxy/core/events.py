@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NewType
 
+from proxy.core.eventrun import EventRun
 from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Message
 
@@ -138,6 +139,22 @@ class SendToClient:
 
 
 @dataclass(frozen=True, slots=True)
+class SendEvents:
+    """Write consecutive events of one stream, all already in its log (a replay, or the
+    backlog of a connection that attaches): one command however many, framed by the
+    writer in chunks (:mod:`proxy.core.eventrun`). The same as one :class:`SendToClient`
+    per event, in order (:meth:`each`)."""
+
+    conn: ConnId
+    run: EventRun
+
+    def each(self) -> list[SendToClient]:
+        """The run as one :class:`SendToClient` per event."""
+        run, conn = self.run, self.conn
+        return [SendToClient(conn, run.event_id(i), p) for i, p in enumerate(run.payloads)]
+
+
+@dataclass(frozen=True, slots=True)
 class CloseClient:
     """End the response stream on ``conn``; write ``retry:`` first when given (SEP-1699)."""
 
@@ -208,6 +225,7 @@ Command = (
     Accepted
     | StartSse
     | SendToClient
+    | SendEvents
     | CloseClient
     | SendUpstream
     | PauseUpstream

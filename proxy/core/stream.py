@@ -251,6 +251,11 @@ class StreamLog:
 
     def after(self, seq: int) -> list[LogEntry]:
         """Every event after ``seq``, whole, or a :class:`ResumeError`."""
+        return [LogEntry(n, p) for n, p in enumerate(self.payloads_after(seq), seq + 1)]
+
+    def payloads_after(self, seq: int) -> list[bytes]:
+        """The payloads of every event after ``seq`` (the first is ``seq + 1``), whole, or a
+        :class:`ResumeError`: :meth:`after` without an object per event (a replay)."""
         check_position(
             seq, first_kept=self.first_kept_seq, last=self._last_seq, held_in=HeldIn.BUFFER
         )
@@ -261,9 +266,8 @@ class StreamLog:
             # The usual case (a live tail): walk back from the end, not forward.
             tail = list(itertools.islice(reversed(self._entries), len(self._entries) - skip))
             tail.reverse()
-        else:
-            tail = list(itertools.islice(self._entries, skip, None))
-        return [LogEntry(n, payload) for n, payload in enumerate(tail, seq + 1)]
+            return tail
+        return list(itertools.islice(self._entries, skip, None))
 
     def clear(self) -> None:
         self._entries.clear()

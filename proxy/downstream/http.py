@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import cast
 
 import structlog
 from aiohttp import web
@@ -34,6 +35,7 @@ from proxy.core.errors import (
     RequestTimeout,
     ResumeError,
 )
+from proxy.core.eventrun import EventRun, in_chunks
 from proxy.core.events import ClientGet
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import LAST_EVENT_ID, SESSION_HEADER, VERSION_HEADER
@@ -354,8 +356,8 @@ class StreamableHttp:
             runner.conn_gone(conn)
             raise
         if last_event_id is not None:  # (counted as resumed where the core says so)
-            self.metrics.replay_events.observe(conn.queue.qsize())
-            tracing.note(replayed=conn.queue.qsize())
+            self.metrics.replay_events.observe(conn.replay_events)
+            tracing.note(replayed=conn.replay_events)
             conn.replay_clock = time.monotonic()
         return await self._stream(request, runner, conn)
 
@@ -380,7 +382,7 @@ class StreamableHttp:
             request, self.config.sse.keepalive_seconds, {"Connection": "keep-alive", **headers}
         )
         try:
-            held: list[bytes | Frame | CloseMarker] = []
+            held: list[bytes | EventRun | Frame | CloseMarker] = []
             if hold:
                 answer = await self._hold(conn, held)
                 if answer is not None:
@@ -397,11 +399,18 @@ class StreamableHttp:
                 close = items[-1] if isinstance(items[-1], CloseMarker) else None
                 if close is not None:
                     items.pop()
-                chunks = [_sse_frame(item) for item in items]
-                if held:  # (counted as written when taken)
-                    held = []
-                else:
-                    conn.written(sum(len(c) for c in chunks))
+                counted = bool(held)  # (held items were counted as written when taken)
+                held = []
+                # A replay is framed and written in chunks of bounded size, the event loop
+                # free between them; the last chunk goes on as one batch always did.
+                last = b""
+                for chunk in in_chunks(_sse_items(items)):
+                    if last:
+                        await self._write_chunk(writer, conn, last, counted)
+                    last = chunk
+                chunks = [last]
+                if not counted:
+                    conn.written(len(last))
                 if conn.replay_clock is not None and not conn.replay_left:
                     self.metrics.replay_seconds.observe(time.monotonic() - conn.replay_clock)
                     conn.replay_clock = None
@@ -424,8 +433,18 @@ class StreamableHttp:
             runner.conn_gone(conn)
         return writer.response
 
+    @staticmethod
+    async def _write_chunk(writer: SseWriter, conn: ClientConn, data: bytes, counted: bool) -> None:
+        """One chunk of a long batch (a replay), then a turn of the event loop for the
+        other sessions: a replay never holds it longer than one chunk's framing."""
+        if not counted:
+            conn.written(len(data))
+        await conn.stored()  # the wire never runs ahead of the store
+        await writer.write(data)
+        await asyncio.sleep(0)
+
     async def _hold(
-        self, conn: ClientConn, held: list[bytes | Frame | CloseMarker]
+        self, conn: ClientConn, held: list[bytes | EventRun | Frame | CloseMarker]
     ) -> bytes | None:
         """Hold the response headers for ``sse.json_answer_window_ms``, taking what the
         core queues into ``held``: the lone answer's bytes if it came alone in time and
@@ -461,10 +480,17 @@ def _stream_of(runner: SessionRunner, conn: ClientConn | None) -> int | None:
     return runner.session.stream_of(conn.id) if conn is not None else None
 
 
-def _is_close(item: bytes | Frame | CloseMarker) -> bool:
+def _is_close(item: bytes | EventRun | Frame | CloseMarker) -> bool:
     return isinstance(item, CloseMarker)
 
 
-def _sse_frame(item: bytes | Frame | CloseMarker) -> bytes:
+def _sse_items(items: list[bytes | EventRun | Frame | CloseMarker]) -> list[bytes | EventRun]:
+    """A batch of framing "sse" (its CloseMarker taken off): frames and runs only."""
+    return cast("list[bytes | EventRun]", items)
+
+
+def _sse_frame(item: bytes | EventRun | Frame | CloseMarker) -> bytes:
+    if isinstance(item, EventRun):  # a replay, whole (a held response: the rare case)
+        return item.encode()
     assert isinstance(item, bytes)  # framing "sse"
     return item

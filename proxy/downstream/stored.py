@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,8 @@ from aiohttp import web
 from proxy.backoff import Backoff
 from proxy.core import jsonrpc, lone_answer, seed
 from proxy.core.errors import ResumeError, SessionNotFound, StoreUnavailable
-from proxy.core.eventid import format_event_id, parse_event_id
+from proxy.core.eventid import event_id_prefix, format_event_id, parse_event_id
+from proxy.core.eventrun import EventRun, in_chunks
 from proxy.core.jsonrpc import Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.core.resume_rules import HeldIn, check_resume
@@ -333,7 +334,7 @@ class StoredStreams:
             with contextlib.suppress(ConnectionError):
                 if opening or entries:
                     await self._write(
-                        writer, opening + self._frames(record, entries), entries, listen
+                        writer, [opening, *self._runs(record, [entries])], entries, listen
                     )
                 if entries:
                     after = entries[-1].seq
@@ -352,16 +353,19 @@ class StoredStreams:
 
     @staticmethod
     async def _write(
-        writer: SseWriter, frames: bytes, entries: list[Entry], listen: StandaloneHold | None
+        writer: SseWriter,
+        items: Sequence[bytes | EventRun],
+        entries: list[Entry],
+        listen: StandaloneHold | None,
     ) -> None:
-        """Write ``frames`` (``entries``' events), under ``listen`` if given: nothing once
+        """Write ``items`` (``entries``' events), under ``listen`` if given: nothing once
         it is stopped, and its position moved past them once written."""
         if listen is None:
-            await writer.write(frames)
+            await _write(writer, items)
             return
         async with listen.lock:
             if not listen.stopped:
-                await writer.write(frames)
+                await _write(writer, items)
                 if entries:
                     listen.written = entries[-1].seq
 
@@ -375,9 +379,10 @@ class StoredStreams:
             if not items:
                 return False
             batches = [i for i in items if isinstance(i, list)]
-            frames = b"".join(self._frames(record, i) for i in batches)
-            if frames:
-                await self._write(writer, frames, [e for b in batches for e in b], listen)
+            if any(batches):
+                await self._write(
+                    writer, self._runs(record, batches), [e for b in batches for e in b], listen
+                )
             last = items[-1]
             if isinstance(last, ResumeError):
                 # Gone while followed: end the response; the client's next resume
@@ -423,6 +428,32 @@ class StoredStreams:
         return b"".join(
             encode_event(e.payload, event_id=format_event_id(epoch, number, e.seq)) for e in entries
         )
+
+    @staticmethod
+    def _runs(record: StreamRecord, batches: list[list[Entry]]) -> list[EventRun]:
+        """Batches of the log (consecutive entries, as a read or a tail gives them) as runs
+        of events, framed when written."""
+        prefix = event_id_prefix(record.epoch, record.number)
+        runs: list[EventRun] = []
+        for entries in batches:
+            start = 0
+            for i in range(1, len(entries) + 1):  # a gap (none is expected) starts a new run
+                if i == len(entries) or entries[i].seq != entries[i - 1].seq + 1:
+                    part = entries[start:i]
+                    runs.append(EventRun(prefix, part[0].seq, [e.payload for e in part]))
+                    start = i
+        return runs
+
+
+async def _write(writer: SseWriter, items: Sequence[bytes | EventRun]) -> None:
+    """Write ``items`` in chunks of bounded size (:func:`~proxy.core.eventrun.in_chunks`),
+    letting the event loop run between them: a long replay never holds it for long."""
+    first = True
+    for chunk in in_chunks(item for item in items if item):
+        if not first:
+            await asyncio.sleep(0)
+        first = False
+        await writer.write(chunk)
 
 
 def _ends_tail(item: list[Entry] | object) -> bool:

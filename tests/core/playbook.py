@@ -32,6 +32,7 @@ from proxy.core.events import (
     ConnId,
     Event,
     LogNote,
+    SendEvents,
     SendToClient,
     SendUpstream,
     StartSse,
@@ -83,7 +84,9 @@ class Playbook:
         return ConnId(self._conn)
 
     def feed(self, event: Event) -> list[Command]:
-        out = self.session.handle(event, self.now)
+        """The commands ``event`` gives, a run of events (:class:`SendEvents`) read as
+        one :class:`SendToClient` per event (the same on the wire)."""
+        out = each_event(self.session.handle(event, self.now))
         self.log.extend(out)
         return out
 
@@ -110,6 +113,12 @@ class Playbook:
         self.upstream(ok(up["id"], {"protocolVersion": self.version, "capabilities": {}}))
         self.post(self.conn(), note("notifications/initialized"))
         return out
+
+
+def each_event(commands: list[Command]) -> list[Command]:
+    """``commands`` with every :class:`SendEvents` as its events, one :class:`SendToClient`
+    each, in place."""
+    return [e for c in commands for e in (c.each() if isinstance(c, SendEvents) else (c,))]
 
 
 def same_json(a: Any, b: Any) -> bool:

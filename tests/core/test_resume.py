@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from proxy.core.errors import ResumeError, SessionNotFound
 from proxy.core.events import (
     ClientDetached,
+    ClientGet,
     CloseClient,
     LogNote,
+    SendEvents,
     SendToClient,
     StartSse,
     StopUpstream,
@@ -51,6 +53,25 @@ def test_detached_client_resumes_exactly_the_rest_then_live_then_end() -> None:
     ]
     assert pb.upstream(progress("tok", 4)) == [sse(r, "ep0ch.2.4", progress("tok", 4))]
     assert pb.upstream(ok(uid)) == [sse(r, "ep0ch.2.5", ok(7)), CloseClient(r)]
+
+
+def test_a_replay_is_one_run_of_events_however_long() -> None:
+    """A resume hands its backlog as one :class:`SendEvents` (framed when written, in
+    chunks), not one command per event; a live event afterwards comes alone."""
+    pb = Playbook()
+    pb.initialize()
+    c, uid = call(pb)
+    pb.feed(ClientDetached(c))
+    for n in range(1, 3001):
+        pb.upstream(progress("tok", n))
+    r = pb.conn()
+    out = pb.session.handle(ClientGet(r, "ep0ch.2.1000"), pb.now)
+    runs = [cmd for cmd in out if isinstance(cmd, SendEvents)]
+    assert [type(cmd) for cmd in out] == [StartSse, LogNote, SendToClient, SendEvents]
+    (run,) = [cmd.run for cmd in runs]
+    assert (run.id_prefix, run.first_seq, len(run)) == ("ep0ch.2.", 1001, 2000)
+    assert [json.loads(p)["params"]["progress"] for p in run.payloads] == list(range(1001, 3001))
+    assert pb.upstream(ok(uid)) == [sse(r, "ep0ch.2.3001", ok(7)), CloseClient(r)]
 
 
 def test_resume_after_completion_replays_the_tail_within_retention() -> None:

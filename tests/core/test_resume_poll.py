@@ -72,7 +72,7 @@ def test_a_poll_costs_the_same_whatever_the_backlog(
     pb.upstream(req("srv-1", "elicitation/create", {"message": "?"}))
     parsed: list[int] = []
     walked: list[int] = []
-    real_loads, real_after = json.loads, StreamLog.after
+    real_loads, real_after = json.loads, StreamLog.payloads_after
 
     def counting_loads(*args: Any, **kwargs: Any) -> Any:
         parsed.append(1)
@@ -84,7 +84,7 @@ def test_a_poll_costs_the_same_whatever_the_backlog(
         return entries
 
     monkeypatch.setattr(json, "loads", counting_loads)
-    monkeypatch.setattr(StreamLog, "after", counting_after)
+    monkeypatch.setattr(StreamLog, "payloads_after", counting_after)
     p = pb.conn()
     poll = req(99, "stream/poll", ref_of(2))
     out = pb.feed(ClientPost(p, [classify(poll)], last_event_id="ep0ch.2.1"))
