@@ -100,11 +100,17 @@ class Delivery:
             if stream.log.over_bound:
                 self.held.add(stream.number)
             return
-        if stream.cursor < stream.log.last_seq:
-            for entry in stream.log.after(stream.cursor):
-                event_id = format_event_id(self._epoch, stream.number, entry.seq)
-                out.append(SendToClient(conn, event_id, entry.payload))
-            stream.cursor = stream.log.last_seq
+        log = stream.log
+        last = log.last_seq
+        if stream.cursor < last:
+            if stream.cursor + 1 == last and len(log):  # the live tail: the one just logged
+                event_id = format_event_id(self._epoch, stream.number, last)
+                out.append(SendToClient(conn, event_id, log.newest))
+            else:
+                for entry in log.after(stream.cursor):
+                    event_id = format_event_id(self._epoch, stream.number, entry.seq)
+                    out.append(SendToClient(conn, event_id, entry.payload))
+            stream.cursor = last
             stream.sent_upto = max(stream.sent_upto, stream.cursor)
             if stream.state is StreamState.COMPLETED:
                 stream.done_at = now

@@ -48,9 +48,12 @@ OnClosed = Callable[[str], None]
 class Upstream(Protocol):
     """One upstream MCP session, seen from the runtime."""
 
-    pending_bytes: int  # queued for the server, not yet taken by it (503 upstream_busy)
-
     def __init__(self, context: UpstreamContext) -> None: ...
+
+    @property
+    def pending_bytes(self) -> int:
+        """Queued for the server, not yet taken by it (503 upstream_busy)."""
+        ...
 
     @property
     def pid(self) -> int | None: ...
