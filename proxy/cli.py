@@ -27,11 +27,12 @@ from proxy.config import (
     override,
 )
 from proxy.config_env import env as _env
-from proxy.config_env import settings_from_file_and_env
+from proxy.config_env import env_speedups, settings_from_file_and_env
 from proxy.config_import import KEY as MCP_SERVERS
 from proxy.config_strings import check_header
 from proxy.config_system import check_signed_in, check_store_path, check_system
 from proxy.context import ProxyContext, token_secret
+from proxy.core import jsoncodec
 from proxy.downstream.app import build_app
 from proxy.downstream.drain import Drain, calls_in_flight
 from proxy.downstream.guard import ConnectionGuard
@@ -77,7 +78,7 @@ subcommands (each with --help):
 
 Settings come from defaults, then the config file, then the environment
 (MCP_RESUME_PROXY_CONFIG, _HOST, _PORT, _UPSTREAM_URL, _LOG_FORMAT, _LOG_LEVEL,
-_DRAIN_SECONDS), then the command line. --port 0 binds any free port; the log line
+_DRAIN_SECONDS, _SPEEDUPS), then the command line. --port 0 binds any free port; the log line
 proxy_listening names it.
 
 SIGTERM drains first: /readyz turns 503, new sessions and calls get 503 (data.reason
@@ -291,6 +292,7 @@ async def serve(
         upstream=only.upstream.describe() if only is not None else None,
         transport=only.upstream.kind if only is not None else None,
         servers={name: f"{base}{server.mcp_path}" for name, server in servers.items()},
+        json="msgspec" if jsoncodec.fast() else "stdlib",  # MCP_RESUME_PROXY_SPEEDUPS
     )
     for name, server in servers.items():  # what each server's clients can resume
         log.info("server_eras", server=name, **server.eras())
@@ -403,6 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = resolve_config(args)
+        jsoncodec.use_fast(env_speedups())
         token_secret(config)  # a persistent store refuses to start without one
         check_store_path(config.store)  # a SQLite file this user can write
     except ConfigError as exc:

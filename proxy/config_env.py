@@ -35,6 +35,17 @@ def env_drain_seconds() -> float | None:
     return seconds
 
 
+def env_speedups() -> bool:
+    """``MCP_RESUME_PROXY_SPEEDUPS``: ``on`` (the default: msgspec reads and writes JSON
+    when it is installed, the ``[fast]`` extra) or ``off`` (the standard library only)."""
+    given = env("SPEEDUPS")
+    if given is None or given.lower() == "on":
+        return True
+    if given.lower() == "off":
+        return False
+    raise ConfigError(f"{ENV_PREFIX}SPEEDUPS: expected on or off, got {given!r}")
+
+
 def settings_from_file_and_env(config_path: str | None) -> Config:
     """Defaults < config file (``config_path``, else ``MCP_RESUME_PROXY_CONFIG``) <
     environment: what the proxy reads before its flags (``health`` reads the same)."""

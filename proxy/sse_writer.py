@@ -13,7 +13,9 @@ from the store, a 2026-07-28 request's answer once it must stream, a
 - **Liveness.** While nothing is queued the writer looks at its client every
   :data:`LIVENESS_SECONDS`: a client that hung up is noticed without waiting for a write.
 - **Batching.** What is queued at once is written in one write (one syscall, one TCP
-  segment when it fits), the busy case without timer or task.
+  segment when it fits), the busy case without timer or task. The status line and headers
+  go out with the first write, unless :meth:`SseWriter.open` sends them first: a call
+  answered at once costs one ``send``, not two.
 - **The end.** The last events and the end of the response in one write; a client
   already gone is no error there.
 """
@@ -41,6 +43,12 @@ KEEPALIVE = encode_comment("keepalive")
 T = TypeVar("T")
 
 
+class _Response(web.StreamResponse):
+    # Headers wait for the first bytes and go out with them (aiohttp >= 3.11 reads this;
+    # an older one sends them at prepare, as before).
+    _send_headers_immediately = False
+
+
 class SseWriter:
     """One SSE response to ``request``: opened on the first write (or :meth:`open`)."""
 
@@ -49,7 +57,9 @@ class SseWriter:
     ) -> None:
         self.request = request
         self.keepalive = keepalive
-        self.response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(headers or {})})
+        self.response: web.StreamResponse = _Response(
+            status=200, headers={**SSE_HEADERS, **(headers or {})}
+        )
         self.opened = False
         self._last_write = time.monotonic()
 
@@ -60,12 +70,18 @@ class SseWriter:
         return transport is None or transport.is_closing()
 
     async def open(self) -> web.StreamResponse:
-        """Send the status line and headers (once)."""
+        """Send the status line and headers now (once), before any event."""
+        if not self.opened:
+            await self._prepare()
+            await self.response.write(b"")  # the headers alone
+        return self.response
+
+    async def _prepare(self) -> None:
+        """The status line and headers, held for the first write (once)."""
         if not self.opened:
             await self.response.prepare(self.request)
             self.opened = True
             self._last_write = time.monotonic()
-        return self.response
 
     def due(self) -> float:
         """Seconds until a keepalive is due (≤ 0: due now)."""
@@ -73,7 +89,7 @@ class SseWriter:
 
     async def write(self, data: bytes) -> None:
         """Write encoded events (or comments); raises ``ConnectionError`` if the client went."""
-        await self.open()
+        await self._prepare()
         await self.response.write(data)
         self._last_write = time.monotonic()
 
@@ -81,8 +97,9 @@ class SseWriter:
         await self.write(KEEPALIVE)
 
     async def end(self, data: bytes = b"") -> web.StreamResponse:
-        """Write ``data`` (the last events) and end the response, in one write."""
-        await self.open()
+        """Write ``data`` (the last events) and end the response, in one write (with the
+        headers, when none were sent yet)."""
+        await self._prepare()
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self.response.write_eof(data)
         return self.response

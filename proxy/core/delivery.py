@@ -103,16 +103,19 @@ class Delivery:
             if stream.log.over_bound:
                 self.held.add(stream.number)
             return
-        if stream.cursor < stream.log.last_seq:
-            payloads = stream.log.payloads_after(stream.cursor)
-            first = stream.cursor + 1
-            if len(payloads) == 1:  # the live case: one event as it comes
-                event_id = format_event_id(self._epoch, stream.number, first)
-                out.append(SendToClient(conn, event_id, payloads[0]))
+        log = stream.log
+        last = log.last_seq
+        if stream.cursor < last:
+            if stream.cursor + 1 == last and len(log):  # the live tail: the one just logged
+                event_id = format_event_id(self._epoch, stream.number, last)
+                out.append(SendToClient(conn, event_id, log.newest))
             else:  # a backlog (a resume's replay): one command, framed in chunks when written
+                first = stream.cursor + 1
                 prefix = event_id_prefix(self._epoch, stream.number)
-                out.append(SendEvents(conn, EventRun(prefix, first, payloads)))
-            stream.cursor = stream.log.last_seq
+                out.append(
+                    SendEvents(conn, EventRun(prefix, first, log.payloads_after(stream.cursor)))
+                )
+            stream.cursor = last
             stream.sent_upto = max(stream.sent_upto, stream.cursor)
             if stream.state is StreamState.COMPLETED:
                 stream.done_at = now

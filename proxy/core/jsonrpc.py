@@ -7,11 +7,11 @@ not need to touch passes through byte-for-byte equivalent; only ``id`` (and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from proxy.core import jsoncodec
 from proxy.core.errors import InvalidMessage, ParseError, error_message
 from proxy.core.protocol import JSONRPC_VERSION
 
@@ -62,8 +62,11 @@ def _valid_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def classify(obj: Any) -> Message:
-    """Classify one decoded JSON value; raise :class:`InvalidMessage` if it is not JSON-RPC."""
+def classify(obj: Any, wire: bytes | None = None) -> Message:
+    """Classify one decoded JSON value; raise :class:`InvalidMessage` if it is not JSON-RPC.
+
+    ``wire``: the value's own serialisation, from :func:`wire_of` (kept as ``Message.wire``).
+    """
     if not isinstance(obj, dict):
         raise InvalidMessage("Invalid Request: a JSON-RPC message must be an object")
     if obj.get("jsonrpc") != JSONRPC_VERSION:
@@ -78,10 +81,10 @@ def classify(obj: Any) -> Message:
                 'Invalid Request: "params" must be an object or array', request_id=_id_of(obj)
             )
         if "id" not in obj:
-            return Message(Kind.NOTIFICATION, obj)
+            return Message(Kind.NOTIFICATION, obj, wire)
         if not _valid_id(obj["id"]):
             raise InvalidMessage('Invalid Request: "id" must be a string or an integer')
-        return Message(Kind.REQUEST, obj)
+        return Message(Kind.REQUEST, obj, wire)
     has_result, has_error = "result" in obj, "error" in obj
     if has_result == has_error:
         raise InvalidMessage(
@@ -93,7 +96,7 @@ def classify(obj: Any) -> Message:
     rid = obj.get("id")
     if not (_valid_id(rid) or (has_error and rid is None)):
         raise InvalidMessage('Invalid Request: a response needs a string or integer "id"')
-    return Message(Kind.RESPONSE, obj)
+    return Message(Kind.RESPONSE, obj, wire)
 
 
 def _id_of(obj: dict[str, Any]) -> Any:
@@ -104,7 +107,7 @@ def _id_of(obj: dict[str, Any]) -> Any:
 def decode(data: bytes | str) -> Any:
     """Decode JSON text; raise :class:`ParseError` (-32700) on anything that is not JSON."""
     try:
-        return json.loads(data)
+        return jsoncodec.loads(data)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ParseError(f"Parse error: {exc}") from None
 
@@ -120,21 +123,26 @@ def parse_body(data: bytes | str) -> tuple[list[Message], bool]:
         if not obj:
             raise InvalidMessage("Invalid Request: empty batch")
         return [classify(item) for item in obj], True
-    msg = classify(obj)
-    return [with_wire(msg, data) if isinstance(data, bytes) else msg], False
+    return [classify(obj, wire_of(data) if isinstance(data, bytes) else None)], False
 
 
 def parse_line(data: bytes) -> Message:
     """Parse one newline-delimited message (stdio transport); no batches."""
-    return with_wire(classify(decode(data)), data)
+    return classify(decode(data), wire_of(data))
+
+
+def wire_of(data: bytes) -> bytes | None:
+    """``data`` (one message's text) as its serialisation to pass on, when that is safe."""
+    data = data.strip()
+    if b"\r" in data or b"\n" in data or b"\x00" in data:  # (NUL: a UTF-16/32 body)
+        return None
+    return data
 
 
 def with_wire(msg: Message, data: bytes) -> Message:
     """``msg`` remembering ``data`` as its serialisation, when that is safe to reuse."""
-    data = data.strip()
-    if b"\r" in data or b"\n" in data or b"\x00" in data:  # (NUL: a UTF-16/32 body)
-        return msg
-    return Message(msg.kind, msg.raw, data)
+    wire = wire_of(data)
+    return msg if wire is None else Message(msg.kind, msg.raw, wire)
 
 
 def encode(obj: dict[str, Any]) -> bytes:
@@ -143,10 +151,7 @@ def encode(obj: dict[str, Any]) -> bytes:
     A string holding a lone surrogate (JSON may spell one, ``"\\ud800"``, UTF-8 cannot)
     is written ASCII-escaped instead, which is still the same JSON value.
     """
-    try:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return json.dumps(obj, separators=(",", ":")).encode()
+    return jsoncodec.dumps(obj)
 
 
 def with_id(msg: Message, new_id: Any) -> dict[str, Any]:

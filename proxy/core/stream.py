@@ -171,6 +171,11 @@ class StreamLog:
         return len(self._entries)
 
     @property
+    def newest(self) -> bytes:
+        """The payload of the event at :attr:`last_seq` (the log holds at least one)."""
+        return self._entries[-1]
+
+    @property
     def over_bound(self) -> bool:
         """Holding more than its own bounds allow (possible only while trimming is held back)."""
         return len(self._entries) > self.max_events or self.bytes > self.max_bytes

@@ -391,7 +391,8 @@ class StreamableHttp:
                     return web.Response(
                         body=answer, content_type="application/json", headers=headers
                     )
-            await writer.open()
+            if not held and conn.queue.empty():
+                await writer.open()  # headers now; else they go with the first events
             while True:
                 items = held or await writer.next_batch(conn.queue, _is_close)
                 if not items:  # the client hung up
@@ -454,14 +455,19 @@ class StreamableHttp:
         priming event is no slow reader (``sse.max_queued_bytes``); the hold ends at the
         first message, so it keeps only what the core queued at once, before it."""
         sse = self.config.sse
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + sse.json_answer_window_ms / 1000
+        try:
+            async with asyncio.timeout(sse.json_answer_window_ms / 1000):  # one timer
+                return await self._take_held(conn, held, sse.json_answer_min_bytes)
+        except TimeoutError:
+            return None
+
+    @staticmethod
+    async def _take_held(
+        conn: ClientConn, held: list[bytes | EventRun | Frame | CloseMarker], min_bytes: int
+    ) -> bytes | None:
+        """:meth:`_hold`'s work, until its window ends (what is queued taken at once)."""
         while True:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    taken = [await conn.queue.get()]
-            except TimeoutError:
-                return None
+            taken = [conn.queue.get_nowait() if not conn.queue.empty() else await conn.queue.get()]
             while not isinstance(taken[-1], CloseMarker) and not conn.queue.empty():
                 taken.append(conn.queue.get_nowait())
             held.extend(taken)
@@ -469,7 +475,7 @@ class StreamableHttp:
             close = held[-1] if isinstance(held[-1], CloseMarker) else None
             frames = [_sse_frame(i) for i in held if not isinstance(i, CloseMarker)]
             ended = close is not None and close.retry_ms is None
-            verdict = lone_answer.verdict(frames, ended, min_bytes=sse.json_answer_min_bytes)
+            verdict = lone_answer.verdict(frames, ended, min_bytes=min_bytes)
             if isinstance(verdict, bytes):
                 return verdict
             if verdict is lone_answer.SSE or close is not None:

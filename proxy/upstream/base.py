@@ -48,9 +48,12 @@ OnClosed = Callable[[str], None]
 class Upstream(Protocol):
     """One upstream MCP session, seen from the runtime."""
 
-    pending_bytes: int  # queued for the server, not yet taken by it (503 upstream_busy)
-
     def __init__(self, context: UpstreamContext) -> None: ...
+
+    @property
+    def pending_bytes(self) -> int:
+        """Queued for the server, not yet taken by it (503 upstream_busy)."""
+        ...
 
     @property
     def pid(self) -> int | None: ...
@@ -165,7 +168,7 @@ def messages_of(
     data, a text frame): one message, or a batch (2024-11-05 and 2025-03-26 allow them).
 
     What is not JSON-RPC is handed to ``skip`` and left out: the session goes on. A single
-    message read as bytes keeps them as its wire form (:func:`jsonrpc.with_wire`).
+    message read as bytes keeps them as its wire form (:func:`jsonrpc.wire_of`).
     """
     try:
         obj = jsonrpc.decode(data)
@@ -174,13 +177,13 @@ def messages_of(
         return []
     messages: list[Message] = []
     for item in obj if isinstance(obj, list) else [obj]:
+        # Not a batch: data is this message, and its wire form.
+        wire = jsonrpc.wire_of(data) if item is obj and isinstance(data, bytes) else None
         try:
-            msg = jsonrpc.classify(item)
+            msg = jsonrpc.classify(item, wire)
         except ProxyError as exc:
             skip(data, exc)
             continue
-        if item is obj and isinstance(data, bytes):  # not a batch: data is this message
-            msg = jsonrpc.with_wire(msg, data)
         messages.append(msg)
     return messages
 
