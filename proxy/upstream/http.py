@@ -5,8 +5,11 @@ is its own POST, sent in the order ``send`` was called (one writer; it waits onl
 POST's body is written, so a long answer never holds up the next message). Each open
 response is read by its own task, and what it carries belongs to its request (DESIGN §5
 rule 3): ``on_message(msg, origin=<request id>)``. The standalone GET stream carries the
-rest (origin None). Every task, response and the ``aiohttp.ClientSession`` end in
-:meth:`HttpUpstream.stop`.
+rest (origin None); with ``upstream.standalone_stream: on_client_get`` it is opened only
+once the client listens (:meth:`HttpUpstream.listen_standalone`). Every task and response
+ends in :meth:`HttpUpstream.stop`, which gives back the ``aiohttp`` client all sessions
+share (:mod:`proxy.upstream.http_client`). An idle session runs no task: the writer runs
+only while there is something to POST.
 
 Recovery, per the spec:
 
