@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import resource
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -50,6 +52,15 @@ from client import (
 )
 
 BATCH = 50  # sessions opened at once (each starts a process behind the endpoint)
+
+
+def raise_nofile() -> int:
+    """Raise this process's open-file limit to its hard limit (10,000 sessions: the client
+    pools its connections, but a contender may hold one each); return it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 async def settle(probe: Callable[[], Awaitable[Any]], *, quiet_s: float = 1.0) -> Any:
@@ -164,10 +175,12 @@ async def phase_idle(http: aiohttp.ClientSession, opts: Options) -> dict[str, fl
     sessions = await open_sessions(http, opts.url, opts.idle_sessions)
     opened_s = time.perf_counter() - t0
     after = await settle(rss_of(opts.pid))
+    fds = len(os.listdir(f"/proc/{opts.pid}/fd"))  # its connections among them
     await close_sessions(sessions)
     return {
         "sessions": len(sessions),
         "open_s": opened_s,
+        "open_fds": fds,
         "rss_before_mb": before,
         "rss_after_mb": after,
         "kb_per_session": (after - before) * 1024 / len(sessions),
@@ -264,6 +277,7 @@ def main() -> None:
         "--era", choices=sorted(SESSION_KINDS), default="legacy", help="the concurrent callers"
     )
     opts, as_json = parse_options(parser, Options)
+    raise_nofile()
     print_results(asyncio.run(run(opts)), as_json)
 
 

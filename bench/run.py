@@ -96,7 +96,7 @@ def only(phase: str, value: str, *more: str) -> list[str]:
 
 
 def memory_suite(
-    quick: bool, raw: dict[str, Contender], http_sessions: int
+    quick: bool, raw: dict[str, Contender], http_sessions: int, http_idle: int, standalone: str
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Each memory phase on a fresh start of each contender (in front of the raw emitter)
     that can do it. A redis contender's buffered phase starts on a flushed Redis (its
@@ -128,7 +128,7 @@ def memory_suite(
             results.setdefault(c.name, {})[phase] = failed
     if http_sessions:
         try:
-            results.update(http_upstream_sessions(http_sessions, quick))
+            results.update(http_upstream_sessions(http_sessions, http_idle, standalone, quick))
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             notes.append(f"sessions over an HTTP upstream: failed, {str(exc)[-300:]}")
     elif C.http_upstream_available():
@@ -141,19 +141,27 @@ def memory_suite(
     return results, notes
 
 
-def http_upstream_sessions(n: int, quick: bool) -> dict[str, dict[str, Any]]:
+def http_upstream_sessions(
+    n: int, idle: int, standalone: str, quick: bool
+) -> dict[str, dict[str, Any]]:
     """The proxy in front of the SDK fixture served over HTTP (one process for all sessions):
-    ``n`` concurrent sessions, and the proxy's RSS per idle session (no children here)."""
+    ``idle`` sessions left idle (RSS growth per session; no children here), then ``n``
+    concurrent sessions making 5 calls each. ``standalone``: ``upstream.standalone_stream``
+    (``open``: one GET stream upstream per session, idle or not)."""
     sessions = str(min(n, 100) if quick else n)
+    idle_sessions = str(min(idle, 100) if quick else idle)
     upstream_port = C.free_port()
     upstream = [PYTHON, str(C.SERVE_HTTP), "--fixture", str(C.LEGACY), "--port"]
     results: dict[str, dict[str, Any]] = {}
     with C.running([*upstream, str(upstream_port)], upstream_port):
         url = f"http://{C.HOST}:{upstream_port}/mcp"
-        sections = f"upstream:\n  url: {url}\nsessions:\n  max_sessions: {n + 100}\n"
+        sections = (
+            f"upstream:\n  url: {url}\n  standalone_stream: {standalone}\n"
+            f"sessions:\n  max_sessions: {max(n, idle) + 100}\n"
+        )
         proxy = Contender("proxy+http-upstream", "proxy-http", [], "burst", health=True)
         for phase, args in [
-            ("idle", only("idle-sessions", sessions)),
+            ("idle", only("idle-sessions", idle_sessions)),
             ("concurrent", only("concurrent", sessions, "--concurrent-calls", "5")),
         ]:
             print(f"memory: {proxy.name} {phase}", file=sys.stderr, flush=True)
@@ -183,7 +191,16 @@ def main() -> None:
         "--resumes", type=int, help="timed resumes per start, resume phase (5, --quick 2)"
     )
     parser.add_argument(
-        "--http-sessions", type=int, default=1000, help="sessions over an HTTP upstream"
+        "--http-sessions", type=int, default=1000, help="concurrent sessions over an HTTP upstream"
+    )
+    parser.add_argument(
+        "--http-idle-sessions", type=int, default=10000, help="idle sessions over an HTTP upstream"
+    )
+    parser.add_argument(
+        "--http-standalone",
+        choices=["open", "on_client_get"],
+        default="on_client_get",
+        help="upstream.standalone_stream of proxy+http-upstream",
     )
     parser.add_argument("--json-out", type=Path, help="also write the raw phase results here")
     parser.add_argument(
@@ -283,7 +300,9 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
                 for k, c in raw_set.items()
                 if c.store == "memory" and c.client == "legacy" and (args.peers or not c.peer)
             }
-        memory, mem_notes = memory_suite(q, chosen, http_sessions)
+        memory, mem_notes = memory_suite(
+            q, chosen, http_sessions, args.http_idle_sessions, args.http_standalone
+        )
     resume: dict[str, list[dict[str, Any]]] = {}
     resume_n = n if q else 10_000  # the issue's burst: 10,000 notifications
     if not args.no_resume and any(c.store != "memory" for c in load_set.values()):
@@ -302,6 +321,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "resume_notifications": resume_n,
         "sessions": args.sessions,
         "http_sessions": http_sessions,
+        "http_idle_sessions": args.http_idle_sessions,
         "peers": [name for name, c in load_set.items() if c.peer],
         "machine": machine_line([Path(PYTHON).name, *sys.argv]),
         "started_at": started_at,

@@ -158,6 +158,15 @@ def targets_table(
             None if conc is None else not conc.get("error"),
         )
     )
+    rows.append(
+        _judged(
+            "issue 23: an idle session over an HTTP upstream ≤ 20 KB "
+            f"({mem_sessions(memory) or 10000:,} sessions)",
+            mem("proxy+http-upstream", "idle", "kb_per_session"),
+            "{:.1f} KB",
+            lambda kb: kb <= 20,
+        )
+    )
     http = memory.get("proxy+http-upstream", {}).get("concurrent")
     rows.append(
         (
@@ -169,6 +178,12 @@ def targets_table(
     lines = ["| target | this run | verdict |", "|---|---|---|"]
     lines += [f"| {what} | {value} | {_verdict(ok)} |" for what, value, ok in rows]
     return "\n".join(lines)
+
+
+def mem_sessions(memory: dict[str, dict[str, Any]]) -> int | None:
+    """How many idle sessions the HTTP-upstream idle phase opened, if it ran."""
+    p = memory.get("proxy+http-upstream", {}).get("idle")
+    return None if p is None or p.get("error") else int(p["metrics"]["sessions"])
 
 
 def _sessions(p: dict[str, Any]) -> str:

@@ -84,6 +84,7 @@ class ListenConfig:
 
 
 UPSTREAM_TRANSPORTS = ("auto", "stdio", "streamable-http", "sse", "websocket")
+STANDALONE_STREAM_CHOICES = ("open", "on_client_get")
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,13 @@ class UpstreamConfig:
     connect_timeout_seconds: Annotated[float, Positive] = 10.0
     # A network upstream that stays unreachable this long ends its client sessions.
     reconnect_max_seconds: Annotated[float, Positive] = 30.0
+    # Streamable HTTP: when the proxy opens its GET stream for what the server sends outside
+    # any request (list_changed, resource updates, log messages). open: once the client's
+    # notifications/initialized is accepted, for the whole session (an open connection per
+    # session, idle or not). on_client_get: once the client itself opens a GET on its
+    # session or a /ws socket; what the server sends before that is lost unless the server
+    # keeps it, and a session whose client never listens holds no connection upstream.
+    standalone_stream: Annotated[str, OneOf(STANDALONE_STREAM_CHOICES)] = "open"
     env: dict[str, str] = field(default_factory=dict)
     inherit_env: bool = True
     cwd: str | None = None

@@ -61,6 +61,7 @@ from proxy.servers import Server
 from proxy.standalone_seat import StandaloneSeat
 from proxy.store.persist import Persister
 from proxy.upstream import UpstreamContext, open_upstream
+from proxy.upstream.base import Listening
 
 log = structlog.get_logger("proxy.runtime")
 
@@ -199,6 +200,12 @@ class SessionRunner:
                 server=server.name,
             )
         )
+        # upstream.standalone_stream on_client_get: told when the client first listens.
+        self._listening: Listening | None = None
+        if config.upstream.standalone_stream == "on_client_get" and isinstance(
+            self.upstream, Listening
+        ):
+            self._listening = self.upstream
         # upstream.stop_idle_seconds: the process that may be stopped while the session stays.
         self._idle_stoppable: IdleStoppable | None = None
         if settings.upstream_idle_stop is not None and isinstance(self.upstream, IdleStoppable):
@@ -247,6 +254,9 @@ class SessionRunner:
         if self.session.forgotten:
             raise SessionNotFound("Session not found")
         self.session.policy = self.server.policy  # the rules in force now (a reload)
+        if self._listening is not None and type(event) is ClientGet:
+            self._listening.listen_standalone()  # the client listens: so does the proxy
+            self._listening = None
         commands = self.session.handle(event, self._loop.time())
         # A client's own request may replay a whole log at once: that is not slowness.
         live = isinstance(event, _LIVE)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
@@ -78,6 +78,16 @@ class Upstream(Protocol):
     def resume(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class Listening(Protocol):
+    """An upstream that opens its stream of server-initiated messages only once the client
+    listens (Streamable HTTP, ``upstream.standalone_stream: on_client_get``)."""
+
+    def listen_standalone(self) -> None:
+        """The client opened a GET (or a /ws socket): listen from now on."""
+        ...
 
 
 class UpstreamHealth:

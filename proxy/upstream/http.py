@@ -5,8 +5,11 @@ is its own POST, sent in the order ``send`` was called (one writer; it waits onl
 POST's body is written, so a long answer never holds up the next message). Each open
 response is read by its own task, and what it carries belongs to its request (DESIGN §5
 rule 3): ``on_message(msg, origin=<request id>)``. The standalone GET stream carries the
-rest (origin None). Every task, response and the ``aiohttp.ClientSession`` end in
-:meth:`HttpUpstream.stop`.
+rest (origin None); with ``upstream.standalone_stream: on_client_get`` it is opened only
+once the client listens (:meth:`HttpUpstream.listen_standalone`). Every task and response
+ends in :meth:`HttpUpstream.stop`, which gives back the ``aiohttp`` client all sessions
+share (:mod:`proxy.upstream.http_client`). An idle session runs no task: the writer runs
+only while there is something to POST.
 
 Recovery, per the spec:
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -70,9 +74,16 @@ class HttpUpstream:
         self._endpoint = Endpoint(context)
         self._inflight = InFlight(self._deliver_error, context.label)
         self._expiry = SessionExpiry(self, self._endpoint, context, self._inflight)
-        self._outbox: asyncio.Queue[tuple[bytes, HandshakeStep | None]] = asyncio.Queue()
+        # Queued to POST, in order; the writer runs only while it holds something (an
+        # idle session has no task for it).
+        self._outbox: deque[tuple[bytes, HandshakeStep | None]] | None = None
+        self._writer: asyncio.Task[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listener: asyncio.Task[Any] | None = None
+        # upstream.standalone_stream: the GET stream is opened at once, or when the client
+        # first listens (listen_standalone); only once the upstream session is initialized.
+        self._listen_wanted = context.config.standalone_stream == "open"
+        self._initialized = False
         self._stopping = False
         self.pending_bytes = 0  # queued to POST, not yet written
 
@@ -95,14 +106,17 @@ class HttpUpstream:
             if isinstance(exc, ProxyError):
                 self._context.health.failing(exc.message)
             raise
-        self.spawn(self._write(), "writer")
 
     def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
         """Queue one message; POSTs leave in this order. The client's ``initialize``
         (``handshake``) opens the upstream session and is kept to re-initialize one."""
         if not self._stopping:
             self.pending_bytes += len(payload)
-            self._outbox.put_nowait((payload, handshake))
+            if self._outbox is None:  # an empty deque is 0.6 KB: none while idle
+                self._outbox = deque()
+            self._outbox.append((payload, handshake))
+            if self._writer is None:
+                self._writer = self.spawn(self._write(), "writer")
 
     def pause(self) -> None:
         """Stop reading response bodies: TCP backpressure then holds the server back."""
@@ -136,8 +150,19 @@ class HttpUpstream:
         task.add_done_callback(lambda _: coro.close())
         return task
 
+    def listen_standalone(self) -> None:
+        """The client listens for what the server sends outside any request
+        (``upstream.standalone_stream: on_client_get``): open the GET stream now, or once
+        the upstream session is initialized."""
+        if not self._listen_wanted:
+            self._listen_wanted = True
+            if self._initialized and self._listener is None and not self._stopping:
+                self._listener = self.spawn(self._listen(), "listen")
+
     def listen(self) -> None:
-        """(Re)open the standalone GET stream, on the current session."""
+        """(Re)open the standalone GET stream, on the current session (if one is wanted)."""
+        if not self._listen_wanted:
+            return
         if self._listener is not None:
             self._listener.cancel()
         self._listener = self.spawn(self._listen(), "listen")
@@ -165,28 +190,36 @@ class HttpUpstream:
 
     # ------------------------------------------------------------------ sending
     async def _write(self) -> None:
-        """The one writer: a POST starts once the previous one's body is written."""
-        while True:
-            payload, handshake = await self._outbox.get()
-            await self._expiry.reinitialized()  # later messages go to the new session
-            try:
-                msg = jsonrpc.classify(jsonrpc.decode(payload))
-            except ProxyError:  # the core only sends what it parsed: never expected
-                self.pending_bytes -= len(payload)
-                continue
-            self._inflight.sent(payload)
-            if handshake is HandshakeStep.INITIALIZE:
-                self._expiry.client_initialize(msg)
-            elif msg.method == "notifications/cancelled":
-                # Nobody waits for that answer any more: its stream may end without one.
-                cancelled = msg.params.get("requestId")
-                if isinstance(cancelled, int | str):
-                    self._inflight.ids.pop(cancelled, None)
-            written = asyncio.Event()
-            post = self.spawn(self.post(payload, msg, written), f"post-{msg.id}", msg)
-            post.add_done_callback(setter(written))  # whatever becomes of the POST
-            await written.wait()
+        """The one writer: a POST starts once the previous one's body is written. It ends
+        when the outbox is empty (``send`` starts another)."""
+        try:
+            while self._outbox:
+                await self._write_one(*self._outbox.popleft())
+        finally:
+            self._writer = None
+            if not self._outbox:
+                self._outbox = None
+
+    async def _write_one(self, payload: bytes, handshake: HandshakeStep | None) -> None:
+        await self._expiry.reinitialized()  # later messages go to the new session
+        try:
+            msg = jsonrpc.classify(jsonrpc.decode(payload))
+        except ProxyError:  # the core only sends what it parsed: never expected
             self.pending_bytes -= len(payload)
+            return
+        self._inflight.sent(payload)
+        if handshake is HandshakeStep.INITIALIZE:
+            self._expiry.client_initialize(msg, payload)
+        elif msg.method == "notifications/cancelled":
+            # Nobody waits for that answer any more: its stream may end without one.
+            cancelled = msg.params.get("requestId")
+            if isinstance(cancelled, int | str):
+                self._inflight.ids.pop(cancelled, None)
+        written = asyncio.Event()
+        post = self.spawn(self.post(payload, msg, written), f"post-{msg.id}", msg)
+        post.add_done_callback(setter(written))  # whatever becomes of the POST
+        await written.wait()
+        self.pending_bytes -= len(payload)
 
     async def post(
         self, payload: bytes, msg: Message, written: asyncio.Event | None, renewed: bool = False
@@ -241,8 +274,10 @@ class HttpUpstream:
     async def _accepted_post(self, resp: aiohttp.ClientResponse, msg: Message) -> None:
         """2xx: a request's answer is JSON or an SSE stream; anything else gets 202."""
         if msg.kind is not Kind.REQUEST:
-            if msg.method == "notifications/initialized" and self._listener is None:
-                self._listener = self.spawn(self._listen(), "listen")
+            if msg.method == "notifications/initialized":
+                self._initialized = True
+                if self._listen_wanted and self._listener is None:
+                    self._listener = self.spawn(self._listen(), "listen")
             return
         rid = msg.id
         if resp.content_type == SSE:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from http.cookies import BaseCookie
+from typing import Any
 
 import aiohttp
 import structlog
@@ -23,6 +25,7 @@ from proxy.config import ConfigError
 from proxy.core.errors import UpstreamStartFailed
 from proxy.core.jsonrpc import Message
 from proxy.core.protocol import LAST_EVENT_ID, SESSION_HEADER, VERSION_HEADER
+from proxy.upstream import http_client
 from proxy.upstream.base import UpstreamContext
 from proxy.upstream.http_body import (
     NETWORK_ERRORS,
@@ -36,12 +39,15 @@ from proxy.upstream.http_body import (
 )
 from proxy.upstream.oauth import UpstreamCredentials, credentials_for
 
-if TYPE_CHECKING:
-    from aiohttp.client import _RequestContextManager  # what ClientSession.post returns
-
 log = structlog.get_logger("proxy.upstream.http")
 
 _DELETE_SECONDS = 2.0
+
+
+@functools.lru_cache(maxsize=16)
+def _timeout(connect: float | None) -> aiohttp.ClientTimeout:
+    """No overall limit (a stream may last for hours), ``connect`` to connect."""
+    return aiohttp.ClientTimeout(total=None, connect=connect)
 
 
 class Endpoint:
@@ -51,11 +57,13 @@ class Endpoint:
         self._context = context
         self._url = URL(context.config.url or "")
         self._static: dict[str, str] = {}  # the configured headers, resolved by open()
-        self._http: aiohttp.ClientSession | None = None
+        self._http: aiohttp.ClientSession | None = None  # shared: http_client.acquire()
+        self._timeout = _timeout(None)
+        self._cookies: aiohttp.CookieJar | None = None  # made for the first Set-Cookie
         self._session: str | None = None  # the Mcp-Session-Id the server gave
         self._version: str | None = None  # the negotiated protocol revision
-        self._readable = asyncio.Event()  # cleared by pause(): readers stop consuming
-        self._readable.set()
+        # Made by pause() (readers stop consuming until resume()); None while reading.
+        self._paused: asyncio.Event | None = None
         # upstream.oauth: the server's tokens (shared by its sessions), and the one sent.
         self.credentials: UpstreamCredentials | None = credentials_for(
             context.server, context.config
@@ -72,20 +80,15 @@ class Endpoint:
         return str(url.with_query(None)) + ("?…" if url.query_string else "")
 
     async def open(self) -> None:
-        """Resolve the configured headers and make the client; nothing connects yet."""
+        """Resolve the configured headers and take the shared client; nothing connects yet."""
         config = self._context.config
         try:
             self._static = config.resolved_headers()
         except ConfigError as exc:
             self._context.health.failing(str(exc))
             raise UpstreamStartFailed(str(exc)) from None
-        trace = aiohttp.TraceConfig()
-        trace.on_request_chunk_sent.append(self._body_written)
-        self._http = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
-            timeout=aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_seconds),
-            trace_configs=[trace],
-        )
+        self._timeout = _timeout(config.connect_timeout_seconds)
+        self._http = http_client.acquire()
 
     async def authorize(self, stale: str | None = None) -> None:
         """With ``upstream.oauth``: a usable access token for the next requests (a new
@@ -103,11 +106,14 @@ class Endpoint:
         if self._session is not None:
             with contextlib.suppress(*NETWORK_ERRORS):
                 timeout = aiohttp.ClientTimeout(total=_DELETE_SECONDS)
-                async with http.delete(self._url, headers=self.headers(), timeout=timeout) as r:
+                delete = http.delete(
+                    self._url, headers=self.headers(), timeout=timeout, cookies=self._cookie()
+                )
+                async with delete as r:
                     log.info(
                         "upstream_session_deleted", session=self._context.label, status=r.status
                     )
-        await http.close()
+        await http_client.release(http)
         return True
 
     # ------------------------------------------------------------------ requests
@@ -137,23 +143,48 @@ class Endpoint:
             headers[LAST_EVENT_ID] = last_event_id
         return headers
 
-    def post(
+    async def post(
         self, data: bytes, headers: dict[str, str], written: asyncio.Event | None = None
-    ) -> _RequestContextManager:
-        """A ``POST`` (await it, or use it with ``async with``); ``written`` is set once
-        its body is out."""
+    ) -> aiohttp.ClientResponse:
+        """A ``POST``'s response (the caller closes it); ``written`` is set once its body
+        is out."""
         assert self._http is not None
-        return self._http.post(self._url, data=data, headers=headers, trace_request_ctx=written)
+        resp = await self._http.post(
+            self._url,
+            data=data,
+            headers=headers,
+            timeout=self._timeout,
+            cookies=self._cookie(),
+            trace_request_ctx=written,
+        )
+        self._keep_cookies(resp)
+        return resp
 
-    def get(self, last_event_id: str | None) -> _RequestContextManager:
+    async def get(self, last_event_id: str | None) -> aiohttp.ClientResponse:
         """A ``GET`` for an SSE stream, resuming after ``last_event_id`` if given."""
         assert self._http is not None
-        return self._http.get(self._url, headers=self.headers(SSE, last_event_id))
+        resp = await self._http.get(
+            self._url,
+            headers=self.headers(SSE, last_event_id),
+            timeout=self._timeout,
+            cookies=self._cookie(),
+        )
+        self._keep_cookies(resp)
+        return resp
 
-    @staticmethod
-    async def _body_written(_: Any, ctx: Any, __: Any) -> None:
-        if isinstance(event := ctx.trace_request_ctx, asyncio.Event):
-            event.set()
+    def _cookie(self) -> BaseCookie[str] | None:
+        """The cookies this session's server set, for the next request (the shared
+        client keeps none: one session's are never sent for another)."""
+        return None if self._cookies is None else self._cookies.filter_cookies(self._url)
+
+    def _keep_cookies(self, resp: aiohttp.ClientResponse) -> None:
+        """What ``Set-Cookie`` says, kept for this session only (e.g. a load balancer's
+        sticky cookie); the jar is made on the first one."""
+        set_cookie = resp.headers.getall("Set-Cookie", ())
+        if set_cookie:
+            if self._cookies is None:
+                self._cookies = aiohttp.CookieJar(unsafe=True)  # an IP address too
+            self._cookies.update_cookies_from_headers(set_cookie, resp.url)
 
     # ------------------------------------------------------------------ the session
     def adopt_session(self, session: str | None) -> None:
@@ -175,10 +206,13 @@ class Endpoint:
 
     # ------------------------------------------------------------------ reading
     def pause(self) -> None:
-        self._readable.clear()
+        if self._paused is None:
+            self._paused = asyncio.Event()
 
     def resume(self) -> None:
-        self._readable.set()
+        paused, self._paused = self._paused, None
+        if paused is not None:
+            paused.set()
 
     async def json(self, resp: aiohttp.ClientResponse) -> list[Message]:
         """A JSON response body: one message or a batch."""
@@ -196,5 +230,6 @@ class Endpoint:
 
     async def _chunk(self, resp: aiohttp.ClientResponse) -> bytes:
         """The next bytes of a body (b"" at its end); waits while paused."""
-        await self._readable.wait()
+        while (paused := self._paused) is not None:
+            await paused.wait()
         return await resp.content.readany()
