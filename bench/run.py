@@ -110,7 +110,7 @@ def memory_suite(
             plans.append((c, "concurrent", only("concurrent", conc, *more), ""))
             continue
         sections = big if c.kind == "proxy" else ""
-        if c.kind in ("proxy", "npm-mcp-proxy"):  # the ones with an event store
+        if c.event_store:  # the ones that keep events for a resume
             plans.append((c, "buffered", only("buffer-mb", mb), sections))
         else:
             notes.append(f"{name} buffered: n/a, no event store (nothing kept to resume)")
