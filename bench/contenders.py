@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import python_peers
@@ -42,9 +42,16 @@ PROXY = str(ROOT / ".venv" / "bin" / "mcp-resume-proxy")
 PROXY_SRC_ENV = "BENCH_PROXY_SRC"
 
 
-def proxy_command() -> list[str]:
-    """``mcp-resume-proxy``, or the same entry point on the copy in ``$BENCH_PROXY_SRC``."""
-    src = os.environ.get(PROXY_SRC_ENV)
+# ``run.py --baseline COMMIT``: a copy of proxy/ as of COMMIT, run by a twin of every one of
+# this proxy's contenders (``proxy@COMMIT+raw`` beside ``proxy+raw``), so that before and
+# after are measured in one run, paired by repetition.
+BASELINE: dict[str, str] = {}  # {"commit": short commit, "src": the copy's directory}
+
+
+def proxy_command(src: str = "") -> list[str]:
+    """``mcp-resume-proxy``, or the same entry point on a copy of ``proxy/``: ``src``, else
+    the one in ``$BENCH_PROXY_SRC``."""
+    src = src or os.environ.get(PROXY_SRC_ENV, "")
     if not src:
         return [PROXY]
     code = (
@@ -104,6 +111,7 @@ class Contender:
     notes: tuple[str, ...] = field(default=())
     client: str = "legacy"  # the load client's era (load.py --era): legacy or modern
     config: str = ""  # YAML sections of this proxy's config file (before the run's own)
+    src: str = ""  # this proxy's code: a copy of proxy/ (the --baseline twin), else the tree
 
     def argv(self, port: int, extra: list[str] | None = None) -> list[str]:
         extra = extra or []
@@ -111,10 +119,12 @@ class Contender:
         if self.kind == "direct":
             return [*s, "--port", str(port)]
         if self.kind == "proxy":
-            cmd = [*proxy_command(), "--port", str(port), "--log-level", "warning", *extra]
+            cmd = [*proxy_command(self.src), "--port", str(port), "--log-level", "warning"]
+            cmd += extra
             return [*cmd, "--", *s]
         if self.kind == "proxy-http":
-            return [*proxy_command(), "--port", str(port), "--log-level", "warning", *extra]
+            cmd = [*proxy_command(self.src), "--port", str(port), "--log-level", "warning"]
+            return [*cmd, *extra]
         if self.kind == "npm-mcp-proxy":
             # Event store on (its default) and large enough for the replay and memory phases.
             return [
@@ -177,6 +187,11 @@ def contenders(server: list[str], tool: str, *, peers: bool) -> dict[str, Conten
     found[modern] = Contender(
         modern, "proxy", server, tool, replay=False, health=True, client="modern", config=MODERN
     )
+    if BASELINE:  # the same contenders on the --baseline copy, beside each one
+        for name, c in list(found.items()):
+            if c.kind == "proxy":
+                twin = name.replace("proxy", f"proxy@{BASELINE['commit']}", 1)
+                found[twin] = replace(c, name=twin, src=BASELINE["src"])
     if peers:
         for kind, name in [
             ("npm-mcp-proxy", "mcp-proxy(npm)"),

@@ -81,17 +81,26 @@ async def phase_latency(session: McpSession, calls: int) -> dict[str, float]:
 async def phase_throughput(sessions: list[McpSession], seconds: float) -> dict[str, float]:
     deadline = time.perf_counter() + seconds
 
+    samples: list[float] = []  # every call's round trip, ms: p50 / p99 under the callers
+
     async def worker(session: McpSession) -> int:
         done = 0
-        while time.perf_counter() < deadline:
+        while (t0 := time.perf_counter()) < deadline:
             await session.call("echo", {"text": "x"})
+            samples.append((time.perf_counter() - t0) * 1000)
             done += 1
         return done
 
     t0 = time.perf_counter()
     counts = await asyncio.gather(*(worker(s) for s in sessions))
     wall = time.perf_counter() - t0
-    return {"sessions": len(sessions), "calls": sum(counts), "calls_per_s": sum(counts) / wall}
+    return {
+        "sessions": len(sessions),
+        "calls": sum(counts),
+        "calls_per_s": sum(counts) / wall,
+        "p50_ms": statistics.median(samples) if samples else 0.0,
+        "p99_ms": percentile(samples, 0.99) if samples else 0.0,
+    }
 
 
 async def phase_long(session: McpSession, calls: int) -> dict[str, float]:

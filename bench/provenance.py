@@ -41,8 +41,10 @@ def machine_line(argv: list[str]) -> str:
 FROZEN_AT: list[str] = []  # the --proxy-at commit, once the copy is made
 
 
-def archive_proxy(commit: str, into: Path) -> None:
-    """``proxy/`` as of ``commit``, unpacked into ``into`` (``git archive``: read-only)."""
+def archive_proxy(commit: str, into: Path, *, frozen: bool = True) -> str:
+    """``proxy/`` as of ``commit``, unpacked into ``into`` (``git archive``: read-only); the
+    full commit. ``frozen``: the copy the whole run measures (``--proxy-at``), else a
+    baseline run beside it."""
     archive = subprocess.run(
         ["git", "archive", "--format=tar", commit, "proxy"], cwd=ROOT, capture_output=True
     )
@@ -55,7 +57,9 @@ def archive_proxy(commit: str, into: Path) -> None:
     if archive.returncode != 0:
         sys.exit(f"git archive {commit}: {archive.stderr.decode(errors='replace').strip()}")
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    FROZEN_AT.append(resolved)  # HEAD may move during the run; this may not
+    if frozen:
+        FROZEN_AT.append(resolved)  # HEAD may move during the run; this may not
+    return resolved
 
 
 def code_version() -> str:

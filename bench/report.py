@@ -29,6 +29,8 @@ KEYS = [
     "p99_ms",
     "seq_calls_per_s",
     "calls_per_s",
+    "busy_p50_ms",
+    "busy_p99_ms",
     "long_first_ms",
     "long_last_ms",
     "notif_per_s",
@@ -57,6 +59,8 @@ def load_row(phases: Phases) -> Row:
             _metric(by, "latency", "mean_ms")
         ),
         "calls_per_s": _metric(by, "throughput", "calls_per_s"),
+        "busy_p50_ms": _metric(by, "throughput", "p50_ms"),  # under the 8 callers
+        "busy_p99_ms": _metric(by, "throughput", "p99_ms"),
         "long_first_ms": _metric(by, "long", "first_p50_ms"),
         "long_last_ms": _metric(by, "long", "last_p50_ms"),
         "notif_per_s": _metric(by, "burst", "notif_per_s"),

@@ -36,6 +36,7 @@ from contenders import BENCH, PYTHON, RAW, SDK, Contender
 from emission import EMIT_RAW, EMIT_SDK, stdio_emission
 from provenance import archive_proxy, code_version, machine_line
 from targets import modern_targets_table, store_targets_table, targets_table
+from targets23 import targets23_table
 
 
 def _phases(
@@ -188,6 +189,12 @@ def main() -> None:
         metavar="COMMIT",
         help="run this proxy as of COMMIT (git archive of proxy/ into a temporary directory)",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="COMMIT",
+        help="also run proxy/ as of COMMIT as a twin of each of this proxy's contenders "
+        "(proxy@COMMIT+raw beside proxy+raw): before and after in one run",
+    )
     parser.add_argument("--from-json", type=Path, help="only render a run saved by --json-out")
     args = parser.parse_args()
     if args.from_json:
@@ -198,6 +205,10 @@ def main() -> None:
             frozen = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-proxy-"))
             archive_proxy(args.proxy_at, Path(frozen))
             os.environ[C.PROXY_SRC_ENV] = frozen  # the contenders' children inherit it
+        if args.baseline:
+            base = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-baseline-"))
+            commit = archive_proxy(args.baseline, Path(base), frozen=False)
+            C.BASELINE.update(commit=commit[:7], src=base)
         # The Redis server, if a contender needs it, stops at the end.
         stack.enter_context(stores.backends())
         data = run_all(args)
@@ -330,6 +341,7 @@ def render(data: dict[str, Any]) -> str:
         out.append(modern_targets_table(per_rep, medians))
     if any(name.startswith(("proxy+sqlite", "proxy+redis")) for name in raw) or resume:
         out.append(store_targets_table(per_rep, resume, resume_n))
+    out.append(targets23_table(per_rep, medians, peers, resume, resume_n))
     notes = list(data["notes"])
     notes += [e for name, runs in raw.items() for e in report.errors_of(name, runs)]
     notes += report.memory_notes(memory)

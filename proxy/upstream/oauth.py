@@ -27,6 +27,7 @@ from pathlib import Path
 import aiohttp
 import structlog
 
+from proxy.backoff import Backoff
 from proxy.config import DEFAULT_SERVER, ConfigError, UpstreamConfig
 from proxy.core.errors import (
     UPSTREAM_FORBIDDEN,
@@ -57,6 +58,8 @@ log = structlog.get_logger("proxy.upstream.oauth")
 
 UNAUTHORIZED = UPSTREAM_UNAUTHORIZED
 FORBIDDEN = UPSTREAM_FORBIDDEN
+REFUSED_FIRST_S = 2.0  # a refused client-credentials grant: asked again after 1-2 s, ...
+REFUSED_CAP_S = 60.0  # ... doubling up to 30-60 s
 
 
 class UpstreamUnauthorized(UpstreamStartFailed):
@@ -105,6 +108,12 @@ class UpstreamCredentials:
         self._tokens: StoredTokens | None = None
         self._stamp: tuple[int, int] | str | None = "unread"  # the file's, when last read
         self._refused: str | None = None  # why the current credentials cannot work
+        # A refused client-credentials grant is asked again only after a backoff (1-2 s,
+        # doubling up to a minute): sessions opening meanwhile get the same error at once,
+        # and the authorization server is not hammered by every new session.
+        self._retry = Backoff(first=REFUSED_FIRST_S, cap=REFUSED_CAP_S)
+        self._refused_until = 0.0  # time.monotonic() before which the refusal stands
+        self._refused_grant: str | None = None  # why, for client credentials
         self._token_endpoint: str | None = oauth.token_endpoint
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
@@ -118,7 +127,9 @@ class UpstreamCredentials:
             self._reload()
             tokens = self._tokens
             if self._refused is not None:  # until the token file changes (a new login)
-                raise self._unauthorized(self._refused)
+                raise self._unauthorized(self._refused)  # or, client credentials, a backoff
+            if self._refused_grant is not None and time.monotonic() < self._refused_until:
+                raise self._unauthorized(self._refused_grant)
             if tokens is not None and tokens.access_token != stale and self._fresh(tokens):
                 return tokens.access_token
             await self._renew(http, stale is not None)
@@ -194,6 +205,8 @@ class UpstreamCredentials:
                     self.resource,
                     answer.expires_at,
                 )
+                self._refused_grant = None
+                self._retry.reset()
                 log.info("upstream_token_obtained", upstream=self.server, expires_in=_left(answer))
             else:
                 await self._refresh(http)
@@ -202,6 +215,9 @@ class UpstreamCredentials:
             why = f"the authorization server refused the proxy's {self._grant_name()} ({exc.error})"
             if self.file is not None:
                 self._refused = why  # until the file changes (a new login)
+            else:
+                self._refused_grant = why
+                self._refused_until = time.monotonic() + self._retry.next_delay()
             raise self._unauthorized(why) from None
         except DiscoveryError as exc:
             raise UpstreamStartFailed(

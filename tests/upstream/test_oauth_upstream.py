@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import stat
 import sys
 from collections.abc import AsyncIterator
@@ -30,6 +31,7 @@ from tests.support import (
     RunningProxy,
     eventually,
     initialize_request,
+    log_events,
     run_proxy_on,
     tail,
     wait_listening,
@@ -181,6 +183,51 @@ async def test_a_wrong_client_secret_is_a_clear_502_and_not_ready(tmp_path: Path
                 status, body = await readyz(proxy)
                 assert status == 503
                 assert "invalid_client" in body["upstreams"]["remote"]
+                # Sessions opening at once get the same answer without asking the
+                # authorization server again each time (a backoff, 1 s at least).
+                for _ in range(5):
+                    async with http.post(mcp, json=init, headers=MCP_HEADERS) as resp:
+                        assert resp.status == 502
+                        again = (await resp.json())["error"]
+                    assert again["data"]["reason"] == "upstream_unauthorized"
+                    assert "invalid_client" in again["message"]
+            asked = log_events(proxy.log_text(), "upstream_token_refused")
+            assert len(asked) == 1, asked
+
+
+async def test_a_reload_with_the_right_client_secret_serves_new_sessions(tmp_path: Path) -> None:
+    """Changed ``oauth`` settings reach new sessions on a reload: new credentials, not the
+    refusal (nor its backoff) that the old ones earned."""
+    import yaml
+
+    with auth_server() as auth:
+        async with protected_server(tmp_path, auth.issuer) as url:
+            oauth = {
+                "grant": "client_credentials",
+                "token_endpoint": auth.token_endpoint,
+                "client_id": CONFIDENTIAL_CLIENT,
+                "client_secret": "not-the-secret-at-all",
+                "scopes": ["mcp:read"],
+            }
+            config = proxy_config(url, oauth)
+            path = tmp_path / "proxy.yaml"
+            path.write_text(yaml.safe_dump(config))
+            async with (
+                run_proxy_on(tmp_path, config, file=path) as proxy,
+                aiohttp.ClientSession() as http,
+            ):
+                init = initialize_request(0, version="2025-11-25")
+                mcp = f"{proxy.base}/servers/remote/mcp"
+                async with http.post(mcp, json=init, headers=MCP_HEADERS) as resp:
+                    assert resp.status == 502
+                oauth["client_secret"] = auth.client_secret
+                path.write_text(yaml.safe_dump(config))
+                proxy.process.send_signal(signal.SIGHUP)
+                await eventually(
+                    lambda: log_events(proxy.log_text(), "config_reloaded"), what="the reload"
+                )
+                assert (await whoami(proxy))["client_id"] == CONFIDENTIAL_CLIENT
+            assert_no_secret(proxy.log_text(), auth.client_secret)
 
 
 # ------------------------------------------------------------------ (b) login, then calls
