@@ -35,6 +35,15 @@ FASTMCP_VENV = PEERS / "fastmcp"
 CONTEXTFORGE_VENV = PEERS / "contextforge"
 KINDS = ("fastmcp-proxy", "fastmcp-proxy-es", "contextforge")
 EVENT_STORE_KINDS = ("fastmcp-proxy-es",)  # the ones that keep events for a resume
+# FastMCP's EventStore rewrites a stream's whole list of event ids on every event, so a
+# stream of N events costs N² (measured, loaded 2-core box: 10,000 events in ~40 s, 5
+# streams of 10,000 in ~41 s); the buffered memory phase's 5 x 50,000 would take over an
+# hour, so it buffers this much (MB) instead, the size of run.py --quick's phase.
+BUFFER_MB = {"fastmcp-proxy-es": 10.0}
+SLOW_STORE = (
+    "FastMCP's EventStore rewrites a stream's whole id list on every event (quadratic: "
+    "10,000 events take ~40 s here), 5 x 50,000 would take over an hour"
+)
 
 
 def argv(kind: str, port: int, server: list[str], host: str) -> list[str]:
