@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import python_peers
 import stores
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +69,10 @@ NPM_PEERS = {
     "supergateway": os.environ.get("BENCH_SUPERGATEWAY", "4.0.0"),
 }
 PYPI_MCP_PROXY = os.environ.get("BENCH_PYPI_MCP_PROXY", "0.13.0")
+# Issue 23's peers, each in a venv of its own (python_peers.py): the newest releases on PyPI
+# when they were added (2026-12-05).
+FASTMCP = os.environ.get("BENCH_FASTMCP", "4.2.3")
+CONTEXTFORGE = os.environ.get("BENCH_CONTEXTFORGE", "1.1.0")
 NPM_BIN = PEERS / "npm" / "node_modules" / ".bin"
 PY_PEER = PEERS / "pypi" / "bin" / "mcp-proxy"
 
@@ -94,7 +99,9 @@ class Contender:
     """One endpoint to measure. ``argv(port)`` starts it; ``server`` is what it wraps."""
 
     name: str
-    kind: str  # "direct", "proxy", "proxy-http", "npm-mcp-proxy", "supergateway", "pypi-mcp-proxy"
+    # "direct", "proxy", "proxy-http", "npm-mcp-proxy", "supergateway", "pypi-mcp-proxy", or
+    # one of python_peers.KINDS
+    kind: str
     server: list[str]
     burst_tool: str = "burst"
     replay: bool = True  # try the replay phase (a peer without ids gets n/a)
@@ -149,7 +156,14 @@ class Contender:
             ]
         if self.kind == "pypi-mcp-proxy":
             return [str(PY_PEER), "--port", str(port), "--host", HOST, "--", *s]
+        if self.kind in python_peers.KINDS:
+            return python_peers.argv(self.kind, port, s, HOST)
         raise ValueError(self.kind)
+
+    @property
+    def event_store(self) -> bool:
+        """It keeps a session's events for a resume (the buffered memory phase needs one)."""
+        return self.kind in ("proxy", "npm-mcp-proxy", *python_peers.EVENT_STORE_KINDS)
 
 
 def http_upstream_available() -> bool:
@@ -191,6 +205,13 @@ def contenders(server: list[str], tool: str, *, peers: bool) -> dict[str, Conten
         found[theirs] = Contender(
             theirs, "npm-mcp-proxy", server, tool, replay=False, peer=True, client="modern"
         )
+        # Issue 23: FastMCP's proxy without and with its event store, ContextForge's bridge.
+        for kind, name in [
+            ("fastmcp-proxy", "fastmcp-proxy"),
+            ("fastmcp-proxy-es", "fastmcp-proxy-es"),
+            ("contextforge", "contextforge"),
+        ]:
+            found[f"{name}+{label}"] = Contender(f"{name}+{label}", kind, server, tool, peer=True)
     return found
 
 
@@ -270,7 +291,8 @@ def started(contender: Contender, sections: str = "", *, alone: bool = False) ->
         config = config_file(text) if text and contender.kind.startswith("proxy") else None
         extra = ["--config", str(config)] if config is not None else []
         try:
-            with running(contender.argv(port, extra), port, store.env) as proc:
+            env = {**store.env, **python_peers.env(contender.kind)}
+            with running(contender.argv(port, extra), port, env) as proc:
                 yield Started(port, proc.pid, store.probe)
         finally:
             if config is not None:
@@ -319,4 +341,4 @@ def install_peers() -> list[str]:
             if done.returncode != 0:
                 missing.append(f"PyPI mcp-proxy: {done.stderr.strip()[-300:]}")
                 break
-    return missing
+    return missing + python_peers.install(PYTHON, FASTMCP, CONTEXTFORGE)

@@ -5,7 +5,8 @@ below against the endpoint and prints the results (``--json``: one JSON object o
 
 1. ``latency``: ``--calls`` ``tools/call echo`` one at a time on one session → p50 / p99 ms.
 2. ``throughput``: ``--sessions`` sessions, each calling ``echo`` in a loop for ``--seconds``
-   → calls/s (sessions are initialized before the clock starts).
+   → calls/s (sessions are initialized before the clock starts). Every answer must carry
+   its own call's text (an endpoint that hands one caller another's answer gets n/a).
 3. ``long`` (``--long-calls`` > 0): that many ``echo`` calls one at a time on one fresh
    session → p50 of the first and of the last 500 (does a session slow down as it ages?).
 4. ``burst``: ``--burst-reps`` (3) calls of ``--burst-tool``, each emitting ``--notifications``
@@ -14,8 +15,9 @@ below against the endpoint and prints the results (``--json``: one JSON object o
 5. ``replay`` (``--replay``): start the same call, read up to its first event that carries an
    id (the 2025-11-25 priming event, or the first message), drop the connection, wait until
    the server has surely finished (``max(1 s, 3 * the burst phase's duration)``, at most
-   10 s), then ``GET`` with ``Last-Event-ID: <that id>`` → ms until the replayed response
-   arrives; every notification must arrive exactly once over the two connections.
+   90 s: a burst into FastMCP's event store takes ~40 s), then ``GET`` with
+   ``Last-Event-ID: <that id>`` → ms until the replayed response arrives; every
+   notification must arrive exactly once over the two connections.
 
 A phase the endpoint cannot do (no event ids, notifications not relayed, an HTTP error) is
 reported with its ``error`` and no metrics, and the next phase runs.
@@ -82,18 +84,27 @@ async def phase_throughput(sessions: list[McpSession], seconds: float) -> dict[s
     deadline = time.perf_counter() + seconds
 
     samples: list[float] = []  # every call's round trip, ms: p50 / p99 under the callers
+    wrong: list[str] = []  # answers that carry another call's text
 
-    async def worker(session: McpSession) -> int:
+    async def worker(session: McpSession, k: int) -> int:
         done = 0
         while (t0 := time.perf_counter()) < deadline:
-            await session.call("echo", {"text": "x"})
+            text = f"{k} {done}"
+            reply = await session.call("echo", {"text": text})
             samples.append((time.perf_counter() - t0) * 1000)
+            if _echoed(reply) != text:
+                wrong.append(f"{text!r} answered {_echoed(reply)!r}")
             done += 1
         return done
 
     t0 = time.perf_counter()
-    counts = await asyncio.gather(*(worker(s) for s in sessions))
+    counts = await asyncio.gather(*(worker(s, k) for k, s in enumerate(sessions)))
     wall = time.perf_counter() - t0
+    if wrong:  # a count of wrong answers is no throughput
+        raise PhaseFailed(
+            f"{len(wrong):,} of {sum(counts):,} echo answers were another call's "
+            f"(first: {wrong[0]})"
+        )
     return {
         "sessions": len(sessions),
         "calls": sum(counts),
@@ -101,6 +112,12 @@ async def phase_throughput(sessions: list[McpSession], seconds: float) -> dict[s
         "p50_ms": statistics.median(samples) if samples else 0.0,
         "p99_ms": percentile(samples, 0.99) if samples else 0.0,
     }
+
+
+def _echoed(reply: dict[str, Any]) -> Any:
+    """The text an echo answer carries."""
+    content = reply.get("result", {}).get("content") or [{}]
+    return content[0].get("text")
 
 
 async def phase_long(session: McpSession, calls: int) -> dict[str, float]:
@@ -252,7 +269,7 @@ async def run(opts: Options) -> list[PhaseResult]:
         results.append(burst)
         if opts.replay:
             one_burst_s = burst.metrics.get("wall_ms", 1000.0) / 1000
-            settle = min(10.0, max(1.0, 3 * one_burst_s))
+            settle = min(90.0, max(1.0, 3 * one_burst_s))  # a slow peer: fastmcp-proxy-es
             results.append(
                 await measured(
                     "replay",

@@ -49,8 +49,10 @@ def load_row(phases: Phases) -> Row:
         return dict.fromkeys(KEYS)
     by = {p["name"]: p for p in phases}
     lat, thr, burst = by["latency"], by["throughput"], by["burst"]
-    calls = lat["metrics"].get("calls", 0) + thr["metrics"].get("calls", 0)
-    cpu_call = (lat["server_cpu_s"] + thr["server_cpu_s"]) / calls * 1e6 if calls else None
+    # A failed phase (contextforge's throughput: wrong answers) counts neither calls nor CPU.
+    counted = [p for p in (lat, thr) if p["metrics"].get("calls")]
+    calls = sum(p["metrics"]["calls"] for p in counted)
+    cpu_call = sum(p["server_cpu_s"] for p in counted) / calls * 1e6 if calls else None
     notified = burst["metrics"].get("notifications")
     return {
         "p50_ms": _metric(by, "latency", "p50_ms"),

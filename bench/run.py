@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import contenders as C
+import python_peers
 import replicas
 import report
 import stores
@@ -112,8 +113,12 @@ def memory_suite(
             plans.append((c, "concurrent", only("concurrent", conc, *more), ""))
             continue
         sections = big if c.kind == "proxy" else ""
-        if c.kind in ("proxy", "npm-mcp-proxy"):  # the ones with an event store
-            plans.append((c, "buffered", only("buffer-mb", mb), sections))
+        if c.event_store:  # the ones that keep events for a resume
+            cap = python_peers.BUFFER_MB.get(c.kind)  # a peer too slow for the full size
+            if cap is not None and cap < float(mb):
+                notes.append(f"{name} buffered: {cap:g} MB, not {mb}: {python_peers.SLOW_STORE}")
+            size = mb if cap is None else f"{min(cap, float(mb)):g}"
+            plans.append((c, "buffered", only("buffer-mb", size), sections))
         else:
             notes.append(f"{name} buffered: n/a, no event store (nothing kept to resume)")
         plans.append((c, "idle", only("idle-sessions", idle), sections))
