@@ -13,7 +13,7 @@ from proxy.store.base import Batch, Entry, StoreError, StoreLimits, StreamRecord
 from proxy.store.fencing import Fence
 from proxy.store.persist import Persister
 from proxy.store.sqlite import SqliteStore
-from tests.store.test_persist_fencing import EPOCH, KEY, NotingSession
+from tests.store.persist_support import EPOCH, KEY, NotingSession
 
 
 async def opened(path: Path, synchronous: str = "normal") -> SqliteStore:

@@ -12,20 +12,7 @@ from proxy.store.base import Batch, Entry, StreamRecord
 from proxy.store.fencing import Fence
 from proxy.store.memory import MemoryStore
 from proxy.store.persist import Persister
-
-EPOCH = "e0e0e0"
-KEY = f"{EPOCH}.1"
-
-
-class NotingSession:
-    """What :meth:`Persister.note` reads of a session."""
-
-    session_id = "s1"
-    epoch = EPOCH
-    principal = None
-
-    def client_ids(self, number: int) -> list[int]:
-        return [number]
+from tests.store.persist_support import EPOCH, KEY, NotingSession
 
 
 async def test_a_refused_write_makes_the_token_stale_before_its_waiters_go_on() -> None:
