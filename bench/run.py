@@ -254,6 +254,10 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         unknown = [n for n in names if n not in load_set]
         if unknown:
             sys.exit(f"unknown contenders {unknown}; known: {', '.join(load_set)}")
+        if C.BASELINE:  # a proxy contender named brings its --baseline twin beside it
+            tag = f"proxy@{C.BASELINE['commit']}"
+            ours = [n for n in names if load_set[n].kind == "proxy" and not n.startswith(tag)]
+            names = list(dict.fromkeys([*names, *(n.replace("proxy", tag, 1) for n in ours)]))
         load_set = {n: load_set[n] for n in names}
     elif not args.peers:
         load_set = {n: c for n, c in load_set.items() if not c.peer}
