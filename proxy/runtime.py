@@ -188,6 +188,8 @@ class SessionRunner:
         self._no_conns.set()
         self._max_queued = config.sse.max_queued_bytes
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # when the armed timer fires (loop time)
+        self._wake_at = 0.0  # the wake-up the core asked for last (the timer's or later)
         self._stop_task: asyncio.Task[None] | None = None
         self.upstream = open_upstream(
             UpstreamContext(
@@ -329,6 +331,10 @@ class SessionRunner:
 
     def _tick(self) -> None:
         self._timer = None
+        if self._timer_at < self._wake_at:  # the wake-up moved later meanwhile
+            self._timer_at = self._wake_at
+            self._timer = self._loop.call_at(self._wake_at, self._tick)
+            return
         if not self.session.forgotten:
             self.feed(Tick())
 
@@ -382,8 +388,15 @@ class SessionRunner:
                 conn.closed = True
                 conn.queue.put_nowait(CloseMarker(command.retry_ms))
         elif isinstance(command, WakeAt):
+            # A later wake-up than the armed timer's keeps that timer: it fires, finds the
+            # wake-up moved on and re-arms for it (_tick). Each call moves the idle clock
+            # later; cancelling and arming a timer each time showed in the profile.
+            self._wake_at = command.at
             if self._timer is not None:
+                if self._timer_at <= command.at:
+                    return
                 self._timer.cancel()
+            self._timer_at = command.at
             self._timer = self._loop.call_at(command.at, self._tick)
         elif isinstance(command, StopUpstream):
             self.log.info("session_closing", reason=command.reason)

@@ -6,6 +6,7 @@ the spec asks for; the aiohttp layer only reads headers and calls these.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -26,13 +27,14 @@ DEFAULT_PROTOCOL_VERSION = "2025-03-26"
 LOCAL_HOSTNAMES = ("localhost", "127.0.0.1", "::1")
 
 
-def _media_types(accept: str | None) -> set[str]:
+@functools.lru_cache(maxsize=256)  # per request, the same few Accept headers (bounded)
+def _media_types(accept: str | None) -> frozenset[str]:
     if not accept:
-        return set()
-    return {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
+        return frozenset()
+    return frozenset(part.split(";", 1)[0].strip().lower() for part in accept.split(","))
 
 
-def _accepts(types: set[str], wanted: str) -> bool:
+def _accepts(types: frozenset[str], wanted: str) -> bool:
     major = wanted.split("/", 1)[0]
     return wanted in types or f"{major}/*" in types or "*/*" in types
 
@@ -86,12 +88,15 @@ def host_name(host: str) -> str:
 
 def check_host(host: str | None, allowed: Iterable[str]) -> None:
     """DNS-rebinding guard: a ``Host`` we do not serve gets 421 Misdirected Request."""
-    allowed = list(allowed)
-    if "*" in allowed:
-        return
-    names = {host_name(a) for a in allowed}
-    if host is None or host_name(host) not in names:
+    if not _host_served(host, tuple(allowed)):
         raise MisdirectedHost(f"Misdirected Request: Host {host!r} is not served here")
+
+
+@functools.lru_cache(maxsize=256)  # per request, the same few Host headers (bounded)
+def _host_served(host: str | None, allowed: tuple[str, ...]) -> bool:
+    if "*" in allowed:
+        return True
+    return host is not None and host_name(host) in {host_name(a) for a in allowed}
 
 
 def check_origin(origin: str | None, allowed: Iterable[str]) -> None:

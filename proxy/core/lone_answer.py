@@ -23,6 +23,7 @@ inside the window finds no event id to resume from. Pure: frames in, a verdict o
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from collections.abc import Sequence
 
@@ -38,6 +39,7 @@ WAIT = Verdict.WAIT
 SSE = Verdict.SSE
 
 
+@functools.lru_cache(maxsize=256)  # per POST, the same few Accept headers (bounded)
 def prefers_json(accept: str | None) -> bool:
     """Whether ``Accept`` takes ``application/json`` at least as gladly as
     ``text/event-stream`` (RFC 9110 §12.5.1 quality values). MCP clients send both

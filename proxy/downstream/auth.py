@@ -289,6 +289,7 @@ class Authenticator:
     ) -> web.StreamResponse:
         path = request.path
         if not self.enabled or path in _OPEN or request.method == "OPTIONS" or is_metadata(path):
+            request[PRINCIPAL] = request[SCOPES] = None  # none (read without a KeyError)
             return await handler(request)
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
         presented = presented.strip()
@@ -303,8 +304,7 @@ class Authenticator:
                 if missing:
                     return self._insufficient_scope(path, principal, missing)
                 request[PRINCIPAL] = principal
-                if scopes is not None:
-                    request[SCOPES] = scopes
+                request[SCOPES] = scopes  # None: a static token (no scope rule limits it)
                 request[_AUTHENTICATOR] = self
                 return await handler(request)
         error = Unauthorized("Unauthorized: a valid bearer token is required")

@@ -18,8 +18,8 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-import structlog
 from aiohttp import web
+from structlog.contextvars import bind_contextvars, reset_contextvars
 
 from proxy.config import Config
 from proxy.core import httprules
@@ -53,18 +53,22 @@ def endpoint_entry(serve: Handler[E]) -> Handler[E]:
 
     @functools.wraps(serve)
     async def handle(self: E, request: web.Request) -> web.StreamResponse:
-        with structlog.contextvars.bound_contextvars(
-            upstream=self.server.name, principal=principal_of(request)
-        ):
+        # Bound, then reset to what was there before (structlog's bound_contextvars
+        # does the same but copies the whole context first: per request, that shows).
+        tokens = bind_contextvars(upstream=self.server.name, principal=principal_of(request))
+        try:
             listen = self.config.listen
+            headers = request.headers
             try:
-                httprules.check_host(request.headers.get("Host"), listen.allowed_hosts)
-                httprules.check_origin(request.headers.get("Origin"), listen.allowed_origins)
+                httprules.check_host(headers.get("Host"), listen.allowed_hosts)
+                httprules.check_origin(headers.get("Origin"), listen.allowed_origins)
             except ProxyError as exc:
                 return await self.refuse(request, exc)
             try:
                 return await serve(self, request)
             except StoreError as exc:
                 return await self.refuse(request, unavailable("serve the request", exc))
+        finally:
+            reset_contextvars(**tokens)
 
     return handle

@@ -201,12 +201,17 @@ class _GuardedConnection(asyncio.Protocol):
         inner = self._inner
         if inner is None or self._ending is not None:
             return  # answered already: what the client still sends is dropped
-        if self._timer is None and _waiting_for_request(inner):
-            self._arm(inner, heard=True)  # the first byte of the next request
+        # The first byte of the next request starts its timer; armed only when these bytes
+        # did not complete its headers (the usual request comes whole: no timer at all).
+        idle = self._timer is None and _waiting_for_request(inner)
+        parsed = _requests_parsed(inner)
         self._heard = True
         inner.data_received(data)
         quiet_refusal(inner)  # a request aiohttp could not parse: answered without its bytes
-        if self._timer is not None and _requests_parsed(inner) != self._parsed_at_arming:
+        if idle:
+            if _requests_parsed(inner) == parsed and self._inner is inner and not self._ending:
+                self._arm(inner, heard=True, parsed=parsed)
+        elif self._timer is not None and _requests_parsed(inner) != self._parsed_at_arming:
             self._disarm()
 
     def eof_received(self) -> bool | None:
@@ -232,8 +237,9 @@ class _GuardedConnection(asyncio.Protocol):
             self._inner.resume_writing()
 
     # ------------------------------------------------------------------ header timer
-    def _arm(self, inner: RequestHandler, *, heard: bool) -> None:
-        self._parsed_at_arming = _requests_parsed(inner)
+    def _arm(self, inner: RequestHandler, *, heard: bool, parsed: int | None = None) -> None:
+        """Time the headers of the request after the ``parsed`` first (default: all so far)."""
+        self._parsed_at_arming = _requests_parsed(inner) if parsed is None else parsed
         self._heard = heard
         self._timer = self._loop.call_later(self._guard.header_timeout, self._headers_late)
 

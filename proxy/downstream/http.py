@@ -228,6 +228,7 @@ class StreamableHttp:
                 limit_resumes(request)
         started = time.monotonic()
         method = method_label(None if batch else messages[0].method)
+        request[_MODERN_KEY] = False  # True once the modern side serves it
         try:
             response = await tracing.client_post(  # its span, when tracing is on
                 self._post_messages(request, messages, batch),
@@ -236,8 +237,8 @@ class StreamableHttp:
                 self.server.name,
                 principal_of(request),
             )
-            era = "legacy" if request.get(_MODERN_KEY) is None else "modern"
-            self.metrics.requests.labels(method, era).observe(time.monotonic() - started)
+            era = "modern" if request[_MODERN_KEY] else "legacy"
+            self.metrics.request_seconds(method, era).observe(time.monotonic() - started)
             return response
         except ProxyError as exc:
             # Answer a lone request's refusal with its id (JSON-RPC 2.0 §5).
@@ -466,14 +467,21 @@ class StreamableHttp:
         conn: ClientConn, held: list[bytes | EventRun | Frame | CloseMarker], min_bytes: int
     ) -> bytes | None:
         """:meth:`_hold`'s work, until its window ends (what is queued taken at once)."""
+        queue = conn.queue
+        frames: list[bytes] = []  # those of ``held``, framed once
         while True:
-            taken = [conn.queue.get_nowait() if not conn.queue.empty() else await conn.queue.get()]
-            while not isinstance(taken[-1], CloseMarker) and not conn.queue.empty():
-                taken.append(conn.queue.get_nowait())
+            taken = [queue.get_nowait() if not queue.empty() else await queue.get()]
+            while not isinstance(taken[-1], CloseMarker) and not queue.empty():
+                taken.append(queue.get_nowait())
             held.extend(taken)
-            conn.written(sum(len(_sse_frame(i)) for i in taken if not isinstance(i, CloseMarker)))
+            size = 0
+            for item in taken:
+                if not isinstance(item, CloseMarker):
+                    frame = _sse_frame(item)
+                    frames.append(frame)
+                    size += len(frame)
+            conn.written(size)
             close = held[-1] if isinstance(held[-1], CloseMarker) else None
-            frames = [_sse_frame(i) for i in held if not isinstance(i, CloseMarker)]
             ended = close is not None and close.retry_ms is None
             verdict = lone_answer.verdict(frames, ended, min_bytes=min_bytes)
             if isinstance(verdict, bytes):

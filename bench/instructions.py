@@ -1,0 +1,124 @@
+"""The proxy's user-space instructions per legacy call and per notification, counted by
+callgrind: a figure a loaded machine does not move (issue 23, second CPU pass).
+
+``.venv/bin/python bench/instructions.py SRC CALLS NOTIFICATIONS``: SRC is a directory
+holding a ``proxy/`` (the tree, or ``git archive COMMIT proxy | tar -x -C DIR``). The proxy
+runs under ``valgrind --tool=callgrind --instr-atstart=no`` in front of the raw emitter;
+one session is initialized and warmed up, then counting is switched on for CALLS
+sequential ``echo`` calls, and again for one ``flood`` of NOTIFICATIONS (0: skip).
+Every process started is stopped.
+"""
+
+import asyncio
+import glob
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+from client import McpSession, http_client
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC, CALLS, NOTIFS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+PY = str(ROOT / ".venv" / "bin" / "python")
+FLOOD = str(ROOT / "tests" / "fixtures" / "flood_server.py")
+
+
+def port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def ir(out: str) -> int:
+    """The total instructions of one callgrind dump."""
+    for line in Path(out).read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    return 0
+
+
+async def main():
+    p = port()
+    out = f"/tmp/cpu2_cg.{os.getpid()}"
+    code = (
+        f"import sys; sys.path.insert(0, {SRC!r}); sys.argv[0] = 'mcp-resume-proxy'; "
+        "from proxy.cli import main; sys.exit(main())"
+    )
+    argv = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={out}",
+        PY,
+        "-c",
+        code,
+        "--port",
+        str(p),
+        "--log-level",
+        "warning",
+        "--",
+        PY,
+        FLOOD,
+    ]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{p}/mcp"
+    try:
+        async with http_client(600) as http:
+            for _ in range(600):
+                try:
+                    async with http.get(f"http://127.0.0.1:{p}/healthz") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.5)
+            s = McpSession(http, url)
+            await s.initialize()
+            for i in range(30):
+                await s.call("echo", {"text": f"w{i}"})
+            await s.call("flood", {"n": 100, "size": 200}, token=1)
+            res = {}
+            for label, n in (("call", CALLS), ("notif", NOTIFS)):
+                if not n:
+                    continue
+                subprocess.run(
+                    ["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True
+                )
+                subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True)
+                if label == "call":
+                    for i in range(n):
+                        await s.call("echo", {"text": f"c{i}"})
+                else:
+                    await s.call("flood", {"n": n, "size": 200}, token=2)
+                for f in glob.glob(out + "*"):
+                    os.unlink(f)
+                subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True)
+                subprocess.run(
+                    ["callgrind_control", "-i", "off", str(proc.pid)], capture_output=True
+                )
+                files = sorted(glob.glob(out + "*"))
+                if os.environ.get("KEEP"):
+                    for f in files:
+                        os.rename(f, f"/tmp/cpu2_keep_{label}.cg")
+                    files = [f"/tmp/cpu2_keep_{label}.cg"]
+                total = sum(ir(f) or 0 for f in files)
+                res[label] = total / n
+            print(SRC, {k: round(v) for k, v in res.items()})
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for f in glob.glob(out + "*"):
+            os.unlink(f)
+
+
+asyncio.run(main())
