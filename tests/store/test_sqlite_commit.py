@@ -1,17 +1,15 @@
 """How the SQLite store applies a batch (proxy/store/sqlite_commit.py): the statements a
-call's commit costs, a dropped stream's events deleted after its commit, and every batch
-applied as the memory store applies it (seeded random batches)."""
+call's commit costs, a dropped stream's events deleted after its commit. That it applies
+every batch as the memory store does is in test_random_batches.py."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from pathlib import Path
 
 from proxy.core.errors import ResumeError
-from proxy.store.base import Batch, Entry, Store, StoreLimits, StreamRecord
-from proxy.store.memory import MemoryStore
+from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
 from proxy.store.sqlite import SqliteStore
 
 KEY = "e0e0e0.1"
@@ -140,64 +138,3 @@ async def test_a_drop_left_by_a_closed_store_is_an_expired_record(tmp_path: Path
         assert await store.read(KEY, 100, now) == entries(101, 102)
     finally:
         await store.close()
-
-
-# ---------------------------------------------------------------- the memory store's rules
-KEYS = [f"e0e0e0.{n}" for n in range(1, 4)]
-
-
-def random_batch(rng: random.Random, last: dict[str, int], now: float) -> Batch:
-    batch = Batch(fence="f", owner="a")
-    for key in rng.sample(KEYS, rng.randint(1, len(KEYS))):
-        roll = rng.random()
-        if roll < 0.25:
-            ids = [rng.randint(1, 9)]
-            batch.streams.append(StreamRecord(key, f"s{rng.randint(1, 3)}", "a", request_ids=ids))
-        if rng.random() < 0.7:
-            start = last[key] + rng.choice([1, 1, 1, 0, -2, 3])  # retried, in order, a hole
-            start = max(1, start)
-            stop = start + rng.randint(0, 12)
-            batch.appends[key] = entries(start, stop)
-            last[key] = max(last[key], stop)
-        if rng.random() < 0.2:
-            batch.trimmed[key] = max(1, last[key] - rng.randint(-1, 10))
-        if rng.random() < 0.1:
-            batch.completed[key] = now + rng.choice([60.0, -1.0])
-        if rng.random() < 0.08:
-            batch.dropped.append(key)
-            last[key] = 0 if rng.random() < 0.5 else last[key]
-    return batch
-
-
-async def state_of(store: Store, key: str, now: float) -> object:
-    record = await store.get_stream(key, now)
-    if record is None:
-        return None
-    fields = (record.session_id, record.owner, record.state, record.first_seq, record.last_seq)
-    log = await store.read(key, record.first_seq - 1, now)
-    return fields, record.request_ids, record.announced, record.fence, log
-
-
-async def test_random_batches_leave_what_the_memory_store_leaves(tmp_path: Path) -> None:
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
-    rng = random.Random(seed)
-    limits = StoreLimits(max_events=16)
-    sqlite = await opened(tmp_path / "s.db", limits)
-    memory = MemoryStore(limits)
-    await memory.open()
-    try:
-        last = dict.fromkeys(KEYS, 0)
-        now = time.time()
-        for step in range(300):
-            batch = random_batch(rng, last, now)
-            assert await sqlite.commit(batch, now) == await memory.commit(batch, now), step
-            for key in KEYS:
-                expected = await state_of(memory, key, now)
-                assert await state_of(sqlite, key, now) == expected, (seed, step, key)
-        await tidied(sqlite)
-        for key in KEYS:
-            assert await state_of(sqlite, key, now) == await state_of(memory, key, now)
-    finally:
-        await sqlite.close()
-        await memory.close()
