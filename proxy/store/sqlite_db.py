@@ -14,7 +14,8 @@ Schema (``PRAGMA user_version`` = 1)::
 Pages are 16 KB and ``events`` is a rowid table, so events of a few KB stay on their page
 (see ``_SCHEMA``). ``expires_at`` is unix seconds (NULL: no limit). A row past it is
 treated as absent by every read and deleted by :meth:`SqliteStore.sweep` (a stream with
-its events).
+its events); a dropped stream's record is one (expired at 0) until :meth:`Database.tidy_step`
+deletes its events after the commit (:mod:`proxy.store.sqlite_commit`).
 
 Columns added after version 1 was first written (``streams.principal``: NULL, nobody's;
 ``streams.server``: NULL, made before servers were recorded; ``streams.fence``: NULL, the
@@ -142,7 +143,8 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
 class Database:
     """Two connections and every statement.
 
-    ``conn`` writes (:meth:`commit`, sessions, leases, tasks, :meth:`sweep_step`) and
+    ``conn`` writes (:meth:`commit`, sessions, leases, tasks, :meth:`sweep_step`,
+    :meth:`tidy_step`) and
     ``reader`` reads and checkpoints; in WAL mode neither waits for the other, and a read
     begun after a commit returned sees it. :class:`~proxy.store.sqlite.SqliteStore` runs
     the reads on its thread and the writes where ``synchronous`` says (one thread at a
