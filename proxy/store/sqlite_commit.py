@@ -23,6 +23,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any
 
 from proxy.store.base import COMPLETED, LIVE, Batch, Entry, StoreLimits, StreamRecord, refused_by
@@ -44,8 +45,9 @@ TOMBSTONE_EXPIRES = 0.0  # a dropped record's ``expires_at``: expired at any ``n
 
 @functools.cache
 def _insert_rows(rows: int) -> str:
-    """An INSERT of ``rows`` events."""
-    values = ",".join(["(?,?,?,?)"] * rows)
+    """An INSERT of ``rows`` events of one key: the key is bound once (``?1``), then
+    each event's seq, payload and mark, as an :class:`Entry` holds them."""
+    values = ",".join(f"(?1,?{3 * n + 2},?{3 * n + 3},?{3 * n + 4})" for n in range(rows))
     return f"INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES {values}"
 
 
@@ -240,7 +242,7 @@ def _write(conn: sqlite3.Connection, keys: dict[str, _Key], batch: Batch) -> lis
     """The statements of the worked-out keys; the tombstones written."""
     wipes: list[tuple[str]] = []
     cuts: list[tuple[str, int]] = []
-    inserts: list[Any] = []  # flat: key, seq, payload, mark per event
+    inserts: list[tuple[str, list[Entry]]] = []
     rows: list[tuple[Any, ...]] = []
     tombstones: list[str] = []
     for key, k in keys.items():
@@ -261,26 +263,27 @@ def _write(conn: sqlite3.Connection, keys: dict[str, _Key], batch: Batch) -> lis
             wipes.append((key,))
         elif k.below is not None:
             cuts.append((key, k.below))
-        for e in k.new:
-            inserts += (key, e.seq, e.payload, e.mark)
+        if k.new:
+            inserts.append((key, k.new))
         if k.write and k.record is not None:
             rows.append(stream_row(k.record))
     if wipes:
         conn.executemany("DELETE FROM events WHERE key = ?", wipes)
     if cuts:
         conn.executemany("DELETE FROM events WHERE key = ? AND seq < ?", cuts)
-    _insert_events(conn, inserts)
+    for key, new in inserts:
+        _insert_events(conn, key, new)
     if rows:
         conn.executemany(_PUT_STREAM, rows)
     return tombstones
 
 
-def _insert_events(conn: sqlite3.Connection, flat: list[Any]) -> None:
-    """Insert the events ``flat`` holds (4 values each), many rows per statement: a
-    quarter less time per event than a statement per row. Chunks are powers of two up
-    to :data:`INSERT_ROWS`, so a few statements, prepared once, serve every batch."""
-    done, rows = 0, len(flat) // 4
+def _insert_events(conn: sqlite3.Connection, key: str, new: list[Entry]) -> None:
+    """Insert ``key``'s events ``new``, many rows per statement (a quarter less time per
+    event than a statement per row), the key bound once. Chunks are powers of two up to
+    :data:`INSERT_ROWS`, so a few statements, prepared once, serve every batch."""
+    done, rows = 0, len(new)
     while done < rows:
         size = min(INSERT_ROWS, 1 << ((rows - done).bit_length() - 1))
-        conn.execute(_insert_rows(size), flat[4 * done : 4 * (done + size)])
+        conn.execute(_insert_rows(size), [key, *chain.from_iterable(new[done : done + size])])
         done += size
