@@ -198,8 +198,8 @@ def pairs(flat: list[Any]) -> dict[Any, Any]:
 
 def entries_of(items: list[Any]) -> list[Entry]:
     """The entries of a raw ``XRANGE`` reply (hiredis' lists, no redis-py callback:
-    ``[[id, [field, value, ...]], ...]``): a fifth of the time :func:`entry_of` takes
-    behind redis-py's own parsing, which made a replay from another replica slow."""
+    ``[[id, [field, value, ...]], ...]``): about half the time :func:`entry_of` takes
+    behind redis-py's own parsing (bench/README.md, helper stores2)."""
     found: list[Entry] = []
     add = found.append
     make = Entry._make
