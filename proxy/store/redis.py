@@ -65,6 +65,7 @@ from proxy.store.base import (
 )
 from proxy.store.redis_client import Client, check_server, connect, where
 from proxy.store.redis_commands import Commands, Ended
+from proxy.store.redis_fast import Arg
 from proxy.store.redis_layout import (
     BUCKETS,
     DEFAULT_TTL_S,
@@ -74,8 +75,10 @@ from proxy.store.redis_layout import (
     StreamKeys,
     by_bucket,
     commit_call,
+    entries_of,
     entry_of,
     ms,
+    pairs,
     record_of,
     text,
 )
@@ -270,18 +273,30 @@ class RedisStore(Store):
         id, read in one MULTI; raises what :func:`check_read` raises."""
         names = self._stream_keys(key)
 
-        async def snapshot(client: Client) -> list[Any]:
+        async def snapshot(client: Client) -> tuple[dict[bytes, bytes], list[Entry], list[Any]]:
+            if isinstance(client, aioredis.Redis):  # one server: raw replies, parsed here
+                xrange: list[Arg] = ["XRANGE", names.log, b"%d-0" % (after + 1), "+"]
+                if limit is not None:
+                    xrange += ("COUNT", limit)
+                commands: list[list[Arg]] = [["HGETALL", names.record], xrange]
+                if wake:
+                    commands.append(["XREVRANGE", names.wake, "+", "-", "COUNT", 1])
+                raw = await redis_fast.transaction(client, commands)
+                fields = raw[0]  # a map (RESP3) or its flat pairs (RESP2)
+                record = fields if isinstance(fields, dict) else pairs(fields)
+                return record, entries_of(raw[1]), raw[2] if wake else []
             pipe = client.pipeline(transaction=True)
             pipe.hgetall(names.record)
             pipe.xrange(names.log, min=f"{after + 1}-0", max="+", count=limit)
             if wake:
                 pipe.xrevrange(names.wake, count=1)
-            return list(await pipe.execute())
+            results = list(await pipe.execute())
+            return results[0], [entry_of(item) for item in results[1]], results[2] if wake else []
 
-        results = await self._run("read a stream", snapshot)
-        record = check_read(record_of(key, results[0], now), after)
-        newest = results[2][0][0].decode() if wake and results[2] else "0-0"
-        return record, [entry_of(item) for item in results[1]], newest
+        fields, entries, woken = await self._run("read a stream", snapshot)
+        record = check_read(record_of(key, fields, now), after)
+        newest = woken[0][0].decode() if woken else "0-0"
+        return record, entries, newest
 
     async def read(self, key: str, after: int, now: float, limit: int | None = None) -> list[Entry]:
         _, entries, _ = await self._snapshot(key, after, now, limit)

@@ -20,16 +20,25 @@ local function take() pos = pos + 1; return ARGV[pos] end
 local function name(i) return ARGV[5 + i] end
 local function rec(i) return KEYS[3 * i - 1] end
 local function log(i) return KEYS[3 * i] end
+local function int(n) return string.format('%d', n) end
 
--- A stream's wake-up and expiry are applied once, at the end (the script is atomic: no
--- reader sees the steps between), however many parts of the batch touch it.
-local woken, expiring = {}, {}
+-- Each stream's record is read once (with fencing, below) and kept in `recs` as the
+-- batch changes it ({state, first, last, exp} as stored; false: none). What changed is
+-- written once at the end (`dirty`: one HSET per stream), with its wake-up and expiry
+-- (the script is atomic: no reader sees the steps between). `indexed`: the stream was
+-- LIVE when read, so the live index may hold it.
+local recs, dirty, indexed, woken, expiring = {}, {}, {}, {}, {}
 local function wake(i) woken[i] = true end
+local function set(i, field, value)
+  local d = dirty[i]
+  if not d then d = {}; dirty[i] = d end
+  d[field] = value
+end
 
 local function drop(i)
   redis.call('DEL', rec(i), log(i))
-  redis.call('ZREM', live, name(i))
-  expiring[i] = nil
+  if indexed[i] then redis.call('ZREM', live, name(i)) end
+  recs[i], dirty[i], expiring[i], indexed[i] = false, nil, nil, nil
 end
 
 -- Both keys of a stream expire together; a LIVE one is in the index until then. One
@@ -40,6 +49,14 @@ local function expire(i, state, at)
 end
 
 local function settle()
+  for i, d in pairs(dirty) do
+    local args = {}
+    for field, value in pairs(d) do
+      args[#args + 1] = field
+      args[#args + 1] = value
+    end
+    redis.call('HSET', rec(i), unpack(args))
+  end
   local latest = nil
   for i, e in pairs(expiring) do
     local state, at = e[1], e[2]
@@ -48,7 +65,7 @@ local function settle()
     if state == 'live' then
       redis.call('ZADD', live, at, name(i))
       if not latest or tonumber(at) > latest then latest = tonumber(at) end
-    else
+    elseif indexed[i] then
       redis.call('ZREM', live, name(i))
     end
   end
@@ -62,11 +79,11 @@ local function settle()
   end
 end
 
--- {state, last, exp} of the record, or nil when there is none (an expired one goes).
+-- The live record, or nil when there is none (an expired one goes).
 local function load(i)
-  local r = redis.call('HMGET', rec(i), 'state', 'last', 'exp')
-  if not r[1] then return nil end
-  if tonumber(r[3]) <= now then drop(i); return nil end
+  local r = recs[i]
+  if not r then return nil end
+  if tonumber(r.exp) <= now then drop(i); return nil end
   return r
 end
 
@@ -81,20 +98,22 @@ for _ = 1, tonumber(take()) do
 end
 local refused, refused_names = {}, {}
 for i = 1, nkeys do
-  local r = redis.call('HMGET', rec(i), 'state', 'last', 'exp', 'fence')
-  local known = r[1] and tonumber(r[3]) > now
+  local r = redis.call('HMGET', rec(i), 'state', 'first', 'last', 'exp', 'fence')
+  recs[i] = r[1] and {state = r[1], first = r[2], last = r[3], exp = r[4]}
+  indexed[i] = r[1] == 'live'
+  local known = r[1] and tonumber(r[4]) > now
   local t = taking[i]
   local no
   if t then
-    no = not (known and r[1] == 'live' and (r[4] or '') == t[1] and r[2] == t[2])
+    no = not (known and r[1] == 'live' and (r[5] or '') == t[1] and r[3] == t[2])
   else
-    no = known and (r[4] or '') ~= fence
+    no = known and (r[5] or '') ~= fence
   end
   if no then
     refused[i] = true
     table.insert(refused_names, name(i))
   elseif t then
-    redis.call('HSET', rec(i), 'fence', fence)
+    set(i, 'fence', fence)
   end
 end
 
@@ -104,37 +123,54 @@ local function newest(l)
 end
 
 local function append(i, base, count)
-  local state, last, at = 'live', 0, live_until
   local r = load(i)
   local l = log(i)
+  local top = 0
   if r then
-    state, last, at = r[1], tonumber(r[2]), r[3]
+    top = newest(l)
   else -- no record: its history was lost, keep what comes
     redis.call('DEL', l)
-    redis.call('HSET', rec(i), 'session', '', 'owner', writer, 'state', 'live', 'rids', '[]',
-      'ann', '0', 'fence', fence)
+    r = {state = 'live', first = '1', last = '0', exp = live_until}
+    recs[i] = r
+    dirty[i] = {session = '', owner = writer, state = 'live', rids = '[]', ann = '0',
+      fence = fence}
   end
-  local top = newest(l)
+  local last = tonumber(r.last)
+  -- A log is whole or gone (Redis drops keys, not parts of them): one that ends where
+  -- the record does starts at its `first`; one that does not is not this record's.
+  local first = nil
+  if top == last and top > 0 then
+    first = tonumber(r.first)
+  elseif top > 0 then
+    redis.call('DEL', l)
+  end
   for j = base + 1, base + 3 * count, 3 do
     local seq = tonumber(ARGV[j])
     if seq > last then -- else already there (a retried batch)
-      if seq ~= last + 1 or seq <= top then -- a hole: what was before it is unreachable
+      if seq ~= last + 1 then -- a hole: what was before it is unreachable
         redis.call('DEL', l)
+        first = nil
       end
       if ARGV[j + 2] == '0' then
         redis.call('XADD', l, ARGV[j] .. '-1', 'p', ARGV[j + 1])
       else
         redis.call('XADD', l, ARGV[j] .. '-1', 'p', ARGV[j + 1], 'm', ARGV[j + 2])
       end
-      last, top = seq, seq
+      first = first or seq
+      last = seq
     end
   end
-  if redis.call('XLEN', l) > max_events then redis.call('XTRIM', l, 'MAXLEN', max_events) end
-  local oldest = redis.call('XRANGE', l, '-', '+', 'COUNT', 1)[1]
-  local first = oldest and string.match(oldest[1], '^%d+') or string.format('%d', last + 1)
-  if state == 'live' then at = live_until end
-  redis.call('HSET', rec(i), 'first', first, 'last', string.format('%d', last), 'exp', at)
-  expire(i, state, at)
+  first = first or last + 1
+  if last - first + 1 > max_events then
+    redis.call('XTRIM', l, 'MAXLEN', max_events)
+    first = last - max_events + 1
+  end
+  if r.state == 'live' then r.exp = live_until end
+  r.first, r.last = int(first), int(last)
+  set(i, 'first', r.first)
+  set(i, 'last', r.last)
+  set(i, 'exp', r.exp)
+  expire(i, r.state, r.exp)
 end
 
 for _ = 1, tonumber(take()) do
@@ -143,13 +179,17 @@ for _ = 1, tonumber(take()) do
   local srv = take()
   if refused[i] then -- nothing
   elseif load(i) then -- known: positions, state, expiry and log stay
-    redis.call('HSET', rec(i), 'session', session, 'owner', owner, 'rids', rids, 'ann', ann,
-      'who', who, 'srv', srv)
+    set(i, 'session', session)
+    set(i, 'owner', owner)
+    set(i, 'rids', rids)
+    set(i, 'ann', ann)
+    set(i, 'who', who)
+    set(i, 'srv', srv)
   else
     if at == '' then at = live_until end
-    redis.call('HSET', rec(i), 'session', session, 'owner', owner, 'state', state,
-      'first', first, 'last', last, 'rids', rids, 'ann', ann, 'exp', at, 'who', who,
-      'srv', srv, 'fence', fence)
+    recs[i] = {state = state, first = first, last = last, exp = at}
+    dirty[i] = {session = session, owner = owner, state = state, first = first, last = last,
+      rids = rids, ann = ann, exp = at, who = who, srv = srv, fence = fence}
     expire(i, state, at)
   end
   if not refused[i] then wake(i) end
@@ -161,19 +201,25 @@ for _ = 1, tonumber(take()) do
 end
 for _ = 1, tonumber(take()) do
   local i, keep = tonumber(take()), tonumber(take())
-  local r = redis.call('HMGET', rec(i), 'first', 'last')
-  if r[1] and not refused[i] then
-    local first = math.max(tonumber(r[1]), math.min(keep, tonumber(r[2]) + 1))
-    redis.call('XTRIM', log(i), 'MINID', string.format('%d', first) .. '-0')
-    redis.call('HSET', rec(i), 'first', string.format('%d', first))
+  local r = recs[i]
+  if r and not refused[i] then
+    local first = math.max(tonumber(r.first), math.min(keep, tonumber(r.last) + 1))
+    if first > tonumber(r.first) then -- the log starts at `first`: else nothing goes
+      redis.call('XTRIM', log(i), 'MINID', int(first) .. '-0')
+      r.first = int(first)
+      set(i, 'first', r.first)
+    end
     wake(i)
   end
 end
 for _ = 1, tonumber(take()) do
   local i, at = tonumber(take()), take()
   if not refused[i] then
-    if load(i) then
-      redis.call('HSET', rec(i), 'state', 'completed', 'exp', at)
+    local r = load(i)
+    if r then
+      r.state, r.exp = 'completed', at
+      set(i, 'state', 'completed')
+      set(i, 'exp', at)
       expire(i, 'completed', at)
     end
     wake(i)

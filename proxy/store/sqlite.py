@@ -66,6 +66,11 @@ CHECKPOINT_SECONDS = 0.1
 """While commits run on the loop, the thread checkpoints the WAL at most this often (it
 grows by what is committed meanwhile: a few MB at most, at full speed)."""
 
+TIDY_SECONDS = 0.02
+"""How long after a commit that dropped streams their events start to be deleted (a
+piece per transaction, :meth:`Database.tidy_step`, the loop turning between pieces): not
+in the commit that lets a burst's last events go."""
+
 
 class SqliteStore(Store):
     """The async face of :class:`Database`: each call is a job on its one thread."""
@@ -94,6 +99,7 @@ class SqliteStore(Store):
         self._inline = self.commits_at_once = synchronous == "normal"
         self._next_checkpoint = 0.0  # loop time: no checkpoint is asked before it
         self._checkpoint: asyncio.Future[None] | None = None  # asked, not yet done
+        self._tidy: asyncio.Task[None] | None = None  # deleting dropped streams' events
 
     async def _call(
         self, method: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs
@@ -163,6 +169,9 @@ class SqliteStore(Store):
             return
         self._closed = True
         self._wakeups.close()
+        if self._tidy is not None:  # what it left is expired records, deleted by a sweep
+            self._tidy.cancel()
+            await asyncio.gather(self._tidy, return_exceptions=True)
         executor, db = self._executor, self._db
         if executor is None:
             return
@@ -189,6 +198,7 @@ class SqliteStore(Store):
             # Also on failure or cancellation: a tail only re-reads, and its read queues
             # behind this commit on the one thread.
             self._wake(batch)
+            self._tidy_soon()
 
     def commit_now(self, batch: Batch, now: float) -> list[str]:
         """:meth:`commit` on the loop, at once (``synchronous: normal``)."""
@@ -204,7 +214,29 @@ class SqliteStore(Store):
         finally:
             self._wake(batch)  # also on failure: a tail only re-reads
         self._checkpoint_soon()
+        self._tidy_soon()
         return refused
+
+    def _tidy_soon(self) -> None:
+        """Start deleting the dropped streams' events, unless that is under way."""
+        db = self._db
+        if db is None or not db.tombstones or self._tidy is not None or self._closed:
+            return
+        self._tidy = asyncio.get_running_loop().create_task(self._tidy_all())
+
+    async def _tidy_all(self) -> None:
+        """Delete the dropped streams' events, a piece per transaction, until none is
+        left; a failed piece is retried by the next commit's tidy (the records are
+        already tombstones: nothing reads those events)."""
+        try:
+            more = True
+            while more:
+                await asyncio.sleep(TIDY_SECONDS)
+                more = await self._write(Database.tidy_step, self._now)
+        except StoreError:
+            pass
+        finally:
+            self._tidy = None
 
     def _wake(self, batch: Batch) -> None:
         self._wakeups.wake(

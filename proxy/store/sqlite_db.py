@@ -14,7 +14,8 @@ Schema (``PRAGMA user_version`` = 1)::
 Pages are 16 KB and ``events`` is a rowid table, so events of a few KB stay on their page
 (see ``_SCHEMA``). ``expires_at`` is unix seconds (NULL: no limit). A row past it is
 treated as absent by every read and deleted by :meth:`SqliteStore.sweep` (a stream with
-its events).
+its events); a dropped stream's record is one (expired at 0) until :meth:`Database.tidy_step`
+deletes its events after the commit (:mod:`proxy.store.sqlite_commit`).
 
 Columns added after version 1 was first written (``streams.principal``: NULL, nobody's;
 ``streams.server``: NULL, made before servers were recorded; ``streams.fence``: NULL, the
@@ -25,20 +26,18 @@ file stays readable by the versions on either side.
 
 from __future__ import annotations
 
-import functools
 import json
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy.core.stream import Mark, Unacknowledged
 from proxy.core.taskrecord import TERMINAL
+from proxy.store import sqlite_commit
 from proxy.store.base import (
-    COMPLETED,
     LIVE,
     Batch,
     Entry,
@@ -47,8 +46,8 @@ from proxy.store.base import (
     StoreLimits,
     StreamRecord,
     check_read,
-    refused_by,
 )
+from proxy.store.sqlite_commit import STREAM_COLUMNS, stream_record
 
 T = TypeVar("T")
 
@@ -63,6 +62,7 @@ TAIL_CHUNK = 1_000  # entries a tail reads at a time
 # (:meth:`Database.checkpoint`), and the WAL only reaches this when it cannot keep up.
 WAL_BACKSTOP_PAGES = 4_096
 SWEEP_KEYS = 64  # expired streams deleted per transaction (the loop turns between them)
+TIDY_EVENTS = 2_000  # a dropped stream's events deleted per transaction (ditto)
 
 _SCHEMA = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
@@ -90,29 +90,13 @@ _ADDED_COLUMNS = (
 )
 
 _ALIVE = "(expires_at IS NULL OR expires_at > :now)"
-_STREAM_COLUMNS = (
-    "key, session_id, owner, state, first_seq, last_seq, request_ids, announced, expires_at,"
-    " principal, server, fence"
+# A dropped stream's events, while its record is still the tombstone (expired) it left.
+_TIDY_EVENTS = (
+    "DELETE FROM events WHERE rowid IN (SELECT rowid FROM events WHERE key = ?1 LIMIT ?2)"
+    " AND EXISTS (SELECT 1 FROM streams WHERE key = ?1 AND expires_at <= ?3)"
 )
-_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
-_MAKE_STREAM = (
-    f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
-    " ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id,"
-    " principal = excluded.principal, server = excluded.server, owner = excluded.owner,"
-    " request_ids = excluded.request_ids, announced = excluded.announced"
-)
-_LOAD_FOR_APPEND = (
-    f"SELECT {_STREAM_COLUMNS}, (SELECT min(seq) FROM events WHERE events.key = streams.key)"
-    " FROM streams WHERE key = ?"
-)
-INSERT_ROWS = 128  # events per INSERT statement, at most
-
-
-@functools.cache
-def _insert_rows(rows: int) -> str:
-    """An INSERT of ``rows`` events."""
-    values = ",".join(["(?,?,?,?)"] * rows)
-    return f"INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES {values}"
+_TIDY_STREAM = "DELETE FROM streams WHERE key = ? AND expires_at <= ?"
+_STREAM_COLUMNS = STREAM_COLUMNS  # the name tests and older callers use
 
 
 _ACQUIRE_LEASE = (
@@ -124,85 +108,6 @@ _SUMMARY = (
     "SELECT count(*), coalesce(sum((mark & ?) != 0), 0), coalesce(sum((mark & ?) != 0), 0)"
     " FROM events WHERE key = ? AND seq > ?"
 )
-
-
-def _stream_row(record: StreamRecord) -> tuple[Any, ...]:
-    return (
-        record.key,
-        record.session_id,
-        record.owner,
-        record.state,
-        record.first_seq,
-        record.last_seq,
-        json.dumps(record.request_ids),
-        int(record.announced),
-        record.expires_at,
-        record.principal,
-        record.server,
-        record.fence,
-    )
-
-
-def _stream_record(row: Sequence[Any]) -> StreamRecord:
-    key, session_id, owner, state, first, last, request_ids, announced, expires, *rest = row
-    principal, server, fence = rest
-    ids = json.loads(request_ids)
-    return StreamRecord(
-        key,
-        session_id,
-        owner,
-        state,
-        first,
-        last,
-        ids,
-        bool(announced),
-        expires,
-        principal,
-        server,
-        fence=fence or "",
-    )
-
-
-@dataclass(slots=True)
-class AppendPlan:
-    """What one key's entries of a batch do to its stored log."""
-
-    new: list[Entry]  # to insert
-    clear: bool = False  # a hole: every stored entry is unreachable and goes
-    cut: int | None = None  # stored entries below this seq go (``max_events``)
-
-
-def plan_append(
-    record: StreamRecord, oldest: int | None, entries: Sequence[Entry], max_events: int
-) -> AppendPlan:
-    """The memory store's append rules, from the record and its oldest stored seq alone.
-
-    Moves ``record.last_seq`` and ``record.first_seq``; the stored log is assumed to run
-    without a gap from ``oldest`` to ``record.last_seq`` (every commit keeps it so).
-    """
-    new: list[Entry] = []
-    clear = False
-    last = record.last_seq
-    for entry in entries:
-        if entry.seq <= last:
-            continue  # already there (a retried batch)
-        if entry.seq != last + 1:
-            new.clear()  # a hole: what was before it is unreachable
-            clear = True
-        new.append(entry)
-        last = entry.seq
-    record.last_seq = last
-    if clear or oldest is None:
-        oldest = new[0].seq if new else None
-    if oldest is None:
-        record.first_seq = last + 1
-        return AppendPlan(new, clear)
-    cut = last - max_events + 1
-    if cut <= oldest:
-        record.first_seq = oldest
-        return AppendPlan(new, clear)
-    record.first_seq = cut
-    return AppendPlan([e for e in new if e.seq >= cut], clear, cut)
 
 
 def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
@@ -238,7 +143,8 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
 class Database:
     """Two connections and every statement.
 
-    ``conn`` writes (:meth:`commit`, sessions, leases, tasks, :meth:`sweep_step`) and
+    ``conn`` writes (:meth:`commit`, sessions, leases, tasks, :meth:`sweep_step`,
+    :meth:`tidy_step`) and
     ``reader`` reads and checkpoints; in WAL mode neither waits for the other, and a read
     begun after a commit returned sees it. :class:`~proxy.store.sqlite.SqliteStore` runs
     the reads on its thread and the writes where ``synchronous`` says (one thread at a
@@ -249,6 +155,7 @@ class Database:
         self.limits = limits
         self.conn = _connect(path, synchronous)
         self.reader: sqlite3.Connection | None = None
+        self.tombstones: list[str] = []  # dropped streams whose events are still stored
         try:
             self.epoch = self._migrate()
             self.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
@@ -335,114 +242,27 @@ class Database:
 
     # ------------------------------------------------------------------ commit
     def commit(self, batch: Batch, now: float) -> list[str]:
-        """Apply ``batch`` in one transaction; the keys fencing refused (nothing applied)."""
-        with self._transaction():
-            refused = [
-                k for k in batch.touched() if refused_by(self._stream(self.conn, k, now), k, batch)
-            ]
-            batch = batch.without(set(refused))
-            self._many(
-                "UPDATE streams SET fence = ? WHERE key = ?",
-                [(batch.fence, key) for key in batch.takeovers],
-            )
-            self._put_streams(batch.streams, batch.fence, now)
-            self._append(batch.appends, batch, now)
-            trims = [(first, key) for key, first in batch.trimmed.items()]
-            self._many(
-                "UPDATE streams SET first_seq = max(first_seq, min(?, last_seq + 1)) WHERE key = ?",
-                trims,
-            )
-            self._many(
-                "DELETE FROM events WHERE key = ?1 AND seq < "
-                "(SELECT first_seq FROM streams WHERE key = ?1)",
-                [(key,) for _, key in trims],
-            )
-            self._many(
-                f"UPDATE streams SET state = :state, expires_at = :at WHERE key = :key"
-                f" AND {_ALIVE}",
-                [
-                    {"state": COMPLETED, "at": at, "key": key, "now": now}
-                    for key, at in batch.completed.items()
-                ],
-            )
-            dropped = [(key,) for key in batch.dropped]
-            self._many("DELETE FROM streams WHERE key = ?", dropped)
-            self._many("DELETE FROM events WHERE key = ?", dropped)
+        """Apply ``batch`` in one transaction (:mod:`proxy.store.sqlite_commit`); the keys
+        fencing refused (nothing applied). A dropped stream's events wait in
+        :attr:`tombstones` for :meth:`tidy_step`."""
+        with self._transaction() as conn:
+            refused, tombstones = sqlite_commit.commit(conn, batch, self.limits, now)
+        self.tombstones.extend(tombstones)
         return refused
 
-    def _put_streams(self, records: Sequence[StreamRecord], fence: str, now: float) -> None:
-        """A new key: the record as given; a known key: only who it belongs to and what
-        it answers change (its positions, state, expiry and log stay)."""
-        if not records:
-            return
-        # An expired record is gone as if never made: its key is new again, without a log.
-        expired = [{"key": r.key, "now": now} for r in records]
-        self._many(
-            "DELETE FROM events WHERE key = :key AND EXISTS (SELECT 1 FROM streams"
-            " WHERE key = :key AND expires_at <= :now)",
-            expired,
-        )
-        self._many("DELETE FROM streams WHERE key = :key AND expires_at <= :now", expired)
-        live_until = now + self.limits.live_ttl
-        rows = [
-            _stream_row(
-                replace(
-                    r,
-                    expires_at=live_until if r.expires_at is None else r.expires_at,
-                    fence=fence,
-                )
-            )
-            for r in records
-        ]
-        self._many(_MAKE_STREAM, rows)
-
-    def _append(self, appends: dict[str, list[Entry]], batch: Batch, now: float) -> None:
-        live_until = now + self.limits.live_ttl
-        records: list[tuple[Any, ...]] = []
-        inserts: list[Any] = []  # flat: key, seq, payload, mark per event
-        clears: list[tuple[str]] = []
-        cuts: list[tuple[str, int]] = []
-        for key, entries in appends.items():
-            if not entries:
-                continue
-            record, oldest = self._load_for_append(key, entries[0].seq, batch, now)
-            plan = plan_append(record, oldest, entries, self.limits.max_events)
-            if record.state == LIVE:
-                record.expires_at = live_until
-            records.append(_stream_row(record))
-            for e in plan.new:
-                inserts += (key, e.seq, e.payload, e.mark)
-            if plan.clear:
-                clears.append((key,))
-            elif plan.cut is not None:
-                cuts.append((key, plan.cut))
-        self._many("DELETE FROM events WHERE key = ?", clears)
-        self._many("DELETE FROM events WHERE key = ? AND seq < ?", cuts)
-        self._insert_events(inserts)
-        self._many(_PUT_STREAM, records)
-
-    def _insert_events(self, flat: list[Any]) -> None:
-        """Insert the events ``flat`` holds (4 values each), many rows per statement: a
-        quarter less time per event than a statement per row. Chunks are powers of two up
-        to :data:`INSERT_ROWS`, so a few statements, prepared once, serve every batch."""
-        done, rows = 0, len(flat) // 4
-        while done < rows:
-            size = min(INSERT_ROWS, 1 << ((rows - done).bit_length() - 1))
-            self.conn.execute(_insert_rows(size), flat[4 * done : 4 * (done + size)])
-            done += size
-
-    def _load_for_append(
-        self, key: str, first: int, batch: Batch, now: float
-    ) -> tuple[StreamRecord, int | None]:
-        """The key's record and its oldest stored seq; a new record if it has none."""
-        row = self.conn.execute(_LOAD_FOR_APPEND, (key,)).fetchone()
-        if row is not None:
-            record = _stream_record(row[:-1])
-            if record.expires_at is None or record.expires_at > now:
-                return record, row[-1]
-        # No record (never made, expired, or its history lost): keep what comes.
-        self.conn.execute("DELETE FROM events WHERE key = ?", (key,))
-        return StreamRecord(key, "", batch.owner, first_seq=first, fence=batch.fence), None
+    def tidy_step(self, now: float) -> bool:
+        """Delete up to :data:`TIDY_EVENTS` events of the dropped streams (and a
+        tombstone once its events are gone) in one transaction; whether more are left."""
+        budget = TIDY_EVENTS
+        with self._transaction() as conn:
+            while self.tombstones and budget > 0:
+                key = self.tombstones[0]
+                gone = conn.execute(_TIDY_EVENTS, (key, budget, now)).rowcount
+                if gone < budget:  # fewer than asked: none left (or made again since)
+                    conn.execute(_TIDY_STREAM, (key, now))
+                    self.tombstones.pop(0)
+                budget -= gone
+        return bool(self.tombstones)
 
     # ------------------------------------------------------------------ reads
     def stream(self, key: str, now: float) -> StreamRecord | None:
@@ -454,7 +274,7 @@ class Database:
             f"SELECT {_STREAM_COLUMNS} FROM streams WHERE key = :key AND {_ALIVE}",
             {"key": key, "now": now},
         ).fetchone()
-        return None if row is None else _stream_record(row)
+        return None if row is None else stream_record(row)
 
     def read(self, key: str, after: int, now: float, limit: int | None) -> list[Entry]:
         with self._snapshot():
@@ -486,7 +306,7 @@ class Database:
         if owner is not None:
             query += " AND owner = :owner"
         rows = self._reads.execute(query, {"live": LIVE, "now": now, "owner": owner})
-        return [_stream_record(row) for row in rows]
+        return [stream_record(row) for row in rows]
 
     # ------------------------------------------------------------------ sessions, leases, tasks
     def put_session(self, r: SessionRecord) -> None:

@@ -368,3 +368,24 @@ async def test_a_cancelled_receiver_returns_at_once_and_its_command_is_cancelled
     assert done and caller.cancelled()
     await asyncio.wait_for(ended.wait(), 10)
     await eventually(lambda: not len(store._commands), what="the command forgotten")
+
+
+async def test_a_read_whose_transaction_fails_raises_and_the_next_one_reads(
+    redis_url: str, stores: Stores
+) -> None:
+    """A stream read is one raw MULTI/EXEC (redis_fast.transaction): an error reply in it
+    is a StoreError, and the pooled connection it left answers the next read rightly."""
+    store = await stores.open(redis_url, stores.namespace())
+    now = time.time()
+    await store.commit(Batch(streams=[opened()], appends={KEY: entries(1, 3, 1)}), now)
+    other = "e0e0e0.2"
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.set(store._stream_keys(other).record, "not a hash")
+        with pytest.raises(StoreError, match="WRONGTYPE"):
+            await store.read(other, 0, now)
+        for _ in range(3):  # every pooled connection answers its own command
+            assert await store.read(KEY, 1, now) == entries(2, 3, 1)
+            assert await store.summary(KEY, 0, now) == Unacknowledged(3, 3, 0)
+    finally:
+        await client.aclose()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from proxy.store.base import Batch, Entry, StreamRecord
-from proxy.store.redis_layout import BUCKETS, Layout, bucket_of, by_bucket
+from proxy.store.redis_layout import BUCKETS, Layout, bucket_of, by_bucket, entries_of
 
 SESSIONS = [f"{n:012x}" for n in range(0, 30 * 7919, 7919)]
 
@@ -63,3 +63,22 @@ def test_a_batch_split_by_bucket_keeps_everything_once_in_its_own_bucket() -> No
             assert sorted(map(repr, items)) == sorted(map(repr, whole)), field.name
         else:
             assert all(value == whole for value in values), field.name
+
+
+def test_a_raw_xrange_reply_is_read_whatever_fields_an_entry_holds() -> None:
+    """As the commit script adds them (``p`` then ``m``, or ``p`` alone), and in any other
+    order a writer might use."""
+    raw = [
+        [b"1-1", [b"p", b'{"a":1}', b"m", b"3"]],
+        [b"2-1", [b"p", b"{}"]],
+        [b"12-0", [b"m", b"1", b"p", b"[]"]],
+        [b"13-1", [b"p", b"x", b"z", b"9"]],
+    ]
+    assert entries_of(raw) == [
+        Entry(1, b'{"a":1}', 3),
+        Entry(2, b"{}", 0),
+        Entry(12, b"[]", 1),
+        Entry(13, b"x", 0),
+    ]
+    assert [type(e) for e in entries_of(raw)] == [Entry] * 4
+    assert entries_of([]) == []

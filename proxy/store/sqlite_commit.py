@@ -1,0 +1,289 @@
+"""One :class:`~proxy.store.base.Batch` applied to the SQLite store in one transaction,
+with as few statements as the batch allows (:func:`commit`).
+
+Each key the batch touches is read once (its record, alive or not, and its oldest stored
+seq: one ``SELECT``); fencing is decided from that read, every change of the batch is
+then worked out in Python, and each key's record is written once. A call's commit (a new
+record, its answer, its ending) is ``BEGIN``, one ``SELECT``, one ``INSERT`` of events,
+one of the record, ``COMMIT``; events are deleted only when a record needs it (a trim,
+``max_events``, a lost history, a key made again after it expired).
+
+A dropped stream's record becomes a *tombstone* (expired at 0: every read treats it as
+absent, as it does any expired record) and its events stay until
+:meth:`~proxy.store.sqlite_db.Database.tidy_step` deletes them, a piece at a time, after
+the commit: a finished burst's 10,000 events are not deleted inside the commit that lets
+its last ones go. A tombstone left when the proxy stops is an expired record like any
+other (the sweep deletes it with its events; a key made again starts without a log).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from itertools import chain
+from typing import Any
+
+from proxy.store.base import COMPLETED, LIVE, Batch, Entry, StoreLimits, StreamRecord, refused_by
+
+STREAM_COLUMNS = (
+    "key, session_id, owner, state, first_seq, last_seq, request_ids, announced, expires_at,"
+    " principal, server, fence"
+)
+_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+# Always one row: the record's columns (NULL: no record) and the key's oldest stored seq
+# (NULL: no events), whether or not a record holds them.
+_LOAD = (
+    f"SELECT {STREAM_COLUMNS}, (SELECT min(seq) FROM events WHERE events.key = ?1)"
+    " FROM (SELECT 1) LEFT JOIN streams ON streams.key = ?1"
+)
+INSERT_ROWS = 128  # events per INSERT statement, at most
+TOMBSTONE_EXPIRES = 0.0  # a dropped record's ``expires_at``: expired at any ``now``
+
+
+@functools.cache
+def _insert_rows(rows: int) -> str:
+    """An INSERT of ``rows`` events of one key: the key is bound once (``?1``), then
+    each event's seq, payload and mark, as an :class:`Entry` holds them."""
+    values = ",".join(f"(?1,?{3 * n + 2},?{3 * n + 3},?{3 * n + 4})" for n in range(rows))
+    return f"INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES {values}"
+
+
+def stream_row(record: StreamRecord) -> tuple[Any, ...]:
+    return (
+        record.key,
+        record.session_id,
+        record.owner,
+        record.state,
+        record.first_seq,
+        record.last_seq,
+        json.dumps(record.request_ids),
+        int(record.announced),
+        record.expires_at,
+        record.principal,
+        record.server,
+        record.fence,
+    )
+
+
+def stream_record(row: Sequence[Any]) -> StreamRecord:
+    key, session_id, owner, state, first, last, request_ids, announced, expires, *rest = row
+    principal, server, fence = rest
+    return StreamRecord(
+        key,
+        session_id,
+        owner,
+        state,
+        first,
+        last,
+        json.loads(request_ids),
+        bool(announced),
+        expires,
+        principal,
+        server,
+        fence=fence or "",
+    )
+
+
+def alive(record: StreamRecord | None, now: float) -> bool:
+    return record is not None and (record.expires_at is None or record.expires_at > now)
+
+
+@dataclass(slots=True)
+class AppendPlan:
+    """What one key's entries of a batch do to its stored log."""
+
+    new: list[Entry]  # to insert
+    clear: bool = False  # a hole: every stored entry is unreachable and goes
+    cut: int | None = None  # stored entries below this seq go (``max_events``)
+
+
+def plan_append(
+    record: StreamRecord, oldest: int | None, entries: Sequence[Entry], max_events: int
+) -> AppendPlan:
+    """The memory store's append rules, from the record and its oldest stored seq alone.
+
+    Moves ``record.last_seq`` and ``record.first_seq``; the stored log is assumed to run
+    without a gap from ``oldest`` to ``record.last_seq`` (every commit keeps it so).
+    """
+    new: list[Entry] = []
+    clear = False
+    last = record.last_seq
+    for entry in entries:
+        if entry.seq <= last:
+            continue  # already there (a retried batch)
+        if entry.seq != last + 1:
+            new.clear()  # a hole: what was before it is unreachable
+            clear = True
+        new.append(entry)
+        last = entry.seq
+    record.last_seq = last
+    if clear or oldest is None:
+        oldest = new[0].seq if new else None
+    if oldest is None:
+        record.first_seq = last + 1
+        return AppendPlan(new, clear)
+    cut = last - max_events + 1
+    if cut <= oldest:
+        record.first_seq = oldest
+        return AppendPlan(new, clear)
+    record.first_seq = cut
+    return AppendPlan([e for e in new if e.seq >= cut], clear, cut)
+
+
+@dataclass(slots=True)
+class _Key:
+    """One key while its part of a batch is worked out."""
+
+    record: StreamRecord | None  # what its row holds (None: no row), alive or not
+    stored: bool  # a row is stored for it (live, expired or a tombstone)
+    oldest: int | None  # its oldest stored event that is not to be deleted
+    wipe: bool = False  # every stored event goes
+    below: int | None = None  # stored events below this seq go
+    new: list[Entry] = field(default_factory=list)  # events to insert
+    write: bool = False  # the record (or a tombstone) is written
+    dropped: bool = False
+    had_events: bool = False  # events were stored for it before this batch
+
+    def start_over(self) -> None:
+        """The key is new again (never made, expired or dropped): without a log."""
+        if self.oldest is not None or self.below is not None:
+            self.wipe = True
+        self.oldest, self.below, self.new = None, None, []
+
+
+def commit(
+    conn: sqlite3.Connection, batch: Batch, limits: StoreLimits, now: float
+) -> tuple[list[str], list[str]]:
+    """Apply ``batch`` inside the caller's transaction: the keys fencing refused (nothing
+    of the batch applied to them) and the keys that became tombstones."""
+    keys: dict[str, _Key] = {}
+    for key in batch.touched():
+        *columns, oldest = conn.execute(_LOAD, (key,)).fetchone()
+        record = None if columns[0] is None else stream_record(columns)
+        keys[key] = _Key(record, record is not None, oldest, had_events=oldest is not None)
+    refused = [
+        key
+        for key, k in keys.items()
+        if refused_by(k.record if alive(k.record, now) else None, key, batch)
+    ]
+    batch = batch.without(set(refused))
+    live_until = now + limits.live_ttl
+    for key in batch.takeovers:
+        k = keys[key]
+        assert k.record is not None, "refused_by lets a takeover through only on a live record"
+        k.record.fence, k.write = batch.fence, True
+    for given in batch.streams:
+        k = keys[given.key]
+        if not alive(k.record, now):  # an expired record is gone as if never made
+            k.start_over()
+            expires = live_until if given.expires_at is None else given.expires_at
+            k.record = replace(given, expires_at=expires, fence=batch.fence)
+        else:
+            r = k.record
+            assert r is not None
+            r.session_id, r.principal, r.server = given.session_id, given.principal, given.server
+            r.owner, r.request_ids, r.announced = given.owner, given.request_ids, given.announced
+        k.write = True
+    for key, entries in batch.appends.items():
+        if entries:
+            _append(keys[key], key, entries, batch, limits, now)
+    for key, first in batch.trimmed.items():
+        _trim(keys[key], first)
+    for key, at in batch.completed.items():
+        k = keys[key]
+        if alive(k.record, now):
+            assert k.record is not None
+            k.record.state, k.record.expires_at, k.write = COMPLETED, at, True
+    for key in batch.dropped:
+        keys[key].dropped = True
+    return refused, _write(conn, keys, batch)
+
+
+def _append(
+    k: _Key, key: str, entries: list[Entry], batch: Batch, limits: StoreLimits, now: float
+) -> None:
+    live_until = now + limits.live_ttl
+    if not alive(k.record, now):
+        # No record (never made, expired, or its history lost): keep what comes.
+        k.start_over()
+        k.record = StreamRecord(key, "", batch.owner, first_seq=entries[0].seq, fence=batch.fence)
+    record = k.record
+    assert record is not None
+    plan = plan_append(record, k.oldest, entries, limits.max_events)
+    if plan.clear:
+        k.start_over()
+    elif plan.cut is not None:
+        k.below = plan.cut if k.below is None else max(k.below, plan.cut)
+    k.new += plan.new
+    if record.state == LIVE:
+        record.expires_at = live_until
+    k.oldest = record.first_seq if record.first_seq <= record.last_seq else None
+    k.write = True
+
+
+def _trim(k: _Key, first: int) -> None:
+    """Entries before ``first`` go and ``first_seq`` moves up to it (never past
+    ``last_seq + 1``), on any record, alive or not."""
+    record = k.record
+    if record is None:
+        return
+    record.first_seq = max(record.first_seq, min(first, record.last_seq + 1))
+    if k.oldest is not None and k.oldest < record.first_seq:
+        k.below = record.first_seq if k.below is None else max(k.below, record.first_seq)
+        k.new = [e for e in k.new if e.seq >= record.first_seq]
+        k.oldest = record.first_seq if record.first_seq <= record.last_seq else None
+    k.write = True
+
+
+def _write(conn: sqlite3.Connection, keys: dict[str, _Key], batch: Batch) -> list[str]:
+    """The statements of the worked-out keys; the tombstones written."""
+    wipes: list[tuple[str]] = []
+    cuts: list[tuple[str, int]] = []
+    inserts: list[tuple[str, list[Entry]]] = []
+    rows: list[tuple[Any, ...]] = []
+    tombstones: list[str] = []
+    for key, k in keys.items():
+        if k.dropped:
+            # Its row becomes a tombstone and its events go after the commit (tidy);
+            # events without a row (none written by this store) go now.
+            if k.stored:
+                tomb = StreamRecord(key, "", batch.owner, COMPLETED, fence=batch.fence)
+                tomb.expires_at = TOMBSTONE_EXPIRES
+                rows.append(stream_row(tomb))
+                tombstones.append(key)
+                if k.wipe:
+                    wipes.append((key,))
+            elif k.had_events:
+                wipes.append((key,))
+            continue
+        if k.wipe:
+            wipes.append((key,))
+        elif k.below is not None:
+            cuts.append((key, k.below))
+        if k.new:
+            inserts.append((key, k.new))
+        if k.write and k.record is not None:
+            rows.append(stream_row(k.record))
+    if wipes:
+        conn.executemany("DELETE FROM events WHERE key = ?", wipes)
+    if cuts:
+        conn.executemany("DELETE FROM events WHERE key = ? AND seq < ?", cuts)
+    for key, new in inserts:
+        _insert_events(conn, key, new)
+    if rows:
+        conn.executemany(_PUT_STREAM, rows)
+    return tombstones
+
+
+def _insert_events(conn: sqlite3.Connection, key: str, new: list[Entry]) -> None:
+    """Insert ``key``'s events ``new``, many rows per statement (a quarter less time per
+    event than a statement per row), the key bound once. Chunks are powers of two up to
+    :data:`INSERT_ROWS`, so a few statements, prepared once, serve every batch."""
+    done, rows = 0, len(new)
+    while done < rows:
+        size = min(INSERT_ROWS, 1 << ((rows - done).bit_length() - 1))
+        conn.execute(_insert_rows(size), [key, *chain.from_iterable(new[done : done + size])])
+        done += size

@@ -1,0 +1,140 @@
+"""How the SQLite store applies a batch (proxy/store/sqlite_commit.py): the statements a
+call's commit costs, a dropped stream's events deleted after its commit. That it applies
+every batch as the memory store does is in test_random_batches.py."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from proxy.core.errors import ResumeError
+from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
+from proxy.store.sqlite import SqliteStore
+
+KEY = "e0e0e0.1"
+DEADLINE_S = 30.0
+
+
+def entries(first: int, last: int) -> list[Entry]:
+    return [Entry(seq, f'{{"n":{seq}}}'.encode(), seq % 3) for seq in range(first, last + 1)]
+
+
+async def opened(path: Path, limits: StoreLimits | None = None) -> SqliteStore:
+    store = SqliteStore(path, limits or StoreLimits())
+    await store.open()
+    return store
+
+
+def stored_events(path: Path, key: str) -> int:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT count(*) FROM events WHERE key = ?", (key,)).fetchone()[0])
+
+
+def stored_streams(path: Path, key: str) -> int:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT count(*) FROM streams WHERE key = ?", (key,)).fetchone()[0])
+
+
+async def tidied(store: SqliteStore) -> None:
+    """Wait (a condition, with a generous deadline) until no dropped stream's events are left."""
+    assert store._db is not None
+    async with asyncio.timeout(DEADLINE_S):
+        while store._db.tombstones or store._tidy is not None:
+            await asyncio.sleep(0.01)
+
+
+async def test_a_calls_commit_is_one_read_and_two_writes(tmp_path: Path) -> None:
+    """A new record, its answer and its ending: BEGIN, one SELECT, the event, the record,
+    COMMIT (the fencing read is the append's read; a new key deletes nothing)."""
+    store = await opened(tmp_path / "s.db")
+    try:
+        assert store._db is not None
+        statements: list[str] = []
+        store._db.conn.set_trace_callback(statements.append)
+        batch = Batch(
+            streams=[StreamRecord(KEY, "s1", "a")],
+            appends={KEY: entries(1, 1)},
+            completed={KEY: time.time() + 60},
+            fence="f",
+            owner="a",
+        )
+        assert await store.commit(batch, time.time()) == []
+        store._db.conn.set_trace_callback(None)
+        verbs = [" ".join(s.split()[:3]) for s in statements]
+        assert verbs == [
+            "BEGIN IMMEDIATE",
+            "SELECT key, session_id,",
+            "INSERT OR REPLACE",
+            "INSERT OR REPLACE",
+            "COMMIT",
+        ]
+        assert "INTO events" in statements[2] and "INTO streams" in statements[3]
+        record = await store.get_stream(KEY, time.time())
+        assert record is not None and record.state == "completed" and record.fence == "f"
+        assert await store.read(KEY, 0, time.time()) == entries(1, 1)
+    finally:
+        await store.close()
+
+
+async def test_a_dropped_streams_events_are_deleted_after_its_commit(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = await opened(path)
+    try:
+        now = time.time()
+        first = Batch(streams=[StreamRecord(KEY, "s1", "a")], appends={KEY: entries(1, 5000)})
+        await store.commit(first, now)
+        await store.commit(Batch(dropped=[KEY]), now)
+        # Gone for every read at once; its events are still stored until the tidy runs.
+        assert await store.get_stream(KEY, now) is None
+        try:
+            await store.read(KEY, 0, now)
+            raise AssertionError("a dropped stream was read")
+        except ResumeError as exc:
+            assert exc.reason == "unknown_stream"
+        assert stored_events(path, KEY) == 5000
+        await tidied(store)
+        assert stored_events(path, KEY) == 0
+        assert stored_streams(path, KEY) == 0
+    finally:
+        await store.close()
+
+
+async def test_a_key_made_again_before_the_tidy_keeps_its_new_log(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = await opened(path)
+    try:
+        now = time.time()
+        await store.commit(Batch([StreamRecord(KEY, "s1", "a")], {KEY: entries(1, 3000)}), now)
+        await store.commit(Batch(dropped=[KEY]), now)
+        await store.commit(Batch([StreamRecord(KEY, "s2", "a")], {KEY: entries(1, 2)}), now)
+        assert await store.read(KEY, 0, now) == entries(1, 2)
+        await tidied(store)
+        assert await store.read(KEY, 0, now) == entries(1, 2)
+        assert stored_events(path, KEY) == 2
+    finally:
+        await store.close()
+
+
+async def test_a_drop_left_by_a_closed_store_is_an_expired_record(tmp_path: Path) -> None:
+    """The store closes before its tidy: the tombstone is absent to every read, the key
+    made again starts without the old log, and a sweep deletes what is left."""
+    path = tmp_path / "s.db"
+    store = await opened(path)
+    now = time.time()
+    await store.commit(Batch([StreamRecord(KEY, "s1", "a")], {KEY: entries(1, 100)}), now)
+    await store.commit(Batch([StreamRecord("e0e0e0.2", "s1", "a")], {}, dropped=[KEY]), now)
+    await store.close()
+    store = await opened(path)
+    try:
+        assert await store.get_stream(KEY, now) is None
+        assert await store.sweep(now) >= 1
+        assert stored_events(path, KEY) == 0
+        await store.commit(Batch(appends={KEY: entries(101, 102)}), now)
+        assert await store.read(KEY, 100, now) == entries(101, 102)
+    finally:
+        await store.close()
