@@ -7,7 +7,12 @@ two wrappers installed from outside (no proxy code changes):
   (``proxy.store.persist.Persister``) makes: its wall time, its events, its new stream
   records and completions;
 - each ``ClientConn.stored()`` that had to wait (the wire held behind the store): how
-  long it waited.
+  long it waited;
+- each event-loop callback (a task's step, a timer, a reader) that held the loop for more
+  than 2 ms, with what ran (a task's coroutine, a callback's name), and per 10 ms of
+  the clock how long the loop ran callbacks at all; each garbage collection's pause.
+
+The timelines carry monotonic start times, comparable with ``bench/stall.py --dump``'s.
 
 When the proxy exits (SIGTERM: it stops gracefully) the figures go as JSON to the file
 named by ``BENCH_STORETRACE_OUT``. ``bench/profile_store.py --trace`` uses it.
@@ -15,6 +20,8 @@ named by ``BENCH_STORETRACE_OUT``. ``bench/profile_store.py --trace`` uses it.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import os
 import statistics
@@ -32,6 +39,9 @@ from proxy.store.base import Batch
 
 commits: list[tuple[float, int, int, int]] = []  # (seconds, events, streams, completed)
 waits: list[float] = []  # seconds a connection's writer waited for the store
+# (monotonic start, seconds, events, sessions) of each commit; (start, seconds) of each wait
+commit_times: list[tuple[float, float, int, int]] = []
+wait_times: list[tuple[float, float]] = []
 gate_checks = [0]  # stored() calls, waiting or not
 
 
@@ -40,12 +50,18 @@ def _timed_commit(
 ) -> Callable[[Batch, float], Awaitable[None]]:
     async def timed(batch: Batch, now: float) -> None:
         t0 = time.perf_counter()
+        m0 = time.monotonic()
         await commit(batch, now)
-        commits.append(
-            (time.perf_counter() - t0, batch.events(), len(batch.streams), len(batch.completed))
-        )
+        took = time.perf_counter() - t0
+        commits.append((took, batch.events(), len(batch.streams), len(batch.completed)))
+        commit_times.append((m0, took, batch.events(), _sessions(batch)))
 
     return timed
+
+
+def _sessions(batch: Batch) -> int:
+    """How many sessions' events the batch holds (keys are ``epoch.number``)."""
+    return len({key.split(".")[0] for key in batch.appends})
 
 
 _persister_init = persist.Persister.__init__
@@ -54,10 +70,11 @@ _persister_init = persist.Persister.__init__
 def _timed_commit_now(commit_now: Callable[[Batch, float], Any]) -> Callable[[Batch, float], Any]:
     def timed(batch: Batch, now: float) -> Any:
         t0 = time.perf_counter()
+        m0 = time.monotonic()
         refused = commit_now(batch, now)
-        commits.append(
-            (time.perf_counter() - t0, batch.events(), len(batch.streams), len(batch.completed))
-        )
+        took = time.perf_counter() - t0
+        commits.append((took, batch.events(), len(batch.streams), len(batch.completed)))
+        commit_times.append((m0, took, batch.events(), _sessions(batch)))
         return refused
 
     return timed
@@ -77,10 +94,58 @@ _stored = runtime.ClientConn.stored
 
 async def _gated(self: runtime.ClientConn) -> None:
     gate_checks[0] += 1
-    if self.gate is not None and self.ticket > self.gate.committed:
+    gate = self.gate
+    if gate is not None and not gate.landed(self.ticket, self.lane):
         t0 = time.perf_counter()
+        m0 = time.monotonic()
         await _stored(self)
         waits.append(time.perf_counter() - t0)
+        wait_times.append((m0, waits[-1]))
+
+
+slow_callbacks: list[tuple[float, float, str]] = []  # (monotonic start, seconds, what)
+busy: dict[int, float] = {}  # 10 ms bin of the monotonic clock -> seconds the loop ran callbacks
+SLOW_S = 0.002
+_handle_run = asyncio.events.Handle._run
+
+
+def _what(handle: asyncio.events.Handle) -> str:
+    """The coroutine of a task's step, else the callback's name."""
+    callback = handle._callback  # type: ignore[attr-defined]
+    owner = getattr(callback, "__self__", None)
+    if isinstance(owner, asyncio.Task):
+        # where the step stopped: the chain of coroutines the task now waits in
+        names, coro = [], owner.get_coro()
+        while coro is not None and len(names) < 12:
+            names.append(getattr(coro, "__qualname__", type(coro).__name__).split(".")[-1])
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        return "task " + ">".join(names)
+    return getattr(callback, "__qualname__", repr(callback))[:200]
+
+
+def _timed_run(self: asyncio.events.Handle) -> None:
+    """A loop callback (a task's step, a reader's wake-up) that held the loop for long."""
+    t0 = time.perf_counter()
+    c0 = time.thread_time()
+    _handle_run(self)
+    took = time.perf_counter() - t0
+    end = time.monotonic()
+    slot = int(end * 100)
+    busy[slot] = busy.get(slot, 0.0) + took
+    if took > SLOW_S:
+        cpu = time.thread_time() - c0
+        slow_callbacks.append((end - took, took, f"{_what(self)} (cpu {cpu * 1000:.1f} ms)"))
+
+
+gc_pauses: list[tuple[float, float, int]] = []  # (monotonic start, seconds, generation)
+_gc_start = [0.0]
+
+
+def _gc_timed(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _gc_start[0] = time.monotonic()
+    else:
+        gc_pauses.append((_gc_start[0], time.monotonic() - _gc_start[0], info["generation"]))
 
 
 def _quantiles(values: list[float], scale: float) -> dict[str, float]:
@@ -108,12 +173,20 @@ def report() -> dict[str, Any]:
         "commit_seconds": sum(c[0] for c in commits),
         "gate_checks": gate_checks[0],
         "gate_wait_us": _quantiles(waits, 1e6),
+        # the timeline (monotonic seconds: comparable with the bench clients' on one host)
+        "commit_timeline": commit_times,
+        "wait_timeline": wait_times,
+        "slow_callbacks": slow_callbacks,
+        "loop_busy_10ms": sorted(busy.items()),
+        "gc_pauses": gc_pauses,
     }
 
 
 def main() -> int:
     persist.Persister.__init__ = _init  # type: ignore[method-assign]
     runtime.ClientConn.stored = _gated  # type: ignore[method-assign]
+    asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
+    gc.callbacks.append(_gc_timed)
     status = cli.main(sys.argv[1:])
     out = os.environ.get("BENCH_STORETRACE_OUT")
     if out:
