@@ -177,3 +177,25 @@ async def test_a_lost_fence_drops_the_slices_left_and_lets_the_waiters_go() -> N
         for gate in store.gates:
             gate.set()
         await persister.close()
+
+
+async def test_a_refused_slice_makes_the_token_stale_and_drops_the_slices_left() -> None:
+    store = MemoryStore()
+    await store.open()
+    fence = Fence("a")
+    persister = Persister(store, "a", 60.0, fence, cap=10)
+    stale = fence.token
+    lost: list[str] = []
+    fence.on_lost(lost.append)
+    key = f"{BURST}.1"
+    # Another replica ended the stream while this one was paused: it holds that one's token.
+    taken = Batch([StreamRecord(key, "s1", "a")], {key: [Entry(1, b"{}")]}, fence="reaper")
+    await store.commit(taken, time.time())
+    persister.note(Noting(BURST), Journal(appends=appends(1, 2, 30)), "default")  # type: ignore[arg-type]
+    ticket = persister.ticket
+    async with asyncio.timeout(10):
+        await persister.wait(ticket, lane=BURST)
+    assert lost == [stale] and fence.token != stale  # told before the wait returned
+    assert persister.commits == 1  # the other two slices never went
+    assert [e.seq for e in await store.read(key, 0, time.time())] == [1]
+    await persister.close()
