@@ -10,7 +10,11 @@ two wrappers installed from outside (no proxy code changes):
   long it waited;
 - each event-loop callback (a task's step, a timer, a reader) that held the loop for more
   than 2 ms, with what ran (a task's coroutine, a callback's name), and per 10 ms of
-  the clock how long the loop ran callbacks at all; each garbage collection's pause.
+  the clock how long the loop ran callbacks at all; each garbage collection's pause;
+  each turn of the loop longer than 1 ms (its wait for I/O included)
+  (``BENCH_STORETRACE_LOOP=0``: none of these loop figures, they cost CPU per callback);
+- each POST's handling, and each round trip to a stdio server (a message sent, the next
+  one back).
 
 The timelines carry monotonic start times, comparable with ``bench/stall.py --dump``'s.
 
@@ -21,6 +25,8 @@ named by ``BENCH_STORETRACE_OUT``. ``bench/profile_store.py --trace`` uses it.
 from __future__ import annotations
 
 import asyncio
+import asyncio.base_events
+import dataclasses
 import gc
 import json
 import os
@@ -105,7 +111,8 @@ async def _gated(self: runtime.ClientConn) -> None:
 
 slow_callbacks: list[tuple[float, float, str]] = []  # (monotonic start, seconds, what)
 busy: dict[int, float] = {}  # 10 ms bin of the monotonic clock -> seconds the loop ran callbacks
-SLOW_S = 0.002
+busy_cpu: dict[int, float] = {}  # the same, in the loop thread's CPU seconds
+SLOW_S = float(os.environ.get("BENCH_STORETRACE_SLOW_MS", "2")) / 1000
 _handle_run = asyncio.events.Handle._run
 
 
@@ -129,11 +136,12 @@ def _timed_run(self: asyncio.events.Handle) -> None:
     c0 = time.thread_time()
     _handle_run(self)
     took = time.perf_counter() - t0
+    cpu = time.thread_time() - c0
     end = time.monotonic()
     slot = int(end * 100)
     busy[slot] = busy.get(slot, 0.0) + took
+    busy_cpu[slot] = busy_cpu.get(slot, 0.0) + cpu
     if took > SLOW_S:
-        cpu = time.thread_time() - c0
         slow_callbacks.append((end - took, took, f"{_what(self)} (cpu {cpu * 1000:.1f} ms)"))
 
 
@@ -146,6 +154,62 @@ def _gc_timed(phase: str, info: dict[str, int]) -> None:
         _gc_start[0] = time.monotonic()
     else:
         gc_pauses.append((_gc_start[0], time.monotonic() - _gc_start[0], info["generation"]))
+
+
+turns: list[tuple[float, float]] = []  # (monotonic start, seconds) of each loop turn over 1 ms
+_run_once = asyncio.base_events.BaseEventLoop._run_once
+
+
+def _timed_once(self: asyncio.base_events.BaseEventLoop) -> None:
+    """One turn of the loop (its wait for I/O included: only turns over 1 ms are kept)."""
+    t0 = time.monotonic()
+    _run_once(self)  # type: ignore[attr-defined]
+    took = time.monotonic() - t0
+    if took > 0.001:
+        turns.append((t0, took))
+
+
+posts: list[tuple[float, float]] = []  # (monotonic start, seconds) of each POST handled
+upstream_trips: list[tuple[float, float]] = []  # (sent, seconds to the next message back)
+_sent: dict[int, float] = {}  # id(upstream) -> when a message went to it, none back yet
+
+
+def _install_request_timers() -> None:
+    from proxy.downstream import http
+    from proxy.upstream import stdio
+
+    post = http.StreamableHttp._post
+
+    async def timed_post(self: Any, request: Any) -> Any:
+        t0 = time.monotonic()
+        try:
+            return await post(self, request)
+        finally:
+            posts.append((t0, time.monotonic() - t0))
+
+    http.StreamableHttp._post = timed_post  # type: ignore[method-assign]
+    send = stdio.StdioUpstream.send
+
+    def timed_send(self: Any, payload: bytes, handshake: Any = None) -> None:
+        _sent.setdefault(id(self), time.monotonic())
+        send(self, payload, handshake)
+
+    stdio.StdioUpstream.send = timed_send  # type: ignore[method-assign]
+    spawn = stdio.StdioUpstream._spawn
+
+    async def timed_spawn(self: Any) -> None:
+        await spawn(self)
+        on_message = self._context.on_message
+
+        def noted(msg: Any, origin: Any) -> None:
+            sent = _sent.pop(id(self), None)
+            if sent is not None:
+                upstream_trips.append((sent, time.monotonic() - sent))
+            on_message(msg, origin)
+
+        self._context = dataclasses.replace(self._context, on_message=noted)
+
+    stdio.StdioUpstream._spawn = timed_spawn  # type: ignore[method-assign]
 
 
 def _quantiles(values: list[float], scale: float) -> dict[str, float]:
@@ -178,15 +242,23 @@ def report() -> dict[str, Any]:
         "wait_timeline": wait_times,
         "slow_callbacks": slow_callbacks,
         "loop_busy_10ms": sorted(busy.items()),
+        "loop_cpu_10ms": sorted(busy_cpu.items()),
         "gc_pauses": gc_pauses,
+        "turns": turns,
+        "posts": posts,
+        "upstream_trips": upstream_trips,
     }
 
 
 def main() -> int:
     persist.Persister.__init__ = _init  # type: ignore[method-assign]
     runtime.ClientConn.stored = _gated  # type: ignore[method-assign]
-    asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
-    gc.callbacks.append(_gc_timed)
+    if os.environ.get("BENCH_STORETRACE_LOOP", "1") == "1":  # the costly part: each callback
+        asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
+        asyncio.base_events.BaseEventLoop._run_once = _timed_once  # type: ignore[attr-defined]
+        gc.callbacks.append(_gc_timed)
+    if os.environ.get("BENCH_STORETRACE_CALLS", "1") == "1":
+        _install_request_timers()
     status = cli.main(sys.argv[1:])
     out = os.environ.get("BENCH_STORETRACE_OUT")
     if out:

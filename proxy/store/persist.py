@@ -52,6 +52,15 @@ RECORD_DELAY_SECONDS = 0.005
 """How long a batch holding only new stream records waits for more: a quick call's answer
 then goes to the store with its stream's record, in one commit."""
 
+BULK_EVENTS = 256
+BULK_MIN = 16
+BULK_TURNS = 3
+"""A batch of one session's events alone (a burst: from :data:`BULK_MIN` up to fewer than
+:data:`BULK_EVENTS`, no new stream, no ending) waits up to :data:`BULK_TURNS` more loop
+turns for more when the store commits at once: the stdio reader lets the loop turn every
+64 lines, and a commit per turn cost a burst a quarter of its rate. Any other session's
+events in the batch (a call's answer), or a replica waiting, end the wait."""
+
 RETRY_FIRST_SECONDS = 0.05
 RETRY_MAX_SECONDS = 2.0
 
@@ -76,6 +85,9 @@ class Persister:
         self._open = 1  # the ticket of the batch being gathered
         self.committed = 0  # every batch up to this ticket is in the store
         self._scheduled = False  # a flush at the end of this loop turn
+        self._lanes: set[str] = set()  # the sessions (epochs) with something in the batch
+        self._deferred = 0  # turns the open batch has waited for more (BULK_TURNS)
+        self._hurried = False  # a replica waits for the open batch: no waiting for more
         self._timer: asyncio.TimerHandle | None = None  # a delayed one (records alone)
         self._inflight: asyncio.Task[None] | None = None
         self._busy = False  # a ticket's slices are being committed
@@ -102,6 +114,7 @@ class Persister:
         epoch = session.epoch
         tracing.gather(self._traced)
         batch = self._batch
+        self._lanes.add(epoch)
         if j.opened or j.announced:
             self._note_records(session, j, server)
         if j.appends:  # most often the one event this feed appended: kept cheap
@@ -159,9 +172,28 @@ class Persister:
                 self._timer.cancel()
                 self._timer = None
             self._scheduled = True
-            loop.call_soon(self._flush)
+            loop.call_soon(self._turn_end)
         elif self._timer is None:
             self._timer = loop.call_later(RECORD_DELAY_SECONDS, self._flush)
+
+    def _turn_end(self) -> None:
+        """The end of a turn that noted events: flush, unless a burst's batch alone may
+        wait a turn or two for more (:data:`BULK_EVENTS`)."""
+        batch = self._batch
+        if (
+            self.store.commits_at_once
+            and self._deferred < BULK_TURNS
+            and len(self._lanes) == 1
+            and not self._busy
+            and not self._hurried
+            and not batch.streams
+            and not batch.completed
+            and BULK_MIN <= batch.events() < BULK_EVENTS
+        ):
+            self._deferred += 1
+            asyncio.get_running_loop().call_soon(self._turn_end)  # (still scheduled)
+            return
+        self._flush()
 
     # ------------------------------------------------------------------ committing
     def _flush(self) -> None:
@@ -177,6 +209,7 @@ class Persister:
         batch, self._ticket_in_commit = self._batch, self._open
         batch.fence, batch.owner = self.fence.token, self.owner
         self._batch = Batch()
+        self._lanes, self._deferred, self._hurried = set(), 0, False
         self._open += 1
         self._slices = slices(batch, self._cap)
         self._busy = True
@@ -274,6 +307,7 @@ class Persister:
         """The sessions that noted what is gathered are lost: drop it, and let go whoever
         waits for it (their connections are fenced: they write none of it)."""
         self._batch = Batch()
+        self._lanes = set()
         self._slices = []  # the rest of the ticket in commit, too
         if not self._busy:
             self._open += 1
@@ -295,6 +329,7 @@ class Persister:
         ``hurry``: without waiting for more (a replica waits to read what it names);
         ``lane``: once the part session ``lane`` noted is (:func:`~proxy.store.slices.slices`)."""
         if hurry and ticket >= self._open:
+            self._hurried = True
             self._schedule(urgent=True)
         while not self.landed(ticket, lane):
             await self._changed.wait()
