@@ -3,10 +3,11 @@
 The persister (:mod:`proxy.store.persist`) gathers every session's appends of a loop turn
 (or of a whole commit's round trip) into one :class:`~proxy.store.base.Batch`. Behind a
 burst that batch holds thousands of one session's events, and another session's one-event
-answer waited for all of them (issue 23). :func:`slices` cuts a batch larger than ``cap``
-events into commits of at most ``cap`` events (one session's part larger than that alone
-is cut into pieces), the sessions with the fewest events first, so that the persister can
-let a small session's writers go as soon as its part is in the store.
+answer waited for all of them (issue 23). :func:`slices` cuts a batch into commits of at
+most ``cap`` events (one session's part larger than that is cut into pieces), the
+sessions with the fewest events first, the small ones (a call's answer) in a slice of
+their own beside a burst, so that the persister can let a small session's writers go as
+soon as its part is in the store.
 
 A session's part keeps its order across pieces: its new stream records (and takeovers) go
 with its first piece, each stream's entries stay in sequence, and its trims, endings and
@@ -19,8 +20,13 @@ from dataclasses import dataclass, field
 
 from proxy.store.base import Batch, Entry
 
-COMMIT_CAP = 512
-"""Events in one commit at most (a batch of more is cut into slices)."""
+COMMIT_CAP = 256
+"""Events in one commit at most (a batch of more is cut into slices): what a small
+session's answer may wait for, a commit already in flight, stays short."""
+
+SMALL_EVENTS = 16
+"""A session's part of a batch with at most this many events goes in a slice before any
+larger part (a burst's)."""
 
 
 def lane_of(key: str) -> str:
@@ -37,16 +43,26 @@ class Slice:
     finished: list[str] = field(default_factory=list)
 
 
-def slices(batch: Batch, cap: int = COMMIT_CAP) -> list[Slice]:
-    """``batch`` as commits of at most ``cap`` events, the smallest sessions' parts first
-    (one slice, the batch itself, when it holds ``cap`` events or fewer)."""
-    if batch.events() <= cap:
-        return [Slice(batch, list(_parts(batch)))]
+def slices(batch: Batch, cap: int = COMMIT_CAP, small: int = SMALL_EVENTS) -> list[Slice]:
+    """``batch`` as commits of at most ``cap`` events; the parts of the sessions with at
+    most ``small`` events (a call's answer) first, in a slice of their own when another
+    session's part is larger (a burst). One slice, the batch itself, when it holds
+    ``cap`` events or fewer and no such pair."""
+    if len(batch.appends) <= 1 and batch.events() <= cap:  # the common case: one stream
+        return [Slice(batch)]
+    parts = sorted(_parts(batch).items(), key=lambda kv: kv[1].events())  # stable
+    largest = parts[-1][1].events() if parts else 0
+    if batch.events() <= cap and (largest <= small or parts[0][1].events() > small):
+        return [Slice(batch, [lane for lane, _ in parts])]
     out: list[Slice] = []
     current = Slice(_empty(batch))
     room = cap
-    ordered = sorted(_parts(batch).items(), key=lambda kv: kv[1].events())  # stable
-    for lane, part in ordered:
+    smalls = False  # ``current`` holds small parts: a large one starts a slice of its own
+    for lane, part in parts:
+        size = part.events()
+        if size > small and smalls:
+            out.append(current)
+            current, room, smalls = Slice(_empty(batch)), cap, False
         for piece in _pieces(part, cap):
             n = piece.events()
             if n > room and current.batch:
@@ -54,6 +70,7 @@ def slices(batch: Batch, cap: int = COMMIT_CAP) -> list[Slice]:
                 current, room = Slice(_empty(batch)), cap
             _merge(current.batch, piece)
             room -= n
+        smalls = smalls or size <= small
         current.finished.append(lane)  # its last piece is in this slice
     out.append(current)
     return out

@@ -199,3 +199,17 @@ async def test_a_refused_slice_makes_the_token_stale_and_drops_the_slices_left()
     assert persister.commits == 1  # the other two slices never went
     assert [e.seq for e in await store.read(key, 0, time.time())] == [1]
     await persister.close()
+
+
+def test_an_answer_beside_a_larger_part_goes_first_even_within_the_cap() -> None:
+    batch = Batch(
+        appends={
+            f"{BURST}.1": [Entry(seq, b"x") for seq in range(1, 101)],
+            f"{ECHO}.1": [Entry(1, b"answer")],
+        }
+    )
+    first, rest = slices(batch, 256)
+    assert list(first.batch.appends) == [f"{ECHO}.1"] and first.finished == [ECHO]
+    assert rest.batch.events() == 100 and rest.finished == [BURST]
+    alone = Batch(appends={f"{BURST}.1": [Entry(seq, b"x") for seq in range(1, 101)]})
+    assert [s.batch for s in slices(alone, 256)] == [alone]  # one session: one commit
