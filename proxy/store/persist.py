@@ -40,7 +40,7 @@ import structlog
 from proxy import tracing
 from proxy.store.base import Batch, Entry, Store, StoreError, StreamRecord
 from proxy.store.fencing import Fence
-from proxy.store.slices import COMMIT_CAP, Slice, slices
+from proxy.store.slices import COMMIT_CAP, Slice, lane_of, lanes_of, slices, take_small
 
 if TYPE_CHECKING:
     from proxy.core.journal import Journal
@@ -115,6 +115,8 @@ class Persister:
         tracing.gather(self._traced)
         batch = self._batch
         self._lanes.add(epoch)
+        if self._early and self._early.get(epoch, 0) >= self._open:
+            del self._early[epoch]  # its part taken ahead landed; this is more of the batch
         if j.opened or j.announced:
             self._note_records(session, j, server)
         if j.appends:  # most often the one event this feed appended: kept cheap
@@ -276,9 +278,12 @@ class Persister:
         if not self._slices:
             self._ticket_done()
             return
-        ticket = self._ticket_in_commit
+        ticket = part.ticket or self._ticket_in_commit
         for lane in part.finished:
-            self._early[lane] = ticket
+            # (a part taken ahead from the open batch: not if its session noted more since)
+            if not (part.ticket and lane in self._lanes):
+                self._early[lane] = ticket
+        self._jump_small()
         self._wake()
         if self.store.commits_at_once:
             # A turn of the loop before the next slice: the writers just let go (their
@@ -287,10 +292,25 @@ class Persister:
         else:
             self._next_slice()
 
+    def _jump_small(self) -> None:
+        """Between two slices: the small parts gathered since for the next batch (a
+        call's answer), of sessions with nothing in the slices left, go next, ahead of
+        those (a burst's thousands may take many slices)."""
+        if not self._batch.appends:
+            return
+        part = take_small(self._batch, lanes_of(self._slices))
+        if part is None:
+            return
+        part.batch.fence, part.batch.owner = self.fence.token, self.owner
+        part.ticket = self._open
+        self._slices.insert(0, part)
+        self._lanes = {lane_of(key) for key in self._batch.touched()}
+
     def _ticket_done(self) -> None:
         """Every slice of the ticket in commit is in the store (or was dropped)."""
         self._busy = False
-        self._early.clear()
+        committed = self._ticket_in_commit
+        self._early = {lane: t for lane, t in self._early.items() if t > committed}
         self.committed = self._ticket_in_commit
         if self._batch:
             self._flush()

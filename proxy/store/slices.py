@@ -41,6 +41,7 @@ class Slice:
 
     batch: Batch
     finished: list[str] = field(default_factory=list)
+    ticket: int = 0  # the batch it is of, when not the one in commit (:func:`take_small`)
 
 
 def slices(batch: Batch, cap: int = COMMIT_CAP, small: int = SMALL_EVENTS) -> list[Slice]:
@@ -74,6 +75,30 @@ def slices(batch: Batch, cap: int = COMMIT_CAP, small: int = SMALL_EVENTS) -> li
         current.finished.append(lane)  # its last piece is in this slice
     out.append(current)
     return out
+
+
+def take_small(batch: Batch, busy: set[str], small: int = SMALL_EVENTS) -> Slice | None:
+    """Take out of ``batch`` (in place) the parts of the sessions with 1 to ``small``
+    events in it (a call's answer) that are not in ``busy`` (sessions with a part still
+    to commit before): a slice that may go ahead of the slices left of the batch before
+    (:class:`~proxy.store.persist.Persister`); None if there is no such part."""
+    parts = _parts(batch)
+    chosen = [
+        lane for lane, part in parts.items() if lane not in busy and 0 < part.events() <= small
+    ]
+    if not chosen:
+        return None
+    out, rest = Slice(_empty(batch), chosen), _empty(batch)
+    for lane, part in parts.items():
+        _merge(out.batch if lane in chosen else rest, part)
+    batch.streams, batch.appends, batch.takeovers = rest.streams, rest.appends, rest.takeovers
+    batch.trimmed, batch.completed, batch.dropped = rest.trimmed, rest.completed, rest.dropped
+    return out
+
+
+def lanes_of(parts: list[Slice]) -> set[str]:
+    """The sessions with something in ``parts``."""
+    return {lane_of(key) for part in parts for key in part.batch.touched()}
 
 
 def _empty(like: Batch) -> Batch:

@@ -213,3 +213,49 @@ def test_an_answer_beside_a_larger_part_goes_first_even_within_the_cap() -> None
     assert rest.batch.events() == 100 and rest.finished == [BURST]
     alone = Batch(appends={f"{BURST}.1": [Entry(seq, b"x") for seq in range(1, 101)]})
     assert [s.batch for s in slices(alone, 256)] == [alone]  # one session: one commit
+
+
+async def test_an_answer_gathered_behind_a_sliced_batch_goes_ahead_of_its_slices_left() -> None:
+    store = HeldStore()
+    await store.open()
+    persister = Persister(store, "a", 60.0, Fence("a"), cap=100)
+    try:
+        burst, echo = Noting(BURST), Noting(ECHO)
+        persister.note(burst, Journal(opened=[1], appends=appends(1, 1, 300)), "default")  # type: ignore[arg-type]
+        first = persister.ticket
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert [b.events() for b in store.seen] == [100]  # slice 1 of 3 in flight
+        # The echo session's answer comes meanwhile: it goes into the next batch...
+        persister.note(echo, Journal(opened=[1], appends=appends(1, 1, 1)), "default")  # type: ignore[arg-type]
+        persister.note(burst, Journal(appends=appends(1, 301, 50)), "default")  # type: ignore[arg-type]
+        second = persister.ticket
+        assert second > first
+        echo_waits = asyncio.create_task(persister.wait(second, lane=ECHO))
+        store.gates[0].set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        # ... and is committed next, ahead of the first batch's two slices left.
+        assert [b.events() for b in store.seen] == [100, 1]
+        assert list(store.seen[1].appends) == [f"{ECHO}.1"]
+        store.gates[1].set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert echo_waits.done() and persister.committed < first
+        # More from the echo session now is more of that batch: it waits for it again.
+        persister.note(echo, Journal(appends=appends(1, 2, 1)), "default")  # type: ignore[arg-type]
+        assert not persister.landed(persister.ticket, ECHO)
+        for n in range(2, 8):
+            if n < len(store.gates):
+                store.gates[n].set()
+            for _ in range(5):
+                await asyncio.sleep(0)
+        async with asyncio.timeout(10):
+            await persister.wait(persister.ticket, lane=ECHO)
+        got = await store.read(f"{BURST}.1", 0, time.time())
+        assert [e.seq for e in got] == list(range(1, 351))
+        assert [e.seq for e in await store.read(f"{ECHO}.1", 0, time.time())] == [1, 2]
+    finally:
+        for gate in store.gates:
+            gate.set()
+        await persister.close()
