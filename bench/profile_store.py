@@ -10,6 +10,8 @@
   modern``), through the pool of upstream sessions (``--store memory``: no store);
 - ``BENCH_PROXY_SRC=DIR`` (what ``run.py --proxy-at`` sets): run the copy of ``proxy/`` in
   ``DIR`` instead of the working tree (not with ``--trace``);
+- ``stall``: ``bench/stall.py`` (``--stall-burst``, ``--stall-resume``), every call's
+  start and time to ``OUT.stall.json`` (with ``--trace``: beside the commit timeline);
 - ``resume``: ``bench/resume.py`` with ``--resumes`` resumes; with ``--store redis`` two
   replicas on one namespace, and the profile is of B (the replica that serves the
   resume from the shared log); else one proxy.
@@ -46,6 +48,10 @@ _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 
 def phase_command(phase: str, urls: list[str], probe: str, args: argparse.Namespace) -> list[str]:
+    if phase == "stall":
+        dump = ["--dump", str(args.out.with_suffix(".stall.json"))]
+        flags = ["--burst", str(args.stall_burst), "--resume-events", str(args.stall_resume)]
+        return [PYTHON, str(BENCH / "stall.py"), "--url", urls[0], "--probe", probe, *flags, *dump]
     if phase == "resume":
         return [
             PYTHON,
@@ -107,8 +113,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--store", choices=stores.KINDS, required=True)
     parser.add_argument(
-        "--phase", choices=("latency", "throughput", "burst", "resume"), required=True
+        "--phase", choices=("latency", "throughput", "burst", "resume", "stall"), required=True
     )
+    parser.add_argument("--stall-burst", type=int, default=10_000, help="stall: the burst")
+    parser.add_argument("--stall-resume", type=int, default=50_000, help="stall: resumed events")
     parser.add_argument("--out", type=Path, default=Path("/tmp/proxy-profile"))
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--idle", action="store_true", help="also sample idle threads")

@@ -50,6 +50,7 @@ class Options:
     size: int
     callers: int
     settle: float
+    dump: str = ""
 
 
 # ------------------------------------------------------------------ the callers' process
@@ -184,6 +185,9 @@ async def run(opts: Options, stop_file: str) -> dict[str, Any]:
         await r.close()
         await b.close()
     seen = json.loads(out.splitlines()[-1])
+    if opts.dump:  # every call and probe with its start (monotonic: one clock per host)
+        with open(opts.dump, "w") as f:
+            json.dump({"start": start, "end": end, **seen}, f)
     return {
         "resume_ms": resumed_ms,
         "burst_ms": burst_ms,
@@ -208,6 +212,7 @@ def main() -> None:
     parser.add_argument("--role", choices=("main", "callers"), default="main")
     parser.add_argument("--stop-file", default="")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--dump", default="", help="write every call's (start, ms) to this file")
     args = parser.parse_args()
     if not args.url.startswith(("http://127.0.0.1:", "http://localhost:")):
         sys.exit(f"{parser.prog} only talks to 127.0.0.1")
@@ -215,7 +220,14 @@ def main() -> None:
         print(json.dumps(asyncio.run(callers_role(args.url, args.callers, args.stop_file))))
         return
     opts = Options(
-        args.url, args.probe, args.resume_events, args.burst, args.size, args.callers, args.settle
+        args.url,
+        args.probe,
+        args.resume_events,
+        args.burst,
+        args.size,
+        args.callers,
+        args.settle,
+        args.dump,
     )
     stop_file = f"/tmp/bench-stall-{os.getpid()}.stop"
     try:

@@ -30,6 +30,7 @@ from proxy.forwarding import (
     TaskAction,
     TaskReply,
 )
+from proxy.looplag import LoopLag
 from proxy.metrics import Metrics
 from proxy.replicas import Relay, Replicas, Serve
 from proxy.servers import Server, servers_of
@@ -133,6 +134,8 @@ class ProxyContext:
         for server in self.servers.values():
             metrics.watch(metrics.sessions.labels(server.name), self.counter(server))
         metrics.watch(metrics.buffered_bytes, lambda: self.budget.used)
+        self.loop_lag = LoopLag()  # sampled from open() to close()
+        metrics.watch(metrics.event_loop_lag, self.loop_lag.worst)
         self._closers: list[Callable[[], Awaitable[None]]] = []
 
     @staticmethod
@@ -191,10 +194,12 @@ class ProxyContext:
             )
             await self.replicas.start()
         log.info("store_opened", store=store.kind, epoch=store.epoch, owner=self.owner)
+        self.loop_lag.start()
 
     async def close(self) -> None:
         """Once the sessions have ended: run the closers (each server's modern side),
-        leave the other replicas, commit what is gathered, close the store."""
+        leave the other replicas, commit what is gathered, stop sampling the loop's lag,
+        close the store."""
         for close in self._closers:
             await close()
         if self.replicas is not None:
@@ -203,4 +208,5 @@ class ProxyContext:
             if not await self.persister.drain(STORE_DRAIN_SECONDS):
                 log.warning("store_not_drained", error=self.persister.last_error)
             await self.persister.close()
+        self.loop_lag.stop()
         await self.store.close()

@@ -180,6 +180,12 @@ class Metrics:
             ["upstream"],
             registry=r,
         )
+        self.event_loop_lag = Gauge(
+            prefix + "event_loop_lag_seconds",
+            "The largest lag of the event loop sampled in the last 10 s: how late a timer "
+            "due every 0.1 s ran (proxy/looplag.py).",
+            registry=r,
+        )
         self.pool_start_waits = Counter(
             prefix + "pool_start_waits",
             "Modern requests that waited for a pooled server to start (none idle, no spare "

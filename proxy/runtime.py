@@ -122,14 +122,16 @@ class ClientConn:
     # A durable store: what is queued may be written once batch ``ticket`` is stored.
     gate: Persister | None = None
     ticket: int = 0
+    lane: str = ""  # its session's epoch: the part of a batch it waits for (slices)
     fenced: bool = False  # the session was lost (fencing): nothing more is written
 
     async def stored(self) -> None:
         """Wait until everything queued so far is in the store (the wire never runs
         ahead of it, DESIGN.md §9); at once with the memory store. Raises
         :class:`ConnFenced` once the session was lost: the store may have refused it."""
-        if self.gate is not None and self.ticket > self.gate.committed and not self.fenced:
-            await self.gate.wait(self.ticket)
+        gate = self.gate
+        if gate is not None and not self.fenced and not gate.landed(self.ticket, self.lane):
+            await gate.wait(self.ticket, lane=self.lane)
         if self.fenced:
             raise ConnFenced("this replica lost the session (fencing)")
 
@@ -224,7 +226,9 @@ class SessionRunner:
 
     # ------------------------------------------------------------------ connections
     def open_conn(self, framing: str = "sse") -> ClientConn:
-        conn = ClientConn(self._next_conn_id(), framing, gate=self._persister)
+        conn = ClientConn(
+            self._next_conn_id(), framing, gate=self._persister, lane=self.session.epoch
+        )
         self._conns[conn.id] = conn
         self._no_conns.clear()
         return conn

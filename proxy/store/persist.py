@@ -5,7 +5,11 @@ lets it reach a client. A :class:`Persister` takes each session's
 :class:`~proxy.core.journal.Journal` after every event (:meth:`Persister.note`), gathers
 what one loop turn noted into one :class:`~proxy.store.base.Batch` and commits it with
 one store call. While one commit runs the next batch grows, so the cost per event falls
-as load rises.
+as load rises. A batch of more than :data:`~proxy.store.slices.COMMIT_CAP` events (behind
+a burst) is committed in slices, the sessions with the fewest events first
+(:mod:`proxy.store.slices`): a session whose whole part of the batch has landed may write
+it (:meth:`Persister.wait` with its ``lane``) while another's thousands still go in; slices
+committed at once are a loop turn apart.
 
 Tickets keep the wire behind the store: everything queued for a client in a loop turn is
 tagged with the number of the batch that turn's events go into (:attr:`Persister.ticket`),
@@ -36,6 +40,7 @@ import structlog
 from proxy import tracing
 from proxy.store.base import Batch, Entry, Store, StoreError, StreamRecord
 from proxy.store.fencing import Fence
+from proxy.store.slices import COMMIT_CAP, Slice, lane_of, lanes_of, slices, take_small
 
 if TYPE_CHECKING:
     from proxy.core.journal import Journal
@@ -47,6 +52,15 @@ RECORD_DELAY_SECONDS = 0.005
 """How long a batch holding only new stream records waits for more: a quick call's answer
 then goes to the store with its stream's record, in one commit."""
 
+BULK_EVENTS = 256
+BULK_MIN = 16
+BULK_TURNS = 3
+"""A batch of one session's events alone (a burst: from :data:`BULK_MIN` up to fewer than
+:data:`BULK_EVENTS`, no new stream, no ending) waits up to :data:`BULK_TURNS` more loop
+turns for more when the store commits at once: the stdio reader lets the loop turn every
+64 lines, and a commit per turn cost a burst a quarter of its rate. Any other session's
+events in the batch (a call's answer), or a replica waiting, end the wait."""
+
 RETRY_FIRST_SECONDS = 0.05
 RETRY_MAX_SECONDS = 2.0
 
@@ -55,7 +69,12 @@ class Persister:
     """Owns the commits to one store: at most one in flight, in ticket order."""
 
     def __init__(
-        self, store: Store, owner: str, retention: float, fence: Fence | None = None
+        self,
+        store: Store,
+        owner: str,
+        retention: float,
+        fence: Fence | None = None,
+        cap: int = COMMIT_CAP,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -66,18 +85,28 @@ class Persister:
         self._open = 1  # the ticket of the batch being gathered
         self.committed = 0  # every batch up to this ticket is in the store
         self._scheduled = False  # a flush at the end of this loop turn
+        self._lanes: set[str] = set()  # the sessions (epochs) with something in the batch
+        self._deferred = 0  # turns the open batch has waited for more (BULK_TURNS)
+        self._hurried = False  # a replica waits for the open batch: no waiting for more
         self._timer: asyncio.TimerHandle | None = None  # a delayed one (records alone)
         self._inflight: asyncio.Task[None] | None = None
+        self._busy = False  # a ticket's slices are being committed
+        self._ticket_in_commit = 0
+        self._slices: list[Slice] = []  # that ticket's slices not yet committed
+        self._later: asyncio.Handle | None = None  # the next of them, a loop turn later
+        self._early: dict[str, int] = {}  # session (epoch) -> its part of the ticket landed
+        self._cap = cap
         self._changed = asyncio.Event()
         self.last_error: str | None = None
         self.events = 0  # committed, in all
+        self.commits = 0  # store commits (slices), in all
         self._traced: list[Any] = []  # the traced requests of the open batch (tracing)
 
     # ------------------------------------------------------------------ gathering
     @property
     def ticket(self) -> int:
         """What a client must wait for to see everything noted so far."""
-        return self._open if self._inflight is not None or self._batch else self.committed
+        return self._open if self._busy or self._batch else self.committed
 
     def note(self, session: Session, j: Journal, server: str) -> None:
         """Add what ``session`` noted (a :meth:`Journal.take`) to the open batch;
@@ -85,6 +114,9 @@ class Persister:
         epoch = session.epoch
         tracing.gather(self._traced)
         batch = self._batch
+        self._lanes.add(epoch)
+        if self._early and self._early.get(epoch, 0) >= self._open:
+            del self._early[epoch]  # its part taken ahead landed; this is more of the batch
         if j.opened or j.announced:
             self._note_records(session, j, server)
         if j.appends:  # most often the one event this feed appended: kept cheap
@@ -142,9 +174,28 @@ class Persister:
                 self._timer.cancel()
                 self._timer = None
             self._scheduled = True
-            loop.call_soon(self._flush)
+            loop.call_soon(self._turn_end)
         elif self._timer is None:
             self._timer = loop.call_later(RECORD_DELAY_SECONDS, self._flush)
+
+    def _turn_end(self) -> None:
+        """The end of a turn that noted events: flush, unless a burst's batch alone may
+        wait a turn or two for more (:data:`BULK_EVENTS`)."""
+        batch = self._batch
+        if (
+            self.store.commits_at_once
+            and self._deferred < BULK_TURNS
+            and len(self._lanes) == 1
+            and not self._busy
+            and not self._hurried
+            and not batch.streams
+            and not batch.completed
+            and BULK_MIN <= batch.events() < BULK_EVENTS
+        ):
+            self._deferred += 1
+            asyncio.get_running_loop().call_soon(self._turn_end)  # (still scheduled)
+            return
+        self._flush()
 
     # ------------------------------------------------------------------ committing
     def _flush(self) -> None:
@@ -152,69 +203,123 @@ class Persister:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._inflight is not None:
+        if self._busy:
             return  # its end flushes again
         if not self._batch:
             self.committed = self._open - 1
             return
-        batch, ticket = self._batch, self._open
+        batch, self._ticket_in_commit = self._batch, self._open
         batch.fence, batch.owner = self.fence.token, self.owner
         self._batch = Batch()
+        self._lanes, self._deferred, self._hurried = set(), 0, False
         self._open += 1
+        self._slices = slices(batch, self._cap)
+        self._busy = True
         traced, self._traced = self._traced, []
+        self._next_slice(traced)
+
+    def _next_slice(self, traced: list[Any] | None = None) -> None:
+        """Commit the next slice of the ticket in commit (at once, or in a task)."""
+        self._later = None
+        if not self._slices:  # dropped meanwhile (fencing)
+            self._ticket_done()
+            return
+        part = self._slices.pop(0)
+        traced = traced if traced is not None else []
         if self.store.commits_at_once:
             # Stored before this callback returns: a writer holding this turn's events
             # goes on at the loop's next turn, not after a task's first step and the
             # commit behind it (the first event of a burst waited for two commits).
             try:
-                with tracing.commit(traced, batch.events(), self.store.kind):
-                    refused = self.store.commit_now(batch, time.time())
+                with tracing.commit(traced, part.batch.events(), self.store.kind):
+                    refused = self.store.commit_now(part.batch, time.time())
             except StoreError as exc:
                 self._failed(exc)  # the task below retries it, with backoff
             else:
-                self._landed(batch, ticket, refused)
+                self._slice_landed(part, refused)
                 return
-        self._inflight = asyncio.create_task(self._commit(batch, ticket, traced))
+        self._inflight = asyncio.create_task(self._commit(part, traced))
 
     def _failed(self, exc: StoreError) -> None:
         if self.last_error is None:
             log.warning("store_unavailable", store=self.store.kind, error=str(exc))
         self.last_error = str(exc)
 
-    async def _commit(self, batch: Batch, ticket: int, traced: list[Any]) -> None:
+    async def _commit(self, part: Slice, traced: list[Any]) -> None:
         delay = RETRY_FIRST_SECONDS
-        with tracing.commit(traced, batch.events(), self.store.kind):
+        with tracing.commit(traced, part.batch.events(), self.store.kind):
             while True:
                 try:
-                    refused = await self.store.commit(batch, time.time())
+                    refused = await self.store.commit(part.batch, time.time())
                     break
                 except StoreError as exc:
                     self._failed(exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RETRY_MAX_SECONDS)
         self._inflight = None
-        self._landed(batch, ticket, refused)
+        self._slice_landed(part, refused)
 
-    def _landed(self, batch: Batch, ticket: int, refused: list[str]) -> None:
-        """Batch ``ticket`` is in the store (``refused``: the keys fencing turned away)."""
+    def _slice_landed(self, part: Slice, refused: list[str]) -> None:
+        """A slice of the ticket in commit is in the store (``refused``: the keys fencing
+        turned away); the sessions it finished may write their part of that ticket."""
         if self.last_error is not None:
             log.info("store_available", store=self.store.kind)
             self.last_error = None
-        self.events += batch.events()
-        self.committed = ticket
-        # Before any writer waiting for this batch goes on (none runs before this returns;
+        self.commits += 1
+        self.events += part.batch.events()
+        # Before any writer waiting for this slice goes on (none runs before this returns;
         # what was gathered since is discarded by the fence, not written).
         if refused:
             log.warning(
-                "store_write_refused", streams=refused, stale=batch.fence != self.fence.token
+                "store_write_refused", streams=refused, stale=part.batch.fence != self.fence.token
             )
-            if batch.fence == self.fence.token:
-                self.fence.lost("write_refused")
+            if part.batch.fence == self.fence.token:
+                self.fence.lost("write_refused")  # drops the slices left, too
+        if not self._slices:
+            self._ticket_done()
+            return
+        ticket = part.ticket or self._ticket_in_commit
+        for lane in part.finished:
+            # (a part taken ahead from the open batch: not if its session noted more since)
+            if not (part.ticket and lane in self._lanes):
+                self._early[lane] = ticket
+        self._jump_small()
+        self._wake()
+        if self.store.commits_at_once:
+            # A turn of the loop before the next slice: the writers just let go (their
+            # wake-ups are queued already) and the other sessions run first.
+            self._later = asyncio.get_running_loop().call_soon(self._next_slice)
+        else:
+            self._next_slice()
+
+    def _jump_small(self) -> None:
+        """Between two slices: the small parts gathered since for the next batch (a
+        call's answer), of sessions with nothing in the slices left, go next, ahead of
+        those (a burst's thousands may take many slices)."""
+        if not self._batch.appends:
+            return
+        part = take_small(self._batch, lanes_of(self._slices))
+        if part is None:
+            return
+        part.batch.fence, part.batch.owner = self.fence.token, self.owner
+        part.ticket = self._open
+        self._slices.insert(0, part)
+        self._lanes = {lane_of(key) for key in self._batch.touched()}
+
+    def _ticket_done(self) -> None:
+        """Every slice of the ticket in commit is in the store (or was dropped)."""
+        self._busy = False
+        committed = self._ticket_in_commit
+        self._early = {lane: t for lane, t in self._early.items() if t > committed}
+        self.committed = self._ticket_in_commit
         if self._batch:
             self._flush()
         else:  # nothing gathered meanwhile: the open ticket holds nothing; it is done too
             self._open += 1
             self.committed = self._open - 1
+        self._wake()
+
+    def _wake(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
@@ -222,29 +327,44 @@ class Persister:
         """The sessions that noted what is gathered are lost: drop it, and let go whoever
         waits for it (their connections are fenced: they write none of it)."""
         self._batch = Batch()
-        if self._inflight is None:  # else its end lets them go
+        self._lanes = set()
+        self._slices = []  # the rest of the ticket in commit, too
+        if not self._busy:
             self._open += 1
             self.committed = self._open - 1
-            changed, self._changed = self._changed, asyncio.Event()
-            changed.set()
+            self._wake()
+        elif self._later is not None:  # between two slices committed at once
+            self._later.cancel()
+            self._later = None
+            self._ticket_done()
+        # else the slice in flight lets them go when it ends
 
-    async def wait(self, ticket: int, *, hurry: bool = False) -> None:
+    def landed(self, ticket: int, lane: str = "") -> bool:
+        """Whether batch ``ticket`` is in the store, or the part of it (and of every
+        batch before it) that session ``lane`` (its epoch) noted."""
+        return self.committed >= ticket or self._early.get(lane, 0) >= ticket
+
+    async def wait(self, ticket: int, *, hurry: bool = False, lane: str = "") -> None:
         """Return once batch ``ticket`` (and every one before it) is in the store;
-        ``hurry``: without waiting for more (a replica waits to read what it names)."""
+        ``hurry``: without waiting for more (a replica waits to read what it names);
+        ``lane``: once the part session ``lane`` noted is (:func:`~proxy.store.slices.slices`)."""
         if hurry and ticket >= self._open:
+            self._hurried = True
             self._schedule(urgent=True)
-        while self.committed < ticket:
+        while not self.landed(ticket, lane):
             await self._changed.wait()
 
     async def drain(self, timeout: float) -> bool:
         """Commit what is gathered; False if the store did not take it within ``timeout``."""
         try:
             async with asyncio.timeout(timeout):
-                while self._inflight is not None or self._batch:
-                    if self._inflight is None:
+                while self._busy or self._batch:
+                    if not self._busy:
                         self._flush()
                     if self._inflight is not None:
                         await asyncio.shield(self._inflight)
+                    elif self._busy:  # slices committed at once, a loop turn apart
+                        await self._changed.wait()
         except TimeoutError:
             return False
         return True
@@ -253,6 +373,9 @@ class Persister:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
         if self._inflight is not None:
             self._inflight.cancel()
             await asyncio.gather(self._inflight, return_exceptions=True)

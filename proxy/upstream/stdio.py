@@ -48,7 +48,7 @@ from proxy.upstream.respawn import Respawns
 from proxy.upstream.stdio_idle import IdleStop
 from proxy.upstream.subreaper import REAPER
 
-_LINES_PER_TURN = 256
+_LINES_PER_TURN = 64
 """Lines read from a server's stdout before the reader lets the event loop turn."""
 log = structlog.get_logger("proxy.upstream.stdio")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from proxy.core.journal import Journal
 from proxy.store.base import Batch, Entry, StoreError, StoreLimits, StreamRecord
 from proxy.store.fencing import Fence
-from proxy.store.persist import Persister
+from proxy.store.persist import BULK_TURNS, Persister
 from proxy.store.sqlite import SqliteStore
 from tests.store.persist_support import EPOCH, KEY, NotingSession
 
@@ -112,6 +112,48 @@ async def test_a_commit_at_once_that_fails_is_retried_until_it_lands(tmp_path: P
             await persister.wait(ticket)
         assert persister.last_error is None
         assert [e.seq for e in await store.read(KEY, 0, time.time())] == [1]
+    finally:
+        await persister.close()
+        await store.close()
+
+
+def burst(first: int, n: int) -> Journal:
+    return Journal(appends=[(1, seq, b'{"n":1}', 0) for seq in range(first, first + n)])
+
+
+class Other(NotingSession):
+    session_id, epoch = "s2", "e2e2e2"
+
+
+async def test_a_bursts_batch_alone_waits_a_few_turns_for_more(tmp_path: Path) -> None:
+    store = await opened(tmp_path / "store.db")
+    persister = Persister(store, "a", 60.0, Fence("a"))
+    try:
+        session = NotingSession()
+        persister.note(session, Journal(opened=[1], appends=[(1, 1, b"{}", 0)]), "default")  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # a new stream: no waiting
+        assert persister.commits == 1
+        persister.note(session, burst(2, 64), "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        await asyncio.sleep(0)
+        assert persister.committed < ticket  # 64 events of one session: it waits for more
+        for _ in range(BULK_TURNS):
+            await asyncio.sleep(0)
+        assert persister.committed >= ticket and persister.commits == 2  # not for long
+        # A burst turn beside another session's answer: the end of that turn commits the
+        # answer (in a slice of its own), the next one the burst's part.
+        persister.note(session, burst(66, 64), "default")  # type: ignore[arg-type]
+        persister.note(Other(), Journal(appends=[(1, 1, b"{}", 0)]), "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        await asyncio.sleep(0)
+        assert persister.landed(ticket, Other.epoch) and persister.commits == 3
+        await asyncio.sleep(0)
+        assert persister.committed >= ticket and persister.commits == 4
+        # A lone answer (fewer events than BULK_MIN) does not wait either.
+        persister.note(Other(), Journal(appends=[(1, 2, b"{}", 0)]), "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        await asyncio.sleep(0)
+        assert persister.committed >= ticket and persister.commits == 5
     finally:
         await persister.close()
         await store.close()
