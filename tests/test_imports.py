@@ -228,7 +228,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("core", ("proxy.core",)),  # sans-I/O (tests/core/test_sans_io.py)
-    ("leaves", ("proxy", "proxy.backoff", "proxy.logs", "proxy.metrics")),  # import none
+    (
+        "leaves",
+        ("proxy", "proxy.backoff", "proxy.logs", "proxy.looplag", "proxy.metrics"),
+    ),  # import none
 )
 
 
