@@ -156,17 +156,29 @@ async def flushall(url: str, *, cluster: bool = False) -> None:
         await client.aclose()
 
 
+def _made(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Maker:
+    if kind == "memory":
+        return MemoryMaker()
+    if kind == "sqlite":
+        return SqliteMaker(tmp_path / "store.db")
+    if kind == "redis":
+        return RedisMaker(request.getfixturevalue("redis_url"))
+    return RedisMaker(request.getfixturevalue("redis_cluster_url"), cluster=True)
+
+
 @pytest.fixture(params=["memory", "sqlite", "redis", "redis-cluster"])
 async def maker(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Maker]:
-    made: Maker
-    if request.param == "memory":
-        made = MemoryMaker()
-    elif request.param == "sqlite":
-        made = SqliteMaker(tmp_path / "store.db")
-    elif request.param == "redis":
-        made = RedisMaker(request.getfixturevalue("redis_url"))
-    else:
-        made = RedisMaker(request.getfixturevalue("redis_cluster_url"), cluster=True)
+    made = _made(request.param, request, tmp_path)
+    try:
+        yield made
+    finally:
+        await made.close_all()
+
+
+@pytest.fixture(params=["sqlite", "redis", "redis-cluster"])
+async def durable(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Maker]:
+    """:func:`maker` without the memory store (the reference the durable ones meet)."""
+    made = _made(request.param, request, tmp_path)
     try:
         yield made
     finally:

@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 
 from proxy.store.base import Batch, Entry, Store, StoreLimits, StreamRecord
 from proxy.store.memory import MemoryStore
-from tests.store.conftest import Maker, RedisMaker, SqliteMaker
+from tests.store.conftest import Maker
 
 
 def entries(first: int, last: int) -> list[Entry]:
@@ -54,21 +50,6 @@ async def state_of(store: Store, key: str, now: float) -> object:
     fields = (record.session_id, record.owner, record.state, record.first_seq, record.last_seq)
     log = await store.read(key, record.first_seq - 1, now)
     return fields, record.request_ids, record.announced, record.fence, log
-
-
-@pytest.fixture(params=["sqlite", "redis", "redis-cluster"])
-async def durable(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Maker]:
-    made: Maker
-    if request.param == "sqlite":
-        made = SqliteMaker(tmp_path / "store.db")
-    elif request.param == "redis":
-        made = RedisMaker(request.getfixturevalue("redis_url"))
-    else:
-        made = RedisMaker(request.getfixturevalue("redis_cluster_url"), cluster=True)
-    try:
-        yield made
-    finally:
-        await made.close_all()
 
 
 async def test_random_batches_leave_what_the_memory_store_leaves(durable: Maker) -> None:
