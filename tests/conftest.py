@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import AsyncIterator
 
 import pytest
 
+from proxy.store.memory import MemoryStore
 from tests.oauth_as import oauth_server  # noqa: F401  (a fixture)
 from tests.redis_cluster import redis_cluster, redis_cluster_url  # noqa: F401  (fixtures)
 from tests.redis_server import redis_url  # noqa: F401  (a fixture: pytest finds it here)
@@ -44,3 +46,12 @@ def seed(request: pytest.FixtureRequest) -> int:
     print(f"seed={chosen} (replay: pytest --seed {chosen} '{request.node.nodeid}')")
     request.node.user_properties.append(("seed", chosen))
     return chosen
+
+
+@pytest.fixture
+async def memory_store() -> AsyncIterator[MemoryStore]:
+    """An opened memory store, closed after the test."""
+    store = MemoryStore()
+    await store.open()
+    yield store
+    await store.close()

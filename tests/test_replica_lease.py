@@ -39,14 +39,6 @@ async def serve(request: Forwarded, relay: Relay) -> Reply:
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[MemoryStore]:
-    store = MemoryStore()
-    await store.open()
-    yield store
-    await store.close()
-
-
-@pytest.fixture
 async def started() -> AsyncIterator[list[Replicas]]:
     """The replicas a test started, stopped after it."""
     running: list[Replicas] = []
@@ -59,11 +51,11 @@ class Replica:
     """A started Replicas whose loops do not come round in a test (a lease of 10 s): the
     test turns renew_once and reap_once itself."""
 
-    def __init__(self, store: MemoryStore, owner: str, clock: Clock) -> None:
+    def __init__(self, memory_store: MemoryStore, owner: str, clock: Clock) -> None:
         self.fence = Fence(owner)
         self.lost: list[str] = []
         self.fence.on_lost(self.lost.append)
-        self.replicas = Replicas(store, owner, LEASE, 60.0, serve, self.fence, clock)
+        self.replicas = Replicas(memory_store, owner, LEASE, 60.0, serve, self.fence, clock)
 
     async def join(self, started: list[Replicas]) -> Replica:
         await self.replicas.start()
@@ -71,120 +63,120 @@ class Replica:
         return self
 
 
-async def live_stream(store: MemoryStore, owner: str, fence: str) -> str:
+async def live_stream(memory_store: MemoryStore, owner: str, fence: str) -> str:
     key = f"{owner}0000.1"
     batch = Batch([StreamRecord(key, f"s-{owner}", owner)], fence=fence, owner=owner)
-    assert await store.commit(batch, time.time()) == []
+    assert await memory_store.commit(batch, time.time()) == []
     return key
 
 
-async def lose_lease(store: MemoryStore, owner: str) -> None:
+async def lose_lease(memory_store: MemoryStore, owner: str) -> None:
     """Its key goes (a master lost, a flush of that key): not a lapse."""
-    await store.release_lease(f"replica:{owner}", owner)
+    await memory_store.release_lease(f"replica:{owner}", owner)
 
 
 async def test_a_lease_lost_soon_after_its_renewal_is_taken_again_keeping_the_sessions(
-    store: MemoryStore, started: list[Replicas]
+    memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
     clock = Clock()
-    a = await Replica(store, "a", clock).join(started)
+    a = await Replica(memory_store, "a", clock).join(started)
     token = a.fence.token
     clock.now += LEASE / 3
-    await lose_lease(store, "a")
+    await lose_lease(memory_store, "a")
     await a.replicas.renew_once()
     assert a.lost == [] and a.fence.token == token  # nothing lost, the same writer
-    assert await store.lease_owner("replica:a", time.time()) == "a"
+    assert await memory_store.lease_owner("replica:a", time.time()) == "a"
 
 
 async def test_a_lease_found_missing_after_an_outage_is_taken_again(
-    store: MemoryStore, started: list[Replicas]
+    memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
     clock = Clock()
-    a = await Replica(store, "a", clock).join(started)
+    a = await Replica(memory_store, "a", clock).join(started)
     clock.now += 3 * LEASE  # renewals failed all along: the store was unreachable
     a.replicas.leases.unreachable()
-    await lose_lease(store, "a")
+    await lose_lease(memory_store, "a")
     await a.replicas.renew_once()
     assert a.lost == []
-    assert await store.lease_owner("replica:a", time.time()) == "a"
+    assert await memory_store.lease_owner("replica:a", time.time()) == "a"
 
 
 async def test_a_lease_that_lapsed_loses_the_sessions(
-    store: MemoryStore, started: list[Replicas]
+    memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
     clock = Clock()
-    a = await Replica(store, "a", clock).join(started)
+    a = await Replica(memory_store, "a", clock).join(started)
     token = a.fence.token
     clock.now += LEASE + 1  # paused past it: it may have lapsed, and may be reaped
-    await lose_lease(store, "a")
+    await lose_lease(memory_store, "a")
     await a.replicas.renew_once()
     assert a.lost == [token] and a.fence.token != token
 
 
 async def test_a_lost_lease_that_another_replica_reaped_loses_the_sessions(
-    store: MemoryStore, started: list[Replicas]
+    memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
     clock = Clock()
-    a = await Replica(store, "a", clock).join(started)
+    a = await Replica(memory_store, "a", clock).join(started)
     token = a.fence.token
-    await lose_lease(store, "a")
-    assert await store.acquire_lease("reaper:a", "b", 60, time.time())  # b ends its streams
+    await lose_lease(memory_store, "a")
+    assert await memory_store.acquire_lease("reaper:a", "b", 60, time.time())  # b ends its streams
     await a.replicas.renew_once()
     assert a.lost == [token]
 
 
 async def test_a_lost_lease_whose_reaper_cannot_be_read_loses_the_sessions(
-    store: MemoryStore, started: list[Replicas], monkeypatch: pytest.MonkeyPatch
+    memory_store: MemoryStore, started: list[Replicas], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = Clock()
-    a = await Replica(store, "a", clock).join(started)
+    a = await Replica(memory_store, "a", clock).join(started)
     token = a.fence.token
-    await lose_lease(store, "a")
-    held = store.lease_owner
+    await lose_lease(memory_store, "a")
+    held = memory_store.lease_owner
 
     async def failing(name: str, now: float) -> str | None:
         if name.startswith("reaper:"):
             raise StoreError("that master is down")
         return await held(name, now)
 
-    monkeypatch.setattr(store, "lease_owner", failing)
+    monkeypatch.setattr(memory_store, "lease_owner", failing)
     await a.replicas.renew_once()
     assert a.lost == [token]
 
 
 async def test_another_replica_waits_half_a_lease_before_it_reaps_a_missing_lease(
-    store: MemoryStore, started: list[Replicas]
+    memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
     clock = Clock()
-    a = await Replica(store, "a", clock).join(started)
-    b = await Replica(store, "b", clock).join(started)
-    key = await live_stream(store, "a", a.fence.token)
+    a = await Replica(memory_store, "a", clock).join(started)
+    b = await Replica(memory_store, "b", clock).join(started)
+    key = await live_stream(memory_store, "a", a.fence.token)
     assert await b.replicas.owner_alive("a")  # b sees a's lease held
-    await lose_lease(store, "a")
+    await lose_lease(memory_store, "a")
     assert await b.replicas.owner_alive("a")  # presumed alive: its key may be lost
     assert await b.replicas.reap_once() == 0
     clock.now += LEASE / 3
     await a.replicas.renew_once()  # a takes it again
     clock.now += LEASE
     assert await b.replicas.reap_once() == 0
-    record = await store.get_stream(key, time.time())
+    record = await memory_store.get_stream(key, time.time())
     assert record is not None and record.state == LIVE and a.lost == []
 
 
 async def test_a_lease_missing_at_two_looks_half_a_lease_apart_is_reaped(
-    store: MemoryStore, started: list[Replicas]
+    memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
     clock = Clock()
-    a = await Replica(store, "a", clock).join(started)
-    b = await Replica(store, "b", clock).join(started)
-    key = await live_stream(store, "a", a.fence.token)
+    a = await Replica(memory_store, "a", clock).join(started)
+    b = await Replica(memory_store, "b", clock).join(started)
+    key = await live_stream(memory_store, "a", a.fence.token)
     assert await b.replicas.owner_alive("a")
-    await lose_lease(store, "a")  # and a is gone for good
+    await lose_lease(memory_store, "a")  # and a is gone for good
     assert await b.replicas.reap_once() == 0
     clock.now += LEASE / 2
     assert not await b.replicas.owner_alive("a")
     assert await b.replicas.reap_once() == 1
-    record = await store.get_stream(key, time.time())
+    record = await memory_store.get_stream(key, time.time())
     assert record is not None and record.state != LIVE and record.fence == b.fence.token
     # a comes back: it finds b's reaper lease, so it knows its streams were ended.
     await a.replicas.renew_once()
@@ -192,10 +184,10 @@ async def test_a_lease_missing_at_two_looks_half_a_lease_apart_is_reaped(
 
 
 async def test_a_lease_never_seen_held_is_not_presumed_alive(
-    store: MemoryStore, started: list[Replicas]
+    memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
     """A request for a long-gone replica's session is refused at once (404), not after
     half a lease: only a lease seen held shortly before is presumed alive."""
     clock = Clock()
-    b = await Replica(store, "b", clock).join(started)
+    b = await Replica(memory_store, "b", clock).join(started)
     assert not await b.replicas.owner_alive("gone")

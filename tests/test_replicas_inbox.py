@@ -6,7 +6,6 @@ forwarding timeout. (tests/test_replicas.py runs real replicas on Redis.)"""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -38,23 +37,15 @@ class Holder:
         return Acked()
 
 
-@pytest.fixture
-async def store() -> AsyncIterator[MemoryStore]:
-    store = MemoryStore()
-    await store.open()
-    yield store
-    await store.close()
-
-
-async def started(store: MemoryStore, owner: str, holder: Holder) -> Replicas:
-    replicas = Replicas(store, owner, 30.0, 60.0, holder.serve)
+async def started(memory_store: MemoryStore, owner: str, holder: Holder) -> Replicas:
+    replicas = Replicas(memory_store, owner, 30.0, 60.0, holder.serve)
     await replicas.start()
     return replicas
 
 
-async def test_a_request_and_its_reply_cross_typed(store: MemoryStore) -> None:
+async def test_a_request_and_its_reply_cross_typed(memory_store: MemoryStore) -> None:
     holder = Holder()
-    a, b = await started(store, "a", Holder()), await started(store, "b", holder)
+    a, b = await started(memory_store, "a", Holder()), await started(memory_store, "b", holder)
     try:
         async with asyncio.timeout(5):
             assert await a.forward("b", GET) == Acked()
@@ -68,13 +59,15 @@ async def test_a_request_and_its_reply_cross_typed(store: MemoryStore) -> None:
         await b.stop()
 
 
-async def test_a_request_the_holder_cannot_read_is_refused_at_once(store: MemoryStore) -> None:
+async def test_a_request_the_holder_cannot_read_is_refused_at_once(
+    memory_store: MemoryStore,
+) -> None:
     holder = Holder()
-    b = await started(store, "b", holder)
+    b = await started(memory_store, "b", holder)
     try:
-        await store.send("b", {"kind": "shout", "id": 7, "from": "probe"})
+        await memory_store.send("b", {"kind": "shout", "id": 7, "from": "probe"})
         async with asyncio.timeout(5):
-            reply = await anext(aiter(store.receive("probe")))
+            reply = await anext(aiter(memory_store.receive("probe")))
         assert reply["reply_to"] == 7 and reply["outcome"] == "refused"
         assert reply["status"] == 500 and reply["error"]["error"]["code"] == -32603
         assert holder.asked == []
@@ -82,13 +75,15 @@ async def test_a_request_the_holder_cannot_read_is_refused_at_once(store: Memory
         await b.stop()
 
 
-async def test_a_reply_the_asker_cannot_read_is_an_unreachable_owner(store: MemoryStore) -> None:
-    a = await started(store, "a", Holder())
+async def test_a_reply_the_asker_cannot_read_is_an_unreachable_owner(
+    memory_store: MemoryStore,
+) -> None:
+    a = await started(memory_store, "a", Holder())
     try:
         asking = asyncio.create_task(a.forward("c", GET))  # "c": a holder of another make
         async with asyncio.timeout(5):
-            request = await anext(aiter(store.receive("c")))
-            await store.send("a", {"reply_to": request["id"], "outcome": "maybe"})
+            request = await anext(aiter(memory_store.receive("c")))
+            await memory_store.send("a", {"reply_to": request["id"], "outcome": "maybe"})
             with pytest.raises(OwnerUnreachable, match="cannot read"):
                 await asking
         assert request["kind"] == "get" and request["from"] == "a"
@@ -96,14 +91,14 @@ async def test_a_reply_the_asker_cannot_read_is_an_unreachable_owner(store: Memo
         await a.stop()
 
 
-async def test_a_refusal_reaches_the_asker_as_one(store: MemoryStore) -> None:
+async def test_a_refusal_reaches_the_asker_as_one(memory_store: MemoryStore) -> None:
     refused = Refused(404, {"jsonrpc": "2.0", "id": None, "error": {"code": -32001}})
 
     class Refusing(Holder):
         async def serve(self, request: Forwarded, relay: Relay) -> Reply:
             return refused
 
-    a, b = await started(store, "a", Holder()), await started(store, "b", Refusing())
+    a, b = await started(memory_store, "a", Holder()), await started(memory_store, "b", Refusing())
     try:
         async with asyncio.timeout(5):
             assert await a.forward("b", GET) == refused
@@ -112,7 +107,7 @@ async def test_a_refusal_reaches_the_asker_as_one(store: MemoryStore) -> None:
         await b.stop()
 
 
-async def test_what_a_holder_relays_ahead_comes_before_its_reply(store: MemoryStore) -> None:
+async def test_what_a_holder_relays_ahead_comes_before_its_reply(memory_store: MemoryStore) -> None:
     notes = [{"jsonrpc": "2.0", "method": "n", "params": {"i": i}} for i in range(3)]
     answer = Answered(200, [{"jsonrpc": "2.0", "id": 1, "result": {}}], first=3)
 
@@ -122,7 +117,7 @@ async def test_what_a_holder_relays_ahead_comes_before_its_reply(store: MemorySt
             await relay(NotesAhead(2, notes[2:]))
             return answer
 
-    a, b = await started(store, "a", Holder()), await started(store, "b", Relaying())
+    a, b = await started(memory_store, "a", Holder()), await started(memory_store, "b", Relaying())
     got: list[NotesAhead] = []
     try:
         async with asyncio.timeout(5):
@@ -130,7 +125,9 @@ async def test_what_a_holder_relays_ahead_comes_before_its_reply(store: MemorySt
             assert await a.forward("b", retry, ahead=got.append) == answer
             assert got == [NotesAhead(0, notes[:2]), NotesAhead(2, notes[2:])]
             # Parts for a request nobody waits on any more are dropped.
-            await store.send("a", {"outcome": "notes", "seq": 0, "messages": notes, "reply_to": 99})
+            await memory_store.send(
+                "a", {"outcome": "notes", "seq": 0, "messages": notes, "reply_to": 99}
+            )
             assert await a.forward("b", retry, ahead=got.append) == answer
         assert len(got) == 4
     finally:

@@ -50,9 +50,8 @@ class Elsewhere:
 
 
 @pytest.fixture
-async def replicas() -> AsyncIterator[tuple[Replicas, Elsewhere]]:
-    store = MemoryStore()
-    await store.open()
+async def replicas(memory_store: MemoryStore) -> AsyncIterator[tuple[Replicas, Elsewhere]]:
+    store = memory_store
     b_side = Elsewhere({"t1": 5, "t2": None})
     a = Replicas(store, "a", 30.0, 60.0, Elsewhere({}).serve)
     b = Replicas(store, "b", 30.0, 60.0, b_side.serve)
@@ -61,7 +60,6 @@ async def replicas() -> AsyncIterator[tuple[Replicas, Elsewhere]]:
     yield a, b_side
     await a.stop()
     await b.stop()
-    await store.close()
 
 
 def attached(start: int | None) -> Any:
