@@ -77,7 +77,8 @@ def _preflight(request: web.Request) -> web.Response:
 # a GET with Last-Event-ID is counted by _get, a WebSocket reattaching by /ws.
 _POLLS = frozenset({seed.POLL, seed.RESUME, "tasks/get", "tasks/result"})
 
-_MODERN_KEY = "mcp_resume_proxy.modern"  # set on a request the modern side served
+# Set on a request the modern side served.
+_MODERN_KEY: web.RequestKey[bool] = web.RequestKey("mcp_resume_proxy.modern")
 
 
 def _legacy_only(version: str | None, why: str) -> ModernError:
