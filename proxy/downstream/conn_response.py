@@ -24,6 +24,7 @@ from proxy.core import lone_answer
 from proxy.core.eventrun import EventRun, in_chunks
 from proxy.core.protocol import SESSION_HEADER
 from proxy.core.sse import LIVENESS_SECONDS, encode_retry
+from proxy.downstream.whole_response import can_write_whole, sse_head, write_whole
 from proxy.metrics import Metrics
 from proxy.runtime import SessionRunner
 from proxy.sse_writer import SseWriter
@@ -141,6 +142,8 @@ class ConnResponder:
                     last += encode_retry(close.retry_ms)
                 await conn.stored()  # the wire never runs ahead of the store
                 if close is not None:  # the last events and the end in one write
+                    if not writer.opened and can_write_whole(request):
+                        return write_whole(request, sse_head(runner.session_id), last)
                     await writer.end(last)
                     break
                 if last:
