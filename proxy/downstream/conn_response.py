@@ -21,7 +21,7 @@ from aiohttp import web
 from proxy.client_conn import ClientConn, CloseMarker, ConnQueue, Frame, Item
 from proxy.config import Config
 from proxy.core import lone_answer
-from proxy.core.eventrun import EventRun, in_chunks
+from proxy.core.eventrun import CHUNK_BYTES, EventRun, in_chunks
 from proxy.core.protocol import SESSION_HEADER
 from proxy.core.sse import LIVENESS_SECONDS, encode_retry
 from proxy.downstream.whole_response import can_write_whole, sse_head, write_whole
@@ -101,20 +101,26 @@ class ConnResponder:
         ``hold``: first wait up to ``sse.json_answer_window_ms`` for a lone large answer,
         sent as ``application/json`` instead (:mod:`proxy.core.lone_answer`)."""
         headers = {SESSION_HEADER: runner.session_id}
-        writer = SseWriter(
-            request, self.config.sse.keepalive_seconds, {"Connection": "keep-alive", **headers}
-        )
         queue = conn.queue
+        writer: SseWriter | None = None
         try:
             held: list[Item] = []
             if hold and self.holds is not None:
-                answer = await self._hold(conn, held, self.holds)
+                frames: list[bytes] = []  # those of ``held``, framed
+                answer = await self._hold(conn, held, frames, self.holds)
                 if answer is not None:
                     await conn.stored()  # the wire never runs ahead of the store
                     log.debug("answered_as_json", session=runner.session_id[:8], size=len(answer))
                     return web.Response(
                         body=answer, content_type="application/json", headers=headers
                     )
+                whole = _whole(held, frames)
+                if whole is not None and can_write_whole(request):
+                    await conn.stored()  # the wire never runs ahead of the store
+                    return write_whole(request, sse_head(runner.session_id), whole)
+            writer = SseWriter(
+                request, self.config.sse.keepalive_seconds, {"Connection": "keep-alive", **headers}
+            )
             if not held and queue.empty():
                 await writer.open()  # headers now; else they go with the first events
             while True:
@@ -142,8 +148,6 @@ class ConnResponder:
                     last += encode_retry(close.retry_ms)
                 await conn.stored()  # the wire never runs ahead of the store
                 if close is not None:  # the last events and the end in one write
-                    if not writer.opened and can_write_whole(request):
-                        return write_whole(request, sse_head(runner.session_id), last)
                     await writer.end(last)
                     break
                 if last:
@@ -156,19 +160,23 @@ class ConnResponder:
                 raise
         finally:
             runner.conn_gone(conn)
+        if writer is None:  # (gone before anything was written)
+            return web.Response(status=200, headers=headers)
         return writer.response
 
-    async def _hold(self, conn: ClientConn, held: list[Item], clock: HoldClock) -> bytes | None:
+    async def _hold(
+        self, conn: ClientConn, held: list[Item], frames: list[bytes], clock: HoldClock
+    ) -> bytes | None:
         """Hold the response headers for ``sse.json_answer_window_ms``, taking what the
         core queues into ``held``: the lone answer's bytes if it came alone in time and
-        is large enough to go as JSON, else None (stream ``held`` as SSE).
+        is large enough to go as JSON, else None (stream ``held``, framed in ``frames``,
+        as SSE).
 
         What is taken counts as written at once, so a large answer behind the unsent
         priming event is no slow reader (``sse.max_queued_bytes``); the hold ends at the
         first message, so it keeps only what the core queued at once, before it."""
         min_bytes = self.config.sse.json_answer_min_bytes
         queue = conn.queue
-        frames: list[bytes] = []  # those of ``held``, framed once
         waiting: Hold | None = None
         try:
             while True:
@@ -198,6 +206,18 @@ class ConnResponder:
         finally:
             if waiting is not None:
                 clock.finish(waiting)
+
+
+def _whole(held: list[Item], frames: list[bytes]) -> bytes | None:
+    """The whole body of a response the hold ended with (its events, then the ``retry:``
+    of a close that asks for a reconnect), if it fits one write; else None."""
+    if not held or not isinstance(held[-1], CloseMarker):
+        return None  # the stream goes on
+    body = b"".join(frames)
+    retry_ms = held[-1].retry_ms
+    if retry_ms is not None:
+        body += encode_retry(retry_ms)
+    return body if len(body) <= CHUNK_BYTES else None  # (a larger one: in chunks, as ever)
 
 
 async def _next_batch(writer: SseWriter, queue: ConnQueue[Item]) -> list[Item]:
