@@ -212,10 +212,12 @@ class StreamableHttp:
 
     # ------------------------------------------------------------------ POST
     async def _post(self, request: web.Request) -> web.StreamResponse:
-        httprules.check_post_accept(request.headers.get("Accept"))
-        httprules.check_content_type(request.headers.get("Content-Type"))
+        headers = request.headers
+        httprules.check_post_accept(headers.get("Accept"))
+        httprules.check_content_type(headers.get("Content-Type"))
         limit = self.config.sessions.max_message_bytes
-        if request.content_length is not None and request.content_length > limit:
+        length = request.content_length  # (parsed from its header on each read)
+        if length is not None and length > limit:
             raise PayloadTooLarge(f"Payload Too Large: body over {limit} bytes")
         body = await read_body(
             request, self.bodies, max_bytes=limit, timeout=self.config.listen.body_timeout_seconds
@@ -230,7 +232,7 @@ class StreamableHttp:
         try:
             response = await tracing.client_post(  # its span, when tracing is on
                 self._post_messages(request, messages, batch),
-                request.headers,
+                headers,
                 messages,
                 self.server.name,
                 principal_of(request),
@@ -247,9 +249,10 @@ class StreamableHttp:
     async def _post_messages(
         self, request: web.Request, messages: list[Message], batch: bool
     ) -> web.StreamResponse:
-        version = request.headers.get(VERSION_HEADER)
-        session = request.headers.get(SESSION_HEADER)
-        if any(is_modern(m.raw, version, session) for m in messages):
+        headers = request.headers
+        version = headers.get(VERSION_HEADER)
+        existing = headers.get(SESSION_HEADER)
+        if any(is_modern(m.raw, version, existing) for m in messages):
             if batch:
                 raise BadRequest("Bad Request: a 2026-07-28 POST carries one message, not a batch")
             if self.modern is None:  # a dual-era client falls back to initialize on this
@@ -261,8 +264,7 @@ class StreamableHttp:
             return await self.modern.post(
                 messages[0], principal_of(request), request.headers, reply, scopes_of(request)
             )
-        header_id = request.headers.get(LAST_EVENT_ID)
-        existing = request.headers.get(SESSION_HEADER)
+        header_id = headers.get(LAST_EVENT_ID)
         admission = admit_post(
             messages,
             batch,
@@ -311,7 +313,7 @@ class StreamableHttp:
             self.config.sse.json_answer_window_ms > 0
             and not batch
             and messages[0].kind is Kind.REQUEST
-            and lone_answer.prefers_json(request.headers.get("Accept"))
+            and lone_answer.prefers_json(headers.get("Accept"))
         )
         return await self.responder.respond(request, runner, conn, hold=hold)
 
