@@ -88,10 +88,19 @@ class ConnResponder:
     """Writes legacy connections out as HTTP responses, for one endpoint."""
 
     def __init__(self, config: Config, metrics: Metrics) -> None:
-        self.config = config
         self.metrics = metrics
-        window = config.sse.json_answer_window_ms
-        self.holds = HoldClock(window / 1000) if window > 0 else None
+        self.holds: HoldClock | None = None
+        self.retarget(config)
+
+    def retarget(self, config: Config) -> None:
+        """Follow ``config`` from the next response on (a reload: ``sse.*`` applies at
+        once). Holds under way keep their clock and end by it."""
+        self.config = config
+        window = config.sse.json_answer_window_ms / 1000
+        if window <= 0:
+            self.holds = None
+        elif self.holds is None or self.holds.window != window:
+            self.holds = HoldClock(window)
 
     async def respond(
         self, request: web.Request, runner: SessionRunner, conn: ClientConn, hold: bool = False

@@ -9,12 +9,15 @@ that serves this endpoint beside ``/ws`` and ``/healthz`` is :mod:`proxy.downstr
 from __future__ import annotations
 
 import contextlib
+import operator
 import time
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
 
 from proxy import tracing
+from proxy.config import Config
 from proxy.context import ProxyContext
 from proxy.core import cors, httprules, jsonrpc, lone_answer, seed
 from proxy.core.admission import admit_post
@@ -102,7 +105,9 @@ class StreamableHttp:
         """``modern`` is the server's 2026-07-28 side, built by the app's root when
         ``modern.enabled``; without one, modern requests are answered as legacy ones."""
         self.server = server
-        self.config = config = server.config
+        config = server.config
+        self.responder = ConnResponder(config, context.metrics)
+        self.config = config
         self.context = context
         self.registry = registry
         self.metrics = context.metrics
@@ -123,7 +128,16 @@ class StreamableHttp:
             else None
         )
         self.modern = modern
-        self.responder = ConnResponder(config, self.metrics)
+
+    def _retarget(self, config: Config) -> None:
+        """A reload's new config: the next request, and the next response, follow it."""
+        self._config = config
+        self.responder.retarget(config)
+
+    if TYPE_CHECKING:
+        config: Config
+    else:  # read several times per request: a C getter (attrgetter), not a Python one
+        config = property(operator.attrgetter("_config"), _retarget)
 
     # ------------------------------------------------------------------ entry
     @endpoint_entry
