@@ -5,7 +5,8 @@ process, its client connections and its one timer. Everything the core decides a
 as commands, which are carried out here synchronously and in order (queue puts, timer
 moves, task starts), so that no ``await`` separates a decision from its effect.
 
-The :class:`~proxy.registry.Registry` owns every runner.
+The :class:`~proxy.registry.Registry` owns every runner. A connection and its queue are
+:mod:`proxy.client_conn`'s (re-exported here).
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Protocol, assert_never, runtime_checkable
 
 import structlog
 
+from proxy.client_conn import ClientConn, CloseMarker, ConnFenced, Frame
 from proxy.core import jsonrpc
 from proxy.core.errors import SessionNotFound
 from proxy.core.eventid import parse_event_id
-from proxy.core.eventrun import EventRun
 from proxy.core.events import (
     Accepted,
     ClientAck,
@@ -63,6 +63,8 @@ from proxy.store.persist import Persister
 from proxy.upstream import UpstreamContext, open_upstream
 from proxy.upstream.base import Listening
 
+__all__ = ["ClientConn", "CloseMarker", "ConnFenced", "Frame", "IdleStoppable", "SessionRunner"]
+
 log = structlog.get_logger("proxy.runtime")
 
 _LIVE = (UpstreamMessage, UpstreamClosed, Tick)  # (a tuple: isinstance on a union is slower)
@@ -77,75 +79,6 @@ class IdleStoppable(Protocol):
     def stopped_idle(self) -> bool: ...
 
     def stop_idle(self) -> None: ...
-
-
-class ConnFenced(ConnectionError):
-    """This replica lost the connection's session to another (fencing): what waited for
-    the store is never written; the client resumes from the store."""
-
-
-@dataclass(frozen=True, slots=True)
-class CloseMarker:
-    retry_ms: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One message for a connection with framing "message", and the event id it has."""
-
-    event_id: str
-    payload: bytes
-
-
-@dataclass(eq=False)
-class ClientConn:
-    """One client HTTP response: the core decides, the HTTP handler writes the queue out."""
-
-    id: ConnId
-    # "sse": queue items are SSE frames; "message": bare JSON-RPC payloads (WebSocket),
-    # priming events and retry hints left out.
-    framing: str = "sse"
-    outcome: str | None = None  # "sse" or "accepted", set by the core's first command
-    # framing "sse": SSE-encoded bytes, or an EventRun (a replay) framed when written;
-    # framing "message": Frame
-    queue: asyncio.Queue[bytes | EventRun | Frame | CloseMarker] = field(
-        default_factory=asyncio.Queue
-    )
-    closed: bool = False
-    queued_bytes: int = 0  # in the queue, not yet handed to the socket
-    replay_left: int = 0  # of those, a replay's (at the front of the queue)
-    replay_events: int = 0  # events queued by the client's own request (a replay)
-    replay_clock: float | None = None  # a resume's replay began then (monotonic), for metrics
-    last_event_id: str | None = None  # of the last event queued (or priming event seen)
-    first_event_id: str | None = None  # of the first event ever queued
-    priming: SendToClient | None = None  # the priming event it was given, if any
-    # A durable store: what is queued may be written once batch ``ticket`` is stored.
-    gate: Persister | None = None
-    ticket: int = 0
-    lane: str = ""  # its session's epoch: the part of a batch it waits for (slices)
-    fenced: bool = False  # the session was lost (fencing): nothing more is written
-
-    async def stored(self) -> None:
-        """Wait until everything queued so far is in the store (the wire never runs
-        ahead of it, DESIGN.md §9); at once with the memory store. Raises
-        :class:`ConnFenced` once the session was lost: the store may have refused it."""
-        gate = self.gate
-        if gate is not None and not self.fenced and not gate.landed(self.ticket, self.lane):
-            await gate.wait(self.ticket, lane=self.lane)
-        if self.fenced:
-            raise ConnFenced("this replica lost the session (fencing)")
-
-    def fence(self) -> None:
-        """Drop what is queued; :meth:`stored` raises from now on."""
-        while not self.queue.empty():
-            self.queue.get_nowait()
-        self.queued_bytes = self.replay_left = 0
-        self.fenced = True
-
-    def written(self, n: int) -> None:
-        """The writer handed ``n`` bytes from the front of the queue to the socket."""
-        self.queued_bytes -= n
-        self.replay_left = max(0, self.replay_left - n)
 
 
 class SessionRunner:
@@ -460,8 +393,7 @@ class SessionRunner:
         the client resumes with Last-Event-ID from what it really received.
         """
         self.log.info("client_too_slow", conn=conn.id, queued_bytes=conn.queued_bytes)
-        while not conn.queue.empty():
-            conn.queue.get_nowait()
+        conn.queue.clear()
         conn.queued_bytes = conn.replay_left = 0
         conn.closed = True
         conn.queue.put_nowait(CloseMarker(self.config.sse.retry_ms))

@@ -321,3 +321,24 @@ async def test_a_watched_file_reloads_when_written(tmp_path: Path) -> None:
         assert reloaded["added"] == ["b"] and reloaded["trigger"] == "watch", reloaded
         b = RawSession(http, proxy.base + "/servers/b/mcp")
         await b.initialize()
+
+
+async def test_a_reloaded_json_answer_bound_applies_to_the_next_call(tmp_path: Path) -> None:
+    """``sse.*`` is reloaded at once: a lone answer under ``sse.json_answer_min_bytes``
+    goes as SSE; once a reload lowers the bound, the same call's answer goes as JSON."""
+    config = _config({"a": DEMO})
+    async with _proxy(tmp_path, config) as (proxy, path), aiohttp.ClientSession() as http:
+        client = RawSession(http, proxy.base + "/servers/a/mcp")
+        await client.initialize()
+
+        async def content_type(rid: int) -> str:
+            call = tool_call(rid, "echo", {"text": "x" * 2000})
+            async with http.post(client.url, json=call, headers=client.headers()) as resp:
+                assert resp.status == 200, await resp.text()
+                await resp.read()
+                return resp.content_type
+
+        assert await content_type(2) == "text/event-stream"
+        reloaded = await _reload(proxy, path, {**config, "sse": {"json_answer_min_bytes": 100}})
+        assert reloaded["event"] == "config_reloaded", reloaded
+        assert await content_type(3) == "application/json"

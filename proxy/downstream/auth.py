@@ -56,9 +56,12 @@ from proxy.jwks_keys import KeySet
 
 log = structlog.get_logger("proxy.auth")
 
-PRINCIPAL = "mcp_resume_proxy.principal"
-SCOPES = "mcp_resume_proxy.scopes"  # the OAuth scopes a JWT granted (frozenset[str])
-_AUTHENTICATOR = "mcp_resume_proxy.authenticator"  # on a request it let through
+# Typed request keys (aiohttp's RequestKey: a str key warns NotAppKeyWarning).
+PRINCIPAL: web.RequestKey[str | None] = web.RequestKey("mcp_resume_proxy.principal")
+# The OAuth scopes a JWT granted; None: a static token or no auth (no scope rule limits it).
+SCOPES: web.RequestKey[frozenset[str] | None] = web.RequestKey("mcp_resume_proxy.scopes")
+# On a request the authenticator let through.
+_AUTHENTICATOR: web.RequestKey[Authenticator] = web.RequestKey("mcp_resume_proxy.authenticator")
 _OPEN = frozenset({"/healthz"})
 CHALLENGE = 'Bearer realm="mcp-resume-proxy"'
 
@@ -74,8 +77,7 @@ class InvalidToken(Exception):
 
 def principal_of(request: web.Request) -> str | None:
     """Who the request comes from (None: authentication is off)."""
-    found = request.get(PRINCIPAL)
-    return found if isinstance(found, str) else None
+    return request.get(PRINCIPAL)
 
 
 def scopes_of(request: web.Request) -> frozenset[str] | None:
@@ -83,8 +85,7 @@ def scopes_of(request: web.Request) -> frozenset[str] | None:
     space-separated string, RFC 9068) or ``scp`` (a list or a string) claim, empty when it
     has neither. None when the credential carries no scopes at all (authentication off, or
     a static token): then no scope rule limits it."""
-    found = request.get(SCOPES)
-    return found if isinstance(found, frozenset) else None
+    return request.get(SCOPES)
 
 
 def granted_scopes(claims: dict[str, object]) -> frozenset[str]:
@@ -104,7 +105,7 @@ def limit_resumes(request: web.Request) -> None:
     ``stream/poll``, ``stream/resume``, ``tasks/get``) against the request's principal:
     ``RateLimited`` past ``auth.per_principal.resumes_per_minute``."""
     auth = request.get(_AUTHENTICATOR)
-    if not isinstance(auth, Authenticator):
+    if auth is None:
         return
     principal = principal_of(request)
     wait = auth.resume_allowed(principal, time.monotonic())

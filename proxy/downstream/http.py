@@ -8,15 +8,16 @@ that serves this endpoint beside ``/ws`` and ``/healthz`` is :mod:`proxy.downstr
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import operator
 import time
-from typing import cast
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
 
 from proxy import tracing
+from proxy.config import Config
 from proxy.context import ProxyContext
 from proxy.core import cors, httprules, jsonrpc, lone_answer, seed
 from proxy.core.admission import admit_post
@@ -35,13 +36,12 @@ from proxy.core.errors import (
     RequestTimeout,
     ResumeError,
 )
-from proxy.core.eventrun import EventRun, in_chunks
 from proxy.core.events import ClientGet
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import LAST_EVENT_ID, SESSION_HEADER, VERSION_HEADER
-from proxy.core.sse import encode_retry
 from proxy.downstream.admission import check_session_reading, post_to_session
 from proxy.downstream.auth import limit_resumes, principal_of, scopes_of
+from proxy.downstream.conn_response import ConnResponder
 from proxy.downstream.entry import endpoint_entry
 from proxy.downstream.guard import BodyBudget, read_body
 from proxy.downstream.remote import RemoteSessions
@@ -51,9 +51,8 @@ from proxy.metrics import method_label
 from proxy.modern.endpoint import ModernFacade
 from proxy.modern.reply import Reply
 from proxy.registry import Registry
-from proxy.runtime import ClientConn, CloseMarker, Frame, SessionRunner
+from proxy.runtime import ClientConn, SessionRunner
 from proxy.servers import Server
-from proxy.sse_writer import SseWriter
 
 log = structlog.get_logger("proxy.http")
 
@@ -77,7 +76,8 @@ def _preflight(request: web.Request) -> web.Response:
 # a GET with Last-Event-ID is counted by _get, a WebSocket reattaching by /ws.
 _POLLS = frozenset({seed.POLL, seed.RESUME, "tasks/get", "tasks/result"})
 
-_MODERN_KEY = "mcp_resume_proxy.modern"  # set on a request the modern side served
+# Set on a request the modern side served.
+_MODERN_KEY: web.RequestKey[bool] = web.RequestKey("mcp_resume_proxy.modern")
 
 
 def _legacy_only(version: str | None, why: str) -> ModernError:
@@ -105,7 +105,9 @@ class StreamableHttp:
         """``modern`` is the server's 2026-07-28 side, built by the app's root when
         ``modern.enabled``; without one, modern requests are answered as legacy ones."""
         self.server = server
-        self.config = config = server.config
+        config = server.config
+        self.responder = ConnResponder(config, context.metrics)
+        self.config = config
         self.context = context
         self.registry = registry
         self.metrics = context.metrics
@@ -126,6 +128,16 @@ class StreamableHttp:
             else None
         )
         self.modern = modern
+
+    def _retarget(self, config: Config) -> None:
+        """A reload's new config: the next request, and the next response, follow it."""
+        self._config = config
+        self.responder.retarget(config)
+
+    if TYPE_CHECKING:
+        config: Config
+    else:  # read several times per request: a C getter (attrgetter), not a Python one
+        config = property(operator.attrgetter("_config"), _retarget)
 
     # ------------------------------------------------------------------ entry
     @endpoint_entry
@@ -214,10 +226,12 @@ class StreamableHttp:
 
     # ------------------------------------------------------------------ POST
     async def _post(self, request: web.Request) -> web.StreamResponse:
-        httprules.check_post_accept(request.headers.get("Accept"))
-        httprules.check_content_type(request.headers.get("Content-Type"))
+        headers = request.headers
+        httprules.check_post_accept(headers.get("Accept"))
+        httprules.check_content_type(headers.get("Content-Type"))
         limit = self.config.sessions.max_message_bytes
-        if request.content_length is not None and request.content_length > limit:
+        length = request.content_length  # (parsed from its header on each read)
+        if length is not None and length > limit:
             raise PayloadTooLarge(f"Payload Too Large: body over {limit} bytes")
         body = await read_body(
             request, self.bodies, max_bytes=limit, timeout=self.config.listen.body_timeout_seconds
@@ -232,7 +246,7 @@ class StreamableHttp:
         try:
             response = await tracing.client_post(  # its span, when tracing is on
                 self._post_messages(request, messages, batch),
-                request.headers,
+                headers,
                 messages,
                 self.server.name,
                 principal_of(request),
@@ -249,9 +263,10 @@ class StreamableHttp:
     async def _post_messages(
         self, request: web.Request, messages: list[Message], batch: bool
     ) -> web.StreamResponse:
-        version = request.headers.get(VERSION_HEADER)
-        session = request.headers.get(SESSION_HEADER)
-        if any(is_modern(m.raw, version, session) for m in messages):
+        headers = request.headers
+        version = headers.get(VERSION_HEADER)
+        existing = headers.get(SESSION_HEADER)
+        if any(is_modern(m.raw, version, existing) for m in messages):
             if batch:
                 raise BadRequest("Bad Request: a 2026-07-28 POST carries one message, not a batch")
             if self.modern is None:  # a dual-era client falls back to initialize on this
@@ -263,8 +278,7 @@ class StreamableHttp:
             return await self.modern.post(
                 messages[0], principal_of(request), request.headers, reply, scopes_of(request)
             )
-        header_id = request.headers.get(LAST_EVENT_ID)
-        existing = request.headers.get(SESSION_HEADER)
+        header_id = headers.get(LAST_EVENT_ID)
         admission = admit_post(
             messages,
             batch,
@@ -313,9 +327,9 @@ class StreamableHttp:
             self.config.sse.json_answer_window_ms > 0
             and not batch
             and messages[0].kind is Kind.REQUEST
-            and lone_answer.prefers_json(request.headers.get("Accept"))
+            and lone_answer.prefers_json(headers.get("Accept"))
         )
-        return await self._stream(request, runner, conn, hold=hold)
+        return await self.responder.respond(request, runner, conn, hold=hold)
 
     async def _remote_legacy_task(
         self, request: web.Request, remote: RemoteSessions, messages: list[Message], batch: bool
@@ -360,7 +374,7 @@ class StreamableHttp:
             self.metrics.replay_events.observe(conn.replay_events)
             tracing.note(replayed=conn.replay_events)
             conn.replay_clock = time.monotonic()
-        return await self._stream(request, runner, conn)
+        return await self.responder.respond(request, runner, conn)
 
     # ------------------------------------------------------------------ DELETE
     async def _delete(self, request: web.Request) -> web.StreamResponse:
@@ -370,141 +384,6 @@ class StreamableHttp:
         await target.end("deleted by client")
         return web.Response(status=200)
 
-    # ------------------------------------------------------------------ SSE writer
-    async def _stream(
-        self, request: web.Request, runner: SessionRunner, conn: ClientConn, hold: bool = False
-    ) -> web.StreamResponse:
-        """Write ``conn``'s queue out as SSE until the core ends it (a ``CloseMarker``).
-
-        ``hold``: first wait up to ``sse.json_answer_window_ms`` for a lone large answer,
-        sent as ``application/json`` instead (:mod:`proxy.core.lone_answer`)."""
-        headers = {SESSION_HEADER: runner.session_id}
-        writer = SseWriter(
-            request, self.config.sse.keepalive_seconds, {"Connection": "keep-alive", **headers}
-        )
-        try:
-            held: list[bytes | EventRun | Frame | CloseMarker] = []
-            if hold:
-                answer = await self._hold(conn, held)
-                if answer is not None:
-                    await conn.stored()  # the wire never runs ahead of the store
-                    log.debug("answered_as_json", session=runner.session_id[:8], size=len(answer))
-                    return web.Response(
-                        body=answer, content_type="application/json", headers=headers
-                    )
-            if not held and conn.queue.empty():
-                await writer.open()  # headers now; else they go with the first events
-            while True:
-                items = held or await writer.next_batch(conn.queue, _is_close)
-                if not items:  # the client hung up
-                    break
-                close = items[-1] if isinstance(items[-1], CloseMarker) else None
-                if close is not None:
-                    items.pop()
-                counted = bool(held)  # (held items were counted as written when taken)
-                held = []
-                # A replay is framed and written in chunks of bounded size, the event loop
-                # free between them; the last chunk goes on as one batch always did.
-                last = b""
-                for chunk in in_chunks(_sse_items(items)):
-                    if last:
-                        await self._write_chunk(writer, conn, last, counted)
-                    last = chunk
-                chunks = [last]
-                if not counted:
-                    conn.written(len(last))
-                if conn.replay_clock is not None and not conn.replay_left:
-                    self.metrics.replay_seconds.observe(time.monotonic() - conn.replay_clock)
-                    conn.replay_clock = None
-                if close is not None and close.retry_ms is not None:
-                    chunks.append(encode_retry(close.retry_ms))
-                data = b"".join(chunks)
-                await conn.stored()  # the wire never runs ahead of the store
-                if close is not None:  # the last events and the end in one write
-                    await writer.end(data)
-                    break
-                if data:
-                    await writer.write(data)
-        except (ConnectionError, asyncio.CancelledError, RuntimeError) as exc:
-            # The client went away. Nothing is lost: every event is in the stream's log
-            # and a GET with Last-Event-ID resumes it.
-            log.debug("client_gone", session=runner.session_id[:8], conn=conn.id, error=repr(exc))
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-        finally:
-            runner.conn_gone(conn)
-        return writer.response
-
-    @staticmethod
-    async def _write_chunk(writer: SseWriter, conn: ClientConn, data: bytes, counted: bool) -> None:
-        """One chunk of a long batch (a replay), then a turn of the event loop for the
-        other sessions: a replay never holds it longer than one chunk's framing."""
-        if not counted:
-            conn.written(len(data))
-        await conn.stored()  # the wire never runs ahead of the store
-        await writer.write(data)
-        await asyncio.sleep(0)
-
-    async def _hold(
-        self, conn: ClientConn, held: list[bytes | EventRun | Frame | CloseMarker]
-    ) -> bytes | None:
-        """Hold the response headers for ``sse.json_answer_window_ms``, taking what the
-        core queues into ``held``: the lone answer's bytes if it came alone in time and
-        is large enough to go as JSON, else None (stream ``held`` as SSE).
-
-        What is taken counts as written at once, so a large answer behind the unsent
-        priming event is no slow reader (``sse.max_queued_bytes``); the hold ends at the
-        first message, so it keeps only what the core queued at once, before it."""
-        sse = self.config.sse
-        try:
-            async with asyncio.timeout(sse.json_answer_window_ms / 1000):  # one timer
-                return await self._take_held(conn, held, sse.json_answer_min_bytes)
-        except TimeoutError:
-            return None
-
-    @staticmethod
-    async def _take_held(
-        conn: ClientConn, held: list[bytes | EventRun | Frame | CloseMarker], min_bytes: int
-    ) -> bytes | None:
-        """:meth:`_hold`'s work, until its window ends (what is queued taken at once)."""
-        queue = conn.queue
-        frames: list[bytes] = []  # those of ``held``, framed once
-        while True:
-            taken = [queue.get_nowait() if not queue.empty() else await queue.get()]
-            while not isinstance(taken[-1], CloseMarker) and not queue.empty():
-                taken.append(queue.get_nowait())
-            held.extend(taken)
-            size = 0
-            for item in taken:
-                if not isinstance(item, CloseMarker):
-                    frame = _sse_frame(item)
-                    frames.append(frame)
-                    size += len(frame)
-            conn.written(size)
-            close = held[-1] if isinstance(held[-1], CloseMarker) else None
-            ended = close is not None and close.retry_ms is None
-            verdict = lone_answer.verdict(frames, ended, min_bytes=min_bytes)
-            if isinstance(verdict, bytes):
-                return verdict
-            if verdict is lone_answer.SSE or close is not None:
-                return None
-
 
 def _stream_of(runner: SessionRunner, conn: ClientConn | None) -> int | None:
     return runner.session.stream_of(conn.id) if conn is not None else None
-
-
-def _is_close(item: bytes | EventRun | Frame | CloseMarker) -> bool:
-    return isinstance(item, CloseMarker)
-
-
-def _sse_items(items: list[bytes | EventRun | Frame | CloseMarker]) -> list[bytes | EventRun]:
-    """A batch of framing "sse" (its CloseMarker taken off): frames and runs only."""
-    return cast("list[bytes | EventRun]", items)
-
-
-def _sse_frame(item: bytes | EventRun | Frame | CloseMarker) -> bytes:
-    if isinstance(item, EventRun):  # a replay, whole (a held response: the rare case)
-        return item.encode()
-    assert isinstance(item, bytes)  # framing "sse"
-    return item

@@ -6,12 +6,21 @@ import asyncio
 import json
 import signal
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.web_exceptions import NotAppKeyWarning
 
+from proxy.config import config_from_mapping
+from proxy.context import ProxyContext
+from proxy.downstream.app import build_app
+from proxy.registry import Registry
 from tests.downstream.sse_client import RawSession, messages, proxy_session, read_events
-from tests.support import FIXTURE, MCP_HEADERS, alive, eventually, run_proxy, tool_call
+from tests.support import FIXTURE, MCP_HEADERS, alive, bearer, eventually, run_proxy, tool_call
 
 
 async def test_status_codes_and_the_session_keeps_working(tmp_path: Path) -> None:
@@ -372,3 +381,24 @@ async def test_a_server_that_stops_reading_gets_503_not_unbounded_memory(tmp_pat
                     body = await resp.json()
                     assert body["error"]["data"]["reason"] == "upstream_busy"
         assert statuses[0] == 202 and statuses[-1] == 503, statuses
+
+
+@pytest.mark.parametrize("tokens", [None, [{"token": "t" * 32, "principal": "alice"}]])
+async def test_request_state_uses_typed_keys_no_not_app_key_warning(
+    aiohttp_client: Any, tokens: list[dict[str, str]] | None
+) -> None:
+    """What the proxy puts on a request (principal, scopes, authenticator, era) goes under
+    aiohttp ``RequestKey``s: a str key warns ``NotAppKeyWarning`` (here an error: a 500)."""
+    web.BaseRequest._seen_str_keys.clear()  # aiohttp warns once per key and process
+    config = config_from_mapping({"auth": {"tokens": tokens}} if tokens else {})
+    context = ProxyContext(config)
+    client = await aiohttp_client(build_app(context, Registry(context)))
+    headers = {**MCP_HEADERS, **(bearer("t" * 32) if tokens else {})}
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotAppKeyWarning)
+        async with client.get("/healthz") as resp:
+            assert resp.status == 200, await resp.text()
+        async with client.post("/mcp", json=ping, headers=headers) as resp:  # no session
+            body = await resp.json()
+            assert resp.status == 400 and body["error"]["data"]["reason"] == "missing_session"
