@@ -18,6 +18,7 @@ answered to the server with that same error (it must not wait forever either); a
 over-long notification is only logged (``upstream_message_too_large``, size and limit,
 never content).
 
+Stdout is read and cut into lines by :mod:`proxy.upstream.stdio_reader`.
 An idle session's process may be stopped while the session stays, and started again by
 its next message (``upstream.stop_idle_seconds``, :mod:`proxy.upstream.stdio_idle`).
 """
@@ -35,21 +36,18 @@ import structlog
 
 from proxy.config_rules import ConfigError
 from proxy.core import jsonrpc
-from proxy.core.errors import LostReason, ProxyError, UpstreamStartFailed, error_message
+from proxy.core.errors import ProxyError, UpstreamStartFailed
 from proxy.core.handshake import HandshakeStep
-from proxy.core.jsonrpc import Kind, Message
-from proxy.core.protocol import SERVER_ERROR
-from proxy.upstream.base import UpstreamContext, messages_of
+from proxy.core.jsonrpc import Message
+from proxy.upstream.base import UpstreamContext
 from proxy.upstream.deathsig import die_with_parent
 from proxy.upstream.handshake import ClientHandshake, initialize
 from proxy.upstream.lineage import TAG_VARIABLE, Lineage
-from proxy.upstream.overlong import OverlongLine, outline, read_line
 from proxy.upstream.respawn import Respawns
 from proxy.upstream.stdio_idle import IdleStop
+from proxy.upstream.stdio_reader import StdoutReader
 from proxy.upstream.subreaper import REAPER
 
-_LINES_PER_TURN = 64
-"""Lines read from a server's stdout before the reader lets the event loop turn."""
 log = structlog.get_logger("proxy.upstream.stdio")
 
 _DRAIN_SECONDS = 1.0
@@ -71,7 +69,7 @@ class _ExitWatchingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
             self._exited.set_result(None)
 
 
-class StdioUpstream(IdleStop):
+class StdioUpstream(IdleStop, StdoutReader):
     """Owns one child process and the tasks that read and write its pipes."""
 
     def __init__(self, context: UpstreamContext) -> None:
@@ -247,34 +245,6 @@ class StdioUpstream(IdleStop):
         with contextlib.suppress(Exception):
             stdin.close()
 
-    async def _read_stdout(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        stdout = self._proc.stdout
-        lines = 0
-        while True:
-            lines += 1
-            if lines % _LINES_PER_TURN == 0:
-                # A pipe full of lines is read without ever suspending: let the loop turn,
-                # so that other sessions, the store's group commit and the writers get on.
-                await asyncio.sleep(0)
-            await self._readable.wait()
-            line = await read_line(stdout)
-            if line is None:
-                break
-            if isinstance(line, OverlongLine):
-                self._overlong(line)
-                continue
-            line = line.strip()
-            if not line:
-                continue
-            for msg in messages_of(line, self._skipped):
-                reinit = self._reinit
-                if reinit is not None and msg.kind is Kind.RESPONSE and msg.id == reinit[0]:
-                    if not reinit[1].done():
-                        reinit[1].set_result(msg)
-                    continue
-                self._context.on_message(msg, None)
-
     async def _watch_exit(self, lineage: Lineage) -> None:
         """When the child exits: take what it wrote last, end its group, report."""
         assert self._proc is not None
@@ -391,59 +361,6 @@ class StdioUpstream(IdleStop):
             await stdin.drain()
         except (ConnectionError, BrokenPipeError) as exc:
             raise UpstreamStartFailed(f"the restarted MCP server went away: {exc}") from None
-
-    def _overlong(self, line: OverlongLine) -> None:
-        """Answer an over-long line's sender so that nobody waits forever.
-
-        A response: its request (ours) gets an error naming the limit. A request from the
-        server: the server gets an error response for it, on stdin. Ids are never mixed:
-        each answer goes back to whoever sent the message. A notification is only logged.
-        """
-        limit = self._context.config.max_line_bytes
-        shape = outline(line.head, line.tail)
-        log.warning(
-            "upstream_message_too_large",
-            session=self._context.label,
-            size=line.size,
-            limit=limit,
-            kind=shape.kind,
-            answered=shape.id is not None and shape.kind in ("response", "request"),
-        )
-        if shape.id is None:
-            return
-        data = {"reason": LostReason.UPSTREAM_MESSAGE_TOO_LARGE.value, "limit": limit}
-        if shape.kind == "response":
-            message = f"the MCP server's response is over upstream.max_line_bytes ({limit} bytes)"
-            error = error_message(shape.id, SERVER_ERROR, message, data)
-            self._context.on_message(jsonrpc.classify(error), None)
-        elif shape.kind == "request":
-            message = f"the request is over the proxy's upstream.max_line_bytes ({limit} bytes)"
-            error = error_message(shape.id, SERVER_ERROR, message, data)
-            self.send(jsonrpc.encode(error))
-
-    def _skipped(self, line: bytes | str, exc: ProxyError) -> None:
-        log.warning(
-            "upstream_line_skipped",
-            session=self._context.label,
-            error=exc.message,
-            line=line[:200] if isinstance(line, str) else line[:200].decode(errors="replace"),
-        )
-
-    async def _read_stderr(self) -> None:
-        assert self._proc is not None and self._proc.stderr is not None
-        stderr = self._proc.stderr
-        while True:
-            try:
-                line = await stderr.readline()
-            except ValueError:
-                continue
-            if not line:
-                return
-            log.info(
-                "upstream_stderr",
-                session=self._context.label,
-                line=line.rstrip().decode(errors="replace"),
-            )
 
     def _report_closed(self, reason: str) -> None:
         if self._closed_reported:
