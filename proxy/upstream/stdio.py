@@ -18,7 +18,7 @@ answered to the server with that same error (it must not wait forever either); a
 over-long notification is only logged (``upstream_message_too_large``, size and limit,
 never content).
 
-Stdout is read and cut into lines by :mod:`proxy.upstream.stdio_reader`.
+Stdout is read and cut into lines in the pipe's callbacks (:mod:`proxy.upstream.stdio_reader`).
 An idle session's process may be stopped while the session stays, and started again by
 its next message (``upstream.stop_idle_seconds``, :mod:`proxy.upstream.stdio_idle`).
 """
@@ -45,7 +45,7 @@ from proxy.upstream.handshake import ClientHandshake, initialize
 from proxy.upstream.lineage import TAG_VARIABLE, Lineage
 from proxy.upstream.respawn import Respawns
 from proxy.upstream.stdio_idle import IdleStop
-from proxy.upstream.stdio_reader import StdoutReader
+from proxy.upstream.stdio_reader import StdoutLines, StdoutReader
 from proxy.upstream.subreaper import REAPER
 
 log = structlog.get_logger("proxy.upstream.stdio")
@@ -57,11 +57,30 @@ _REINIT_SECONDS = 30.0
 
 class _ExitWatchingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """Learns of the child's exit itself: asyncio's ``Process.wait()`` also waits for the
-    pipes to close, which never happens while a grandchild holds them."""
+    pipes to close, which never happens while a grandchild holds them. Stdout goes to
+    ``stdout`` (:class:`StdoutLines`), not to a ``StreamReader``."""
 
-    def __init__(self, exited: asyncio.Future[None], **kwargs: Any) -> None:
+    def __init__(self, exited: asyncio.Future[None], stdout: StdoutLines, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._exited = exited
+        self._stdout = stdout
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self._stdout.connected(transport.get_pipe_transport(1))  # type: ignore[arg-type]
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        if fd == 1:
+            assert isinstance(data, bytes)
+            self._stdout.data(data)
+        else:
+            super().pipe_data_received(fd, data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1:
+            self._stdout.ended()
+        super().pipe_connection_lost(fd, exc)
 
     def process_exited(self) -> None:
         super().process_exited()
@@ -80,11 +99,10 @@ class StdioUpstream(IdleStop, StdoutReader):
         self._stopping = False
         self._closed_reported = False
         self._queued_bytes = 0  # in the outbox (see pending_bytes)
-        self._readable = asyncio.Event()  # cleared: overflow: block holds the server back
-        self._readable.set()
+        self._paused = False  # overflow: block holds the server back
+        self._stdout: StdoutLines | None = None  # the current process's
         self._exited: asyncio.Future[None]
         self._watcher: asyncio.Task[None]
-        self._reader: asyncio.Task[None]
         self._writer: asyncio.Task[None] | None = None
         self._transport: asyncio.SubprocessTransport
         # Respawn (upstream.restart): the client's handshake, as the core marked it (the
@@ -135,6 +153,7 @@ class StdioUpstream(IdleStop, StdoutReader):
         env[TAG_VARIABLE] = lineage.tag
         loop = asyncio.get_running_loop()
         exited: asyncio.Future[None] = loop.create_future()
+        stdout = StdoutLines(cfg.max_line_bytes, self._stdout_line, loop, self._paused)
         # Its lineage and exit are this upstream's only once it runs: a launch cancelled
         # (a stop during a restart) leaves the last process's, which a stop can end, and
         # never an exit that no process will ever set.
@@ -142,7 +161,9 @@ class StdioUpstream(IdleStop, StdoutReader):
         try:
             with REAPER.spawning():  # asyncio's child from the fork on: not reaped by us
                 transport, protocol = await loop.subprocess_exec(
-                    lambda: _ExitWatchingProtocol(exited, limit=cfg.max_line_bytes, loop=loop),
+                    lambda: _ExitWatchingProtocol(
+                        exited, stdout, limit=cfg.max_line_bytes, loop=loop
+                    ),
                     *command,
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
@@ -165,19 +186,22 @@ class StdioUpstream(IdleStop, StdoutReader):
         log.info("upstream_started", session=self._context.label, pid=self._proc.pid)
         self._context.health.ok()
         name = self._context.label
-        self._reader = asyncio.create_task(self._read_stdout(), name=f"stdout-{name}")
+        self._stdout = stdout
         self._tasks = [t for t in self._tasks if not t.done()] + [
-            self._reader,
             asyncio.create_task(self._read_stderr(), name=f"stderr-{name}"),
         ]
-        self._watcher = asyncio.create_task(self._watch_exit(lineage), name=f"exit-{name}")
+        self._watcher = asyncio.create_task(self._watch_exit(lineage, stdout), name=f"exit-{name}")
 
     def pause(self) -> None:
         """Stop reading stdout; the child blocks once the pipe is full."""
-        self._readable.clear()
+        self._paused = True
+        if self._stdout is not None:
+            self._stdout.pause()
 
     def resume(self) -> None:
-        self._readable.set()
+        self._paused = False
+        if self._stdout is not None:
+            self._stdout.resume()
 
     def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
         """Queue one message for the child's stdin (order is kept). The client's
@@ -245,7 +269,7 @@ class StdioUpstream(IdleStop, StdoutReader):
         with contextlib.suppress(Exception):
             stdin.close()
 
-    async def _watch_exit(self, lineage: Lineage) -> None:
+    async def _watch_exit(self, lineage: Lineage, stdout: StdoutLines) -> None:
         """When the child exits: take what it wrote last, end its group, report."""
         assert self._proc is not None
         await self._exited
@@ -253,7 +277,7 @@ class StdioUpstream(IdleStop, StdoutReader):
         with contextlib.suppress(TimeoutError):
             # Lines written just before the exit are still in the pipe: read them first,
             # but do not wait on a pipe that a surviving grandchild keeps open.
-            await asyncio.wait_for(asyncio.shield(self._reader), _DRAIN_SECONDS)
+            await asyncio.wait_for(asyncio.shield(stdout.done), _DRAIN_SECONDS)
         reason = f"exited with code {self._proc.returncode}"
         if self._idle_stopping:
             return  # stopped for idleness: the session goes on (see stop_idle)
@@ -414,6 +438,8 @@ class StdioUpstream(IdleStop, StdoutReader):
         except TimeoutError:
             # Something that left the group still holds a pipe: let go of ours.
             self._transport.close()
+        if self._stdout is not None:
+            self._stdout.close()  # (as a reader task cancelled: nothing more handed over)
         for task in self._tasks:
             if not task.done():
                 task.cancel()

@@ -1,22 +1,25 @@
 """Reading a stdio server's stdout and stderr (DESIGN.md U1), a part of
 :class:`~proxy.upstream.stdio.StdioUpstream`.
 
-Stdout is read in whole reads of up to :data:`READ_BYTES`, each cut into lines by a
-:class:`~proxy.upstream.overlong.LineSplitter` (issue 23: one ``read`` and one split per
-pipe's worth, not one ``readuntil`` and one ``Event.wait`` per line). Each line is one
-message or a batch; a line that is not JSON-RPC is logged and skipped; an over-long line
-is answered (:meth:`StdoutReader._overlong`). The reader hands over at most
-:data:`LINES_PER_TURN` lines before it lets the event loop turn.
+Stdout is handled in the pipe's own callbacks (:class:`StdoutLines`, issue 23): each read
+is cut into lines by a :class:`~proxy.upstream.overlong.LineSplitter` and the lines are
+handed over at once, at most :data:`LINES_PER_TURN` in one callback; the rest go in the
+next turns of the event loop (``call_soon``), the pipe not read meanwhile. No reader task,
+no ``StreamReader``: no ``readuntil``, no task wake-up per read, and a server's answer is
+handed over in the turn that reads it. Each line is one message or a batch; a line that is
+not JSON-RPC is logged and skipped; an over-long line is answered
+(:meth:`StdoutReader._overlong`).
 
-Backpressure (``overflow: block``): while paused, no line is handed over and nothing more
-is read; the lines of the last read wait (one read's worth at most), the pipe's reader
-buffers up to twice ``upstream.max_line_bytes`` and then stops reading, and the server
-blocks on a full pipe. Nothing is lost.
+Backpressure (``overflow: block``): while paused, no line is handed over and the pipe is
+not read; what is held is the rest of one read (at most the 256 KiB asyncio reads at once)
+and the line under way (within ``upstream.max_line_bytes``, then only its two ends); the
+server blocks on a full pipe. Nothing is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import structlog
 
@@ -31,9 +34,111 @@ from proxy.upstream.overlong import LineSplitter, OverlongLine, outline
 log = structlog.get_logger("proxy.upstream.stdio")
 
 LINES_PER_TURN = 64
-"""Lines read from a server's stdout before the reader lets the event loop turn."""
-READ_BYTES = 256 * 1024
-"""The most taken from the pipe's reader at once (asyncio reads a pipe 256 KiB at a time)."""
+"""Lines of a server's stdout handed over before the event loop turns."""
+
+Line = bytes | OverlongLine
+
+
+class StdoutLines:
+    """One process's stdout, handed over line by line from the pipe's callbacks.
+
+    The pipe is read while nothing is left over from the last read and nobody paused it:
+    a read whose lines are more than a turn's holds the reading until they are all handed
+    over. :attr:`done` is set once the pipe ended and every line was handed over (or
+    :meth:`close` was called)."""
+
+    def __init__(
+        self,
+        limit: int,
+        on_line: Callable[[Line], None],
+        loop: asyncio.AbstractEventLoop,
+        paused: bool = False,
+    ) -> None:
+        self._splitter = LineSplitter(limit)
+        self._on_line = on_line
+        self._loop = loop
+        self._lines: list[Line] = []  # of the last read, from _at on not handed over yet
+        self._at = 0
+        self._paused = paused  # by the upstream (overflow: block)
+        self._scheduled = False  # a call_soon of _hand is pending
+        self._ended = False  # the pipe is closed
+        self._closed = False
+        self._pipe: asyncio.ReadTransport | None = None
+        self.done: asyncio.Future[None] = loop.create_future()
+
+    def connected(self, pipe: asyncio.ReadTransport | None) -> None:
+        self._pipe = pipe
+        if pipe is not None and self._paused:
+            pipe.pause_reading()
+
+    def data(self, data: bytes) -> None:
+        """A read of the pipe."""
+        lines = self._splitter.feed(data)
+        if self._at < len(self._lines):  # (not expected: reading stops while lines wait)
+            lines = self._lines[self._at :] + lines
+        self._lines, self._at = lines, 0
+        self._hand()
+
+    def ended(self) -> None:
+        """The pipe closed (the server exited, or closed its stdout)."""
+        self._ended = True
+        end = self._splitter.end()
+        if end:
+            self._lines, self._at = self._lines[self._at :] + end, 0
+        self._hand()
+
+    def pause(self) -> None:
+        """Hand over no more lines and stop reading the pipe until :meth:`resume`."""
+        self._paused = True
+        if self._pipe is not None:
+            self._pipe.pause_reading()
+
+    def resume(self) -> None:
+        self._paused = False
+        if self._at < len(self._lines) or self._ended:
+            self._schedule()
+        elif self._pipe is not None:
+            self._pipe.resume_reading()
+
+    def close(self) -> None:
+        """Hand over nothing more (the process is being let go)."""
+        self._closed = True
+        self._lines, self._at = [], 0
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._scheduled = False
+        self._hand()
+
+    def _hand(self) -> None:
+        """Hand over up to a turn's lines; the rest in the next turn, the pipe unread."""
+        if self._closed or self._paused:
+            return
+        lines = self._lines
+        end = min(len(lines), self._at + LINES_PER_TURN)
+        while self._at < end:
+            line = lines[self._at]
+            self._at += 1
+            self._on_line(line)
+            if self._paused or self._closed:
+                return  # (pause stopped the reading; resume schedules the rest)
+        if self._at < len(lines):
+            if self._pipe is not None:
+                self._pipe.pause_reading()
+            self._schedule()
+            return
+        self._lines, self._at = [], 0
+        if self._ended:
+            if not self.done.done():
+                self.done.set_result(None)
+        elif self._pipe is not None:
+            self._pipe.resume_reading()
 
 
 class StdoutReader:
@@ -42,49 +147,28 @@ class StdoutReader:
 
     _context: UpstreamContext
     _proc: asyncio.subprocess.Process | None
-    _readable: asyncio.Event  # cleared: paused (overflow: block)
     _reinit: tuple[str, asyncio.Future[Message]] | None
 
     def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
         raise NotImplementedError
 
-    async def _read_stdout(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        stdout = self._proc.stdout
-        readable = self._readable
-        on_message = self._context.on_message
-        splitter = LineSplitter(self._context.config.max_line_bytes)
-        handed = 0
-        while True:
-            if not readable.is_set():
-                await readable.wait()
-            data = await stdout.read(READ_BYTES)
-            for line in splitter.feed(data) if data else splitter.end():
-                if not readable.is_set():
-                    await readable.wait()
-                handed += 1
-                if handed == LINES_PER_TURN:
-                    # A pipe full of lines is read without ever suspending: let the loop
-                    # turn, so that other sessions, the store's commits and the writers
-                    # get on.
-                    handed = 0
-                    await asyncio.sleep(0)
-                if type(line) is OverlongLine:
-                    self._overlong(line)
-                    continue
-                assert isinstance(line, bytes)
-                line = line.strip()
-                if not line:
-                    continue
-                for msg in messages_of(line, self._skipped):
-                    reinit = self._reinit
-                    if reinit is not None and msg.kind is Kind.RESPONSE and msg.id == reinit[0]:
-                        if not reinit[1].done():
-                            reinit[1].set_result(msg)
-                        continue
-                    on_message(msg, None)
-            if not data:
-                return
+    def _stdout_line(self, line: Line) -> None:
+        """One line of the server's stdout: its messages go to the session (the answer
+        to the proxy's own re-initialize is kept here)."""
+        if type(line) is OverlongLine:
+            self._overlong(line)
+            return
+        assert isinstance(line, bytes)
+        line = line.strip()
+        if not line:
+            return
+        for msg in messages_of(line, self._skipped):
+            reinit = self._reinit
+            if reinit is not None and msg.kind is Kind.RESPONSE and msg.id == reinit[0]:
+                if not reinit[1].done():
+                    reinit[1].set_result(msg)
+                continue
+            self._context.on_message(msg, None)
 
     def _overlong(self, line: OverlongLine) -> None:
         """Answer an over-long line's sender so that nobody waits forever.

@@ -1,7 +1,8 @@
 """The stdio reader's line splitting (proxy/upstream/stdio_reader.py, proxy/upstream/overlong.py
 ``LineSplitter``, issue 23): whole reads cut into lines, the partial tail kept for the next
-read, and backpressure: a paused reader hands over nothing, reads nothing more, holds a
-bounded amount while the server blocks, and loses nothing once resumed."""
+read, and backpressure: a reader paused in the middle of a read's lines hands over nothing
+more, reads nothing more, holds a bounded amount while the server blocks, and loses
+nothing once resumed."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from proxy.core.jsonrpc import Message
 from proxy.upstream.base import UpstreamContext
 from proxy.upstream.overlong import LineSplitter, OverlongLine
 from proxy.upstream.stdio import StdioUpstream
-from proxy.upstream.stdio_reader import READ_BYTES
 from tests.support import eventually
+
+ASYNCIO_READ = 256 * 1024  # the most asyncio reads from a pipe at once
 
 LIMIT = 16
 
@@ -122,12 +124,12 @@ async def test_a_paused_reader_hands_over_nothing_holds_a_bound_and_loses_nothin
         await eventually(lambda: blocked_in_write(pid), timeout=30, what="the server blocked")
         written = int(count.read_text() or 0)
         assert len(got) == 1  # paused at the first: not one more line handed over
-        # What the proxy took and holds: at most one read, the pipe reader's buffer (twice
-        # the limit) and a partial line; plus the pipe's own 64 KiB (and the line blocked).
-        assert written * LINE_BYTES <= READ_BYTES + 2 * limit + limit + 64 * 1024 + 10 * LINE_BYTES
+        # What the proxy took and holds: at most one read and a partial line; plus the
+        # pipe's own 64 KiB (and the write blocked).
+        assert written * LINE_BYTES <= ASYNCIO_READ + limit + 64 * 1024 + 10 * LINE_BYTES
         assert written < LINES
         up.resume()
         await eventually(lambda: len(got) == LINES, timeout=30, what="every line read")
-        assert [m.params["i"] for m in got] == list(range(LINES))  # type: ignore[index]
+        assert [m.params["i"] for m in got] == list(range(LINES))
     finally:
         await up.stop()
