@@ -19,7 +19,8 @@ server blocks on a full pipe. Nothing is lost.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import structlog
 
@@ -158,11 +159,26 @@ class StdoutReader:
         if type(line) is OverlongLine:
             self._overlong(line)
             return
-        assert isinstance(line, bytes)
-        line = line.strip()
+        line = cast(bytes, line).strip()
         if not line:
             return
-        for msg in messages_of(line, self._skipped):
+        # One message a line, the common case, without messages_of's lists; a batch or
+        # anything that is not a JSON object goes through it (decoded again: rare).
+        try:
+            obj = jsonrpc.decode(line)
+        except ProxyError as exc:
+            self._skipped(line, exc)
+            return
+        msgs: Sequence[Message]
+        if type(obj) is dict:
+            try:
+                msgs = (jsonrpc.classify(obj, jsonrpc.wire_of(line)),)
+            except ProxyError as exc:
+                self._skipped(line, exc)
+                return
+        else:
+            msgs = messages_of(line, self._skipped)
+        for msg in msgs:
             reinit = self._reinit
             if reinit is not None and msg.kind is Kind.RESPONSE and msg.id == reinit[0]:
                 if not reinit[1].done():

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import structlog
+
 from proxy.config import UpstreamConfig
 from proxy.core.jsonrpc import Message
 from proxy.upstream.base import UpstreamContext
@@ -133,3 +135,59 @@ async def test_a_paused_reader_hands_over_nothing_holds_a_bound_and_loses_nothin
         assert [m.params["i"] for m in got] == list(range(LINES))
     finally:
         await up.stop()
+
+
+# Writes, once asked, one line of each kind in one write.
+KINDS = r"""
+import os, sys
+sys.stdin.readline()
+lines = [
+    b'{"jsonrpc":"2.0","method":"one"}',
+    b'[{"jsonrpc":"2.0","method":"b1"},{"jsonrpc":"2.0","method":"b2"}]',
+    b'not json',
+    b'42',
+    b'{"no":"jsonrpc"}',
+    b'  {"jsonrpc":"2.0","method":"crlf"}\r',
+    b'',
+    b'[{"jsonrpc":"2.0","method":"b3"},7]',
+    b'{"jsonrpc":"2.0","method":"last"}',
+]
+os.write(1, b"\n".join(lines) + b"\n")
+sys.stdin.readline()
+"""
+
+
+async def test_each_line_gives_its_message_or_batch_and_what_is_not_json_rpc_is_skipped(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "kinds.py"
+    script.write_text(KINDS)
+    got: list[Message] = []
+    capture = structlog.testing.LogCapture()
+    structlog.configure(processors=[capture])
+    up = StdioUpstream(
+        UpstreamContext(
+            UpstreamConfig(command=[sys.executable, str(script)]),
+            "test-session-id",
+            on_message=lambda m, origin: got.append(m),
+            on_closed=lambda reason: None,
+        )
+    )
+    await up.start()
+    try:
+        up.send(b'{"jsonrpc":"2.0","method":"go"}')
+        await eventually(lambda: len(got) == 6, timeout=30, what="the messages")
+        assert [m.method for m in got] == ["one", "b1", "b2", "crlf", "b3", "last"]
+        assert got[0].wire == b'{"jsonrpc":"2.0","method":"one"}'  # passed on as it came
+        assert got[1].wire is None  # a batch's messages are encoded again
+        assert got[3].wire == b'{"jsonrpc":"2.0","method":"crlf"}'
+        skipped = [e["line"] for e in capture.entries if e["event"] == "upstream_line_skipped"]
+        assert skipped == [
+            "not json",
+            "42",
+            '{"no":"jsonrpc"}',
+            '[{"jsonrpc":"2.0","method":"b3"},7]',
+        ]
+    finally:
+        await up.stop()
+        structlog.reset_defaults()
