@@ -16,6 +16,12 @@ from the store, a 2026-07-28 request's answer once it must stream, a
   segment when it fits), the busy case without timer or task. The status line and headers
   go out with the first write, unless :meth:`SseWriter.open` sends them first: a call
   answered at once costs one ``send``, not two.
+- **Merging a burst.** While a burst goes on (this batch and the last one both held at
+  least :data:`BURST_ITEMS` items), the writer lets the event loop turn and takes what
+  came meanwhile, up to :data:`MERGE_ITEMS` items or until a turn adds fewer than
+  :data:`BURST_ITEMS`: a burst read 64 lines a turn goes out in a few large writes, not
+  one per turn (issue 23: each transport write costs a ``send`` and a wake-up of the
+  client). The first large batch and any small one (a call's answer) are not delayed.
 - **The end.** The last events and the end of the response in one write; a client
   already gone is no error there.
 """
@@ -40,6 +46,11 @@ SSE_HEADERS: Mapping[str, str] = {
 
 KEEPALIVE = encode_comment("keepalive")
 
+BURST_ITEMS = 32
+"""A batch of at least this many items, after another one, means a burst is going on."""
+MERGE_ITEMS = 512
+"""The most items a burst's batch is grown to (turns of the loop, each adding to it)."""
+
 T = TypeVar("T")
 
 
@@ -62,6 +73,7 @@ class SseWriter:
         )
         self.opened = False
         self._last_write = time.monotonic()
+        self._bursting = False  # the last batch held BURST_ITEMS items or more
 
     @property
     def gone(self) -> bool:
@@ -127,4 +139,24 @@ class SseWriter:
         while not last(item) and not queue.empty():
             item = queue.get_nowait()
             batch.append(item)
+        if len(batch) < BURST_ITEMS:
+            self._bursting = False
+        elif not self._bursting:
+            self._bursting = True  # the first large batch goes at once
+        else:
+            await self._merge(batch, queue, last)
         return batch
+
+    @staticmethod
+    async def _merge(batch: list[T], queue: asyncio.Queue[T], last: Callable[[T], bool]) -> None:
+        """Grow a burst's ``batch`` with what the next turns of the loop queue."""
+        while len(batch) < MERGE_ITEMS and not last(batch[-1]):
+            await asyncio.sleep(0)
+            before = len(batch)
+            while not queue.empty():
+                item = queue.get_nowait()
+                batch.append(item)
+                if last(item):
+                    return
+            if len(batch) - before < BURST_ITEMS:
+                return

@@ -361,11 +361,11 @@ class StoredStreams:
         """Write ``items`` (``entries``' events), under ``listen`` if given: nothing once
         it is stopped, and its position moved past them once written."""
         if listen is None:
-            await _write(writer, items)
+            await _write_chunked(writer, items)
             return
         async with listen.lock:
             if not listen.stopped:
-                await _write(writer, items)
+                await _write_chunked(writer, items)
                 if entries:
                     listen.written = entries[-1].seq
 
@@ -445,7 +445,7 @@ class StoredStreams:
         return runs
 
 
-async def _write(writer: SseWriter, items: Sequence[bytes | EventRun]) -> None:
+async def _write_chunked(writer: SseWriter, items: Sequence[bytes | EventRun]) -> None:
     """Write ``items`` in chunks of bounded size (:func:`~proxy.core.eventrun.in_chunks`),
     letting the event loop run between them: a long replay never holds it for long."""
     first = True

@@ -2,23 +2,23 @@
 what it was (DESIGN.md U1; issue: a response over ``upstream.max_line_bytes`` must not leave
 its request waiting forever).
 
-:func:`read_line` consumes a line over the reader's limit through its own newline, never
-further, keeping only its first and last ``KEEP_BYTES``; :func:`outline` reads the
-top-level members of the JSON object from those two ends.
+:class:`LineSplitter` cuts what a pipe gives, read by read, into lines; a line over the
+limit is taken through its own newline, never further, keeping only its first and last
+``KEEP_BYTES``; :func:`outline` reads the top-level members of the JSON object from those
+two ends.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 # How much of each end of an over-long line is kept to tell what it was: the SDKs write
 # "id" first (Python) or last (TypeScript).
 KEEP_BYTES = 64 * 1024
-_DISCARD_PIECE = 1024 * 1024  # an over-long line is taken from the reader in pieces
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,47 +31,103 @@ class OverlongLine:
     tail: bytes
 
 
-async def read_line(
-    reader: asyncio.StreamReader, keep: int = KEEP_BYTES
-) -> bytes | OverlongLine | None:
-    """The next line of ``reader`` without its newline; None at the end of the stream.
+class LineSplitter:
+    """The lines of a byte stream fed in reads of any size (issue 23: one split per read,
+    not one ``readuntil`` per line).
 
-    A line over the reader's limit is consumed through its own newline (or the end of the
-    stream), never further, and comes back as an :class:`OverlongLine`. ``readline`` cannot
-    do this: on overrun it drops the line through the newline only when the newline has
-    already arrived, and the caller cannot tell which happened.
+    :meth:`feed` gives the lines a read completed, without their newlines; :meth:`end`
+    the last one, which lacks its newline (none when it is empty). A line of at most
+    ``limit`` bytes comes whole; a longer one, however it arrives, comes as one
+    :class:`OverlongLine` once its newline (or the end) does. Held at once: the line under
+    way while it is within the limit (its pieces, joined when it ends), then only the
+    ends of an over-long one, so at most about ``limit`` plus one read plus ``2 * keep``.
     """
-    try:
-        return (await reader.readuntil(b"\n"))[:-1]
-    except asyncio.IncompleteReadError as exc:
-        return exc.partial or None  # the last line lacks its newline, or the end
-    except asyncio.LimitOverrunError as exc:
-        clean = exc.consumed  # readuntil left the buffer alone; these bytes hold no newline
-    head = bytearray()
-    tail = b""
-    size = 0
-    while True:
-        while clean:
-            piece = await reader.read(min(clean, _DISCARD_PIECE))  # already buffered
-            if not piece:
-                break
-            clean -= len(piece)
-            size += len(piece)
-            if len(head) < keep:
-                head += piece[: keep - len(head)]
-            tail = (tail + piece[-keep:])[-keep:]
-        try:
-            rest = (await reader.readuntil(b"\n"))[:-1]
-        except asyncio.IncompleteReadError as exc:
-            rest = exc.partial  # the stream ended inside the line
-        except asyncio.LimitOverrunError as exc:
-            clean = exc.consumed
-            continue
-        size += len(rest)
-        if len(head) < keep:
-            head += rest[: keep - len(head)]
-        tail = (tail + rest[-keep:])[-keep:]
-        return OverlongLine(size, bytes(head), tail)
+
+    def __init__(self, limit: int, keep: int = KEEP_BYTES) -> None:
+        self.limit = limit
+        self.keep = keep
+        self._pieces: list[bytes] = []  # the line under way, within the limit so far
+        self._held = 0  # their bytes
+        self._over: _Overlong | None = None  # the line under way is over the limit
+
+    @property
+    def held(self) -> int:
+        """Bytes held of the line under way: its pieces, or the two ends kept of it."""
+        over = self._over
+        return self._held if over is None else len(over.head) + len(over.tail)
+
+    def feed(self, data: bytes) -> list[bytes | OverlongLine]:
+        """The lines ``data`` completes, in order (empty lines too)."""
+        raw = data.split(b"\n")
+        partial = raw.pop()  # after the last newline: the next line's start
+        lines = cast(list[bytes | OverlongLine], raw)  # (each over-long one replaced)
+        if raw:
+            first = raw[0]
+            start = 1  # lines[0] ends the line under way, if there is one
+            if self._over is not None:
+                lines[0] = self._over.ending(first)
+                self._over = None
+            elif self._pieces:
+                self._pieces.append(first)
+                lines[0] = self._whole(b"".join(self._pieces))
+                self._pieces, self._held = [], 0
+            else:
+                start = 0
+            if len(data) > self.limit:  # only then can a line within data be over it
+                lines[start:] = [self._whole(line) for line in raw[start:]]
+        if partial:
+            self._more(partial)
+        return lines
+
+    def end(self) -> list[bytes | OverlongLine]:
+        """At the end of the stream: the last line, which had no newline (if any)."""
+        if self._over is not None:
+            over, self._over = self._over, None
+            return [over.ending(b"")]
+        line = b"".join(self._pieces)
+        self._pieces, self._held = [], 0
+        return [line] if line else []
+
+    def _whole(self, line: bytes) -> bytes | OverlongLine:
+        if len(line) <= self.limit:
+            return line
+        over = _Overlong(self.keep)
+        return over.ending(line)
+
+    def _more(self, piece: bytes) -> None:
+        """A piece of the line under way, whose newline has not come yet."""
+        if self._over is not None:
+            self._over.add(piece)
+            return
+        self._pieces.append(piece)
+        self._held += len(piece)
+        if self._held > self.limit:  # over already: keep its ends only
+            self._over = _Overlong(self.keep)
+            self._over.add(b"".join(self._pieces))
+            self._pieces, self._held = [], 0
+
+
+class _Overlong:
+    """The size and the two ends of an over-long line seen so far."""
+
+    __slots__ = ("head", "keep", "size", "tail")
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.size = 0
+        self.head = b""
+        self.tail = b""
+
+    def add(self, piece: bytes) -> None:
+        keep = self.keep
+        self.size += len(piece)
+        if len(self.head) < keep:
+            self.head += piece[: keep - len(self.head)]
+        self.tail = (self.tail + piece[-keep:])[-keep:]
+
+    def ending(self, piece: bytes) -> OverlongLine:
+        self.add(piece)
+        return OverlongLine(self.size, self.head, self.tail)
 
 
 # The outline of a JSON object of which only the two ends are known. ------------------

@@ -18,6 +18,7 @@ answered to the server with that same error (it must not wait forever either); a
 over-long notification is only logged (``upstream_message_too_large``, size and limit,
 never content).
 
+Stdout is read and cut into lines in the pipe's callbacks (:mod:`proxy.upstream.stdio_reader`).
 An idle session's process may be stopped while the session stays, and started again by
 its next message (``upstream.stop_idle_seconds``, :mod:`proxy.upstream.stdio_idle`).
 """
@@ -35,21 +36,18 @@ import structlog
 
 from proxy.config_rules import ConfigError
 from proxy.core import jsonrpc
-from proxy.core.errors import LostReason, ProxyError, UpstreamStartFailed, error_message
+from proxy.core.errors import ProxyError, UpstreamStartFailed
 from proxy.core.handshake import HandshakeStep
-from proxy.core.jsonrpc import Kind, Message
-from proxy.core.protocol import SERVER_ERROR
-from proxy.upstream.base import UpstreamContext, messages_of
+from proxy.core.jsonrpc import Message
+from proxy.upstream.base import UpstreamContext
 from proxy.upstream.deathsig import die_with_parent
 from proxy.upstream.handshake import ClientHandshake, initialize
 from proxy.upstream.lineage import TAG_VARIABLE, Lineage
-from proxy.upstream.overlong import OverlongLine, outline, read_line
 from proxy.upstream.respawn import Respawns
 from proxy.upstream.stdio_idle import IdleStop
+from proxy.upstream.stdio_reader import StdoutLines, StdoutReader
 from proxy.upstream.subreaper import REAPER
 
-_LINES_PER_TURN = 64
-"""Lines read from a server's stdout before the reader lets the event loop turn."""
 log = structlog.get_logger("proxy.upstream.stdio")
 
 _DRAIN_SECONDS = 1.0
@@ -59,11 +57,30 @@ _REINIT_SECONDS = 30.0
 
 class _ExitWatchingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """Learns of the child's exit itself: asyncio's ``Process.wait()`` also waits for the
-    pipes to close, which never happens while a grandchild holds them."""
+    pipes to close, which never happens while a grandchild holds them. Stdout goes to
+    ``stdout`` (:class:`StdoutLines`), not to a ``StreamReader``."""
 
-    def __init__(self, exited: asyncio.Future[None], **kwargs: Any) -> None:
+    def __init__(self, exited: asyncio.Future[None], stdout: StdoutLines, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._exited = exited
+        self._stdout = stdout
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self._stdout.connected(transport.get_pipe_transport(1))  # type: ignore[arg-type]
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        if fd == 1:
+            assert isinstance(data, bytes)
+            self._stdout.data(data)
+        else:
+            super().pipe_data_received(fd, data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1:
+            self._stdout.ended()
+        super().pipe_connection_lost(fd, exc)
 
     def process_exited(self) -> None:
         super().process_exited()
@@ -71,7 +88,7 @@ class _ExitWatchingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
             self._exited.set_result(None)
 
 
-class StdioUpstream(IdleStop):
+class StdioUpstream(IdleStop, StdoutReader):
     """Owns one child process and the tasks that read and write its pipes."""
 
     def __init__(self, context: UpstreamContext) -> None:
@@ -82,11 +99,10 @@ class StdioUpstream(IdleStop):
         self._stopping = False
         self._closed_reported = False
         self._queued_bytes = 0  # in the outbox (see pending_bytes)
-        self._readable = asyncio.Event()  # cleared: overflow: block holds the server back
-        self._readable.set()
+        self._paused = False  # overflow: block holds the server back
+        self._stdout: StdoutLines | None = None  # the current process's
         self._exited: asyncio.Future[None]
         self._watcher: asyncio.Task[None]
-        self._reader: asyncio.Task[None]
         self._writer: asyncio.Task[None] | None = None
         self._transport: asyncio.SubprocessTransport
         # Respawn (upstream.restart): the client's handshake, as the core marked it (the
@@ -137,6 +153,7 @@ class StdioUpstream(IdleStop):
         env[TAG_VARIABLE] = lineage.tag
         loop = asyncio.get_running_loop()
         exited: asyncio.Future[None] = loop.create_future()
+        stdout = StdoutLines(cfg.max_line_bytes, self._stdout_line, loop, self._paused)
         # Its lineage and exit are this upstream's only once it runs: a launch cancelled
         # (a stop during a restart) leaves the last process's, which a stop can end, and
         # never an exit that no process will ever set.
@@ -144,7 +161,9 @@ class StdioUpstream(IdleStop):
         try:
             with REAPER.spawning():  # asyncio's child from the fork on: not reaped by us
                 transport, protocol = await loop.subprocess_exec(
-                    lambda: _ExitWatchingProtocol(exited, limit=cfg.max_line_bytes, loop=loop),
+                    lambda: _ExitWatchingProtocol(
+                        exited, stdout, limit=cfg.max_line_bytes, loop=loop
+                    ),
                     *command,
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
@@ -167,19 +186,22 @@ class StdioUpstream(IdleStop):
         log.info("upstream_started", session=self._context.label, pid=self._proc.pid)
         self._context.health.ok()
         name = self._context.label
-        self._reader = asyncio.create_task(self._read_stdout(), name=f"stdout-{name}")
+        self._stdout = stdout
         self._tasks = [t for t in self._tasks if not t.done()] + [
-            self._reader,
             asyncio.create_task(self._read_stderr(), name=f"stderr-{name}"),
         ]
-        self._watcher = asyncio.create_task(self._watch_exit(lineage), name=f"exit-{name}")
+        self._watcher = asyncio.create_task(self._watch_exit(lineage, stdout), name=f"exit-{name}")
 
     def pause(self) -> None:
         """Stop reading stdout; the child blocks once the pipe is full."""
-        self._readable.clear()
+        self._paused = True
+        if self._stdout is not None:
+            self._stdout.pause()
 
     def resume(self) -> None:
-        self._readable.set()
+        self._paused = False
+        if self._stdout is not None:
+            self._stdout.resume()
 
     def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
         """Queue one message for the child's stdin (order is kept). The client's
@@ -247,35 +269,7 @@ class StdioUpstream(IdleStop):
         with contextlib.suppress(Exception):
             stdin.close()
 
-    async def _read_stdout(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        stdout = self._proc.stdout
-        lines = 0
-        while True:
-            lines += 1
-            if lines % _LINES_PER_TURN == 0:
-                # A pipe full of lines is read without ever suspending: let the loop turn,
-                # so that other sessions, the store's group commit and the writers get on.
-                await asyncio.sleep(0)
-            await self._readable.wait()
-            line = await read_line(stdout)
-            if line is None:
-                break
-            if isinstance(line, OverlongLine):
-                self._overlong(line)
-                continue
-            line = line.strip()
-            if not line:
-                continue
-            for msg in messages_of(line, self._skipped):
-                reinit = self._reinit
-                if reinit is not None and msg.kind is Kind.RESPONSE and msg.id == reinit[0]:
-                    if not reinit[1].done():
-                        reinit[1].set_result(msg)
-                    continue
-                self._context.on_message(msg, None)
-
-    async def _watch_exit(self, lineage: Lineage) -> None:
+    async def _watch_exit(self, lineage: Lineage, stdout: StdoutLines) -> None:
         """When the child exits: take what it wrote last, end its group, report."""
         assert self._proc is not None
         await self._exited
@@ -283,7 +277,7 @@ class StdioUpstream(IdleStop):
         with contextlib.suppress(TimeoutError):
             # Lines written just before the exit are still in the pipe: read them first,
             # but do not wait on a pipe that a surviving grandchild keeps open.
-            await asyncio.wait_for(asyncio.shield(self._reader), _DRAIN_SECONDS)
+            await asyncio.wait_for(asyncio.shield(stdout.done), _DRAIN_SECONDS)
         reason = f"exited with code {self._proc.returncode}"
         if self._idle_stopping:
             return  # stopped for idleness: the session goes on (see stop_idle)
@@ -392,59 +386,6 @@ class StdioUpstream(IdleStop):
         except (ConnectionError, BrokenPipeError) as exc:
             raise UpstreamStartFailed(f"the restarted MCP server went away: {exc}") from None
 
-    def _overlong(self, line: OverlongLine) -> None:
-        """Answer an over-long line's sender so that nobody waits forever.
-
-        A response: its request (ours) gets an error naming the limit. A request from the
-        server: the server gets an error response for it, on stdin. Ids are never mixed:
-        each answer goes back to whoever sent the message. A notification is only logged.
-        """
-        limit = self._context.config.max_line_bytes
-        shape = outline(line.head, line.tail)
-        log.warning(
-            "upstream_message_too_large",
-            session=self._context.label,
-            size=line.size,
-            limit=limit,
-            kind=shape.kind,
-            answered=shape.id is not None and shape.kind in ("response", "request"),
-        )
-        if shape.id is None:
-            return
-        data = {"reason": LostReason.UPSTREAM_MESSAGE_TOO_LARGE.value, "limit": limit}
-        if shape.kind == "response":
-            message = f"the MCP server's response is over upstream.max_line_bytes ({limit} bytes)"
-            error = error_message(shape.id, SERVER_ERROR, message, data)
-            self._context.on_message(jsonrpc.classify(error), None)
-        elif shape.kind == "request":
-            message = f"the request is over the proxy's upstream.max_line_bytes ({limit} bytes)"
-            error = error_message(shape.id, SERVER_ERROR, message, data)
-            self.send(jsonrpc.encode(error))
-
-    def _skipped(self, line: bytes | str, exc: ProxyError) -> None:
-        log.warning(
-            "upstream_line_skipped",
-            session=self._context.label,
-            error=exc.message,
-            line=line[:200] if isinstance(line, str) else line[:200].decode(errors="replace"),
-        )
-
-    async def _read_stderr(self) -> None:
-        assert self._proc is not None and self._proc.stderr is not None
-        stderr = self._proc.stderr
-        while True:
-            try:
-                line = await stderr.readline()
-            except ValueError:
-                continue
-            if not line:
-                return
-            log.info(
-                "upstream_stderr",
-                session=self._context.label,
-                line=line.rstrip().decode(errors="replace"),
-            )
-
     def _report_closed(self, reason: str) -> None:
         if self._closed_reported:
             return
@@ -497,6 +438,8 @@ class StdioUpstream(IdleStop):
         except TimeoutError:
             # Something that left the group still holds a pipe: let go of ours.
             self._transport.close()
+        if self._stdout is not None:
+            self._stdout.close()  # (as a reader task cancelled: nothing more handed over)
         for task in self._tasks:
             if not task.done():
                 task.cancel()

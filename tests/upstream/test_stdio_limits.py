@@ -4,7 +4,7 @@ End to end (the real proxy, a real fixture server, a raw HTTP client): exactly t
 over-long line is skipped, an over-long *response* is answered with an error naming the
 limit, an over-long server request is refused to the server (never answered to the client
 with a fake response), and an over-long notification is skipped.
-Then the parts on their own: ``read_line`` under every chunking, and ``outline``, which
+Then the parts on their own: ``LineSplitter`` under every chunking, and ``outline``, which
 reads the id of a response from the two ends of its line.
 """
 
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from proxy.upstream.overlong import Outline, OverlongLine, outline, read_line
+from proxy.upstream.overlong import LineSplitter, Outline, OverlongLine, outline
 from tests.downstream.sse_client import RawSession, messages, proxy_session
 from tests.support import RunningProxy, eventually, log_events
 
@@ -180,30 +180,18 @@ async def test_an_over_long_server_request_is_refused_to_the_server_never_answer
         )
 
 
-# read_line: exactly the over-long line is consumed, however the bytes arrive. ---------
+# LineSplitter: exactly the over-long line is consumed, however the bytes arrive. ---------
 
 SMALL = 32  # the reader's limit in these tests
 KEEP = 8
 
 
 async def read_all(chunks: list[bytes], limit: int = SMALL) -> list[bytes | OverlongLine]:
-    """Every line of a stream fed in ``chunks``, the reader running after each chunk."""
-    reader = asyncio.StreamReader(limit=limit)
-
-    async def feed() -> None:
-        for chunk in chunks:
-            reader.feed_data(chunk)
-            await asyncio.sleep(0)  # one turn: the reader sees this chunk on its own
-        reader.feed_eof()
-
-    feeder = asyncio.create_task(feed())
-    try:
-        lines = []
-        while (line := await read_line(reader, KEEP)) is not None:
-            lines.append(line)
-        return lines
-    finally:
-        await feeder
+    """Every line of a stream fed in ``chunks``, split read by read as the stdio reader
+    does: one ``feed`` per chunk (one pipe read each), ``end`` at the end."""
+    splitter = LineSplitter(limit, KEEP)
+    lines = [line for chunk in chunks for line in splitter.feed(chunk)]
+    return lines + splitter.end()
 
 
 def over(line: bytes) -> OverlongLine:
@@ -224,11 +212,11 @@ LONG = b"0123456789" * 4 + b"abcdefgh"  # 48 bytes, over SMALL
     ],
     ids=["newline-buffered", "newline-later", "split", "byte-by-byte", "apart"],
 )
-async def test_read_line_consumes_exactly_the_over_long_line(chunks: list[bytes]) -> None:
+async def test_splitter_consumes_exactly_the_over_long_line(chunks: list[bytes]) -> None:
     assert await read_all(chunks) == [over(LONG), b"ok"]
 
 
-async def test_read_line_over_long_lines_in_a_row_and_at_the_end() -> None:
+async def test_splitter_over_long_lines_in_a_row_and_at_the_end() -> None:
     stream = LONG + b"\n" + LONG * 3 + b"\n\n" + b"x" * (SMALL + 1) + b"\nok\n" + LONG
     expected = [over(LONG), over(LONG * 3), b"", over(b"x" * (SMALL + 1)), b"ok", over(LONG)]
     for size in (1, 5, SMALL, len(stream)):
@@ -236,7 +224,7 @@ async def test_read_line_over_long_lines_in_a_row_and_at_the_end() -> None:
         assert await read_all(chunks) == expected, size
 
 
-async def test_read_line_keeps_a_line_of_exactly_the_limit() -> None:
+async def test_splitter_keeps_a_line_of_exactly_the_limit() -> None:
     assert await read_all([b"y" * SMALL + b"\n", b"y" * (SMALL + 1) + b"\n"]) == [
         b"y" * SMALL,
         over(b"y" * (SMALL + 1)),
@@ -244,7 +232,7 @@ async def test_read_line_keeps_a_line_of_exactly_the_limit() -> None:
     assert await read_all([b"last line without newline"]) == [b"last line without newline"]
 
 
-async def test_read_line_takes_a_huge_line_in_bounded_pieces() -> None:
+async def test_splitter_takes_a_huge_line_in_bounded_pieces() -> None:
     huge = b"{" + b"z" * (3 * 1024 * 1024) + b"}"
     lines = await read_all([huge[i : i + 65536] for i in range(0, len(huge), 65536)] + [b"\n"])
     assert lines == [over(huge)]
@@ -255,7 +243,7 @@ async def test_read_line_takes_a_huge_line_in_bounded_pieces() -> None:
     st.booleans(),
     st.lists(st.integers(1, 2 * SMALL), min_size=1, max_size=10),
 )
-def test_read_line_under_any_chunking(
+def test_splitter_under_any_chunking(
     lines: list[bytes], last_newline: bool, sizes: list[int]
 ) -> None:
     stream = b"\n".join(lines) + (b"\n" if last_newline and lines else b"")

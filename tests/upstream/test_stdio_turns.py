@@ -11,7 +11,7 @@ from pathlib import Path
 
 from proxy.config import UpstreamConfig
 from proxy.core.jsonrpc import Message
-from proxy.upstream import stdio
+from proxy.upstream import stdio_reader
 from proxy.upstream.base import UpstreamContext
 from proxy.upstream.stdio import StdioUpstream
 from tests.support import eventually
@@ -30,7 +30,7 @@ sys.stdin.readline()
 
 
 async def test_a_pipe_full_of_lines_is_read_a_bounded_slice_per_loop_turn(tmp_path: Path) -> None:
-    assert stdio._LINES_PER_TURN <= 64
+    assert stdio_reader.LINES_PER_TURN <= 64
     script = tmp_path / "flood.py"
     script.write_text(FLOOD)
     got: list[Message] = []
@@ -57,7 +57,7 @@ async def test_a_pipe_full_of_lines_is_read_a_bounded_slice_per_loop_turn(tmp_pa
         up.send(b'{"jsonrpc":"2.0","method":"go"}\n')
         loop.call_soon(tick)
         await eventually(lambda: len(got) == LINES, timeout=30, what="every line read")
-        assert max(per_turn) <= stdio._LINES_PER_TURN
+        assert max(per_turn) <= stdio_reader.LINES_PER_TURN
         assert sum(per_turn) == LINES
     finally:
         await up.stop()
