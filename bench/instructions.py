@@ -1,28 +1,39 @@
 """The proxy's user-space instructions per legacy call and per notification, counted by
 callgrind: a figure a loaded machine does not move (issue 23, second CPU pass).
 
-``.venv/bin/python bench/instructions.py SRC CALLS NOTIFICATIONS``: SRC is a directory
-holding a ``proxy/`` (the tree, or ``git archive COMMIT proxy | tar -x -C DIR``). The proxy
-runs under ``valgrind --tool=callgrind --instr-atstart=no`` in front of the raw emitter;
-one session is initialized and warmed up, then counting is switched on for CALLS
-sequential ``echo`` calls, and again for one ``flood`` of NOTIFICATIONS (0: skip).
-Every process started is stopped.
+``PYTHONPATH=$PWD .venv/bin/python bench/instructions.py SRC CALLS NOTIFICATIONS [--store
+KIND]``: SRC is a directory holding a ``proxy/`` (the tree, or ``git archive COMMIT proxy |
+tar -x -C DIR``). The proxy runs under ``valgrind --tool=callgrind --instr-atstart=no`` in
+front of the raw emitter; one session is initialized and warmed up, then counting is
+switched on for CALLS sequential ``echo`` calls, and again for one ``flood`` of
+NOTIFICATIONS (0: skip). ``--store``: ``memory`` (the default), ``sqlite`` (a fresh file
+in a temporary directory, ``synchronous: normal``) or ``redis`` (a ``redis-server`` the
+script starts), as ``bench/stores.py`` prepares them for the ``proxy+sqlite`` /
+``proxy+redis`` contenders. Every process started is stopped.
 """
 
+import argparse
 import asyncio
 import glob
 import os
 import signal
 import socket
 import subprocess
-import sys
+import tempfile
 from pathlib import Path
 
 import aiohttp
+import stores
 from client import McpSession, http_client
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC, CALLS, NOTIFS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+_parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+_parser.add_argument("src", help="a directory holding a proxy/")
+_parser.add_argument("calls", type=int)
+_parser.add_argument("notifications", type=int)
+_parser.add_argument("--store", choices=stores.KINDS, default="memory")
+ARGS = _parser.parse_args()
+SRC, CALLS, NOTIFS = ARGS.src, ARGS.calls, ARGS.notifications
 PY = str(ROOT / ".venv" / "bin" / "python")
 FLOOD = str(ROOT / "tests" / "fixtures" / "flood_server.py")
 
@@ -43,7 +54,7 @@ def ir(out: str) -> int:
     return 0
 
 
-async def main():
+async def main(setup: stores.StoreSetup, config: str | None):
     p = port()
     out = f"/tmp/cpu2_cg.{os.getpid()}"
     code = (
@@ -62,12 +73,17 @@ async def main():
         str(p),
         "--log-level",
         "warning",
+        *(["--config", config] if config else []),
         "--",
         PY,
         FLOOD,
     ]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, **setup.env},
     )
     url = f"http://127.0.0.1:{p}/mcp"
     try:
@@ -110,7 +126,7 @@ async def main():
                     files = [f"/tmp/cpu2_keep_{label}.cg"]
                 total = sum(ir(f) or 0 for f in files)
                 res[label] = total / n
-            print(SRC, {k: round(v) for k, v in res.items()})
+            print(SRC, setup.kind, {k: round(v) for k, v in res.items()})
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -121,4 +137,15 @@ async def main():
             os.unlink(f)
 
 
-asyncio.run(main())
+def run() -> None:
+    with stores.backends(), stores.prepared(ARGS.store) as setup:
+        if not setup.sections:
+            asyncio.run(main(setup, None))
+            return
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="bench-ir-") as f:
+            f.write(setup.sections)
+            f.flush()
+            asyncio.run(main(setup, f.name))
+
+
+run()

@@ -282,6 +282,10 @@ class StoreConfig:
     # sqlite, redis: a client's request that finds the store not answering retries for
     # this long, then gets 503 store_unavailable (with Retry-After), never a 500.
     unavailable_wait_seconds: Annotated[float, NonNegative] = 5.0
+    # memory, sqlite: how often expired records (completed streams past their retention,
+    # a dropped stream's leftovers, tasks past their ttl) are deleted, a bounded piece a
+    # loop turn; until then they are absent to every read but take room. redis: its TTLs.
+    sweep_seconds: Annotated[float, Positive] = 60.0
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from proxy.store.base import Store, StoreLimits
 from proxy.store.fencing import Fence
 from proxy.store.open import end_orphans, make_store
 from proxy.store.persist import Persister
+from proxy.store.sweeper import Sweeper
 
 if TYPE_CHECKING:
     from proxy.runtime import SessionRunner
@@ -123,6 +124,7 @@ class ProxyContext:
             config.store, StoreLimits(backstop, sessions.idle_timeout_seconds)
         )
         self.persister: Persister | None = None  # a durable store: set by open()
+        self.sweeper = Sweeper(self.store, config.store.sweep_seconds)  # open() to close()
         self.replicas: Replicas | None = None  # a shared store: the other replicas
         self.accepting = True
         self.draining = False  # SIGTERM: no new work, calls in flight finish (drain.py)
@@ -194,12 +196,13 @@ class ProxyContext:
             )
             await self.replicas.start()
         log.info("store_opened", store=store.kind, epoch=store.epoch, owner=self.owner)
+        self.sweeper.start()
         self.loop_lag.start()
 
     async def close(self) -> None:
         """Once the sessions have ended: run the closers (each server's modern side),
-        leave the other replicas, commit what is gathered, stop sampling the loop's lag,
-        close the store."""
+        leave the other replicas, commit what is gathered, stop sampling the loop's lag
+        and sweeping the store, close it."""
         for close in self._closers:
             await close()
         if self.replicas is not None:
@@ -209,4 +212,5 @@ class ProxyContext:
                 log.warning("store_not_drained", error=self.persister.last_error)
             await self.persister.close()
         self.loop_lag.stop()
+        await self.sweeper.stop()
         await self.store.close()

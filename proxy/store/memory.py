@@ -8,6 +8,7 @@ same contract as the durable stores (``tests/store/``).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import secrets
@@ -33,6 +34,9 @@ from proxy.store.base import (
     refused_by,
 )
 from proxy.store.wakeup import Wakeups
+
+SWEEP_CHUNK = 1_000
+"""Records of one table a sweep looks at in one loop turn."""
 
 
 class MemoryStore(Store):
@@ -239,17 +243,40 @@ class MemoryStore(Store):
         return dict(found[0])
 
     async def sweep(self, now: float) -> int:
+        """Delete what expired by ``now``, :data:`SWEEP_CHUNK` records a loop turn."""
         self._now = max(self._now, now)
-        gone = [k for k, r in self._streams.items() if r.expires_at and r.expires_at <= now]
-        for key in gone:
-            self._drop(key)
-        sessions = [k for k, r in self._sessions.items() if r.expires_at and r.expires_at <= now]
-        for session_id in sessions:
-            del self._sessions[session_id]
-        for name in [n for n, (_, t) in self._leases.items() if t <= now]:
-            del self._leases[name]
-        for task_id in [t for t, (_, at) in self._tasks.items() if at <= now]:
-            del self._tasks[task_id]
-        if gone:
-            self._wakeups.wake(gone)
-        return len(gone) + len(sessions)
+        gone = sessions = 0
+        tables: tuple[dict[str, Any], ...] = (
+            self._streams,
+            self._sessions,
+            self._leases,
+            self._tasks,
+        )
+        for table in tables:
+            names = list(table)
+            for start in range(0, len(names), SWEEP_CHUNK):
+                if start:
+                    await asyncio.sleep(0)
+                expired = [
+                    n for n in names[start : start + SWEEP_CHUNK] if _expired(table.get(n), now)
+                ]
+                if table is self._streams:
+                    for key in expired:
+                        self._drop(key)
+                    self._wakeups.wake(expired)
+                    gone += len(expired)
+                else:
+                    for name in expired:
+                        del table[name]
+                    if table is self._sessions:
+                        sessions += len(expired)
+        return gone + sessions
+
+
+def _expired(held: Any, now: float) -> bool:
+    """Whether a record of any table (a stream or session record; a lease or task
+    ``(value, expires_at)``) expired by ``now``; False when it is gone already."""
+    if held is None:
+        return False
+    at = held[1] if isinstance(held, tuple) else held.expires_at
+    return at is not None and at <= now

@@ -13,7 +13,10 @@ committed at once are a loop turn apart.
 
 Tickets keep the wire behind the store: everything queued for a client in a loop turn is
 tagged with the number of the batch that turn's events go into (:attr:`Persister.ticket`),
-and a writer waits for that batch (:meth:`Persister.wait`) before it writes. A batch that
+and a writer waits for that batch (:meth:`Persister.wait`) before it writes. With a store
+that commits at once, a writer that finds that batch still open (its turn's end not yet
+run) commits it itself, unless a burst's batch may wait for more: it goes on in its own
+turn instead of a wake-up in the next. A batch that
 fails is retried (commits are idempotent) with backoff until it lands: clients wait, no
 event is skipped, and ``/healthz`` shows the store's error meanwhile. A batch of new
 stream records, trims or drops alone (a request just forwarded upstream) waits a few
@@ -89,6 +92,7 @@ class Persister:
         self._deferred = 0  # turns the open batch has waited for more (BULK_TURNS)
         self._hurried = False  # a replica waits for the open batch: no waiting for more
         self._timer: asyncio.TimerHandle | None = None  # a delayed one (records alone)
+        self._turn: asyncio.Handle | None = None  # the end of this turn's (:meth:`_turn_end`)
         self._inflight: asyncio.Task[None] | None = None
         self._busy = False  # a ticket's slices are being committed
         self._ticket_in_commit = 0
@@ -174,15 +178,15 @@ class Persister:
                 self._timer.cancel()
                 self._timer = None
             self._scheduled = True
-            loop.call_soon(self._turn_end)
+            self._turn = loop.call_soon(self._turn_end)
         elif self._timer is None:
             self._timer = loop.call_later(RECORD_DELAY_SECONDS, self._flush)
 
-    def _turn_end(self) -> None:
-        """The end of a turn that noted events: flush, unless a burst's batch alone may
-        wait a turn or two for more (:data:`BULK_EVENTS`)."""
+    def _may_wait(self) -> bool:
+        """Whether the open batch is a burst's alone that may wait a turn or two for
+        more (:data:`BULK_EVENTS`) before a store that commits at once takes it."""
         batch = self._batch
-        if (
+        return (
             self.store.commits_at_once
             and self._deferred < BULK_TURNS
             and len(self._lanes) == 1
@@ -191,9 +195,15 @@ class Persister:
             and not batch.streams
             and not batch.completed
             and BULK_MIN <= batch.events() < BULK_EVENTS
-        ):
+        )
+
+    def _turn_end(self) -> None:
+        """The end of a turn that noted events: flush, unless a burst's batch alone may
+        wait a turn or two for more (:meth:`_may_wait`)."""
+        self._turn = None
+        if self._may_wait():
             self._deferred += 1
-            asyncio.get_running_loop().call_soon(self._turn_end)  # (still scheduled)
+            self._turn = asyncio.get_running_loop().call_soon(self._turn_end)  # (scheduled)
             return
         self._flush()
 
@@ -203,6 +213,9 @@ class Persister:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._turn is not None:
+            self._turn.cancel()
+            self._turn = None
         if self._busy:
             return  # its end flushes again
         if not self._batch:
@@ -351,6 +364,17 @@ class Persister:
         if hurry and ticket >= self._open:
             self._hurried = True
             self._schedule(urgent=True)
+        if (
+            self._scheduled
+            and ticket >= self._open
+            and not self._busy
+            and self.store.commits_at_once
+            and not self._may_wait()
+        ):
+            # A writer waits for the batch this turn's end would commit: commit it now,
+            # so that the writer goes on in this turn, not after a wake-up in the next.
+            # What the batch holds is the same (every callback of the turn before ran).
+            self._flush()
         while not self.landed(ticket, lane):
             await self._changed.wait()
 
@@ -373,6 +397,9 @@ class Persister:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._turn is not None:
+            self._turn.cancel()
+            self._turn = None
         if self._later is not None:
             self._later.cancel()
             self._later = None

@@ -8,7 +8,9 @@ record, its answer, its ending) is ``BEGIN``, one ``SELECT``, one ``INSERT`` of 
 one of the record, ``COMMIT``; events are deleted only when a record needs it (a trim,
 ``max_events``, a lost history, a key made again after it expired).
 
-A dropped stream's record becomes a *tombstone* (expired at 0: every read treats it as
+A dropped stream of at most :data:`DROP_AT_ONCE` stored events (a call's) goes in the
+commit, row and events: its pages are the ones the commit writes anyway. A larger one's
+record becomes a *tombstone* (expired at 0: every read treats it as
 absent, as it does any expired record) and its events stay until
 :meth:`~proxy.store.sqlite_db.Database.tidy_step` deletes them, a piece at a time, after
 the commit: a finished burst's 10,000 events are not deleted inside the commit that lets
@@ -41,6 +43,9 @@ _LOAD = (
 )
 INSERT_ROWS = 128  # events per INSERT statement, at most
 TOMBSTONE_EXPIRES = 0.0  # a dropped record's ``expires_at``: expired at any ``now``
+DROP_AT_ONCE = 64
+"""A dropped stream with at most this many stored events is deleted in its commit (a
+call's stream evicted by the next call: no tombstone, no later transaction for it)."""
 
 
 @functools.cache
@@ -146,6 +151,7 @@ class _Key:
     write: bool = False  # the record (or a tombstone) is written
     dropped: bool = False
     had_events: bool = False  # events were stored for it before this batch
+    stored_events: int = 0  # how many (at most) were stored before this batch
 
     def start_over(self) -> None:
         """The key is new again (never made, expired or dropped): without a log."""
@@ -163,7 +169,11 @@ def commit(
     for key in batch.touched():
         *columns, oldest = conn.execute(_LOAD, (key,)).fetchone()
         record = None if columns[0] is None else stream_record(columns)
+        stored = 0
+        if oldest is not None:  # no record: unknown, as if many
+            stored = DROP_AT_ONCE + 1 if record is None else record.last_seq - oldest + 1
         keys[key] = _Key(record, record is not None, oldest, had_events=oldest is not None)
+        keys[key].stored_events = stored
     refused = [
         key
         for key, k in keys.items()
@@ -244,12 +254,18 @@ def _write(conn: sqlite3.Connection, keys: dict[str, _Key], batch: Batch) -> lis
     cuts: list[tuple[str, int]] = []
     inserts: list[tuple[str, list[Entry]]] = []
     rows: list[tuple[Any, ...]] = []
+    gone: list[tuple[str]] = []
     tombstones: list[str] = []
     for key, k in keys.items():
         if k.dropped:
-            # Its row becomes a tombstone and its events go after the commit (tidy);
-            # events without a row (none written by this store) go now.
-            if k.stored:
+            # A small stream goes now; a larger one's row becomes a tombstone and its
+            # events go after the commit (tidy); events without a row (none written by
+            # this store) go now.
+            if k.stored and k.stored_events <= DROP_AT_ONCE:
+                gone.append((key,))
+                if k.had_events:
+                    wipes.append((key,))
+            elif k.stored:
                 tomb = StreamRecord(key, "", batch.owner, COMPLETED, fence=batch.fence)
                 tomb.expires_at = TOMBSTONE_EXPIRES
                 rows.append(stream_row(tomb))
@@ -275,6 +291,8 @@ def _write(conn: sqlite3.Connection, keys: dict[str, _Key], batch: Batch) -> lis
         _insert_events(conn, key, new)
     if rows:
         conn.executemany(_PUT_STREAM, rows)
+    if gone:
+        conn.executemany("DELETE FROM streams WHERE key = ?", gone)
     return tombstones
 
 

@@ -61,7 +61,9 @@ TAIL_CHUNK = 1_000  # entries a tail reads at a time
 # the mark) are a backstop: the store's thread checkpoints first, off the event loop
 # (:meth:`Database.checkpoint`), and the WAL only reaches this when it cannot keep up.
 WAL_BACKSTOP_PAGES = 4_096
-SWEEP_KEYS = 64  # expired streams deleted per transaction (the loop turns between them)
+SWEEP_KEYS = 64  # expired streams looked at per sweep transaction (the loop turns between)
+SWEEP_EVENTS = 2_000  # their events deleted per sweep transaction (ditto)
+SWEEP_ROWS = 1_000  # expired sessions, leases, tasks deleted per sweep transaction, each
 TIDY_EVENTS = 2_000  # a dropped stream's events deleted per transaction (ditto)
 
 _SCHEMA = (
@@ -96,6 +98,9 @@ _TIDY_EVENTS = (
     " AND EXISTS (SELECT 1 FROM streams WHERE key = ?1 AND expires_at <= ?3)"
 )
 _TIDY_STREAM = "DELETE FROM streams WHERE key = ? AND expires_at <= ?"
+_SWEEP_ROWS = (
+    "DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE expires_at <= ? LIMIT ?)"
+)
 _STREAM_COLUMNS = STREAM_COLUMNS  # the name tests and older callers use
 
 
@@ -369,21 +374,29 @@ class Database:
         return None if row is None else dict(json.loads(row[0]))
 
     def sweep_step(self, now: float) -> tuple[list[str], int, bool]:
-        """Delete what expired by ``now``, at most :data:`SWEEP_KEYS` streams (with their
-        events) in one transaction: the streams that went, how many sessions, and whether
-        more expired streams are left."""
+        """Delete what expired by ``now`` in one transaction of bounded work: at most
+        :data:`SWEEP_EVENTS` events of expired streams (a record goes once its events
+        are gone), then at most :data:`SWEEP_ROWS` expired sessions, leases and tasks
+        each. The streams whose records went, how many sessions, and whether more is
+        left (the caller lets the loop turn before the next step)."""
+        budget = SWEEP_EVENTS
+        gone: list[str] = []
         with self._transaction() as conn:
             expired = conn.execute(
-                "SELECT key FROM streams WHERE expires_at <= ? LIMIT ?", (now, SWEEP_KEYS + 1)
-            )
-            keys = [key for (key,) in expired]
-            more = len(keys) > SWEEP_KEYS
-            keys = keys[:SWEEP_KEYS]
-            conn.executemany("DELETE FROM events WHERE key = ?", [(key,) for key in keys])
-            conn.executemany("DELETE FROM streams WHERE key = ?", [(key,) for key in keys])
-            if more:
-                return keys, 0, True
-            sessions = conn.execute("DELETE FROM sessions WHERE expires_at <= ?", (now,))
-            conn.execute("DELETE FROM leases WHERE expires_at <= ?", (now,))
-            conn.execute("DELETE FROM tasks WHERE expires_at <= ?", (now,))
-            return keys, sessions.rowcount, False
+                "SELECT key FROM streams WHERE expires_at <= ? LIMIT ?", (now, SWEEP_KEYS)
+            ).fetchall()
+            for (key,) in expired:
+                deleted = conn.execute(_TIDY_EVENTS, (key, budget, now)).rowcount
+                if deleted == budget:  # the budget is spent: its record waits for the next
+                    return gone, 0, True
+                conn.execute(_TIDY_STREAM, (key, now))
+                gone.append(key)
+                budget -= deleted
+            more = len(expired) == SWEEP_KEYS
+            sessions = 0
+            for table in ("sessions", "leases", "tasks"):
+                deleted = conn.execute(_SWEEP_ROWS.format(table=table), (now, SWEEP_ROWS)).rowcount
+                more = more or deleted == SWEEP_ROWS
+                if table == "sessions":
+                    sessions = deleted
+            return gone, sessions, more

@@ -157,3 +157,52 @@ async def test_a_bursts_batch_alone_waits_a_few_turns_for_more(tmp_path: Path) -
     finally:
         await persister.close()
         await store.close()
+
+
+def _finished_without_a_turn(waiting: object) -> bool:
+    """Whether the coroutine ``waiting`` ran to its end without giving the loop a turn."""
+    try:
+        waiting.send(None)  # type: ignore[attr-defined]
+    except StopIteration:
+        return True
+    waiting.close()  # type: ignore[attr-defined]
+    return False
+
+
+async def test_a_writer_waiting_for_the_open_batch_commits_it_in_its_own_turn(
+    tmp_path: Path,
+) -> None:
+    """A call's answer: its writer does not wait for a wake-up a turn later (a loop turn
+    and a task wake-up per call); the batch is the same one the turn's end would commit."""
+    store = await opened(tmp_path / "store.db")
+    persister = Persister(store, "a", 60.0, Fence("a"))
+    try:
+        journal = Journal(opened=[1], appends=[(1, 1, b'{"a":1}', 0)])
+        persister.note(NotingSession(), journal, "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        assert _finished_without_a_turn(persister.wait(ticket, lane=EPOCH))
+        assert persister.committed >= ticket and persister.commits == 1
+        assert [e.payload for e in await store.read(KEY, 0, time.time())] == [b'{"a":1}']
+        await asyncio.sleep(0)  # the turn's end finds nothing more to commit
+        assert persister.commits == 1
+    finally:
+        await persister.close()
+        await store.close()
+
+
+async def test_a_bursts_writer_still_lets_its_batch_wait_for_more(tmp_path: Path) -> None:
+    store = await opened(tmp_path / "store.db")
+    persister = Persister(store, "a", 60.0, Fence("a"))
+    try:
+        await store.commit(Batch([StreamRecord(KEY, "s1", "a")]), time.time())
+        burst = [(1, seq, b"{}", 0) for seq in range(1, 21)]
+        persister.note(NotingSession(), Journal(appends=burst), "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        assert not _finished_without_a_turn(persister.wait(ticket, lane=EPOCH))
+        assert persister.commits == 0
+        async with asyncio.timeout(10):
+            await persister.wait(ticket, lane=EPOCH)
+        assert persister.commits == 1
+    finally:
+        await persister.close()
+        await store.close()

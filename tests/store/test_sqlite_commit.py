@@ -11,6 +11,7 @@ from pathlib import Path
 from proxy.core.errors import ResumeError
 from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
 from proxy.store.sqlite import SqliteStore
+from proxy.store.sqlite_commit import DROP_AT_ONCE
 
 KEY = "e0e0e0.1"
 DEADLINE_S = 30.0
@@ -136,5 +137,30 @@ async def test_a_drop_left_by_a_closed_store_is_an_expired_record(tmp_path: Path
         assert stored_events(path, KEY) == 0
         await store.commit(Batch(appends={KEY: entries(101, 102)}), now)
         assert await store.read(KEY, 100, now) == entries(101, 102)
+    finally:
+        await store.close()
+
+
+async def test_a_small_dropped_stream_goes_in_its_commit(tmp_path: Path) -> None:
+    """A call's stream evicted by the next call's commit: row and events deleted in that
+    commit (pages it writes anyway), no tombstone and no later transaction for it; one
+    of DROP_AT_ONCE + 1 events still leaves a tombstone for the tidy."""
+    path = tmp_path / "s.db"
+    store = await opened(path)
+    try:
+        now = time.time()
+        small, large = "e0e0e0.7", "e0e0e0.8"
+        await store.commit(Batch([StreamRecord(small, "s1", "a")], {small: entries(1, 3)}), now)
+        await store.commit(
+            Batch([StreamRecord(large, "s1", "a")], {large: entries(1, DROP_AT_ONCE + 1)}), now
+        )
+        assert store._db is not None
+        await store.commit(Batch([StreamRecord(KEY, "s1", "a")], dropped=[small]), now)
+        assert stored_streams(path, small) == 0 and stored_events(path, small) == 0
+        assert store._db.tombstones == [] and store._tidy is None
+        await store.commit(Batch(dropped=[large]), now)
+        assert store._db.tombstones == [large] and stored_streams(path, large) == 1
+        await tidied(store)
+        assert stored_streams(path, large) == 0 and stored_events(path, large) == 0
     finally:
         await store.close()
