@@ -40,11 +40,11 @@ def redis_server_binary() -> str:
 
 
 def answers_ping(port: int) -> bool:
-    """Whether a Redis on 127.0.0.1:``port`` answers PING now."""
+    """Whether a Redis on 127.0.0.1:``port`` answers PING now (or asks for a password)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=2.0) as conn:
             conn.sendall(b"PING\r\n")
-            return conn.recv(64).startswith(b"+PONG")
+            return conn.recv(64).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
         return False
 
@@ -56,9 +56,12 @@ class RedisServer:
     always stopped and its port released.
     """
 
-    def __init__(self, directory: Path, *, durable: bool = False) -> None:
+    def __init__(
+        self, directory: Path, *, durable: bool = False, args: tuple[str, ...] = ()
+    ) -> None:
         self.directory = directory
         self.durable = durable
+        self.args = args  # more of redis-server's options (a Unix socket, a password)
         self.log_path = directory / "redis-server.log"
         self._reservation: ReservedPort | None = None
         self._port: int | None = None
@@ -98,6 +101,7 @@ class RedisServer:
                 else ("--appendonly", "no")
             ),
             *("--dir", str(self.directory)),
+            *self.args,
         ]
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

@@ -7,8 +7,7 @@ them are in :mod:`proxy.store.redis_layout`; the Lua scripts in :mod:`proxy.stor
 A :class:`~proxy.store.base.Batch` is split by bucket (a bucket holds whole sessions, in
 one cluster slot: :func:`~proxy.store.redis_layout.by_bucket`) and each part is applied by
 one Lua script (``EVALSHA``, loaded again on ``NOSCRIPT``; the parts of one batch go in one
-pipeline; a single part on a single server is packed and sent at once:
-:mod:`proxy.store.redis_fast`), so replicas and readers see all of what a batch does to a
+pipeline), so replicas and readers see all of what a batch does to a
 session or none of it. ``commit`` returns once Redis has applied every part (a part that
 fails fails the commit, which the caller retries whole: every part is idempotent). The
 store is as durable as the server is configured (``appendonly yes`` with ``appendfsync always``
@@ -28,34 +27,34 @@ Network and server errors come out as :class:`~proxy.store.base.StoreError`; an 
 bounded by ``timeout`` (a socket timeout, 5 s by default; a broken connection is retried
 once on a new one, so the first command after a Redis restart succeeds).
 
-Every command runs in a task of its own that its caller waits on
+On one server (``redis://``, ``unix://``) a commit of one part and a stream's read go on
+connections of the store's own (:mod:`proxy.store.redis_wire`: packed by hiredis, written
+at once, the reply read as it arrives: two turns of the event loop per command). Every
+other command runs on redis-py's client, in a task of its own that its caller waits on
 (:mod:`proxy.store.redis_commands`), so a cancelled caller always ends at once with
 CancelledError (redis-py alone can swallow a cancel) and :meth:`RedisStore.close` ends
-every command left.
+every command left. Sessions, leases, tasks and messages:
+:mod:`proxy.store.redis_records`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-import redis.asyncio as aioredis
 import structlog
+from hiredis import pack_command
 from redis.exceptions import NoScriptError, RedisError
 
 from proxy.core.stream import Unacknowledged
-from proxy.core.taskrecord import TERMINAL
-from proxy.store import redis_fast
 from proxy.store.base import (
     COMPLETED,
     LIVE,
     Batch,
     Entry,
-    SessionRecord,
     Store,
     StoreError,
     StoreLimits,
@@ -65,12 +64,9 @@ from proxy.store.base import (
 )
 from proxy.store.redis_client import Client, check_server, connect, where
 from proxy.store.redis_commands import Commands, Ended
-from proxy.store.redis_fast import Arg
 from proxy.store.redis_layout import (
     BUCKETS,
-    DEFAULT_TTL_S,
     EPOCH_TTL_S,
-    INBOX_TTL_MS,
     Layout,
     StreamKeys,
     by_bucket,
@@ -90,6 +86,16 @@ from proxy.store.redis_lua import (
     RELEASE_LUA,
     RENEW_LUA,
 )
+from proxy.store.redis_records import RedisRecords
+from proxy.store.redis_wire import (
+    Arg,
+    Closed,
+    Wire,
+    checked,
+    executed,
+    pack_transaction,
+    wire_for,
+)
 
 log = structlog.get_logger("proxy.store")
 
@@ -100,7 +106,7 @@ CLOSE_WAIT_SECONDS = 2.0
 """How long :meth:`RedisStore.close` waits for the commands it cancelled."""
 
 
-class RedisStore(Store):
+class RedisStore(RedisRecords, Store):
     """The store contract on Redis ≥ 7 / Valkey (keys: :mod:`proxy.store.redis_layout`)."""
 
     kind = "redis"
@@ -129,6 +135,10 @@ class RedisStore(Store):
         self._blocking: Client | None = None  # tails' XREAD BLOCK, longer timeout
         self._closed = False
         self._commands = Commands()  # in flight
+        # One server: commits and stream reads on connections of their own (a commit
+        # never waits behind a read's reply); None for a cluster or TLS.
+        self._wire: Wire | None = None
+        self._reads: Wire | None = None
 
     # ------------------------------------------------------------------ lifetime
     async def open(self) -> None:
@@ -142,6 +152,9 @@ class RedisStore(Store):
         self._release_script = self._client.register_script(RELEASE_LUA)
         self._renew_script = self._client.register_script(RENEW_LUA)
         self._put_task_script = self._client.register_script(PUT_TASK_LUA)
+        if not self.cluster:
+            self._wire = wire_for(self.url, self.timeout)
+            self._reads = wire_for(self.url, self.timeout)
         with self._failing("open"):
             await check_server(self.url, self.timeout, cluster=self.cluster)
         await self._run("open", self._load_scripts)
@@ -162,6 +175,9 @@ class RedisStore(Store):
 
     async def close(self) -> None:
         self._closed = True
+        for wire in (self._wire, self._reads):
+            if wire is not None:
+                wire.close()
         self._commands.cancel()
         for client in (self._client, self._blocking):
             if client is not None:
@@ -197,6 +213,22 @@ class RedisStore(Store):
             except Ended:
                 raise StoreError(f"the redis store ({self._where}) is closed") from None
 
+    async def _wired(
+        self, doing: str, wire: Wire, packed: bytes, count: int = 1, *, scripts: bool = False
+    ) -> list[Any]:
+        """The replies to ``packed`` (``count`` commands) on ``wire``, an error reply among
+        them as an exception instance; ``scripts``: a NOSCRIPT reply (a restarted or
+        flushed server) loads the scripts and sends ``packed`` once more."""
+        with self._failing(doing):
+            try:
+                replies = await wire.call(packed, count)
+                if scripts and any(isinstance(reply, NoScriptError) for reply in replies):
+                    await self._run(doing, self._load_scripts)
+                    replies = await wire.call(packed, count)
+            except Closed:
+                raise StoreError(f"the redis store ({self._where}) is closed") from None
+            return replies
+
     @contextlib.contextmanager
     def _failing(self, doing: str) -> Iterator[None]:
         """Turn Redis' errors (network, server, refused scripts) into StoreError."""
@@ -231,17 +263,18 @@ class RedisStore(Store):
     async def _commit_parts(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         """Run ``COMMIT_LUA`` once per part (bucket); their replies, in order. Several
         parts go as EVALSHAs in one pipeline (a cluster client: one per master), their
-        scripts loaded again on NOSCRIPT (a restarted or flushed server, a new master)."""
+        scripts loaded again on NOSCRIPT (a restarted or flushed server, a new master).
+        One server: the EVALSHAs written at once on the commits' wire."""
+        if self._wire is not None:
+            sha = self._commit_script.sha
+            packed = b"".join(
+                pack_command(("EVALSHA", sha, len(keys), *keys, *args)) for keys, args in calls
+            )
+            replies = await self._wired("commit", self._wire, packed, len(calls), scripts=True)
+            with self._failing("commit"):
+                return checked(replies)
 
         async def commit(client: Client) -> list[Any]:
-            if len(calls) == 1 and isinstance(client, aioredis.Redis):  # one server
-                keys, args = calls[0]
-                sha = self._commit_script.sha
-                try:
-                    return [await redis_fast.evalsha(client, sha, keys, args)]
-                except NoScriptError:  # a restarted or flushed server
-                    await self._load_scripts(client)
-                    return [await redis_fast.evalsha(client, sha, keys, args)]
             if len(calls) == 1:
                 return [await self._commit_script(*calls[0])]
             try:
@@ -273,18 +306,23 @@ class RedisStore(Store):
         id, read in one MULTI; raises what :func:`check_read` raises."""
         names = self._stream_keys(key)
 
+        if self._reads is not None:  # one server: raw replies, parsed here
+            xrange: list[Arg] = ["XRANGE", names.log, b"%d-0" % (after + 1), "+"]
+            if limit is not None:
+                xrange += ("COUNT", limit)
+            commands: list[list[Arg]] = [["HGETALL", names.record], xrange]
+            if wake:
+                commands.append(["XREVRANGE", names.wake, "+", "-", "COUNT", 1])
+            replies = await self._wired(
+                "read a stream", self._reads, pack_transaction(commands), len(commands) + 2
+            )
+            with self._failing("read a stream"):
+                raw = executed(replies)
+            record = check_read(record_of(key, pairs(raw[0]), now), after)
+            woken = raw[2] if wake else []
+            return record, entries_of(raw[1]), woken[0][0].decode() if woken else "0-0"
+
         async def snapshot(client: Client) -> tuple[dict[bytes, bytes], list[Entry], list[Any]]:
-            if isinstance(client, aioredis.Redis):  # one server: raw replies, parsed here
-                xrange: list[Arg] = ["XRANGE", names.log, b"%d-0" % (after + 1), "+"]
-                if limit is not None:
-                    xrange += ("COUNT", limit)
-                commands: list[list[Arg]] = [["HGETALL", names.record], xrange]
-                if wake:
-                    commands.append(["XREVRANGE", names.wake, "+", "-", "COUNT", 1])
-                raw = await redis_fast.transaction(client, commands)
-                fields = raw[0]  # a map (RESP3) or its flat pairs (RESP2)
-                record = fields if isinstance(fields, dict) else pairs(fields)
-                return record, entries_of(raw[1]), raw[2] if wake else []
             pipe = client.pipeline(transaction=True)
             pipe.hgetall(names.record)
             pipe.xrange(names.log, min=f"{after + 1}-0", max="+", count=limit)
@@ -329,27 +367,7 @@ class RedisStore(Store):
             blocking=True,
         )
 
-    # ------------------------------------------------------------------ messages
-    async def send(self, to: str, message: dict[str, Any]) -> None:
-        inbox = self._key("inbox", to)
-
-        async def push(client: Client) -> None:
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.rpush(inbox, json.dumps(message, separators=(",", ":")))
-                pipe.pexpire(inbox, INBOX_TTL_MS)
-                await pipe.execute()
-
-        await self._run("send a message", push)
-
-    async def receive(self, owner: str) -> AsyncIterator[dict[str, Any]]:
-        inbox = self._key("inbox", owner)
-        while True:
-            popped = await self._run(
-                "receive messages", lambda r: r.blpop([inbox], timeout=self.block), blocking=True
-            )
-            if popped is not None:
-                yield json.loads(popped[1])
-
+    # ------------------------------------------------------------------ listing
     async def live_streams(self, owner: str | None, now: float) -> list[StreamRecord]:
         """Each bucket's index's keys that expire after ``now`` (one pipelined ZRANGE per
         bucket), then their records (one pipelined HGETALL each): the cost is
@@ -373,84 +391,3 @@ class RedisStore(Store):
             for r in records
             if r is not None and r.state == LIVE and (owner is None or r.owner == owner)
         ]
-
-    # ------------------------------------------------------------------ sessions, leases
-    async def put_session(self, record: SessionRecord) -> None:
-        value = {
-            "epoch": record.epoch,
-            "owner": record.owner,
-            "protocol_version": record.protocol_version,
-            "expires_at": record.expires_at,
-        }
-        expires_at = record.expires_at
-        if expires_at is None:
-            expires_at = time.time() + DEFAULT_TTL_S
-        key = self._key("session", record.session_id)
-        await self._run(
-            "write a session", lambda r: r.set(key, json.dumps(value), pxat=ms(expires_at))
-        )
-
-    async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
-        raw = await self._run("read a session", lambda r: r.get(self._key("session", session_id)))
-        if raw is None:
-            return None
-        value = json.loads(raw)
-        expires_at = value["expires_at"]
-        if expires_at is not None and expires_at <= now:
-            return None
-        return SessionRecord(
-            session_id, value["epoch"], value["owner"], value["protocol_version"], expires_at
-        )
-
-    async def drop_session(self, session_id: str) -> None:
-        await self._run("drop a session", lambda r: r.delete(self._key("session", session_id)))
-
-    async def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
-        """As the contract says; the lease lapses on the Redis server's clock (``now`` is
-        not used), so every replica agrees on when."""
-        taken = await self._run(
-            "acquire a lease",
-            lambda _: self._acquire_script(
-                [self._key("lease", name)], [owner, max(1, round(ttl * 1000))]
-            ),
-        )
-        return bool(taken)
-
-    async def renew_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
-        renewed = await self._run(
-            "renew a lease",
-            lambda _: self._renew_script(
-                [self._key("lease", name)], [owner, max(1, round(ttl * 1000))]
-            ),
-        )
-        return bool(renewed)
-
-    async def release_lease(self, name: str, owner: str) -> None:
-        await self._run(
-            "release a lease", lambda _: self._release_script([self._key("lease", name)], [owner])
-        )
-
-    async def lease_owner(self, name: str, now: float) -> str | None:
-        held = await self._run("read a lease", lambda r: r.get(self._key("lease", name)))
-        return text(held) if held is not None else None
-
-    # ------------------------------------------------------------------ tasks
-    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> bool:
-        value = json.dumps({"record": record, "expires_at": expires_at})
-        written = await self._run(
-            "write a task",
-            lambda _: self._put_task_script(
-                [self._key("task", task_id)], [value, ms(expires_at), *sorted(TERMINAL)]
-            ),
-        )
-        return bool(written)
-
-    async def get_task(self, task_id: str, now: float) -> dict[str, Any] | None:
-        raw = await self._run("read a task", lambda r: r.get(self._key("task", task_id)))
-        if raw is None:
-            return None
-        value = json.loads(raw)
-        if value["expires_at"] <= now:
-            return None
-        record: dict[str, Any] = value["record"]
-        return record

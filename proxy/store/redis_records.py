@@ -1,0 +1,141 @@
+"""The Redis store's small keyed values beside the logs (:mod:`proxy.store.redis`):
+sessions, leases, tasks, and the messages replicas send each other. Each is one command
+or one short script on redis-py's client, run as one of the store's commands
+(:meth:`RedisStore._run <proxy.store.redis.RedisStore._run>`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from redis.commands.core import AsyncScript
+
+from proxy.core.taskrecord import TERMINAL
+from proxy.store.base import SessionRecord
+from proxy.store.redis_client import Client
+from proxy.store.redis_layout import DEFAULT_TTL_S, INBOX_TTL_MS, ms, text
+
+T = TypeVar("T")
+
+
+class RedisRecords:
+    """Sessions, leases, tasks and messages; :class:`~proxy.store.redis.RedisStore` gives
+    the client, the keys and the scripts."""
+
+    block: float
+    _acquire_script: AsyncScript
+    _release_script: AsyncScript
+    _renew_script: AsyncScript
+    _put_task_script: AsyncScript
+
+    async def _run(
+        self, doing: str, call: Callable[[Client], Awaitable[T]], *, blocking: bool = False
+    ) -> T:
+        raise NotImplementedError
+
+    def _key(self, kind: str, name: str) -> str:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ messages
+    async def send(self, to: str, message: dict[str, Any]) -> None:
+        inbox = self._key("inbox", to)
+
+        async def push(client: Client) -> None:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.rpush(inbox, json.dumps(message, separators=(",", ":")))
+                pipe.pexpire(inbox, INBOX_TTL_MS)
+                await pipe.execute()
+
+        await self._run("send a message", push)
+
+    async def receive(self, owner: str) -> AsyncIterator[dict[str, Any]]:
+        inbox = self._key("inbox", owner)
+        while True:
+            popped = await self._run(
+                "receive messages", lambda r: r.blpop([inbox], timeout=self.block), blocking=True
+            )
+            if popped is not None:
+                yield json.loads(popped[1])
+
+    # ------------------------------------------------------------------ sessions, leases
+    async def put_session(self, record: SessionRecord) -> None:
+        value = {
+            "epoch": record.epoch,
+            "owner": record.owner,
+            "protocol_version": record.protocol_version,
+            "expires_at": record.expires_at,
+        }
+        expires_at = record.expires_at
+        if expires_at is None:
+            expires_at = time.time() + DEFAULT_TTL_S
+        key = self._key("session", record.session_id)
+        await self._run(
+            "write a session", lambda r: r.set(key, json.dumps(value), pxat=ms(expires_at))
+        )
+
+    async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
+        raw = await self._run("read a session", lambda r: r.get(self._key("session", session_id)))
+        if raw is None:
+            return None
+        value = json.loads(raw)
+        expires_at = value["expires_at"]
+        if expires_at is not None and expires_at <= now:
+            return None
+        return SessionRecord(
+            session_id, value["epoch"], value["owner"], value["protocol_version"], expires_at
+        )
+
+    async def drop_session(self, session_id: str) -> None:
+        await self._run("drop a session", lambda r: r.delete(self._key("session", session_id)))
+
+    async def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
+        """As the contract says; the lease lapses on the Redis server's clock (``now`` is
+        not used), so every replica agrees on when."""
+        taken = await self._run(
+            "acquire a lease",
+            lambda _: self._acquire_script(
+                [self._key("lease", name)], [owner, max(1, round(ttl * 1000))]
+            ),
+        )
+        return bool(taken)
+
+    async def renew_lease(self, name: str, owner: str, ttl: float, now: float) -> bool:
+        renewed = await self._run(
+            "renew a lease",
+            lambda _: self._renew_script(
+                [self._key("lease", name)], [owner, max(1, round(ttl * 1000))]
+            ),
+        )
+        return bool(renewed)
+
+    async def release_lease(self, name: str, owner: str) -> None:
+        await self._run(
+            "release a lease", lambda _: self._release_script([self._key("lease", name)], [owner])
+        )
+
+    async def lease_owner(self, name: str, now: float) -> str | None:
+        held = await self._run("read a lease", lambda r: r.get(self._key("lease", name)))
+        return text(held) if held is not None else None
+
+    # ------------------------------------------------------------------ tasks
+    async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> bool:
+        value = json.dumps({"record": record, "expires_at": expires_at})
+        written = await self._run(
+            "write a task",
+            lambda _: self._put_task_script(
+                [self._key("task", task_id)], [value, ms(expires_at), *sorted(TERMINAL)]
+            ),
+        )
+        return bool(written)
+
+    async def get_task(self, task_id: str, now: float) -> dict[str, Any] | None:
+        raw = await self._run("read a task", lambda r: r.get(self._key("task", task_id)))
+        if raw is None:
+            return None
+        value = json.loads(raw)
+        if value["expires_at"] <= now:
+            return None
+        record: dict[str, Any] = value["record"]
+        return record

@@ -1,0 +1,232 @@
+"""A pipelined connection of the Redis store's own to one server: the hot commands
+(a call's commit, a stream's read) without redis-py's connection pool, and with the
+fewest turns of the event loop.
+
+Through redis-py, one ``EVALSHA`` took ~6 turns of the loop: the command's task
+(:mod:`proxy.store.redis_commands`) started, redis-py's ``asyncio.wait_for`` around the
+write made a task of its own (Python 3.11) and waited for it, the reply woke the reader,
+and the command's end woke the caller through ``asyncio.wait``. While the loop is busy
+(a long resume being written, a burst relayed: turns of ~1.3 ms) that was ~8 ms per
+commit, and a call's answer, which waits for its commit, waited for about three of them.
+Here a command is written at once, in the caller's turn; :class:`_Link` reads every reply
+as it arrives (``hiredis``, in ``data_received``) and resolves the caller's future, so the
+caller goes on in the next turn: two turns per command, whatever else runs.
+
+Replies come in the order their commands were sent, so a connection stays in step
+whatever its callers do: a caller cancelled (or timed out) while waiting leaves its
+future cancelled and its reply, when it comes, is read and dropped. A cancelled caller
+ends at once with :class:`~asyncio.CancelledError`; nothing of it runs on.
+
+As the redis-py client is configured (:func:`proxy.store.redis_client.connect`): a
+command that finds its connection broken (a restarted Redis) is sent once more on a new
+one (the store's commands are idempotent: a commit retried applies once); a command
+unanswered for ``timeout`` seconds raises ``TimeoutError`` and drops the connection (the
+commands waiting on it fail too, not retried), so an unresponsive server costs
+``timeout``, not more. :meth:`Wire.close` fails every command still waiting with
+:class:`Closed`.
+
+``redis://`` (TCP) and ``unix://`` URLs, with their user, password and database (``AUTH``,
+``SELECT`` on connecting), speak RESP2; a ``rediss://`` (TLS) URL has no wire
+(:func:`wire_for` says ``None``): its store sends every command through redis-py, as a
+cluster's does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from hiredis import Reader, pack_command
+from redis._parsers.base import BaseParser
+from redis.asyncio.connection import parse_url
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+Arg = bytes | str | int
+
+
+class Closed(RedisConnectionError):
+    """The wire was closed (the store's :meth:`close`) while the command waited."""
+
+
+class _Request:
+    __slots__ = ("count", "future", "replies")
+
+    def __init__(self, future: asyncio.Future[list[Any]], count: int) -> None:
+        self.future = future
+        self.count = count
+        self.replies: list[Any] = []
+
+
+class _Link(asyncio.Protocol):
+    """One connection: commands written in order, replies matched to them in order."""
+
+    def __init__(self) -> None:
+        # An error reply is an exception instance in the replies (redis-py's classes:
+        # NoScriptError, ResponseError, ...), never raised by the reader.
+        self._reader = Reader(protocolError=InvalidResponse, replyError=BaseParser.parse_error)
+        self._waiting: deque[_Request] = deque()
+        self._transport: asyncio.Transport | None = None
+        self.failed: Exception | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._reader.feed(data)
+        waiting = self._waiting
+        try:
+            while (reply := self._reader.gets()) is not False:
+                if not waiting:
+                    raise InvalidResponse("a reply to no command")
+                request = waiting[0]
+                request.replies.append(reply)
+                if len(request.replies) == request.count:
+                    waiting.popleft()
+                    if not request.future.done():  # else its caller left: dropped
+                        request.future.set_result(request.replies)
+        except InvalidResponse as exc:
+            self.fail(RedisConnectionError(f"the server's reply cannot be read: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.fail(RedisConnectionError(f"the connection was lost: {exc or 'closed by Redis'}"))
+
+    def fail(self, error: Exception) -> None:
+        """Close the connection; every command waiting on it raises ``error``."""
+        if self.failed is None:
+            self.failed = error
+        if self._transport is not None:
+            self._transport.abort()
+        while self._waiting:
+            future = self._waiting.popleft().future
+            if not future.done():
+                future.set_exception(error)
+
+    def send(self, packed: bytes, count: int) -> asyncio.Future[list[Any]]:
+        """Write ``packed`` (``count`` commands) now; its ``count`` replies, when read."""
+        if self.failed is not None or self._transport is None or self._transport.is_closing():
+            raise RedisConnectionError(f"the connection is closed: {self.failed or 'closing'}")
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._waiting.append(_Request(future, count))
+        self._transport.write(packed)
+        return future
+
+
+class Wire:
+    """A connection to the server ``url`` names, made on the first command and again
+    after it broke; each command's replies or its error."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self._options = parse_url(url)
+        self.timeout = timeout
+        self._link: _Link | None = None
+        self._connecting = asyncio.Lock()
+        self._closed = False
+
+    async def call(self, packed: bytes, count: int = 1) -> list[Any]:
+        """The replies to ``packed`` (``count`` packed commands), an error reply among
+        them as an exception instance; raises ConnectionError / TimeoutError."""
+        try:
+            return await self._once(packed, count)
+        except RedisConnectionError:
+            if self._closed:
+                raise
+            return await self._once(packed, count)  # a broken connection: once more
+
+    async def _once(self, packed: bytes, count: int) -> list[Any]:
+        link = self._link
+        if link is None or link.failed is not None:
+            link = await self._connected()
+        future = link.send(packed, count)
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await future
+        except TimeoutError:
+            error = RedisTimeoutError(f"no reply from Redis in {self.timeout:g} s")
+            link.fail(error)
+            raise error from None
+
+    async def _connected(self) -> _Link:
+        if self._closed:
+            raise Closed("the wire is closed")
+        async with self._connecting:  # one connection made for every caller waiting
+            if self._link is not None and self._link.failed is None:
+                return self._link
+            link = await self._connect()
+            if self._closed:  # closed while connecting
+                link.fail(Closed("the wire is closed"))
+                raise Closed("the wire is closed")
+            self._link = link
+            return link
+
+    async def _connect(self) -> _Link:
+        loop = asyncio.get_running_loop()
+        options = self._options
+        hello: list[tuple[Arg, ...]] = []
+        if options.get("password") is not None:
+            user = options.get("username")
+            hello.append(("AUTH", *((user,) if user else ()), options["password"]))
+        if options.get("db"):
+            hello.append(("SELECT", options["db"]))
+        try:
+            async with asyncio.timeout(self.timeout):
+                if "path" in options:
+                    _, link = await loop.create_unix_connection(_Link, options["path"])
+                else:
+                    host, port = options.get("host", "localhost"), options.get("port", 6379)
+                    _, link = await loop.create_connection(_Link, host, port)
+                if hello:
+                    packed = b"".join(pack_command(command) for command in hello)  # type: ignore[arg-type]
+                    replies = await link.send(packed, len(hello))
+                    for reply in replies:
+                        if isinstance(reply, Exception):
+                            link.fail(RedisConnectionError(str(reply)))
+                            raise reply
+        except TimeoutError:
+            raise RedisTimeoutError(f"connecting took over {self.timeout:g} s") from None
+        except OSError as exc:
+            raise RedisConnectionError(f"cannot connect: {exc}") from exc
+        return link
+
+    def close(self) -> None:
+        """Close the connection; every command still waiting raises :class:`Closed`."""
+        self._closed = True
+        if self._link is not None:
+            self._link.fail(Closed("the redis store is closed"))
+
+
+def wire_for(url: str, timeout: float) -> Wire | None:
+    """The wire for a ``redis://`` or ``unix://`` URL; None for ``rediss://`` (TLS)."""
+    if url.lower().startswith("rediss://"):
+        return None
+    return Wire(url, timeout)
+
+
+def checked(replies: list[Any]) -> list[Any]:
+    """``replies`` as they are; the first error reply among them raised."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def pack_transaction(commands: list[list[Arg]]) -> bytes:
+    """``MULTI``, ``commands``, ``EXEC``, packed: ``len(commands) + 2`` replies."""
+    packed = [pack_command(("MULTI",))]
+    packed += [pack_command(tuple(command)) for command in commands]  # type: ignore[arg-type]
+    packed.append(pack_command(("EXEC",)))
+    return b"".join(packed)
+
+
+def executed(replies: list[Any]) -> list[Any]:
+    """The replies of a transaction's commands, from its ``MULTI`` … ``EXEC`` replies; an
+    error reply (queued or executed) raised."""
+    done = replies[-1]
+    if isinstance(done, Exception):  # EXECABORT: a command was refused when queued
+        checked(replies[:-1])
+        raise done
+    if done is None:  # EXEC refused (a WATCH would say so; none is used)
+        raise ResponseError("the transaction was aborted")
+    return checked(list(done))
