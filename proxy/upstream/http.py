@@ -5,11 +5,12 @@ is its own POST, sent in the order ``send`` was called (one writer; it waits onl
 POST's body is written, so a long answer never holds up the next message). Each open
 response is read by its own task, and what it carries belongs to its request (DESIGN §5
 rule 3): ``on_message(msg, origin=<request id>)``. The standalone GET stream carries the
-rest (origin None); with ``upstream.standalone_stream: on_client_get`` it is opened only
-once the client listens (:meth:`HttpUpstream.listen_standalone`). Every task and response
-ends in :meth:`HttpUpstream.stop`, which gives back the ``aiohttp`` client all sessions
-share (:mod:`proxy.upstream.http_client`). An idle session runs no task: the writer runs
-only while there is something to POST.
+rest (origin None), read by callbacks (:mod:`proxy.upstream.http_listen`); with
+``upstream.standalone_stream: on_client_get`` it is opened only once the client listens
+(:meth:`HttpUpstream.listen_standalone`). Every task and response ends in
+:meth:`HttpUpstream.stop`, which gives back the ``aiohttp`` client all sessions share
+(:mod:`proxy.upstream.http_client`). An idle session runs no task: the writer runs only
+while there is something to POST, and an open standalone stream needs none.
 
 Recovery, per the spec:
 
@@ -175,7 +176,7 @@ class HttpUpstream:
 
     def _listening(self) -> StandaloneListener:
         if self._listener is None:
-            self._listener = StandaloneListener(self, self._endpoint)
+            self._listener = StandaloneListener(self, self._endpoint, self._expiry)
         return self._listener
 
     # ------------------------------------------------------------------ for StandaloneListener
@@ -183,18 +184,8 @@ class HttpUpstream:
     def label(self) -> str:
         return self._context.label
 
-    @property
-    def closed(self) -> str | None:
-        return self._expiry.closed
-
     def deliver(self, msg: Message) -> None:
         self._deliver(msg, None)
-
-    def unreachable(self, why: str) -> None:
-        self._expiry.unreachable(why)
-
-    def reachable(self) -> None:
-        self._expiry.reachable()
 
     async def get(self, cursor: Cursor, sink: Sink) -> int | None:
         return await self._get(cursor, sink, never)

@@ -22,6 +22,7 @@ redirect, decode a ``Content-Encoding``. Answered either, the listener reads the
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ssl
 from collections.abc import Coroutine
@@ -46,6 +47,7 @@ from proxy.upstream.http_body import (
     why_failed,
 )
 from proxy.upstream.http_endpoint import Endpoint
+from proxy.upstream.http_expiry import SessionExpiry
 
 log = structlog.get_logger("proxy.upstream.http")
 
@@ -60,18 +62,10 @@ class ListenHost(Protocol):
     @property
     def label(self) -> str: ...
 
-    @property
-    def closed(self) -> str | None:
-        """Why the upstream session is over for good, or None."""
-
     def spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> asyncio.Task[Any]: ...
 
     def deliver(self, msg: Message) -> None:
         """A message of the standalone stream (origin None)."""
-
-    def unreachable(self, why: str) -> None: ...
-
-    def reachable(self) -> None: ...
 
     async def get(self, cursor: Cursor, sink: Sink) -> int | None:
         """One ``GET`` stream read with ``aiohttp`` to its end; the status if refused."""
@@ -90,11 +84,21 @@ class StandaloneListener:
     """The standalone stream of one upstream session: open it, read it, open it again
     after it ends (from its last event id, §Resumability), until :meth:`close`."""
 
-    __slots__ = ("_aiohttp", "_backoff", "_cursor", "_endpoint", "_host", "_stream", "_task")
+    __slots__ = (
+        "_aiohttp",
+        "_backoff",
+        "_cursor",
+        "_endpoint",
+        "_expiry",
+        "_host",
+        "_stream",
+        "_task",
+    )
 
-    def __init__(self, host: ListenHost, endpoint: Endpoint) -> None:
+    def __init__(self, host: ListenHost, endpoint: Endpoint, expiry: SessionExpiry) -> None:
         self._host = host
         self._endpoint = endpoint
+        self._expiry = expiry  # closed: no more; reachable or not: the health
         self._cursor = Cursor()
         self._backoff = Backoff()
         self._task: asyncio.Task[Any] | None = None
@@ -136,7 +140,7 @@ class StandaloneListener:
         if stream is not self._stream:  # closed by close(): nothing more
             return
         self._stream = None
-        if self._host.closed is None and self._task is None:
+        if self._expiry.closed is None and self._task is None:
             self._task = self._host.spawn(self._run(self._delay()), "listen")
 
     def failed(self, stream: SseGet) -> None:
@@ -169,7 +173,7 @@ class StandaloneListener:
         try:
             if delay:
                 await asyncio.sleep(delay)
-            while self._host.closed is None:
+            while self._expiry.closed is None:
                 try:
                     if not self._aiohttp:
                         await self._open()
@@ -183,7 +187,7 @@ class StandaloneListener:
                     await asyncio.sleep(self._delay())  # it ended: again
                 except _Refused as exc:
                     if exc.status >= 500:
-                        self._host.unreachable(f"HTTP {exc.status}")
+                        self._expiry.unreachable(f"HTTP {exc.status}")
                         await asyncio.sleep(self._backoff.next_delay())
                     elif exc.fall_back and not self._aiohttp:
                         log.info("upstream_standalone_via_aiohttp", session=self._host.label)
@@ -196,7 +200,7 @@ class StandaloneListener:
                         )
                         return
                 except (*NETWORK_ERRORS, h11.ProtocolError) as exc:
-                    self._host.unreachable(_why(exc))
+                    self._expiry.unreachable(_why(exc))
                     await asyncio.sleep(self._backoff.next_delay())
         finally:
             if self._task is asyncio.current_task():
@@ -210,22 +214,25 @@ class StandaloneListener:
             await endpoint.authorize()
         url = endpoint.url
         stream = SseGet(self, _request(endpoint, self._cursor.last_id), endpoint)
-        loop = asyncio.get_running_loop()
         tls = _tls_context() if url.scheme == "https" else None
         host = url.raw_host or ""
-        async with asyncio.timeout(endpoint.connect_timeout):
-            await loop.create_connection(
-                lambda: stream, host, url.port or 80, ssl=tls, server_hostname=host if tls else None
-            )
-        self._stream = stream
+        self._stream = stream  # from now on: what ended() and close() look for
         try:
+            async with asyncio.timeout(endpoint.connect_timeout):
+                await asyncio.get_running_loop().create_connection(
+                    lambda: stream,
+                    host,
+                    url.port or 80,
+                    ssl=tls,
+                    server_hostname=host if tls else None,
+                )
             await stream.head
         except BaseException:
             if self._stream is stream:
                 self._stream = None
             stream.abort()
             raise
-        self._host.reachable()
+        self._expiry.reachable()
         if endpoint.paused:
             stream.pause()
 
@@ -267,7 +274,7 @@ class SseGet(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
         if not self.head.done():
-            self.head.set_exception(exc or ConnectionResetError("closed before the answer"))
+            self.head.set_exception(exc or aiohttp.ServerDisconnectedError())
         else:
             self._listener.ended(self)
 
@@ -285,6 +292,8 @@ class SseGet(asyncio.Protocol):
             self._transport.abort()
         if not self.head.done():
             self.head.cancel()
+        elif not self.head.cancelled():
+            self.head.exception()  # seen: never "exception was never retrieved"
 
     def _read(self) -> None:
         """Each event ``h11`` has read so far; none once the connection is going."""
@@ -355,11 +364,16 @@ def _request(endpoint: Endpoint, last_event_id: str | None) -> h11.Request:
     sent = endpoint.headers(SSE, last_event_id)
     if url.raw_user or url.raw_password:  # as aiohttp does: it replaces any other
         sent = {k: v for k, v in sent.items() if k.lower() != "authorization"}
-        sent["Authorization"] = aiohttp.BasicAuth(url.user or "", url.password or "").encode()
+        sent["Authorization"] = _basic(url.user or "", url.password or "")
     headers += [(k, v) for k, v in sent.items() if k.lower() not in ("host", "user-agent")]
     if (cookie := endpoint.cookie_header()) is not None:
         headers.append(("Cookie", cookie))
     return h11.Request(method="GET", target=_target(url), headers=headers)
+
+
+def _basic(user: str, password: str) -> str:
+    """RFC 7617 credentials, encoded as aiohttp's ``BasicAuth`` encodes them (latin-1)."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode("latin1")).decode()
 
 
 def _target(url: URL) -> str:
