@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import aiohttp
 import h11
 import structlog
-from yarl import URL
+from aiohttp.http import SERVER_SOFTWARE
 
 from proxy.backoff import Backoff
 from proxy.core.errors import ProxyError
@@ -52,7 +52,6 @@ from proxy.upstream.http_expiry import SessionExpiry
 log = structlog.get_logger("proxy.upstream.http")
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_USER_AGENT = f"mcp-resume-proxy aiohttp/{aiohttp.__version__}"
 _tls: ssl.SSLContext | None = None  # one for the process: made for the first https URL
 
 
@@ -354,30 +353,29 @@ class SseGet(asyncio.Protocol):
 
 def _request(endpoint: Endpoint, last_event_id: str | None) -> h11.Request:
     """The ``GET``, with what ``aiohttp`` would send: the endpoint's headers (the session,
-    revision, token, configured ones), its cookies, the URL's userinfo as Basic auth."""
+    revision, token, configured ones), its cookies, the URL's userinfo as Basic auth; and
+    no ``Content-Encoding`` asked for."""
     url = endpoint.url
-    headers = [
-        ("Host", url.host_port_subcomponent or ""),
-        ("User-Agent", _USER_AGENT),
-        ("Accept-Encoding", "identity"),
-    ]
     sent = endpoint.headers(SSE, last_event_id)
     if url.raw_user or url.raw_password:  # as aiohttp does: it replaces any other
         sent = {k: v for k, v in sent.items() if k.lower() != "authorization"}
         sent["Authorization"] = _basic(url.user or "", url.password or "")
-    headers += [(k, v) for k, v in sent.items() if k.lower() not in ("host", "user-agent")]
+    names = {k.lower() for k in sent}
+    defaults = [
+        ("Host", url.host_port_subcomponent or ""),
+        ("User-Agent", SERVER_SOFTWARE),
+        ("Accept-Encoding", "identity"),
+    ]
+    headers = [(k, v) for k, v in defaults if k.lower() not in names]
+    headers += sent.items()
     if (cookie := endpoint.cookie_header()) is not None:
         headers.append(("Cookie", cookie))
-    return h11.Request(method="GET", target=_target(url), headers=headers)
+    return h11.Request(method="GET", target=url.raw_path_qs or "/", headers=headers)
 
 
 def _basic(user: str, password: str) -> str:
     """RFC 7617 credentials, encoded as aiohttp's ``BasicAuth`` encodes them (latin-1)."""
     return "Basic " + base64.b64encode(f"{user}:{password}".encode("latin1")).decode()
-
-
-def _target(url: URL) -> str:
-    return url.raw_path_qs or "/"
 
 
 def _tls_context() -> ssl.SSLContext:
@@ -393,6 +391,6 @@ def _why(exc: BaseException) -> str:
         return f"bad HTTP answer ({exc})"
     if isinstance(exc, ssl.SSLError):
         return f"TLS failed ({exc.reason or type(exc).__name__})"
-    if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError):
+    if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError | TimeoutError):
         return f"cannot connect ({exc.strerror or type(exc).__name__})"
     return why_failed(exc)

@@ -5,15 +5,19 @@ Against the scripted server (``tests/fixtures/http_scripted_server.py``) on real
 open stream runs no task; its ``GET`` carries what ``aiohttp`` sends with the other requests;
 what ``aiohttp`` alone reads (a redirect, a compressed body) is read through it; a paused
 session reads nothing more of it until resumed; a stream cut (behind the TCP forwarder of
-``tests/cut_proxy.py``) or unreadable is opened again from its last event id. End to end, what
-the server sends on it while the client has no ``GET`` open reaches the client's next one.
+``tests/cut_proxy.py``) or unreadable is opened again from its last event id; over https it
+is verified against the CAs the HTTP client trusts. End to end, what the server sends on it
+while the client has no ``GET`` open reaches the client's next one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
+import ipaddress
 import json
+import ssl
 import zlib
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,10 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from proxy.core.sse import encode_event
 from tests.downstream.sse_client import RawSession
@@ -33,7 +41,7 @@ from tests.fixtures.http_harness import (
     upstream,
 )
 from tests.fixtures.http_scripted_server import ScriptedServer, open_sse, send_event
-from tests.support import eventually, run_proxy
+from tests.support import eventually, run_proxy, run_proxy_on
 
 
 def note(n: int) -> dict[str, Any]:
@@ -228,3 +236,71 @@ async def test_stop_closes_the_stream(server: ScriptedServer) -> None:
         await h.handshake(server)
         await eventually(lambda: bool(notes_got(h.got)))
     await asyncio.wait_for(closed.wait(), DEADLINE)
+
+
+def self_signed(workdir: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (the certificate is its own CA)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = workdir / "cert.pem", workdir / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+async def test_an_https_stream_is_read_over_tls_verified_by_the_systems_cas(
+    tmp_path: Path,
+) -> None:
+    """Over TLS, verified against the CAs the HTTP client trusts (the system's: here the
+    test's own, named by ``SSL_CERT_FILE``); end to end, so that both read it at start."""
+    cert, key = self_signed(tmp_path)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    server = ScriptedServer(tls=tls)
+    server.on_get = Notes(server)
+    await server.start()
+    config = {
+        "listen": {"host": "127.0.0.1", "port": 0},
+        "upstream": {"url": server.url},
+        "log": {"format": "json", "level": "debug"},
+    }
+    try:
+        async with (
+            run_proxy_on(tmp_path, config, {"SSL_CERT_FILE": str(cert)}) as proxy,
+            aiohttp.ClientSession() as http,
+        ):
+            client = RawSession(http, proxy.url)
+            await client.initialize()
+            headers = client.headers(Accept="text/event-stream")
+            async with http.get(proxy.url, headers=headers) as resp:
+                async for line in resp.content:
+                    if line.startswith(b"data: {"):
+                        assert json.loads(line[6:]) == note(1)
+                        break
+            assert server.url.startswith("https://")
+            assert len(server.requests_of("GET")) == 1
+            assert "upstream_standalone_via_aiohttp" not in proxy.log_text()
+    finally:
+        await server.stop()
