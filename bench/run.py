@@ -35,6 +35,7 @@ import report
 import stores
 from contenders import BENCH, PYTHON, RAW, SDK, Contender
 from emission import EMIT_RAW, EMIT_SDK, stdio_emission
+from memory import raise_nofile
 from provenance import archive_proxy, code_version, machine_line
 from targets import modern_targets_table, store_targets_table, targets_table
 from targets23 import targets23_table
@@ -152,7 +153,10 @@ def http_upstream_sessions(
     """The proxy in front of the SDK fixture served over HTTP (one process for all sessions):
     ``idle`` sessions left idle (RSS growth per session; no children here), then ``n``
     concurrent sessions making 5 calls each. ``standalone``: ``upstream.standalone_stream``
-    (``open``: one GET stream upstream per session, idle or not)."""
+    (``open``: one GET stream upstream per session, idle or not: the proxy and the server
+    each hold a connection per session, so both get this process's open-file limit raised
+    to its hard limit)."""
+    raise_nofile()
     sessions = str(min(n, 100) if quick else n)
     idle_sessions = str(min(idle, 100) if quick else idle)
     upstream_port = C.free_port()
@@ -204,7 +208,7 @@ def main() -> None:
     parser.add_argument(
         "--http-standalone",
         choices=["open", "on_client_get"],
-        default="on_client_get",
+        default="open",  # the proxy's default
         help="upstream.standalone_stream of proxy+http-upstream",
     )
     parser.add_argument("--json-out", type=Path, help="also write the raw phase results here")

@@ -5,11 +5,12 @@ is its own POST, sent in the order ``send`` was called (one writer; it waits onl
 POST's body is written, so a long answer never holds up the next message). Each open
 response is read by its own task, and what it carries belongs to its request (DESIGN §5
 rule 3): ``on_message(msg, origin=<request id>)``. The standalone GET stream carries the
-rest (origin None); with ``upstream.standalone_stream: on_client_get`` it is opened only
-once the client listens (:meth:`HttpUpstream.listen_standalone`). Every task and response
-ends in :meth:`HttpUpstream.stop`, which gives back the ``aiohttp`` client all sessions
-share (:mod:`proxy.upstream.http_client`). An idle session runs no task: the writer runs
-only while there is something to POST.
+rest (origin None), read by callbacks (:mod:`proxy.upstream.http_listen`); with
+``upstream.standalone_stream: on_client_get`` it is opened only once the client listens
+(:meth:`HttpUpstream.listen_standalone`). Every task and response ends in
+:meth:`HttpUpstream.stop`, which gives back the ``aiohttp`` client all sessions share
+(:mod:`proxy.upstream.http_client`). An idle session runs no task: the writer runs only
+while there is something to POST, and an open standalone stream needs none.
 
 Recovery, per the spec:
 
@@ -56,11 +57,13 @@ from proxy.upstream.http_body import (
     BadBody,
     Cursor,
     Sink,
+    never,
     setter,
     why_failed,
 )
 from proxy.upstream.http_endpoint import Endpoint
 from proxy.upstream.http_expiry import SessionExpiry
+from proxy.upstream.http_listen import StandaloneListener
 from proxy.upstream.oauth import UpstreamUnauthorized, refusal
 
 log = structlog.get_logger("proxy.upstream.http")
@@ -79,7 +82,7 @@ class HttpUpstream:
         self._outbox: deque[tuple[bytes, HandshakeStep | None]] | None = None
         self._writer: asyncio.Task[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._listener: asyncio.Task[Any] | None = None
+        self._listener: StandaloneListener | None = None  # made when first wanted
         # upstream.standalone_stream: the GET stream is opened at once, or when the client
         # first listens (listen_standalone); only once the upstream session is initialized.
         self._listen_wanted = context.config.standalone_stream == "open"
@@ -121,13 +124,20 @@ class HttpUpstream:
     def pause(self) -> None:
         """Stop reading response bodies: TCP backpressure then holds the server back."""
         self._endpoint.pause()
+        if self._listener is not None:
+            self._listener.pause()
 
     def resume(self) -> None:
         self._endpoint.resume()
+        if self._listener is not None:
+            self._listener.resume()
 
     async def stop(self) -> None:
-        """Cancel every task, say goodbye (``DELETE``, §Session Management 5), close."""
+        """Cancel every task, close the standalone stream, say goodbye (``DELETE``,
+        §Session Management 5), close."""
         self._stopping = True
+        if self._listener is not None:
+            self._listener.close()
         while self._tasks:  # a task being cancelled may have spawned another
             tasks = list(self._tasks)
             for task in tasks:
@@ -156,16 +166,29 @@ class HttpUpstream:
         the upstream session is initialized."""
         if not self._listen_wanted:
             self._listen_wanted = True
-            if self._initialized and self._listener is None and not self._stopping:
-                self._listener = self.spawn(self._listen(), "listen")
+            if self._initialized and not self._stopping:
+                self._listening().open()
 
     def listen(self) -> None:
         """(Re)open the standalone GET stream, on the current session (if one is wanted)."""
-        if not self._listen_wanted:
-            return
-        if self._listener is not None:
-            self._listener.cancel()
-        self._listener = self.spawn(self._listen(), "listen")
+        if self._listen_wanted and not self._stopping:
+            self._listening().reopen()
+
+    def _listening(self) -> StandaloneListener:
+        if self._listener is None:
+            self._listener = StandaloneListener(self, self._endpoint, self._expiry)
+        return self._listener
+
+    # ------------------------------------------------------------------ for StandaloneListener
+    @property
+    def label(self) -> str:
+        return self._context.label
+
+    def deliver(self, msg: Message) -> None:
+        self._deliver(msg, None)
+
+    async def get(self, cursor: Cursor, sink: Sink) -> int | None:
+        return await self._get(cursor, sink, never)
 
     def lost(self, msg: Message, why: str, data: Any = None) -> None:
         """A message the server will not get or answer: a request gets an error."""
@@ -276,8 +299,8 @@ class HttpUpstream:
         if msg.kind is not Kind.REQUEST:
             if msg.method == "notifications/initialized":
                 self._initialized = True
-                if self._listen_wanted and self._listener is None:
-                    self._listener = self.spawn(self._listen(), "listen")
+                if self._listen_wanted and not self._stopping:
+                    self._listening().open()
             return
         rid = msg.id
         if resp.content_type == SSE:
@@ -403,30 +426,6 @@ class HttpUpstream:
             return None
         finally:
             resp.close()
-
-    async def _listen(self) -> None:
-        """The standalone GET stream (§Listening for Messages from the Server)."""
-        cursor, backoff = Cursor(), Backoff()
-
-        def sink(msg: Message) -> None:
-            self._deliver(msg, None)
-
-        while self._expiry.closed is None:
-            try:
-                refused = await self._get(cursor, sink, lambda: False)
-            except NETWORK_ERRORS as exc:
-                self._expiry.unreachable(why_failed(exc))
-                await asyncio.sleep(backoff.next_delay())
-                continue
-            if refused is not None:  # 405: the server has none; 404: a POST will find out
-                log.info(
-                    "upstream_no_standalone_stream", session=self._context.label, status=refused
-                )
-                return
-            if cursor.progressed:
-                backoff.reset()
-            delay = cursor.retry_ms / 1000 if cursor.retry_ms is not None else backoff.next_delay()
-            await asyncio.sleep(delay)
 
     # ------------------------------------------------------------------ delivery
     def _deliver(self, msg: Message, origin: Any) -> None:

@@ -17,7 +17,7 @@ import structlog
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.sse import SSEDecodeError, SSEDecoder
+from proxy.core.sse import SSEDecodeError, SSEDecoder, SSEEvent
 
 log = structlog.get_logger("proxy.upstream.http")
 
@@ -93,30 +93,44 @@ async def read_sse(
     sink: Sink,
     done: Callable[[], bool],
 ) -> None:
-    """Hand each message of an SSE body to ``sink`` until it ends or ``done()``.
+    """Hand each message of an SSE body to ``sink`` until it ends or ``done()``."""
+    decoder = SSEDecoder(limit)
+    cursor.progressed = False
+    while chunk := await next_chunk():
+        if take_events(decoder.feed(chunk), session, cursor, sink, done):
+            return
+
+
+def take_events(
+    events: list[SSEEvent], session: str, cursor: Cursor, sink: Sink, done: Callable[[], bool]
+) -> bool:
+    """Hand each message of ``events`` to ``sink``; True once ``done()`` (the rest is left).
 
     Events without data (the 2025-11-25 priming event) only move the cursor; an event
     that is not JSON-RPC is logged and skipped.
     """
-    decoder = SSEDecoder(limit)
-    cursor.progressed = False
-    while chunk := await next_chunk():
-        for event in decoder.feed(chunk):
-            if event.id is not None and event.id != cursor.last_id and is_safe_header(event.id):
-                cursor.last_id, cursor.progressed = event.id, True
-            if event.retry is not None:
-                cursor.retry_ms = event.retry
-            if not event.data or event.event != "message":
-                continue
-            cursor.progressed = True
-            try:
-                obj = jsonrpc.decode(event.data)
-                items = obj if isinstance(obj, list) else [obj]
-                messages = [jsonrpc.classify(item) for item in items]
-            except ProxyError as exc:
-                log.warning("upstream_event_skipped", session=session, error=exc.message)
-                continue
-            for msg in messages:
-                sink(msg)
-            if done():
-                return
+    for event in events:
+        if event.id is not None and event.id != cursor.last_id and is_safe_header(event.id):
+            cursor.last_id, cursor.progressed = event.id, True
+        if event.retry is not None:
+            cursor.retry_ms = event.retry
+        if not event.data or event.event != "message":
+            continue
+        cursor.progressed = True
+        try:
+            obj = jsonrpc.decode(event.data)
+            items = obj if isinstance(obj, list) else [obj]
+            messages = [jsonrpc.classify(item) for item in items]
+        except ProxyError as exc:
+            log.warning("upstream_event_skipped", session=session, error=exc.message)
+            continue
+        for msg in messages:
+            sink(msg)
+        if done():
+            return True
+    return False
+
+
+def never() -> bool:
+    """``done`` for a stream read to its end (the standalone stream)."""
+    return False

@@ -71,6 +71,24 @@ class Endpoint:
         self.bearer: str | None = None
 
     @property
+    def url(self) -> URL:
+        """The configured URL (its userinfo, query and all: never logged)."""
+        return self._url
+
+    @property
+    def connect_timeout(self) -> float:
+        return self._context.config.connect_timeout_seconds
+
+    @property
+    def max_line_bytes(self) -> int:
+        return self._context.config.max_line_bytes
+
+    @property
+    def paused(self) -> bool:
+        """Between :meth:`pause` and :meth:`resume`."""
+        return self._paused is not None
+
+    @property
     def session_id(self) -> str | None:
         """The ``Mcp-Session-Id`` the server gave, if any (requests carry it)."""
         return self._session
@@ -171,6 +189,18 @@ class Endpoint:
         )
         self._keep_cookies(resp)
         return resp
+
+    def cookie_header(self) -> str | None:
+        """:meth:`_cookie` as a ``Cookie`` header's value, as ``aiohttp`` writes it."""
+        cookies = self._cookie()
+        return cookies.output(header="", sep=";").strip() if cookies else None
+
+    def keep_cookies(self, set_cookie: list[str]) -> None:
+        """What ``Set-Cookie`` headers of a response read without ``aiohttp`` say."""
+        if set_cookie:
+            if self._cookies is None:
+                self._cookies = aiohttp.CookieJar(unsafe=True)
+            self._cookies.update_cookies_from_headers(set_cookie, self._url)
 
     def _cookie(self) -> BaseCookie[str] | None:
         """The cookies this session's server set, for the next request (the shared
