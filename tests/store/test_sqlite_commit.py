@@ -9,36 +9,13 @@ import time
 from pathlib import Path
 
 from proxy.core.errors import ResumeError
-from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
+from proxy.store.base import Batch, StreamRecord
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_commit import DROP_AT_ONCE
+from tests.store.sqlite_support import entries, opened, stored_events, stored_streams
 
 KEY = "e0e0e0.1"
 DEADLINE_S = 30.0
-
-
-def entries(first: int, last: int) -> list[Entry]:
-    return [Entry(seq, f'{{"n":{seq}}}'.encode(), seq % 3) for seq in range(first, last + 1)]
-
-
-async def opened(path: Path, limits: StoreLimits | None = None) -> SqliteStore:
-    store = SqliteStore(path, limits or StoreLimits())
-    await store.open()
-    return store
-
-
-def stored_events(path: Path, key: str) -> int:
-    import sqlite3
-
-    with sqlite3.connect(path) as conn:
-        return int(conn.execute("SELECT count(*) FROM events WHERE key = ?", (key,)).fetchone()[0])
-
-
-def stored_streams(path: Path, key: str) -> int:
-    import sqlite3
-
-    with sqlite3.connect(path) as conn:
-        return int(conn.execute("SELECT count(*) FROM streams WHERE key = ?", (key,)).fetchone()[0])
 
 
 async def tidied(store: SqliteStore) -> None:

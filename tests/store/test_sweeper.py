@@ -18,7 +18,7 @@ from proxy.store.memory import MemoryStore
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_db import SWEEP_EVENTS
 from proxy.store.sweeper import Sweeper
-from tests.store.test_sqlite_commit import entries, opened, stored_events, stored_streams
+from tests.store.sqlite_support import entries, opened, stored_events, stored_streams
 
 DEADLINE_S = 30.0
 DONE = "e0e0e0.1"  # a completed stream

@@ -123,7 +123,11 @@ async def test_a_paused_reader_hands_over_nothing_holds_a_bound_and_loses_nothin
         up.send(b'{"jsonrpc":"2.0","method":"go"}')
         pid = up.pid
         assert pid is not None
-        await eventually(lambda: blocked_in_write(pid), timeout=30, what="the server blocked")
+        # The server blocks for good only once the reader paused (before that, a slow
+        # first read can leave it blocked for a moment).
+        await eventually(
+            lambda: bool(got) and blocked_in_write(pid), timeout=30, what="the server blocked"
+        )
         written = int(count.read_text() or 0)
         assert len(got) == 1  # paused at the first: not one more line handed over
         # What the proxy took and holds: at most one read and a partial line; plus the
