@@ -48,12 +48,9 @@ import structlog
 from proxy import tracing
 from proxy.core.errors import ProxyError, SessionNotFound
 from proxy.core.protocol import SERVER_ERROR
-from proxy.forwarding import (
-    Forwarded,
-    MalformedForward,
-    NotesAhead,
-    Refused,
-    Reply,
+from proxy.forwarding import Forwarded, NotesAhead, Refused, Reply
+from proxy.forwarding_fields import MalformedForward
+from proxy.forwarding_wire import (
     decode_notes,
     decode_reply,
     decode_request,

@@ -1,5 +1,6 @@
-"""The messages replicas send each other (proxy/forwarding.py): every kind survives the
-trip through JSON, and anything else is refused with the one documented error."""
+"""The messages replicas send each other (proxy/forwarding.py, their wire form in
+proxy/forwarding_wire.py): every kind survives the trip through JSON, and anything else is
+refused with the one documented error."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from proxy.forwarding import (
     ForwardedGet,
     ForwardedPost,
     ForwardedRetry,
-    MalformedForward,
     NoStream,
     NotesAhead,
     Refused,
@@ -31,6 +31,10 @@ from proxy.forwarding import (
     TaskCancel,
     TaskUpdate,
     UnknownTask,
+)
+from proxy.forwarding_fields import MalformedForward
+from proxy.forwarding_seat import StandaloneRelease, StandaloneStopped, StandaloneTakeover, WsSocket
+from proxy.forwarding_wire import (
     decode_notes,
     decode_reply,
     decode_request,
@@ -38,7 +42,6 @@ from proxy.forwarding import (
     encode_reply,
     encode_request,
 )
-from proxy.forwarding_seat import StandaloneRelease, StandaloneStopped, StandaloneTakeover, WsSocket
 
 REQUESTS: list[Forwarded] = [
     ForwardedPost("s1", "default", "alice", '{"jsonrpc":"2.0","id":1,"method":"ping"}', "e.0.3", 1),

@@ -201,6 +201,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proxy.forwarding",
             "proxy.forwarding_fields",
             "proxy.forwarding_seat",
+            "proxy.forwarding_wire",
             "proxy.standalone_seat",
         ),
     ),
