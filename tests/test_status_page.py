@@ -1,7 +1,7 @@
-"""``/status`` and ``/status.json`` (proxy/downstream/status.py) on a real proxy: what they
-show of live sessions, streams and tasks, that the page is self-contained and escapes
-everything, that it is behind auth, and that headless Chromium renders it (the screenshot
-is kept in ``test-artifacts/status.png``)."""
+"""``/status`` and ``/status.json`` (proxy/downstream/status.py and status_html.py) on a
+real proxy: what they show of live sessions, streams and tasks, that the page is
+self-contained and escapes everything, that it is behind auth, and that headless Chromium
+renders it (the screenshot is kept in ``test-artifacts/status.png``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ import aiohttp
 import pytest
 
 from proxy.core.sse import SSEDecoder
-from proxy.downstream.status import render, safe_target
+from proxy.downstream.status import safe_target
+from proxy.downstream.status_html import render
 from tests.downstream.sse_client import RawSession
 from tests.modern.client import TASKS, Modern
 from tests.modern.support import SERVER
