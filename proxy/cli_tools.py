@@ -20,8 +20,9 @@ import urllib.request
 from collections.abc import Sequence
 from importlib import resources
 
-from proxy.config import Config, ConfigError, ListenConfig
+from proxy.config import Config, ConfigError
 from proxy.config_env import settings_from_file_and_env
+from proxy.config_sections import ListenConfig
 from proxy.core.httprules import host_name
 
 EXAMPLES: dict[str, tuple[str, str]] = {

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-from proxy.config import DRAIN_SECONDS_MAX, Config, ConfigError, load_config, override
+from proxy.config import Config, ConfigError, load_config, override
+from proxy.config_sections import DRAIN_SECONDS_MAX
 
 ENV_PREFIX = "MCP_RESUME_PROXY_"
 

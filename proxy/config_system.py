@@ -22,9 +22,11 @@ import os
 import shutil
 from pathlib import Path
 
-from proxy.config import Config, StoreConfig, UpstreamConfig
+from proxy.config import Config
 from proxy.config_oauth import default_token_file
 from proxy.config_rules import ConfigError, Problems
+from proxy.config_sections import StoreConfig
+from proxy.config_upstream import UpstreamConfig
 
 
 def _where(path: Path) -> str:

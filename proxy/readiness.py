@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from proxy import __version__
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.core.errors import ProxyError
 from proxy.core.handshake import HandshakeStep, proxy_params
 from proxy.core.jsonrpc import Message

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from proxy.config import Config, UpstreamConfig
+from proxy.config import Config
 from proxy.config_policy import policy_of
+from proxy.config_upstream import UpstreamConfig
 from proxy.core.dual_era import eras_served
 from proxy.core.tool_policy import Policy
 from proxy.upstream.base import UpstreamHealth

@@ -18,8 +18,9 @@ from proxy.cli_tools import (
     example_text,
     probe_target,
 )
-from proxy.config import Config, ConfigError, ListenConfig
+from proxy.config import Config, ConfigError
 from proxy.config_env import settings_from_file_and_env
+from proxy.config_sections import ListenConfig
 from tests.support import ROOT
 
 

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from proxy.cli import main
-from proxy.config import StoreConfig, UpstreamConfig
 from proxy.config_rules import ConfigError, Problems
+from proxy.config_sections import StoreConfig
 from proxy.config_system import check_command, check_store_path
+from proxy.config_upstream import UpstreamConfig
 
 NOBODY = 65534
 

@@ -33,7 +33,7 @@ import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from proxy.config import ListenConfig
+from proxy.config_sections import ListenConfig
 from proxy.core.errors import Overloaded, PayloadTooLarge, ProxyError, RequestTimeout
 from proxy.downstream.server_log import QUEUE_SLOT, quiet_refusal
 

@@ -26,7 +26,7 @@ from typing import Any, assert_never
 import structlog
 
 from proxy import tracing
-from proxy.config import TasksConfig
+from proxy.config_sections import TasksConfig
 from proxy.core.era import invalid_params
 from proxy.core.errors import LostReason, lost_error
 from proxy.core.taskrecord import (

@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import structlog
 
 from proxy.backoff import Backoff
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError, error_message
 from proxy.core.handshake import HandshakeStep

@@ -28,7 +28,8 @@ import aiohttp
 import structlog
 
 from proxy.backoff import Backoff
-from proxy.config import DEFAULT_SERVER, ConfigError, UpstreamConfig
+from proxy.config import DEFAULT_SERVER, ConfigError
+from proxy.config_upstream import UpstreamConfig
 from proxy.core.errors import (
     UPSTREAM_FORBIDDEN,
     UPSTREAM_UNAUTHORIZED,

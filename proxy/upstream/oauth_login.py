@@ -34,7 +34,7 @@ from urllib.parse import urlencode
 import aiohttp
 from aiohttp import web
 
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.core.errors import ProxyError
 from proxy.upstream.oauth import UpstreamCredentials, section
 from proxy.upstream.oauth_meta import (

@@ -12,7 +12,7 @@ import time
 from collections import deque
 
 from proxy.backoff import Backoff
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 
 
 class Respawns:

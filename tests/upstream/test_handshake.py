@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.core.errors import UpstreamStartFailed
 from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Message, classify

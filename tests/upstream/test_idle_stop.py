@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.core import jsonrpc
 from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Message

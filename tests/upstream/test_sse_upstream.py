@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.core.errors import UpstreamStartFailed
 from proxy.core.jsonrpc import Message
 from proxy.upstream.base import UpstreamContext, UpstreamHealth

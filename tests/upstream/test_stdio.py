@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.core.errors import UpstreamStartFailed
 from proxy.core.jsonrpc import Message
 from proxy.upstream.base import UpstreamContext

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import structlog
 
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.core.jsonrpc import Message
 from proxy.upstream.base import UpstreamContext
 from proxy.upstream.overlong import LineSplitter, OverlongLine

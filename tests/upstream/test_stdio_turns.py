@@ -9,7 +9,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.core.jsonrpc import Message
 from proxy.upstream import stdio_reader
 from proxy.upstream.base import UpstreamContext

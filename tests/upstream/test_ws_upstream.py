@@ -20,7 +20,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request
 from websockets.typing import Subprotocol
 
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.core.errors import UpstreamStartFailed
 from proxy.core.jsonrpc import Message
 from proxy.upstream.base import UpstreamContext, UpstreamHealth
