@@ -5,6 +5,12 @@ or byte by byte. It follows the spec's field rules: a ``data`` field may repeat 
 with ``\\n``), ``id`` persists across events (the "last event ID buffer") and is ignored
 if it contains NUL, ``retry`` must be ASCII digits, lines starting with ``:`` are
 comments, and an event cut off before its blank line is never dispatched.
+
+A line that is not UTF-8 or is longer than the limit breaks the stream. The events
+completed before that line are still handed out (the feed that meets it returns them), so a
+stream that turns bad delivers, and lets its reader store, everything before the bad line;
+the error is kept in :attr:`SSEDecoder.error` and raised by every later feed. A caller that
+waits for more bytes checks ``error`` first, not to wait on a stream that is already dead.
 """
 
 from __future__ import annotations
@@ -61,10 +67,11 @@ def encode_comment(text: str = "") -> bytes:
 
 
 class SSEDecoder:
-    """Feed bytes with :meth:`feed`; it returns the events completed by those bytes."""
+    """Feed bytes with :meth:`feed`; it returns the events completed by those bytes, up
+    to a bad line (then :attr:`error` is set and every later :meth:`feed` raises it)."""
 
     def __init__(self, max_line_bytes: int = 64 * 1024 * 1024) -> None:
-        """``max_line_bytes``: a longer line raises; the default is that of
+        """``max_line_bytes``: a longer line breaks the stream; the default is that of
         ``upstream.max_line_bytes``, so a 20 MB tool result passes (the shim reads with it)."""
         self._buffer = bytearray()
         self._max_line = max_line_bytes
@@ -76,8 +83,16 @@ class SSEDecoder:
         self._pending_cr = False
         self._scanned = 0  # the buffer's first bytes hold no line end: not searched again
         self.last_event_id: str | None = None
+        self.error: SSEDecodeError | None = None
+        """Why the stream cannot be read on: set by the feed that met the bad line."""
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """The events completed by ``chunk``, in order. Where ``chunk`` holds a bad line,
+        the events completed before it (and only those): :attr:`error` then says why, and
+        the bytes after it are dropped. Raises :class:`SSEDecodeError` once ``error`` is
+        set (at the feed after the one that met the bad line)."""
+        if self.error is not None:
+            raise SSEDecodeError(self.error.message)
         events: list[SSEEvent] = []
         buf = self._buffer
         if self._pending_cr and chunk[:1] == b"\n":
@@ -104,15 +119,30 @@ class SSEDecoder:
             else:
                 end = cr
                 nxt = cr + 2 if buf[cr + 1 : cr + 2] == b"\n" else cr + 1
+            if end - start > self._max_line:  # whole in this chunk: as if it came in parts
+                return self._broken(events, self._too_long())
             line = bytes(buf[start:end])
             start = nxt
-            event = self._line(line)
+            try:
+                event = self._line(line)
+            except SSEDecodeError as exc:
+                return self._broken(events, exc)
             if event is not None:
                 events.append(event)
         del buf[:start]
         self._scanned = len(buf)  # what is left holds no line end
         if len(buf) > self._max_line:
-            raise SSEDecodeError(f"SSE line longer than {self._max_line} bytes")
+            return self._broken(events, self._too_long())
+        return events
+
+    def _too_long(self) -> SSEDecodeError:
+        return SSEDecodeError(f"SSE line longer than {self._max_line} bytes")
+
+    def _broken(self, events: list[SSEEvent], error: SSEDecodeError) -> list[SSEEvent]:
+        """``events`` (those completed before the bad line); no more from this stream."""
+        self.error = error
+        self._buffer = bytearray()  # the bad line may be long: not kept
+        self._data, self._scanned, self._pending_cr = [], 0, False
         return events
 
     def _line(self, raw: bytes) -> SSEEvent | None:

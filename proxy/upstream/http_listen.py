@@ -342,6 +342,8 @@ class SseGet(asyncio.Protocol):
         listener = self._listener
         events = self._decoder.feed(data)  # type: ignore[arg-type]  # a bytearray reads alike
         take_events(events, listener.label, listener.cursor, listener.deliver, never)
+        if self._decoder.error is not None:  # after the events before the bad line
+            raise self._decoder.error
 
     def _fail(self, exc: Exception) -> None:
         """A response that cannot be read: the connection is dropped (then opened again)."""

@@ -71,6 +71,10 @@ class Notes:
             await send_event(resp, note(n), event_id=f"g-{n}")
 
 
+def event(msg: dict[str, Any], event_id: str) -> bytes:
+    return encode_event(json.dumps(msg).encode(), event_id=event_id)
+
+
 def notes_got(got: list[tuple[Any, Any]]) -> list[tuple[int, Any]]:
     return [(m.raw["params"]["n"], o) for m, o in got if m.raw.get("method") == note(0)["method"]]
 
@@ -188,6 +192,28 @@ async def test_an_unreadable_stream_is_opened_again_from_its_last_event_id(
         await h.handshake(server)
         await eventually(lambda: notes_got(h.got) == [(1, None), (2, None)])
     assert [g.headers.get("last-event-id") for g in server.requests_of("GET")] == [None, "g-1"]
+
+
+async def test_the_notes_before_an_unreadable_line_are_delivered_and_resumed_after(
+    server: ScriptedServer,
+) -> None:
+    """Issue 23: the notes read in the same chunk as a bad line were lost, and the stream
+    was opened again from before them."""
+
+    async def on_get(request: web.Request) -> web.StreamResponse:
+        resp = await open_sse(request)
+        if request.headers.get("Last-Event-ID") is None:  # in one write: one chunk
+            await resp.write(event(note(1), "g-1") + event(note(2), "g-2") + b"data: \xff\n\n")
+        else:
+            await send_event(resp, note(3), event_id="g-3")
+        await server.hold()
+        return resp
+
+    server.on_get = on_get
+    async with upstream(server.url) as h:
+        await h.handshake(server)
+        await eventually(lambda: [n for n, _ in notes_got(h.got)] == [1, 2, 3])
+    assert [g.headers.get("last-event-id") for g in server.requests_of("GET")] == [None, "g-2"]
 
 
 async def test_what_the_server_sends_while_no_client_listens_reaches_its_next_get(
