@@ -38,6 +38,7 @@ import structlog
 from aiohttp import web
 
 from proxy.backoff import Backoff
+from proxy.config import SseConfig
 from proxy.core import jsonrpc, lone_answer, seed
 from proxy.core.errors import ResumeError, SessionNotFound, StoreUnavailable
 from proxy.core.eventid import event_id_prefix, format_event_id, parse_event_id
@@ -50,6 +51,7 @@ from proxy.core.sse import encode_event
 from proxy.core.stream_access import may_read
 from proxy.core.tokens import token_matches
 from proxy.downstream.auth import principal_of
+from proxy.servers import Server
 from proxy.sse_writer import SseWriter
 from proxy.standalone_seat import StandaloneHold
 from proxy.store.base import COMPLETED, Entry, Store, StoreError, StreamRecord
@@ -69,6 +71,12 @@ class JsonHold:
 
     window_seconds: float
     min_bytes: int
+
+    @staticmethod
+    def of(sse: SseConfig) -> JsonHold | None:
+        """The hold ``sse`` configures; None (SSE at once) for a window of 0."""
+        window = sse.json_answer_window_ms
+        return JsonHold(window / 1000, sse.json_answer_min_bytes) if window > 0 else None
 
 
 Pump = Callable[[str, int, "asyncio.Queue[Any]"], Coroutine[Any, Any, None]]
@@ -94,18 +102,12 @@ class StoredStreams:
     """Serves what the store holds of streams whose session is not in this process."""
 
     def __init__(
-        self,
-        store: Store,
-        token_secret: bytes,
-        keepalive: float,
-        server: str,
-        *,
-        sole_server: bool,
+        self, store: Store, token_secret: bytes, server: Server, *, sole_server: bool
     ) -> None:
         self.store = store
         self._secret = token_secret
-        self._keepalive = keepalive
-        self.server = server  # the server whose path this serves
+        self._settings = server  # its config is read at each response: a reload replaces it
+        self.server = server.name  # the server whose path this serves
         self._sole_server = sole_server  # the proxy fronts no other
 
     def readable(self, record: StreamRecord, principal: str | None) -> bool:
@@ -116,7 +118,8 @@ class StoredStreams:
 
     @property
     def keepalive(self) -> float:
-        return self._keepalive
+        """``sse.keepalive_seconds`` as configured now (the next response follows a reload)."""
+        return self._settings.config.sse.keepalive_seconds
 
     @property
     def enabled(self) -> bool:
@@ -301,7 +304,7 @@ class StoredStreams:
 
     # ------------------------------------------------------------------ writing
     def _writer(self, request: web.Request, session_id: str) -> SseWriter:
-        return SseWriter(request, self._keepalive, {SESSION_HEADER: session_id})
+        return SseWriter(request, self.keepalive, {SESSION_HEADER: session_id})
 
     async def _answer(
         self, request: web.Request, session_id: str, message: dict[str, Any]
