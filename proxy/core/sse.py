@@ -15,6 +15,7 @@ waits for more bytes checks ``error`` first, not to wait on a stream that is alr
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from proxy.core.errors import ProtocolError
@@ -22,6 +23,9 @@ from proxy.core.errors import ProtocolError
 LIVENESS_SECONDS = 1.0
 """How often a response that waits with nothing to write checks that its client is still
 there: a client that hung up is noticed without waiting for a write to fail."""
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 class SSEDecodeError(ProtocolError):
@@ -102,41 +106,53 @@ class SSEDecoder:
         buf += chunk
         start = 0
         n = len(buf)
-        while start < n:
-            # A long line (a multi-MB event) arrives in many chunks: search only the new
-            # bytes, so reading it costs its length, not its length times its chunks.
-            at = max(start, self._scanned)
-            cr = buf.find(b"\r", at)
-            lf = buf.find(b"\n", at)
-            if cr == -1 and lf == -1:
-                break
-            if cr == -1 or (lf != -1 and lf < cr):
-                end, nxt = lf, lf + 1
-            elif cr == n - 1:
-                # A lone trailing "\r" ends the line; a following "\n" must be skipped.
-                end, nxt = cr, cr + 1
-                self._pending_cr = True
-            else:
-                end = cr
-                nxt = cr + 2 if buf[cr + 1 : cr + 2] == b"\n" else cr + 1
-            if end - start > self._max_line:  # whole in this chunk: as if it came in parts
-                return self._broken(events, self._too_long())
-            line = bytes(buf[start:end])
-            start = nxt
-            try:
+        # Over the limit only if the buffer is: then the lines before the first long one
+        # are read, as if it had come in parts (the result never depends on the chunking).
+        long_at = self._long_line_at(buf) if n > self._max_line else -1
+        if long_at != -1:
+            n = long_at
+        try:  # (around the loop, not each line: a try costs nothing until it catches)
+            while start < n:
+                # A long line (a multi-MB event) arrives in many chunks: search only the
+                # new bytes, so reading it costs its length, not its length times its chunks.
+                at = max(start, self._scanned)
+                cr = buf.find(b"\r", at)
+                lf = buf.find(b"\n", at)
+                if cr == -1 and lf == -1:
+                    break
+                if cr == -1 or (lf != -1 and lf < cr):
+                    end, nxt = lf, lf + 1
+                elif cr == n - 1:
+                    # A lone trailing "\r" ends the line; a following "\n" must be skipped.
+                    end, nxt = cr, cr + 1
+                    self._pending_cr = True
+                else:
+                    end = cr
+                    nxt = cr + 2 if buf[cr + 1 : cr + 2] == b"\n" else cr + 1
+                line = bytes(buf[start:end])
+                start = nxt
                 event = self._line(line)
-            except SSEDecodeError as exc:
-                return self._broken(events, exc)
-            if event is not None:
-                events.append(event)
+                if event is not None:
+                    events.append(event)
+        except SSEDecodeError as exc:  # a line that is not UTF-8
+            return self._broken(events, exc)
+        if long_at != -1:
+            return self._broken(
+                events, SSEDecodeError(f"SSE line longer than {self._max_line} bytes")
+            )
         del buf[:start]
         self._scanned = len(buf)  # what is left holds no line end
-        if len(buf) > self._max_line:
-            return self._broken(events, self._too_long())
         return events
 
-    def _too_long(self) -> SSEDecodeError:
-        return SSEDecodeError(f"SSE line longer than {self._max_line} bytes")
+    def _long_line_at(self, buf: bytearray) -> int:
+        """Where the first line of ``buf`` longer than the limit starts, cut off or not
+        (-1: none); lines end as in :meth:`feed`, at CR, LF or CRLF."""
+        start = 0
+        for found in _LINE_END.finditer(buf):
+            if found.start() - start > self._max_line:
+                return start
+            start = found.end()
+        return start if len(buf) - start > self._max_line else -1
 
     def _broken(self, events: list[SSEEvent], error: SSEDecodeError) -> list[SSEEvent]:
         """``events`` (those completed before the bad line); no more from this stream."""
