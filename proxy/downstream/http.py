@@ -45,7 +45,7 @@ from proxy.downstream.conn_response import ConnResponder
 from proxy.downstream.entry import endpoint_entry
 from proxy.downstream.guard import BodyBudget, read_body
 from proxy.downstream.remote import RemoteSessions
-from proxy.downstream.stored import JsonHold, StoredStreams
+from proxy.downstream.stored import StoredStreams
 from proxy.downstream.wire import error_response
 from proxy.metrics import method_label
 from proxy.modern.endpoint import ModernFacade
@@ -113,17 +113,15 @@ class StreamableHttp:
         self.metrics = context.metrics
         # POST bodies being read: one budget for every server's endpoint (the app's).
         self.bodies = bodies or BodyBudget(config.listen.max_inflight_body_bytes)
+        # Both read the server's config as it is at each request (a reload replaces it).
         self.stored = StoredStreams(
             context.store,
             context.settings.token_secret,
-            config.sse.keepalive_seconds,
-            server.name,
+            server,
             sole_server=len(context.servers) == 1,
         )
-        window = config.sse.json_answer_window_ms
-        hold = JsonHold(window / 1000, config.sse.json_answer_min_bytes) if window > 0 else None
         self.remote = (
-            RemoteSessions(context.replicas, self.stored, server.name, hold)
+            RemoteSessions(context.replicas, self.stored, server)
             if context.replicas is not None
             else None
         )

@@ -45,6 +45,7 @@ from proxy.forwarding_seat import StandaloneRelease, WsSocket
 from proxy.modern.reply import Reply as HttpReply
 from proxy.modern.retry_forward import write_answered
 from proxy.replicas import Replicas
+from proxy.servers import Server
 from proxy.standalone_seat import StandaloneHold
 from proxy.store.base import StoreError
 
@@ -56,18 +57,11 @@ next listener starts after the last position it acknowledged)."""
 
 
 class RemoteSessions:
-    def __init__(
-        self,
-        replicas: Replicas,
-        stored: StoredStreams,
-        server: str,
-        json_hold: JsonHold | None = None,
-    ) -> None:
+    def __init__(self, replicas: Replicas, stored: StoredStreams, server: Server) -> None:
         self.replicas = replicas
         self.stored = stored
-        self.server = server  # the name of the server whose endpoint this serves
-        # A lone request's large answer as JSON, as on the holder (None: always SSE).
-        self.json_hold = json_hold
+        self._settings = server  # its config is read at each request: a reload replaces it
+        self.server = server.name  # the name of the server whose endpoint this serves
         # Acknowledgements on their way (see acknowledge): ended before the replicas stop.
         self._acks: set[asyncio.Task[None]] = set()
         replicas.on_stop(self.close)
@@ -104,6 +98,12 @@ class RemoteSessions:
         if lone_id is not None and lone_answer.prefers_json(request.headers.get("Accept")):
             hold = self.json_hold
         return await self._answer(request, session_id, reply, hold)
+
+    @property
+    def json_hold(self) -> JsonHold | None:
+        """A lone request's large answer as JSON, as on the holder (None: always SSE), as
+        ``sse.json_answer_*`` are configured now (the next request follows a reload)."""
+        return JsonHold.of(self._settings.config.sse)
 
     async def acknowledge(
         self, session_id: str, last_event_id: str, principal: str | None = None

@@ -19,9 +19,9 @@ exist (404, ``unknown_stream``), before anything else is looked at: nothing tell
 
 The errors are the core's: 404 for a session id the stream does not belong to,
 ``unknown_stream`` / ``history_truncated`` / ``unknown_position`` otherwise. Nothing here
-writes to the store; a handler owns its tail and ends it when its client goes. A store
-that does not answer is waited for a bounded time, then the request is refused with 503
-``store_unavailable`` (:mod:`proxy.store.unavailable`).
+writes to the store; a handler owns its tail (:mod:`proxy.downstream.log_tail`) and ends it
+when its client goes. A store that does not answer is waited for a bounded time, then the
+request is refused with 503 ``store_unavailable`` (:mod:`proxy.store.unavailable`).
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from aiohttp import web
 
-from proxy.backoff import Backoff
+from proxy.config import SseConfig
 from proxy.core import jsonrpc, lone_answer, seed
 from proxy.core.errors import ResumeError, SessionNotFound, StoreUnavailable
 from proxy.core.eventid import event_id_prefix, format_event_id, parse_event_id
@@ -50,6 +50,8 @@ from proxy.core.sse import encode_event
 from proxy.core.stream_access import may_read
 from proxy.core.tokens import token_matches
 from proxy.downstream.auth import principal_of
+from proxy.downstream.log_tail import END, LogTail, ends_tail
+from proxy.servers import Server
 from proxy.sse_writer import SseWriter
 from proxy.standalone_seat import StandaloneHold
 from proxy.store.base import COMPLETED, Entry, Store, StoreError, StreamRecord
@@ -57,7 +59,6 @@ from proxy.store.unavailable import patiently
 
 log = structlog.get_logger("proxy.stored")
 
-_END = object()
 REPLAY_CHUNK = 1000  # entries read (and written) at a time
 
 
@@ -70,42 +71,23 @@ class JsonHold:
     window_seconds: float
     min_bytes: int
 
-
-Pump = Callable[[str, int, "asyncio.Queue[Any]"], Coroutine[Any, Any, None]]
-
-
-class _Tail:
-    """The one reader of a stream's log for one response: ``pump`` in a task, filling
-    :attr:`queue` with batches of entries, then ``_END`` or the ``ResumeError`` that
-    ended it. Its holder ends it (:meth:`end`)."""
-
-    def __init__(self, pump: Pump, key: str, after: int) -> None:
-        self.queue: asyncio.Queue[list[Entry] | object] = asyncio.Queue()
-        self._task = asyncio.create_task(pump(key, after, self.queue))
-
-    async def end(self) -> None:
-        """Cancel the reader and wait until it is gone (at once: a cancelled tail of the
-        store ends with its cancellation, :mod:`proxy.store.redis_commands`)."""
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
+    @staticmethod
+    def of(sse: SseConfig) -> JsonHold | None:
+        """The hold ``sse`` configures; None (SSE at once) for a window of 0."""
+        window = sse.json_answer_window_ms
+        return JsonHold(window / 1000, sse.json_answer_min_bytes) if window > 0 else None
 
 
 class StoredStreams:
     """Serves what the store holds of streams whose session is not in this process."""
 
     def __init__(
-        self,
-        store: Store,
-        token_secret: bytes,
-        keepalive: float,
-        server: str,
-        *,
-        sole_server: bool,
+        self, store: Store, token_secret: bytes, server: Server, *, sole_server: bool
     ) -> None:
         self.store = store
         self._secret = token_secret
-        self._keepalive = keepalive
-        self.server = server  # the server whose path this serves
+        self._settings = server  # its config is read at each response: a reload replaces it
+        self.server = server.name  # the server whose path this serves
         self._sole_server = sole_server  # the proxy fronts no other
 
     def readable(self, record: StreamRecord, principal: str | None) -> bool:
@@ -116,7 +98,8 @@ class StoredStreams:
 
     @property
     def keepalive(self) -> float:
-        return self._keepalive
+        """``sse.keepalive_seconds`` as configured now (the next response follows a reload)."""
+        return self._settings.config.sse.keepalive_seconds
 
     @property
     def enabled(self) -> bool:
@@ -187,7 +170,7 @@ class StoredStreams:
             return await self._serve(
                 request, session_id, record, after, entries, None, opening, listen=listen
             )
-        tail = _Tail(self._pump, key, entries[-1].seq if entries else after)
+        tail = LogTail(self.store, key, entries[-1].seq if entries else after)
         try:
             answer = await self._hold(record, entries, tail, hold)
         except BaseException:
@@ -201,7 +184,7 @@ class StoredStreams:
         return await self._serve(request, session_id, record, after, entries, None, opening, tail)
 
     async def _hold(
-        self, record: StreamRecord, entries: list[Entry], tail: _Tail, hold: JsonHold
+        self, record: StreamRecord, entries: list[Entry], tail: LogTail, hold: JsonHold
     ) -> bytes | None:
         """Up to ``hold.window_seconds``, take what ``tail`` reads into ``entries``: the
         lone answer's bytes if the stream is that answer alone and it is large enough,
@@ -301,7 +284,7 @@ class StoredStreams:
 
     # ------------------------------------------------------------------ writing
     def _writer(self, request: web.Request, session_id: str) -> SseWriter:
-        return SseWriter(request, self._keepalive, {SESSION_HEADER: session_id})
+        return SseWriter(request, self.keepalive, {SESSION_HEADER: session_id})
 
     async def _answer(
         self, request: web.Request, session_id: str, message: dict[str, Any]
@@ -319,7 +302,7 @@ class StoredStreams:
         entries: list[Entry],
         reply: dict[str, Any] | None,
         opening: bytes = b"",
-        tail: _Tail | None = None,
+        tail: LogTail | None = None,
         listen: StandaloneHold | None = None,
     ) -> web.StreamResponse:
         """``opening`` (a priming event, or nothing), ``entries`` (the first chunk after
@@ -340,9 +323,9 @@ class StoredStreams:
                     after = entries[-1].seq
                 # The rest, in chunks as read (a tail of a completed stream ends at its end).
                 if tail is None:
-                    tail = _Tail(self._pump, record.key, after)
+                    tail = LogTail(self.store, record.key, after)
                 if listen is not None:
-                    listen.on_stop(functools.partial(tail.queue.put_nowait, _END))
+                    listen.on_stop(functools.partial(tail.queue.put_nowait, END))
                 if await self._follow(writer, record, tail, listen):
                     end = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
                     await writer.end(end)
@@ -370,12 +353,12 @@ class StoredStreams:
                     listen.written = entries[-1].seq
 
     async def _follow(
-        self, writer: SseWriter, record: StreamRecord, tail: _Tail, listen: StandaloneHold | None
+        self, writer: SseWriter, record: StreamRecord, tail: LogTail, listen: StandaloneHold | None
     ) -> bool:
         """Write what ``tail`` reads, the stream's live tail (keepalives and liveness
         checks by ``writer``); False when the client went first."""
         while True:
-            items = await writer.next_batch(tail.queue, _ends_tail)
+            items = await writer.next_batch(tail.queue, ends_tail)
             if not items:
                 return False
             batches = [i for i in items if isinstance(i, list)]
@@ -389,38 +372,8 @@ class StoredStreams:
                 # gets the explicit error.
                 log.info("stored_stream_lost", stream=record.key, reason=last.reason)
                 return True
-            if last is _END:
+            if last is END:
                 return True
-
-    async def _pump(self, key: str, after: int, queue: asyncio.Queue[Any]) -> None:
-        """Tail ``key`` into ``queue``; a store that fails (Redis restarting) is tailed
-        again from the last event given, for up to ``store.unavailable_wait_seconds`` in
-        a row, before the response ends (the client then resumes with its last id)."""
-        loop = asyncio.get_running_loop()
-        backoff = Backoff(first=0.05, cap=1.0)
-        failing_since: float | None = None
-        while True:
-            try:
-                async for batch in self.store.tail(key, after):
-                    queue.put_nowait(batch)
-                    if batch:
-                        after = batch[-1].seq
-                    failing_since = None
-                break
-            except ResumeError as exc:
-                queue.put_nowait(exc)
-                return
-            except StoreError as exc:
-                now = loop.time()
-                failing_since = now if failing_since is None else failing_since
-                if now - failing_since >= self.store.unavailable_wait:
-                    log.warning("stored_stream_tail_failed", stream=key, error=str(exc))
-                    break
-                await asyncio.sleep(backoff.next_delay())
-            except Exception as exc:  # the store failed otherwise: end the response, log why
-                log.warning("stored_stream_tail_failed", stream=key, error=str(exc))
-                break
-        queue.put_nowait(_END)
 
     @staticmethod
     def _frames(record: StreamRecord, entries: list[Entry]) -> bytes:
@@ -454,8 +407,3 @@ async def _write_chunked(writer: SseWriter, items: Sequence[bytes | EventRun]) -
             await asyncio.sleep(0)
         first = False
         await writer.write(chunk)
-
-
-def _ends_tail(item: list[Entry] | object) -> bool:
-    """The tail is over: the stream completed (``_END``) or went (``ResumeError``)."""
-    return not isinstance(item, list)

@@ -96,16 +96,14 @@ class WebSocketEndpoint:
         self.registry = registry
         self.sockets: set[ClientSocket | RemoteSocket] = set()
         context = registry.context
-        keepalive = self.config.sse.keepalive_seconds
         self.stored = StoredStreams(
             context.store,
             context.settings.token_secret,
-            keepalive,
-            server.name,
+            server,
             sole_server=len(context.servers) == 1,
         )
         self.remote = (
-            RemoteSessions(context.replicas, self.stored, server.name)
+            RemoteSessions(context.replicas, self.stored, server)
             if context.replicas is not None
             else None
         )

@@ -78,10 +78,12 @@ class SseReader:
         """The next events (maybe none, for a comment); None when the server ended the
         response cleanly. Raises :class:`Lost` when the connection broke mid-stream."""
         try:
+            if (error := self._decoder.error) is not None:  # the last read met a bad line
+                raise error
             chunk = await self.response.content.readany()
             if not chunk:
                 return None
-            return self._decoder.feed(chunk)
+            return self._decoder.feed(chunk)  # the events before a bad line, if any
         except (aiohttp.ClientError, TimeoutError, SSEDecodeError) as exc:
             raise Lost(f"{type(exc).__name__}: {exc}") from None
 

@@ -99,6 +99,8 @@ async def read_sse(
     while chunk := await next_chunk():
         if take_events(decoder.feed(chunk), session, cursor, sink, done):
             return
+        if decoder.error is not None:  # after the events before the bad line
+            raise decoder.error
 
 
 def take_events(

@@ -342,6 +342,8 @@ class SseGet(asyncio.Protocol):
         listener = self._listener
         events = self._decoder.feed(data)  # type: ignore[arg-type]  # a bytearray reads alike
         take_events(events, listener.label, listener.cursor, listener.deliver, never)
+        if self._decoder.error is not None:  # after the events before the bad line
+            raise self._decoder.error
 
     def _fail(self, exc: Exception) -> None:
         """A response that cannot be read: the connection is dropped (then opened again)."""
@@ -388,7 +390,11 @@ def _tls_context() -> ssl.SSLContext:
 def _why(exc: BaseException) -> str:
     """A failure to connect or read, in words, without the URL."""
     if isinstance(exc, h11.ProtocolError):
-        return f"bad HTTP answer ({exc})"
+        # h11 quotes the bad line after ": " (up to its 16 KiB bound): the server's bytes,
+        # or an echo of ours, are not for the health or the log.
+        return f"bad HTTP answer ({str(exc).partition(': ')[0]})"
+    if isinstance(exc, ssl.SSLCertVerificationError):  # why it is not trusted, in words
+        return f"TLS failed ({exc.reason}: {exc.verify_message})"
     if isinstance(exc, ssl.SSLError):
         return f"TLS failed ({exc.reason or type(exc).__name__})"
     if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError | TimeoutError):

@@ -13,7 +13,7 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
-from proxy.core.sse import SSEDecodeError, SSEDecoder, SSEEvent
+from proxy.core.sse import SSEDecoder, SSEEvent
 from proxy.upstream.base import UpstreamContext
 from proxy.upstream.channel import (
     ChannelUpstream,
@@ -61,16 +61,21 @@ class SseUpstream(ChannelUpstream):
         self._early = []
         self._endpoint = None
         while self._endpoint is None:
+            if (error := self._decoder.error) is not None:
+                raise ConnectFailed(
+                    f"SSE stream broken before the endpoint event: {describe_error(error)}"
+                )
             try:
                 chunk = await stream.content.readany()
-                events = self._decoder.feed(chunk)
-            except (aiohttp.ClientError, OSError, SSEDecodeError) as exc:
+            except (aiohttp.ClientError, OSError) as exc:
                 raise ConnectFailed(
                     f"SSE stream broken before the endpoint event: {describe_error(exc)}"
                 ) from None
             if not chunk:
                 raise ConnectFailed("SSE stream ended before the endpoint event")
-            for event in events:
+            # The events before a bad line: an endpoint among them connects, and the
+            # error is met by _receive after the early events are delivered.
+            for event in self._decoder.feed(chunk):
                 if self._endpoint is None and event.event == "endpoint":
                     self._endpoint = self._resolve_endpoint(event.data)
                 else:
@@ -96,18 +101,17 @@ class SseUpstream(ChannelUpstream):
             self._event(event)
         self._early = []
         try:
-            while True:
+            while (error := self._decoder.error) is None:
                 await self._readable.wait()
                 chunk = await stream.content.readany()
                 if not chunk:
                     return "the SSE stream ended"
-                for event in self._decoder.feed(chunk):
+                for event in self._decoder.feed(chunk):  # those before a bad line, if any
                     await self._readable.wait()  # a pause holds back the rest, too
                     self._event(event)
         except (aiohttp.ClientError, OSError) as exc:
             return f"the SSE stream broke off: {describe_error(exc)}"
-        except SSEDecodeError as exc:
-            return f"SSE stream unreadable: {exc.message}"
+        return f"SSE stream unreadable: {error.message}"
 
     def _event(self, event: SSEEvent) -> None:
         if event.event == "message":

@@ -10,10 +10,12 @@ from typing import Any, cast
 
 from structlog.testing import capture_logs
 
+from proxy.config import Config
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
 from proxy.forwarding import Forwarded, ForwardedAck
 from proxy.replicas import Replicas
+from proxy.servers import Server
 from proxy.store.base import StoreError
 
 
@@ -46,7 +48,8 @@ class FakeReplicas:
 
 
 def remote_over(replicas: FakeReplicas) -> RemoteSessions:
-    return RemoteSessions(cast(Replicas, replicas), cast(StoredStreams, None), "default")
+    server = Server("default", Config())
+    return RemoteSessions(cast(Replicas, replicas), cast(StoredStreams, None), server)
 
 
 async def settled(remote: RemoteSessions) -> None:

@@ -10,9 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.config import Config, SseConfig
 from proxy.core.errors import StoreUnavailable
 from proxy.core.sse import SSEDecoder, encode_event
 from proxy.downstream.stored import StoredStreams
+from proxy.servers import Server
 from proxy.store.base import Batch, Entry, StoreError, StoreLimits, StreamRecord
 from proxy.store.memory import MemoryStore
 
@@ -32,7 +34,8 @@ async def follow(aiohttp_client: Any, store: MemoryStore, opening: bytes) -> tup
     client reads (status -1: it raised StoreError or, after the bounded wait, StoreUnavailable,
     which the endpoint then answers)."""
     store.unavailable_wait = 0.2  # the bounded wait (store.unavailable_wait_seconds), short
-    stored = StoredStreams(store, b"secret", 10.0, "default", sole_server=True)
+    server = Server("default", Config(sse=SseConfig(keepalive_seconds=10.0)))
+    stored = StoredStreams(store, b"secret", server, sole_server=True)
     raised: list[Exception] = []
 
     async def handler(request: web.Request) -> web.StreamResponse:

@@ -11,20 +11,15 @@ from pathlib import Path
 from proxy.core.journal import Journal
 from proxy.store.base import Batch, Entry, StoreError, StoreLimits, StreamRecord
 from proxy.store.fencing import Fence
-from proxy.store.persist import BULK_TURNS, Persister
+from proxy.store.persist import BULK_TURNS
 from proxy.store.sqlite import SqliteStore
-from tests.store.persist_support import EPOCH, KEY, NotingSession
-
-
-async def opened(path: Path, synchronous: str = "normal") -> SqliteStore:
-    store = SqliteStore(path, StoreLimits(), synchronous=synchronous)
-    await store.open()
-    return store
+from tests.store.persist_support import EPOCH, KEY, NotingSession, persisting
+from tests.store.sqlite_support import opened
 
 
 async def test_sqlite_normal_commits_at_once_and_full_does_not(tmp_path: Path) -> None:
     normal = await opened(tmp_path / "a.db")
-    full = await opened(tmp_path / "b.db", "full")
+    full = await opened(tmp_path / "b.db", synchronous="full")
     try:
         assert normal.commits_at_once and not full.commits_at_once
         batch = Batch([StreamRecord(KEY, "s1")], {KEY: [Entry(1, b"{}")]})
@@ -39,8 +34,7 @@ async def test_a_batch_is_stored_by_the_end_of_the_turn_after_it_was_gathered(
     tmp_path: Path,
 ) -> None:
     store = await opened(tmp_path / "store.db")
-    persister = Persister(store, "a", 60.0, Fence("a"))
-    try:
+    async with persisting(store) as persister:
         journal = Journal(opened=[1], appends=[(1, 1, b'{"a":1}', 0)])
         persister.note(NotingSession(), journal, "default")  # type: ignore[arg-type]
         ticket = persister.ticket
@@ -48,9 +42,6 @@ async def test_a_batch_is_stored_by_the_end_of_the_turn_after_it_was_gathered(
         await asyncio.sleep(0)  # one loop turn: the flush runs, and with it the commit
         assert persister.committed >= ticket
         assert [e.payload for e in await store.read(KEY, 0, time.time())] == [b'{"a":1}']
-    finally:
-        await persister.close()
-        await store.close()
 
 
 async def test_a_refused_write_at_once_makes_the_token_stale_before_its_waiters_go_on(
@@ -58,11 +49,10 @@ async def test_a_refused_write_at_once_makes_the_token_stale_before_its_waiters_
 ) -> None:
     store = await opened(tmp_path / "store.db")
     fence = Fence("a")
-    persister = Persister(store, "a", 60.0, fence)
     stale = fence.token
     lost: list[str] = []
-    fence.on_lost(lost.append)
-    try:
+    async with persisting(store, fence) as persister:
+        fence.on_lost(lost.append)  # after the persister's own (as it was)
         # Another replica ended stream 1 while this one was paused: it holds that one's token.
         taken = Batch([StreamRecord(KEY, "s1", "a")], {KEY: [Entry(1, b"{}")]}, fence="reaper")
         await store.commit(taken, time.time())
@@ -81,9 +71,6 @@ async def test_a_refused_write_at_once_makes_the_token_stale_before_its_waiters_
             await persister.wait(persister.ticket)
         record = await store.get_stream(f"{EPOCH}.2", time.time())
         assert record is not None and record.fence == fence.token
-    finally:
-        await persister.close()
-        await store.close()
 
 
 class FailingOnce(SqliteStore):
@@ -101,8 +88,7 @@ class FailingOnce(SqliteStore):
 async def test_a_commit_at_once_that_fails_is_retried_until_it_lands(tmp_path: Path) -> None:
     store = FailingOnce(tmp_path / "store.db", StoreLimits())
     await store.open()
-    persister = Persister(store, "a", 60.0, Fence("a"))
-    try:
+    async with persisting(store) as persister:
         journal = Journal(opened=[1], appends=[(1, 1, b"{}", 0)])
         persister.note(NotingSession(), journal, "default")  # type: ignore[arg-type]
         ticket = persister.ticket
@@ -112,9 +98,6 @@ async def test_a_commit_at_once_that_fails_is_retried_until_it_lands(tmp_path: P
             await persister.wait(ticket)
         assert persister.last_error is None
         assert [e.seq for e in await store.read(KEY, 0, time.time())] == [1]
-    finally:
-        await persister.close()
-        await store.close()
 
 
 def burst(first: int, n: int) -> Journal:
@@ -127,8 +110,7 @@ class Other(NotingSession):
 
 async def test_a_bursts_batch_alone_waits_a_few_turns_for_more(tmp_path: Path) -> None:
     store = await opened(tmp_path / "store.db")
-    persister = Persister(store, "a", 60.0, Fence("a"))
-    try:
+    async with persisting(store) as persister:
         session = NotingSession()
         persister.note(session, Journal(opened=[1], appends=[(1, 1, b"{}", 0)]), "default")  # type: ignore[arg-type]
         await asyncio.sleep(0)  # a new stream: no waiting
@@ -154,9 +136,6 @@ async def test_a_bursts_batch_alone_waits_a_few_turns_for_more(tmp_path: Path) -
         ticket = persister.ticket
         await asyncio.sleep(0)
         assert persister.committed >= ticket and persister.commits == 5
-    finally:
-        await persister.close()
-        await store.close()
 
 
 def _finished_without_a_turn(waiting: object) -> bool:
@@ -175,8 +154,7 @@ async def test_a_writer_waiting_for_the_open_batch_commits_it_in_its_own_turn(
     """A call's answer: its writer does not wait for a wake-up a turn later (a loop turn
     and a task wake-up per call); the batch is the same one the turn's end would commit."""
     store = await opened(tmp_path / "store.db")
-    persister = Persister(store, "a", 60.0, Fence("a"))
-    try:
+    async with persisting(store) as persister:
         journal = Journal(opened=[1], appends=[(1, 1, b'{"a":1}', 0)])
         persister.note(NotingSession(), journal, "default")  # type: ignore[arg-type]
         ticket = persister.ticket
@@ -185,15 +163,11 @@ async def test_a_writer_waiting_for_the_open_batch_commits_it_in_its_own_turn(
         assert [e.payload for e in await store.read(KEY, 0, time.time())] == [b'{"a":1}']
         await asyncio.sleep(0)  # the turn's end finds nothing more to commit
         assert persister.commits == 1
-    finally:
-        await persister.close()
-        await store.close()
 
 
 async def test_a_bursts_writer_still_lets_its_batch_wait_for_more(tmp_path: Path) -> None:
     store = await opened(tmp_path / "store.db")
-    persister = Persister(store, "a", 60.0, Fence("a"))
-    try:
+    async with persisting(store) as persister:
         await store.commit(Batch([StreamRecord(KEY, "s1", "a")]), time.time())
         burst = [(1, seq, b"{}", 0) for seq in range(1, 21)]
         persister.note(NotingSession(), Journal(appends=burst), "default")  # type: ignore[arg-type]
@@ -203,6 +177,3 @@ async def test_a_bursts_writer_still_lets_its_batch_wait_for_more(tmp_path: Path
         async with asyncio.timeout(10):
             await persister.wait(ticket, lane=EPOCH)
         assert persister.commits == 1
-    finally:
-        await persister.close()
-        await store.close()

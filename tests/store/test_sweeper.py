@@ -13,16 +13,21 @@ from pathlib import Path
 from proxy.config import config_from_mapping
 from proxy.context import ProxyContext
 from proxy.registry import Registry
-from proxy.store.base import Batch, StoreLimits, StreamRecord
+from proxy.store.base import Batch, StreamRecord
 from proxy.store.memory import MemoryStore
-from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_db import SWEEP_EVENTS
 from proxy.store.sweeper import Sweeper
-from tests.store.sqlite_support import entries, opened, stored_events, stored_streams
+from tests.store.sqlite_support import (
+    DONE,
+    LIVE_KEY,
+    entries,
+    fill,
+    filled,
+    stored_events,
+    stored_streams,
+)
 
 DEADLINE_S = 30.0
-DONE = "e0e0e0.1"  # a completed stream
-LIVE_KEY = "e0e0e0.2"  # a live one
 
 
 def rows(path: Path, table: str) -> int:
@@ -36,20 +41,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-async def _fill(store: SqliteStore | MemoryStore, now: float, events: int = 3) -> None:
-    """A stream completed until ``now + 10`` with ``events`` events, a live one (its
-    ttl: an hour), a task until ``now + 10``."""
-    await store.commit(
-        Batch(
-            [StreamRecord(DONE, "s1", "a"), StreamRecord(LIVE_KEY, "s1", "a")],
-            {DONE: entries(1, events), LIVE_KEY: entries(1, 2)},
-            completed={DONE: now + 10},
-        ),
-        now,
-    )
-    await store.put_task("t1", {"status": "completed"}, now + 10)
 
 
 async def test_the_running_proxy_sweeps_the_sqlite_file_from_open_to_close(
@@ -68,7 +59,7 @@ async def test_the_running_proxy_sweeps_the_sqlite_file_from_open_to_close(
     registry = Registry(context)
     await context.open(registry.serve_forwarded)
     try:
-        await _fill(context.store, time.time() - 20)  # expired 10 s ago
+        await fill(context.store, time.time() - 20)  # expired 10 s ago
         assert stored_events(path, DONE) == 3 and rows(path, "tasks") == 1
         async with asyncio.timeout(DEADLINE_S):  # a condition, with a generous deadline
             while stored_streams(path, DONE) or rows(path, "tasks"):
@@ -103,11 +94,9 @@ async def test_a_sweep_deletes_what_expired_by_its_clock_and_nothing_else(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "s.db"
-    store = await opened(path)
     clock = Clock()
-    sweeper = Sweeper(store, 3600.0, clock)
-    try:
-        await _fill(store, clock.now, events=SWEEP_EVENTS * 2 + 5)
+    async with filled(path, clock.now, events=SWEEP_EVENTS * 2 + 5) as store:
+        sweeper = Sweeper(store, 3600.0, clock)
         clock.now += 5  # nothing expired yet
         assert await sweeper.sweep() == 0
         assert stored_events(path, DONE) == SWEEP_EVENTS * 2 + 5 and rows(path, "tasks") == 1
@@ -117,8 +106,6 @@ async def test_a_sweep_deletes_what_expired_by_its_clock_and_nothing_else(
         assert rows(path, "tasks") == 0
         assert stored_streams(path, LIVE_KEY) == 1 and stored_events(path, LIVE_KEY) == 2
         assert (sweeper.sweeps, sweeper.swept) == (2, 1)
-    finally:
-        await store.close()
 
 
 async def test_a_sweep_step_is_bounded_and_the_record_goes_with_its_last_events(
@@ -126,58 +113,45 @@ async def test_a_sweep_step_is_bounded_and_the_record_goes_with_its_last_events(
 ) -> None:
     """One transaction deletes at most SWEEP_EVENTS events: a long expired log takes
     several (the loop turns between them); meanwhile its record is absent to reads."""
-    path = tmp_path / "s.db"
-    store = await opened(path)
-    try:
-        now = time.time()
-        await _fill(store, now, events=SWEEP_EVENTS + 10)
+    path, now = tmp_path / "s.db", time.time()
+    later = now + 20
+    async with filled(path, now, events=SWEEP_EVENTS + 10) as store:
         assert store._db is not None
-        later = now + 20
         assert store._db.sweep_step(later) == ([], 0, True)
         assert stored_events(path, DONE) == 10 and stored_streams(path, DONE) == 1
         assert await store.get_stream(DONE, later) is None
         assert store._db.sweep_step(later) == ([DONE], 0, False)
         assert stored_events(path, DONE) == 0 and stored_streams(path, DONE) == 0
         assert rows(path, "tasks") == 0
-    finally:
-        await store.close()
 
 
 async def test_a_key_made_again_before_the_sweep_keeps_its_new_log(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    store = await opened(path)
-    try:
-        now = time.time()
-        await _fill(store, now, events=SWEEP_EVENTS + 10)
+    path, now = tmp_path / "s.db", time.time()
+    later = now + 20
+    async with filled(path, now, events=SWEEP_EVENTS + 10) as store:
         assert store._db is not None
-        later = now + 20
         store._db.sweep_step(later)  # part of its old events deleted
         await store.commit(Batch([StreamRecord(DONE, "s2", "a")], {DONE: entries(1, 2)}), later)
         await Sweeper(store, clock=lambda: later).sweep()
         assert await store.read(DONE, 0, later) == entries(1, 2)
         assert stored_events(path, DONE) == 2
-    finally:
-        await store.close()
 
 
 async def test_the_periodic_task_sweeps_until_stopped_and_survives_a_failing_store(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "s.db"
-    store = await opened(path, StoreLimits())
-    clock = Clock()
-    sweeper = Sweeper(store, 0.01, clock)
-    await _fill(store, clock.now)
-    clock.now += 20
-    sweeper.start()
-    try:
-        await asyncio.wait_for(sweeper.ended(1), DEADLINE_S)
-        assert stored_streams(path, DONE) == 0
-        await store.close()  # every sweep from now on fails: logged, tried again
-        ended = sweeper.sweeps
-        await asyncio.wait_for(sweeper.ended(ended + 2), DEADLINE_S)
-        assert sweeper.running
-    finally:
-        await sweeper.stop()
-        await store.close()
+    path, clock = tmp_path / "s.db", Clock()
+    async with filled(path, clock.now) as store:
+        sweeper = Sweeper(store, 0.01, clock)
+        clock.now += 20
+        sweeper.start()
+        try:
+            await asyncio.wait_for(sweeper.ended(1), DEADLINE_S)
+            assert stored_streams(path, DONE) == 0
+            await store.close()  # every sweep from now on fails: logged, tried again
+            ended = sweeper.sweeps
+            await asyncio.wait_for(sweeper.ended(ended + 2), DEADLINE_S)
+            assert sweeper.running
+        finally:
+            await sweeper.stop()
     assert not sweeper.running

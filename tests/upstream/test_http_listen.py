@@ -6,16 +6,16 @@ open stream runs no task; its ``GET`` carries what ``aiohttp`` sends with the ot
 what ``aiohttp`` alone reads (a redirect, a compressed body) is read through it; a paused
 session reads nothing more of it until resumed; a stream cut (behind the TCP forwarder of
 ``tests/cut_proxy.py``) or unreadable is opened again from its last event id; over https it
-is verified against the CAs the HTTP client trusts. End to end, what the server sends on it
-while the client has no ``GET`` open reaches the client's next one.
+is verified against the CAs the HTTP client trusts. A garbled answer head (from the raw
+front of ``listen_support.py``) and a certificate nobody trusts are each a clear error in
+the health, the ``GET`` is tried again and the session goes on. End to end, what the
+server sends on it while the client has no ``GET`` open reaches the client's next one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
-import ipaddress
 import json
 import ssl
 import zlib
@@ -25,15 +25,12 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from proxy.core.sse import encode_event
 from tests.downstream.sse_client import RawSession
 from tests.fixtures.http_harness import (
     DEADLINE,
+    INIT,
     buffered_bytes,
     cut_proxy,
     our_tasks,
@@ -42,6 +39,7 @@ from tests.fixtures.http_harness import (
 )
 from tests.fixtures.http_scripted_server import ScriptedServer, open_sse, send_event
 from tests.support import eventually, run_proxy, run_proxy_on
+from tests.upstream.listen_support import garbled_gets, self_signed
 
 
 def note(n: int) -> dict[str, Any]:
@@ -69,6 +67,10 @@ class Notes:
         while True:
             n = await self._queue.get()
             await send_event(resp, note(n), event_id=f"g-{n}")
+
+
+def event(msg: dict[str, Any], event_id: str) -> bytes:
+    return encode_event(json.dumps(msg).encode(), event_id=event_id)
 
 
 def notes_got(got: list[tuple[Any, Any]]) -> list[tuple[int, Any]]:
@@ -190,6 +192,28 @@ async def test_an_unreadable_stream_is_opened_again_from_its_last_event_id(
     assert [g.headers.get("last-event-id") for g in server.requests_of("GET")] == [None, "g-1"]
 
 
+async def test_the_notes_before_an_unreadable_line_are_delivered_and_resumed_after(
+    server: ScriptedServer,
+) -> None:
+    """Issue 23: the notes read in the same chunk as a bad line were lost, and the stream
+    was opened again from before them."""
+
+    async def on_get(request: web.Request) -> web.StreamResponse:
+        resp = await open_sse(request)
+        if request.headers.get("Last-Event-ID") is None:  # in one write: one chunk
+            await resp.write(event(note(1), "g-1") + event(note(2), "g-2") + b"data: \xff\n\n")
+        else:
+            await send_event(resp, note(3), event_id="g-3")
+        await server.hold()
+        return resp
+
+    server.on_get = on_get
+    async with upstream(server.url) as h:
+        await h.handshake(server)
+        await eventually(lambda: [n for n, _ in notes_got(h.got)] == [1, 2, 3])
+    assert [g.headers.get("last-event-id") for g in server.requests_of("GET")] == [None, "g-2"]
+
+
 async def test_what_the_server_sends_while_no_client_listens_reaches_its_next_get(
     tmp_path: Path, server: ScriptedServer
 ) -> None:
@@ -238,38 +262,6 @@ async def test_stop_closes_the_stream(server: ScriptedServer) -> None:
     await asyncio.wait_for(closed.wait(), DEADLINE)
 
 
-def self_signed(workdir: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 and its key (the certificate is its own CA)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = workdir / "cert.pem", workdir / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 async def test_an_https_stream_is_read_over_tls_verified_by_the_systems_cas(
     tmp_path: Path,
 ) -> None:
@@ -302,5 +294,81 @@ async def test_an_https_stream_is_read_over_tls_verified_by_the_systems_cas(
             assert server.url.startswith("https://")
             assert len(server.requests_of("GET")) == 1
             assert "upstream_standalone_via_aiohttp" not in proxy.log_text()
+    finally:
+        await server.stop()
+
+
+GARBLED = {  # the head, and the reason the health gives (none of the server's bytes)
+    "not http": (b"garbage s3cret\r\n\r\n", "illegal status line"),
+    "a bad header line": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nBearer s3cret\r\n\r\n",
+        "illegal header line",
+    ),
+    "a head over h11's bound": (
+        b"HTTP/1.1 200 OK\r\nX-Pad: s3cret" + b"x" * (64 * 1024),
+        "Receive buffer too long",
+    ),
+    "cut in the head": (b"HTTP/1.1 200 OK\r\nX-s3cret", "peer unexpectedly closed connection"),
+}
+
+
+@pytest.mark.parametrize("garbled", GARBLED)
+async def test_a_garbled_answer_head_is_a_clear_error_and_the_session_goes_on(
+    server: ScriptedServer, garbled: str, log: Any
+) -> None:
+    """Said in the health and the log in a few words: a garbled head may be long, and
+    holds what the server (or something before it) sent, never to be echoed."""
+    head, reason = GARBLED[garbled]
+    close_after = garbled == "cut in the head"
+    async with (
+        garbled_gets(server.port, head, close_after=close_after) as front,
+        upstream(front.url()) as h,
+    ):
+        await h.handshake(server)
+        await eventually(lambda: front.gets >= 2, what="the GET tried again")
+        error = h.health.last_error or ""
+        assert error.endswith(f"/mcp: bad HTTP answer ({reason})"), error
+        h.send(ping(2))  # POSTs are answered all the while
+        assert "result" in (await h.answer(2))[0].raw
+        assert not h.closed
+    assert [e["event"] for e in log.entries if "standalone" in e["event"]] == []
+    assert "s3cret" not in repr(log.entries)
+    assert front.gets >= 2 and server.requests_of("GET") == []
+
+
+async def test_an_untrusted_certificate_is_a_clear_tls_error_and_nothing_is_left(
+    tmp_path: Path, log: Any
+) -> None:
+    """Over https with a certificate no CA of the process vouches for: the standalone
+    ``GET`` fails its TLS handshake, said so in the health; it is tried again (a new
+    handshake each time), nothing reaches the server, and stop leaves nothing running."""
+    cert, key = self_signed(tmp_path)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    handshakes = 0
+
+    def counted(*_: Any) -> None:
+        nonlocal handshakes
+        handshakes += 1
+
+    tls.sni_callback = counted
+    server = ScriptedServer(tls=tls)
+    await server.start()
+    try:
+        async with upstream(server.url) as h:
+            h.send(INIT)  # its POST fails the same way: a clear error for the request
+            error, _ = await h.answer(1)
+            assert "upstream unreachable" in error.raw["error"]["message"], error.raw
+            h.up.listen()
+            await eventually(
+                lambda: (h.health.last_error or "").endswith(
+                    "/mcp: TLS failed (CERTIFICATE_VERIFY_FAILED: self-signed certificate)"
+                ),
+                what=lambda: f"the TLS error in the health: {h.health.last_error}",
+            )
+            tried = handshakes
+            await eventually(lambda: handshakes > tried, what="the GET tried again")
+            assert not h.closed
+        assert server.seen == []
     finally:
         await server.stop()

@@ -12,10 +12,12 @@ is in ``test_http_upstream.py``; helpers live in ``tests/fixtures/http_harness.p
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
 
+from proxy.core.sse import encode_event
 from tests.fixtures.http_harness import (
     INIT,
     black_hole,
@@ -27,6 +29,7 @@ from tests.fixtures.http_scripted_server import (
     ScriptedServer,
     open_sse,
     progress,
+    result,
     send_event,
 )
 from tests.support import eventually, reserved_port
@@ -127,6 +130,28 @@ async def test_a_response_cut_without_event_ids_fails_its_request(server: Script
         assert "result" in (await h.answer(3))[0].raw
         assert not h.closed
         assert len(h.answers(2)) == 1
+
+
+async def test_the_answer_before_an_unreadable_line_is_delivered(server: ScriptedServer) -> None:
+    """Issue 23: the events read in the same chunk as a bad line were lost with it, the
+    answer among them."""
+
+    async def on_request(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        resp = await open_sse(request)
+        events = [(progress("p2", 1), "r-1"), (result(body["id"], {"n": 2}), "r-2")]
+        wire = b"".join(encode_event(json.dumps(m).encode(), event_id=i) for m, i in events)
+        await resp.write(wire + b"data: \xff\n\n")  # in one write: one chunk
+        await server.hold()
+        return resp
+
+    server.on_request = on_request
+    async with upstream(server.url) as h:
+        await h.handshake(server)
+        h.send(call(2, "work"))
+        answer, _ = await h.answer(2)
+        assert answer.raw == result(2, {"n": 2})
+        assert [m.raw for m, o in h.got if o == 2] == [progress("p2", 1), result(2, {"n": 2})]
+        assert not h.closed
 
 
 async def test_404_with_nothing_in_flight_reinitializes_upstream(

@@ -29,6 +29,7 @@ from proxy.upstream.sse import SseUpstream
 from tests.downstream.sse_client import RawSession
 from tests.support import (
     children_of,
+    eventually,
     log_events,
     reserved_port,
     run_proxy,
@@ -194,6 +195,23 @@ async def test_a_bad_endpoint_event_is_a_start_error(events: bytes, error: str) 
             await up.start()
         assert info.value.http_status == 502 and error in info.value.message
         assert health.state == "failing"
+        await up.stop()
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_messages_before_an_unreadable_line_are_delivered() -> None:
+    """Issue 23: an unreadable line in the chunk of the ``endpoint`` event failed the
+    start, and the messages before it were lost."""
+    note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"n": 1}}
+    events = b"event: endpoint\ndata: /messages\n\ndata: " + json.dumps(note).encode()
+    runner, port = await _bad_sse_server(events + b"\n\ndata: \xff\n\n")  # one chunk
+    try:
+        health = UpstreamHealth()
+        up, got, _ = _upstream(f"http://127.0.0.1:{port}/sse", health)
+        await up.start()
+        assert (await asyncio.wait_for(got.get(), DEADLINE)).raw == note
+        await eventually(lambda: "SSE stream unreadable" in (health.last_error or ""))
         await up.stop()
     finally:
         await runner.cleanup()

@@ -6,17 +6,14 @@ nothing once resumed."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import structlog
 
-from proxy.config_upstream import UpstreamConfig
 from proxy.core.jsonrpc import Message
-from proxy.upstream.base import UpstreamContext
 from proxy.upstream.overlong import LineSplitter, OverlongLine
-from proxy.upstream.stdio import StdioUpstream
 from tests.support import eventually
+from tests.upstream.stdio_support import script_upstream
 
 ASYNCIO_READ = 256 * 1024  # the most asyncio reads from a pipe at once
 
@@ -110,16 +107,7 @@ async def test_a_paused_reader_hands_over_nothing_holds_a_bound_and_loses_nothin
         if len(got) == 1:
             up.pause()  # as the runtime does, in the middle of a read's lines
 
-    up = StdioUpstream(
-        UpstreamContext(
-            UpstreamConfig(command=[sys.executable, str(script), str(count)], max_line_bytes=limit),
-            "test-session-id",
-            on_message=on_message,
-            on_closed=lambda reason: None,
-        )
-    )
-    await up.start()
-    try:
+    async with script_upstream(script, on_message, str(count), max_line_bytes=limit) as up:
         up.send(b'{"jsonrpc":"2.0","method":"go"}')
         pid = up.pid
         assert pid is not None
@@ -137,8 +125,6 @@ async def test_a_paused_reader_hands_over_nothing_holds_a_bound_and_loses_nothin
         up.resume()
         await eventually(lambda: len(got) == LINES, timeout=30, what="every line read")
         assert [m.params["i"] for m in got] == list(range(LINES))
-    finally:
-        await up.stop()
 
 
 # Writes, once asked, one line of each kind in one write.
@@ -169,18 +155,10 @@ async def test_each_line_gives_its_message_or_batch_and_what_is_not_json_rpc_is_
     got: list[Message] = []
     capture = structlog.testing.LogCapture()
     structlog.configure(processors=[capture])
-    up = StdioUpstream(
-        UpstreamContext(
-            UpstreamConfig(command=[sys.executable, str(script)]),
-            "test-session-id",
-            on_message=lambda m, origin: got.append(m),
-            on_closed=lambda reason: None,
-        )
-    )
-    await up.start()
     try:
-        up.send(b'{"jsonrpc":"2.0","method":"go"}')
-        await eventually(lambda: len(got) == 6, timeout=30, what="the messages")
+        async with script_upstream(script, lambda m, origin: got.append(m)) as up:
+            up.send(b'{"jsonrpc":"2.0","method":"go"}')
+            await eventually(lambda: len(got) == 6, timeout=30, what="the messages")
         assert [m.method for m in got] == ["one", "b1", "b2", "crlf", "b3", "last"]
         assert got[0].wire == b'{"jsonrpc":"2.0","method":"one"}'  # passed on as it came
         assert got[1].wire is None  # a batch's messages are encoded again
@@ -193,5 +171,4 @@ async def test_each_line_gives_its_message_or_batch_and_what_is_not_json_rpc_is_
             '[{"jsonrpc":"2.0","method":"b3"},7]',
         ]
     finally:
-        await up.stop()
         structlog.reset_defaults()

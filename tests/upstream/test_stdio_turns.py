@@ -6,15 +6,12 @@ sessions' calls, the store's commits and the writers get on in between."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
-from proxy.config_upstream import UpstreamConfig
 from proxy.core.jsonrpc import Message
 from proxy.upstream import stdio_reader
-from proxy.upstream.base import UpstreamContext
-from proxy.upstream.stdio import StdioUpstream
 from tests.support import eventually
+from tests.upstream.stdio_support import script_upstream
 
 LINES = 2000
 
@@ -34,15 +31,6 @@ async def test_a_pipe_full_of_lines_is_read_a_bounded_slice_per_loop_turn(tmp_pa
     script = tmp_path / "flood.py"
     script.write_text(FLOOD)
     got: list[Message] = []
-    up = StdioUpstream(
-        UpstreamContext(
-            UpstreamConfig(command=[sys.executable, str(script)]),
-            "test-session-id",
-            on_message=lambda m, origin: got.append(m),
-            on_closed=lambda reason: None,
-        )
-    )
-    await up.start()
     loop = asyncio.get_running_loop()
     per_turn: list[int] = []  # messages handed over between two turns of the loop
     seen = [0]
@@ -53,11 +41,9 @@ async def test_a_pipe_full_of_lines_is_read_a_bounded_slice_per_loop_turn(tmp_pa
         if len(got) < LINES:
             loop.call_soon(tick)
 
-    try:
+    async with script_upstream(script, lambda m, origin: got.append(m)) as up:
         up.send(b'{"jsonrpc":"2.0","method":"go"}\n')
         loop.call_soon(tick)
         await eventually(lambda: len(got) == LINES, timeout=30, what="every line read")
         assert max(per_turn) <= stdio_reader.LINES_PER_TURN
         assert sum(per_turn) == LINES
-    finally:
-        await up.stop()

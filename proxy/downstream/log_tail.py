@@ -1,0 +1,77 @@
+"""The live tail of one stream's log, read for one response (:mod:`proxy.downstream.stored`).
+
+A :class:`LogTail` runs the one reader of the store's tail of a stream in a task of its
+own, filling a queue with batches of entries as they are committed; the response writes
+what the queue holds. The reader ends with :data:`END` (the stream completed, or the
+store failed for longer than ``store.unavailable_wait_seconds``) or the ``ResumeError``
+that ended the stream. Whoever made it ends it (:meth:`LogTail.end`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from proxy.backoff import Backoff
+from proxy.core.errors import ResumeError
+from proxy.store.base import Entry, Store, StoreError
+
+log = structlog.get_logger("proxy.stored")
+
+END = object()
+"""The last item of a tail's queue when the stream completed (or cannot be read on)."""
+
+Item = list[Entry] | object  # a batch of entries, END, or a ResumeError
+
+
+class LogTail:
+    """The one reader of a stream's log for one response: :func:`read_tail` in a task,
+    filling :attr:`queue` with batches of entries, then :data:`END` or the
+    ``ResumeError`` that ended it. Its holder ends it (:meth:`end`)."""
+
+    def __init__(self, store: Store, key: str, after: int) -> None:
+        self.queue: asyncio.Queue[Item] = asyncio.Queue()
+        self._task = asyncio.create_task(read_tail(store, key, after, self.queue))
+
+    async def end(self) -> None:
+        """Cancel the reader and wait until it is gone (at once: a cancelled tail of the
+        store ends with its cancellation, :mod:`proxy.store.redis_commands`)."""
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def read_tail(store: Store, key: str, after: int, queue: asyncio.Queue[Item]) -> None:
+    """Tail ``key`` into ``queue``; a store that fails (Redis restarting) is tailed
+    again from the last event given, for up to ``store.unavailable_wait_seconds`` in
+    a row, before the response ends (the client then resumes with its last id)."""
+    loop = asyncio.get_running_loop()
+    backoff = Backoff(first=0.05, cap=1.0)
+    failing_since: float | None = None
+    while True:
+        try:
+            async for batch in store.tail(key, after):
+                queue.put_nowait(batch)
+                if batch:
+                    after = batch[-1].seq
+                failing_since = None
+            break
+        except ResumeError as exc:
+            queue.put_nowait(exc)
+            return
+        except StoreError as exc:
+            now = loop.time()
+            failing_since = now if failing_since is None else failing_since
+            if now - failing_since >= store.unavailable_wait:
+                log.warning("stored_stream_tail_failed", stream=key, error=str(exc))
+                break
+            await asyncio.sleep(backoff.next_delay())
+        except Exception as exc:  # the store failed otherwise: end the response, log why
+            log.warning("stored_stream_tail_failed", stream=key, error=str(exc))
+            break
+    queue.put_nowait(END)
+
+
+def ends_tail(item: Item) -> bool:
+    """The tail is over: the stream completed (:data:`END`) or went (``ResumeError``)."""
+    return not isinstance(item, list)
