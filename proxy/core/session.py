@@ -40,6 +40,7 @@ from proxy.core.events import (
     Tick,
     UpstreamClosed,
     UpstreamMessage,
+    UpstreamMessages,
     UpstreamRestarted,
     WakeAt,
 )
@@ -174,32 +175,36 @@ class Session(UpstreamSide):
         # A server notification only appends to a live stream: no deadline moves unless a
         # connection goes or a stream completes (those mark it themselves). Everything else
         # may move one. This keeps the hot path from scanning every stream per message.
-        self.schedule.moved = not (
-            isinstance(event, UpstreamMessage) and event.msg.kind is Kind.NOTIFICATION
-        )
-        if isinstance(event, ClientPost):
-            self._on_post(event, out)
-        elif isinstance(event, ClientGet):
-            self._on_get(event, out)
-        elif isinstance(event, ClientDetached):
-            self.delivery.detach(event.conn, now)
+        schedule = self.schedule
+        if isinstance(event, UpstreamMessages):
+            schedule.moved = False  # (the run marks it for what is not a notification)
+            self._on_upstream_run(event.msgs, out)
         elif isinstance(event, UpstreamMessage):
+            schedule.moved = event.msg.kind is not Kind.NOTIFICATION
             self._on_upstream(event.msg, event.origin, out)
-        elif isinstance(event, UpstreamClosed):
-            self.lifetime.upstream_closed(event.reason, now, out)
-        elif isinstance(event, UpstreamRestarted):
-            self.lifetime.upstream_restarted(event.reason, out)
-        elif isinstance(event, ClientDelete):
-            self.lifetime.end(event.reason, now, out)
-        elif isinstance(event, ClientAck):
-            self._on_ack(event)
-        elif isinstance(event, ProxyShutdown):
-            self.lifetime.shut_down(now, out)
-        elif isinstance(event, Tick):
-            self.schedule.wake = None  # the runtime's timer fired: always re-arm
-            self.deadlines.tick(self.schedule, now, out)
-        else:  # the Event union is closed: the type checker proves this unreachable
-            assert_never(event)
+        else:
+            schedule.moved = True
+            if isinstance(event, ClientPost):
+                self._on_post(event, out)
+            elif isinstance(event, ClientGet):
+                self._on_get(event, out)
+            elif isinstance(event, ClientDetached):
+                self.delivery.detach(event.conn, now)
+            elif isinstance(event, UpstreamClosed):
+                self.lifetime.upstream_closed(event.reason, now, out)
+            elif isinstance(event, UpstreamRestarted):
+                self.lifetime.upstream_restarted(event.reason, out)
+            elif isinstance(event, ClientDelete):
+                self.lifetime.end(event.reason, now, out)
+            elif isinstance(event, ClientAck):
+                self._on_ack(event)
+            elif isinstance(event, ProxyShutdown):
+                self.lifetime.shut_down(now, out)
+            elif isinstance(event, Tick):
+                schedule.wake = None  # the runtime's timer fired: always re-arm
+                self.deadlines.tick(schedule, now, out)
+            else:  # the Event union is closed: the type checker proves this unreachable
+                assert_never(event)
         self._after(out)
         return out
 

@@ -15,6 +15,7 @@ it is returned, so what reaches the wire is always a prefix of what is stored
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from proxy.core import jsonrpc, legacy_tasks, seed
@@ -24,6 +25,7 @@ from proxy.core.events import Command, LogNote
 from proxy.core.idmap import IdMap
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.lifetime import Lifetime
+from proxy.core.schedule import Schedule
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
 from proxy.core.stream import Mark
 from proxy.core.tool_policy import FILTERED_LISTS, View
@@ -38,9 +40,13 @@ class UpstreamSide:
     offers_tasks: bool
     delivery: Delivery
     lifetime: Lifetime
+    schedule: Schedule
     _ids: IdMap
     _streams: StreamTable
     _now: float
+    # While a run of messages is taken (:meth:`_on_upstream_run`): the streams they were
+    # logged on, not yet flushed to their connections (None: flush each at once).
+    _touched: dict[int, StreamSlot] | None = None
 
     if TYPE_CHECKING:  # the session's own, for the type checker
 
@@ -51,6 +57,44 @@ class UpstreamSide:
         @protocol_version.setter
         def protocol_version(self, version: str | None) -> None: ...
         def finish_request(self, upstream_id: int, out: list[Command]) -> None: ...
+
+    def _on_upstream_run(self, msgs: Sequence[Message], out: list[Command]) -> None:
+        """A turn's messages (:class:`~proxy.core.events.UpstreamMessages`), each taken as
+        :meth:`_on_upstream` takes it, except that the streams they are logged on are
+        flushed to their connections once, after the last: one run of events per
+        connection, not one command each. A response (it may complete its stream, close or
+        end the session) has everything before it flushed first and is flushed at once;
+        a stream whose next event would push an unsent one out of its log is flushed
+        first (a connection never misses an event it would have been sent)."""
+        touched: dict[int, StreamSlot] = {}
+        lifetime, schedule = self.lifetime, self.schedule
+        self._touched = touched
+        try:
+            for msg in msgs:
+                if lifetime.forgotten:
+                    break
+                kind = msg.kind
+                if kind is Kind.RESPONSE:
+                    self._touched = None
+                    self._flush_touched(touched, out)
+                    schedule.moved = True
+                    self._upstream_response(msg, out)
+                    self._touched = touched
+                    continue
+                if kind is Kind.REQUEST:
+                    schedule.moved = True
+                self._on_upstream(msg, None, out)
+        finally:
+            self._touched = None
+        self._flush_touched(touched, out)
+
+    def _flush_touched(self, touched: dict[int, StreamSlot], out: list[Command]) -> None:
+        """Hand each stream of ``touched`` still in the session to its connection."""
+        streams, now = self._streams, self._now
+        for number, stream in touched.items():
+            if streams.get(number) is stream:
+                self.delivery.flush(stream, now, out)
+        touched.clear()
 
     def _on_upstream(self, msg: Message, origin: int | None, out: list[Command]) -> None:
         if msg.kind is Kind.RESPONSE:
@@ -123,8 +167,17 @@ class UpstreamSide:
     def _append_bytes(self, number: int, payload: bytes, mark: Mark, out: list[Command]) -> None:
         """Log one message (``mark``: what a poll reports of it, from its parsed form)."""
         stream = self._streams[number]
-        stream.log.append(self.stamped(stream, payload), mark)
-        self.delivery.flush(stream, self._now, out)
+        touched = self._touched
+        if touched is None:
+            stream.log.append(self.stamped(stream, payload), mark)
+            self.delivery.flush(stream, self._now, out)
+            return
+        payload = self.stamped(stream, payload)
+        log = stream.log
+        if stream.conn is not None and not log.fits(len(payload)):
+            self.delivery.flush(stream, self._now, out)  # before it drops what is unsent
+        log.append(payload, mark)
+        touched[number] = stream
 
     def stamped(self, stream: StreamSlot, payload: bytes) -> bytes:
         """With ``streams.event_id_in_meta``: the id the payload gets, in its ``_meta``."""
