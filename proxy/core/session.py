@@ -31,7 +31,6 @@ from proxy.core.events import (
     ClientGet,
     ClientPost,
     Command,
-    ConnId,
     Event,
     LogNote,
     ProxyShutdown,
@@ -51,9 +50,9 @@ from proxy.core.jsonrpc import Kind, Message
 from proxy.core.lifetime import Lifetime
 from proxy.core.resume import Resumer
 from proxy.core.schedule import Schedule
+from proxy.core.session_queries import SessionQueries
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
 from proxy.core.session_upstream import UpstreamSide
-from proxy.core.snapshot import SessionSnapshot
 from proxy.core.stream import ByteBudget, StreamEvent, StreamLog, StreamState, transition
 from proxy.core.tool_policy import OPEN, Policy, Refuse, View
 
@@ -65,7 +64,7 @@ _BATCH_REVISIONS = frozenset({"2024-11-05", "2025-03-26"})
 _POLLING_REVISION = "2025-11-25"
 
 
-class Session(UpstreamSide):
+class Session(UpstreamSide, SessionQueries):
     """A client session. Feed it events with :meth:`handle`; carry out what it returns."""
 
     def __init__(
@@ -156,17 +155,6 @@ class Session(UpstreamSide):
         """Its upstream process is stopped for idleness (``upstream_idle_stop``)."""
         return self.schedule.upstream_stopped
 
-    def snapshot(self) -> SessionSnapshot:
-        """This session and its streams right now, as values (the status page)."""
-        streams = self._streams.values()
-        return SessionSnapshot.of(
-            self.created_at,
-            self.closed,
-            self.upstream_paused,
-            streams,
-            upstream_stopped=self.upstream_stopped,
-        )
-
     # ------------------------------------------------------------------ entry point
     def handle(self, event: Event, now: float) -> list[Command]:
         """Apply one event at time ``now``; return the commands to carry out, in order."""
@@ -209,22 +197,6 @@ class Session(UpstreamSide):
         return out
 
     # ------------------------------------------------------------------ queries
-    @property
-    def live_requests(self) -> int:
-        return len(self._ids)
-
-    @property
-    def buffered_bytes(self) -> int:
-        return sum(s.log.bytes for s in self._streams.values())
-
-    def stream_numbers(self) -> list[int]:
-        return sorted(self._streams)
-
-    def sent_upto(self, number: int) -> int:
-        """The highest seq of stream ``number`` ever handed to a connection (0: none)."""
-        stream = self._streams.get(number)
-        return stream.sent_upto if stream is not None else 0
-
     def standalone_handed(self, upto: int) -> None:
         """The standalone stream's events up to seq ``upto``, and none after, count as
         handed to a client: a ``/ws`` socket on another replica wrote them from the
@@ -232,18 +204,6 @@ class Session(UpstreamSide):
         ``upto`` (:meth:`_on_get`), as it would after a local one that had them."""
         stream = self._streams[STANDALONE]
         stream.sent_upto = max(0, min(upto, stream.log.last_seq))
-
-    def stream_of(self, conn: ConnId) -> int | None:
-        """The stream ``conn`` reads, if any."""
-        return self.delivery.by_conn.get(conn)
-
-    def client_ids(self, number: int) -> list[Any]:
-        """The client's ids of the requests in flight on stream ``number``."""
-        stream = self._streams.get(number)
-        if stream is None:
-            return []
-        found = (self._ids.pending(upstream_id) for upstream_id in sorted(stream.pending))
-        return [p.client_id for p in found if p is not None]
 
     def accepts_batches(self) -> bool:
         return (self.protocol_version or "2025-03-26") in _BATCH_REVISIONS
@@ -372,15 +332,6 @@ class Session(UpstreamSide):
         stream.pending.discard(upstream_id)
         if not stream.pending:
             self.complete(stream, out)
-
-    def stream_counts(self) -> tuple[int, int]:
-        """(live request streams, events held by all its stream logs), for metrics."""
-        live = events = 0
-        for number, stream in self._streams.items():
-            events += len(stream.log)
-            if number != STANDALONE and stream.state is StreamState.LIVE:
-                live += 1
-        return live, events
 
     def complete(self, stream: StreamSlot, out: list[Command]) -> None:
         """The stream's last message is logged: end it, answer the resumes waiting on it."""
