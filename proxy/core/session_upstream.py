@@ -97,16 +97,21 @@ class UpstreamSide:
         touched.clear()
 
     def _on_upstream(self, msg: Message, origin: int | None, out: list[Command]) -> None:
-        if msg.kind is Kind.RESPONSE:
-            self._upstream_response(msg, out)
-        elif msg.kind is Kind.REQUEST:
-            downstream_id = self._ids.add_server_request(msg.id)
-            self.append(self._route_unrelated(origin), jsonrpc.with_id(msg, downstream_id), out)
-        elif msg.method == "notifications/progress":
-            number = self._ids.stream_of_progress(msg.params.get("progressToken"))
+        kind, raw = msg.kind, msg.raw
+        if kind is Kind.NOTIFICATION and raw["method"] == "notifications/progress":
+            params = raw.get("params")
+            token = params.get("progressToken") if type(params) is dict else None
+            number = self._ids.stream_of_progress(token)
             if number is None:
                 number = self._route_unrelated(origin)
-            self._append_bytes(number, msg.encoded(), seed.poll_mark(msg.raw), out)
+            # (a notification has no id: at most an error mark, when it has those keys)
+            mark = seed.poll_mark(raw) if "error" in raw or "result" in raw else Mark.NONE
+            self._append_bytes(number, msg.encoded(), mark, out)
+        elif kind is Kind.RESPONSE:
+            self._upstream_response(msg, out)
+        elif kind is Kind.REQUEST:
+            downstream_id = self._ids.add_server_request(msg.id)
+            self.append(self._route_unrelated(origin), jsonrpc.with_id(msg, downstream_id), out)
         elif msg.method == "notifications/cancelled":
             # The server gave up one of its own requests: rewrite to our downstream id.
             server_id = msg.params.get("requestId")
@@ -172,7 +177,8 @@ class UpstreamSide:
             stream.log.append(self.stamped(stream, payload), mark)
             self.delivery.flush(stream, self._now, out)
             return
-        payload = self.stamped(stream, payload)
+        if stream.stream_id is not None:
+            payload = self.stamped(stream, payload)
         log = stream.log
         if stream.conn is not None and not log.fits(len(payload)):
             self.delivery.flush(stream, self._now, out)  # before it drops what is unsent

@@ -205,7 +205,14 @@ class StreamLog:
         self.budget.used += len(payload)
         if self.journal is not None:
             self.journal.appends.append((self.number, self._last_seq, payload, int(mark)))
-        self.trim()
+        budget = self.budget
+        # (within every bound trim drops nothing: not called, the common case)
+        if (
+            len(self._entries) > self.max_events
+            or self.bytes > self.max_bytes
+            or budget.used > budget.limit
+        ):
+            self.trim()
         return self._last_seq
 
     def trim(self) -> None:

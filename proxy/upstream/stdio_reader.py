@@ -22,8 +22,7 @@ effect after them: a held-back stream takes at most one turn's lines past its bo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import cast
+from collections.abc import Callable
 
 import structlog
 
@@ -175,10 +174,10 @@ class StdoutReader:
     def _stdout_line(self, line: Line) -> None:
         """One line of the server's stdout: its messages go to the session (the answer
         to the proxy's own re-initialize is kept here)."""
-        if type(line) is OverlongLine:
+        if isinstance(line, OverlongLine):
             self._overlong(line)
             return
-        line = cast(bytes, line).strip()
+        line = line.strip()
         if not line:
             return
         # One message a line, the common case, without messages_of's lists; a batch or
@@ -188,26 +187,35 @@ class StdoutReader:
         except ProxyError as exc:
             self._skipped(line, exc)
             return
-        msgs: Sequence[Message]
-        if type(obj) is dict:
-            try:
-                msgs = (jsonrpc.classify(obj, jsonrpc.wire_of(line)),)
-            except ProxyError as exc:
-                self._skipped(line, exc)
-                return
-        else:
-            msgs = messages_of(line, self._skipped)
+        if type(obj) is not dict:
+            for msg in messages_of(line, self._skipped):
+                self._stdout_message(msg)
+            return
+        # Its own bytes are its wire form unless a CR or NUL is in them (jsonrpc.wire_of:
+        # the line is stripped and holds no LF).
+        wire = None if b"\r" in line or b"\x00" in line else line
+        try:
+            msg = jsonrpc.classify(obj, wire)
+        except ProxyError as exc:
+            self._skipped(line, exc)
+            return
         batch = self._batch
-        for msg in msgs:
-            reinit = self._reinit
-            if reinit is not None and msg.kind is Kind.RESPONSE and msg.id == reinit[0]:
-                if not reinit[1].done():
-                    reinit[1].set_result(msg)
-                continue
-            if batch is None:
-                self._context.on_message(msg, None)
-            else:
-                batch.append(msg)
+        if batch is not None and self._reinit is None:
+            batch.append(msg)
+        else:
+            self._stdout_message(msg)
+
+    def _stdout_message(self, msg: Message) -> None:
+        reinit = self._reinit
+        if reinit is not None and msg.kind is Kind.RESPONSE and msg.id == reinit[0]:
+            if not reinit[1].done():
+                reinit[1].set_result(msg)
+            return
+        batch = self._batch
+        if batch is None:
+            self._context.on_message(msg, None)
+        else:
+            batch.append(msg)
 
     def _stdout_turn(self) -> None:
         """The end of a turn's lines: their messages go to the session at once (one
