@@ -80,6 +80,10 @@ class EventRun:
     def chunks(self, max_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
         """:meth:`encode` in pieces of at most ``max_bytes`` (whole events: an event
         larger than that is a piece alone), each framed when it is taken."""
+        if self.size() <= max_bytes:  # (a live burst's turn: one piece, no size per event)
+            if self.payloads:
+                yield self.encode()
+            return
         base = _OVERHEAD + len(self.id_prefix.encode())
         seq = self.first_seq
         digits = len(str(seq))

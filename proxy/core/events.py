@@ -7,6 +7,7 @@ were returned; that ordering is what makes replay-then-live seamless.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NewType
 
@@ -82,6 +83,16 @@ class UpstreamMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamMessages:
+    """Messages from the server read in one turn of the event loop, in order (a stdio
+    server's lines, :mod:`proxy.upstream.stdio_reader`), with no origin: the same as one
+    :class:`UpstreamMessage` each, except that a stream's connection is handed what they
+    added once, after the last of them (one run of events, not one command each)."""
+
+    msgs: Sequence[Message]
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamClosed:
     reason: str
 
@@ -107,6 +118,7 @@ Event = (
     | ClientAck
     | ProxyShutdown
     | UpstreamMessage
+    | UpstreamMessages
     | UpstreamClosed
     | UpstreamRestarted
     | Tick

@@ -57,6 +57,9 @@ class Message:
         return self.kind is Kind.RESPONSE and "error" in self.raw
 
 
+_PARAMS = (dict, list)  # (a tuple: isinstance on a union builds one each call)
+
+
 def _valid_id(value: Any) -> bool:
     # JSON-RPC 2.0 §4: String, Number or Null; MCP forbids null for requests.
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
@@ -76,7 +79,7 @@ def classify(obj: Any, wire: bytes | None = None) -> Message:
             raise InvalidMessage(
                 'Invalid Request: "method" must be a string', request_id=_id_of(obj)
             )
-        if "params" in obj and not isinstance(obj["params"], dict | list):
+        if "params" in obj and not isinstance(obj["params"], _PARAMS):
             raise InvalidMessage(
                 'Invalid Request: "params" must be an object or array', request_id=_id_of(obj)
             )

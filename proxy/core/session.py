@@ -4,12 +4,8 @@ The session is the single owner of its streams' logs. Every message for the clie
 appended to its stream's log *before* a :class:`SendToClient` for it is returned, so what
 reaches the wire is always a prefix of what is stored (DESIGN.md §3).
 
-Routing (DESIGN.md §5), upstream → stream: a response goes to the stream of its request;
-``notifications/progress`` to the stream of the request that carried its
-``progressToken``; any other server→client message to the stream of the only request in
-flight if exactly one is (or, over HTTP, to the stream of the request whose response
-carried it), else to the standalone stream (0). Ids are rewritten at the
-boundary (:mod:`proxy.core.idmap`).
+What it does with its server's messages (routing them to streams, DESIGN.md §5, and
+logging them) is :class:`~proxy.core.session_upstream.UpstreamSide`.
 
 The session holds its helpers, each owning its own state: a :class:`Schedule` (what is
 due when), a :class:`Delivery` (which connection reads which stream), a :class:`Resumer`
@@ -27,7 +23,6 @@ from proxy.core.admission import check_initialize
 from proxy.core.deadlines import Deadlines
 from proxy.core.delivery import Delivery
 from proxy.core.errors import BadRequest, Conflict, SessionNotFound, answer_with_error
-from proxy.core.eventid import format_event_id
 from proxy.core.events import (
     Accepted,
     ClientAck,
@@ -36,7 +31,6 @@ from proxy.core.events import (
     ClientGet,
     ClientPost,
     Command,
-    ConnId,
     Event,
     LogNote,
     ProxyShutdown,
@@ -45,6 +39,7 @@ from proxy.core.events import (
     Tick,
     UpstreamClosed,
     UpstreamMessage,
+    UpstreamMessages,
     UpstreamRestarted,
     WakeAt,
 )
@@ -55,10 +50,11 @@ from proxy.core.jsonrpc import Kind, Message
 from proxy.core.lifetime import Lifetime
 from proxy.core.resume import Resumer
 from proxy.core.schedule import Schedule
+from proxy.core.session_queries import SessionQueries
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
-from proxy.core.snapshot import SessionSnapshot
-from proxy.core.stream import ByteBudget, Mark, StreamEvent, StreamLog, StreamState, transition
-from proxy.core.tool_policy import FILTERED_LISTS, OPEN, Policy, Refuse, View
+from proxy.core.session_upstream import UpstreamSide
+from proxy.core.stream import ByteBudget, StreamEvent, StreamLog, StreamState, transition
+from proxy.core.tool_policy import OPEN, Policy, Refuse, View
 
 __all__ = ["STANDALONE", "Session", "SessionSettings"]
 
@@ -68,7 +64,7 @@ _BATCH_REVISIONS = frozenset({"2024-11-05", "2025-03-26"})
 _POLLING_REVISION = "2025-11-25"
 
 
-class Session:
+class Session(UpstreamSide, SessionQueries):
     """A client session. Feed it events with :meth:`handle`; carry out what it returns."""
 
     def __init__(
@@ -159,17 +155,6 @@ class Session:
         """Its upstream process is stopped for idleness (``upstream_idle_stop``)."""
         return self.schedule.upstream_stopped
 
-    def snapshot(self) -> SessionSnapshot:
-        """This session and its streams right now, as values (the status page)."""
-        streams = self._streams.values()
-        return SessionSnapshot.of(
-            self.created_at,
-            self.closed,
-            self.upstream_paused,
-            streams,
-            upstream_stopped=self.upstream_stopped,
-        )
-
     # ------------------------------------------------------------------ entry point
     def handle(self, event: Event, now: float) -> list[Command]:
         """Apply one event at time ``now``; return the commands to carry out, in order."""
@@ -178,52 +163,40 @@ class Session:
         # A server notification only appends to a live stream: no deadline moves unless a
         # connection goes or a stream completes (those mark it themselves). Everything else
         # may move one. This keeps the hot path from scanning every stream per message.
-        self.schedule.moved = not (
-            isinstance(event, UpstreamMessage) and event.msg.kind is Kind.NOTIFICATION
-        )
-        if isinstance(event, ClientPost):
-            self._on_post(event, out)
-        elif isinstance(event, ClientGet):
-            self._on_get(event, out)
-        elif isinstance(event, ClientDetached):
-            self.delivery.detach(event.conn, now)
+        schedule = self.schedule
+        if isinstance(event, UpstreamMessages):
+            schedule.moved = False  # (the run marks it for what is not a notification)
+            self._on_upstream_run(event.msgs, out)
         elif isinstance(event, UpstreamMessage):
+            schedule.moved = event.msg.kind is not Kind.NOTIFICATION
             self._on_upstream(event.msg, event.origin, out)
-        elif isinstance(event, UpstreamClosed):
-            self.lifetime.upstream_closed(event.reason, now, out)
-        elif isinstance(event, UpstreamRestarted):
-            self.lifetime.upstream_restarted(event.reason, out)
-        elif isinstance(event, ClientDelete):
-            self.lifetime.end(event.reason, now, out)
-        elif isinstance(event, ClientAck):
-            self._on_ack(event)
-        elif isinstance(event, ProxyShutdown):
-            self.lifetime.shut_down(now, out)
-        elif isinstance(event, Tick):
-            self.schedule.wake = None  # the runtime's timer fired: always re-arm
-            self.deadlines.tick(self.schedule, now, out)
-        else:  # the Event union is closed: the type checker proves this unreachable
-            assert_never(event)
+        else:
+            schedule.moved = True
+            if isinstance(event, ClientPost):
+                self._on_post(event, out)
+            elif isinstance(event, ClientGet):
+                self._on_get(event, out)
+            elif isinstance(event, ClientDetached):
+                self.delivery.detach(event.conn, now)
+            elif isinstance(event, UpstreamClosed):
+                self.lifetime.upstream_closed(event.reason, now, out)
+            elif isinstance(event, UpstreamRestarted):
+                self.lifetime.upstream_restarted(event.reason, out)
+            elif isinstance(event, ClientDelete):
+                self.lifetime.end(event.reason, now, out)
+            elif isinstance(event, ClientAck):
+                self._on_ack(event)
+            elif isinstance(event, ProxyShutdown):
+                self.lifetime.shut_down(now, out)
+            elif isinstance(event, Tick):
+                schedule.wake = None  # the runtime's timer fired: always re-arm
+                self.deadlines.tick(schedule, now, out)
+            else:  # the Event union is closed: the type checker proves this unreachable
+                assert_never(event)
         self._after(out)
         return out
 
     # ------------------------------------------------------------------ queries
-    @property
-    def live_requests(self) -> int:
-        return len(self._ids)
-
-    @property
-    def buffered_bytes(self) -> int:
-        return sum(s.log.bytes for s in self._streams.values())
-
-    def stream_numbers(self) -> list[int]:
-        return sorted(self._streams)
-
-    def sent_upto(self, number: int) -> int:
-        """The highest seq of stream ``number`` ever handed to a connection (0: none)."""
-        stream = self._streams.get(number)
-        return stream.sent_upto if stream is not None else 0
-
     def standalone_handed(self, upto: int) -> None:
         """The standalone stream's events up to seq ``upto``, and none after, count as
         handed to a client: a ``/ws`` socket on another replica wrote them from the
@@ -231,18 +204,6 @@ class Session:
         ``upto`` (:meth:`_on_get`), as it would after a local one that had them."""
         stream = self._streams[STANDALONE]
         stream.sent_upto = max(0, min(upto, stream.log.last_seq))
-
-    def stream_of(self, conn: ConnId) -> int | None:
-        """The stream ``conn`` reads, if any."""
-        return self.delivery.by_conn.get(conn)
-
-    def client_ids(self, number: int) -> list[Any]:
-        """The client's ids of the requests in flight on stream ``number``."""
-        stream = self._streams.get(number)
-        if stream is None:
-            return []
-        found = (self._ids.pending(upstream_id) for upstream_id in sorted(stream.pending))
-        return [p.client_id for p in found if p is not None]
 
     def accepts_batches(self) -> bool:
         return (self.protocol_version or "2025-03-26") in _BATCH_REVISIONS
@@ -363,60 +324,6 @@ class Session:
         out.append(SendUpstream(jsonrpc.encode(jsonrpc.with_id(msg, server_id))))
 
     # ------------------------------------------------------------------ upstream side
-    def _on_upstream(self, msg: Message, origin: int | None, out: list[Command]) -> None:
-        if msg.kind is Kind.RESPONSE:
-            self._upstream_response(msg, out)
-        elif msg.kind is Kind.REQUEST:
-            downstream_id = self._ids.add_server_request(msg.id)
-            self.append(self._route_unrelated(origin), jsonrpc.with_id(msg, downstream_id), out)
-        elif msg.method == "notifications/progress":
-            number = self._ids.stream_of_progress(msg.params.get("progressToken"))
-            if number is None:
-                number = self._route_unrelated(origin)
-            self._append_bytes(number, msg.encoded(), seed.poll_mark(msg.raw), out)
-        elif msg.method == "notifications/cancelled":
-            # The server gave up one of its own requests: rewrite to our downstream id.
-            server_id = msg.params.get("requestId")
-            downstream = self._ids.cancel_server_request(server_id)
-            if downstream is None:
-                out.append(LogNote("upstream_cancel_unmatched", {"request_id": server_id}))
-                return
-            rewritten = jsonrpc.with_param(msg, "requestId", downstream)
-            self.append(self._route_unrelated(origin), rewritten, out)
-        elif msg.method == "notifications/resources/updated" and not self.view.shows_update(
-            msg.params
-        ):
-            return  # a resource this client may not see (docs/tools.md)
-        else:
-            payload, mark = msg.encoded(), seed.poll_mark(msg.raw)
-            self._append_bytes(self._route_unrelated(origin), payload, mark, out)
-
-    def _upstream_response(self, msg: Message, out: list[Command]) -> None:
-        rid = msg.id
-        pending = self._ids.pending(rid)
-        if pending is None:
-            out.append(LogNote("upstream_response_unmatched", {"upstream_id": rid}))
-            return
-        if pending.method == "initialize" and not msg.is_error:
-            result = msg.raw.get("result")
-            version = result.get("protocolVersion") if isinstance(result, dict) else None
-            if isinstance(version, str):
-                self.protocol_version = version
-            if self.offers_tasks:  # the proxy offers them unless the server does itself
-                msg, self.offers_tasks = legacy_tasks.offer_tasks(msg)
-        elif pending.method in FILTERED_LISTS and not msg.is_error:
-            view = self.view
-            if not view.inert:
-                result = view.answer(pending.method, msg.raw.get("result"))
-                msg = jsonrpc.classify({**msg.raw, "result": result})
-            if self.offers_tasks and pending.method == "tools/list":
-                msg = legacy_tasks.tools_may_be_tasks(msg)
-        self.append(pending.stream, jsonrpc.with_id(msg, pending.client_id), out)
-        self.finish_request(rid, out)
-        if pending.method == "initialize" and msg.is_error:
-            # No session was established: do not keep a server process for it.
-            self.lifetime.close("initialize failed", self._now, out)
-
     def finish_request(self, upstream_id: int, out: list[Command]) -> None:
         pending = self._ids.finish(upstream_id)
         stream = self._streams.get(pending.stream)
@@ -425,15 +332,6 @@ class Session:
         stream.pending.discard(upstream_id)
         if not stream.pending:
             self.complete(stream, out)
-
-    def stream_counts(self) -> tuple[int, int]:
-        """(live request streams, events held by all its stream logs), for metrics."""
-        live = events = 0
-        for number, stream in self._streams.items():
-            events += len(stream.log)
-            if number != STANDALONE and stream.state is StreamState.LIVE:
-                live += 1
-        return live, events
 
     def complete(self, stream: StreamSlot, out: list[Command]) -> None:
         """The stream's last message is logged: end it, answer the resumes waiting on it."""
@@ -451,32 +349,6 @@ class Session:
             self.resumer.answer_waiting(number, jsonrpc.ok_response(None, {}), self._now)
         stream.waiting.clear()
         self.delivery.flush(stream, self._now, out)
-
-    def _route_unrelated(self, origin: int | None = None) -> int:
-        """Rule 3: what came on a request's HTTP response goes to its stream; rule 4:
-        else the only request in flight's stream, else the standalone stream."""
-        if origin is not None:
-            pending = self._ids.pending(origin)
-            if pending is not None and pending.stream in self._streams:
-                return pending.stream
-        number = self._ids.only_stream_in_flight()
-        return STANDALONE if number is None else number
-
-    def append(self, number: int, obj: dict[str, Any], out: list[Command]) -> None:
-        self._append_bytes(number, jsonrpc.encode(obj), seed.poll_mark(obj), out)
-
-    def _append_bytes(self, number: int, payload: bytes, mark: Mark, out: list[Command]) -> None:
-        """Log one message (``mark``: what a poll reports of it, from its parsed form)."""
-        stream = self._streams[number]
-        stream.log.append(self.stamped(stream, payload), mark)
-        self.delivery.flush(stream, self._now, out)
-
-    def stamped(self, stream: StreamSlot, payload: bytes) -> bytes:
-        """With ``streams.event_id_in_meta``: the id the payload gets, in its ``_meta``."""
-        if stream.stream_id is None or not self.settings.event_id_in_meta:
-            return payload
-        next_id = format_event_id(self.epoch, stream.number, stream.log.last_seq + 1)
-        return seed.with_event_id(payload, next_id)
 
     # ------------------------------------------------------------------ time
     def _after(self, out: list[Command]) -> None:

@@ -180,6 +180,15 @@ class StreamLog:
         """Holding more than its own bounds allow (possible only while trimming is held back)."""
         return len(self._entries) > self.max_events or self.bytes > self.max_bytes
 
+    def fits(self, size: int) -> bool:
+        """Whether an event of ``size`` bytes can be appended without dropping one (by the
+        log's own bounds or the process-wide budget)."""
+        return (
+            len(self._entries) < self.max_events
+            and self.bytes + size <= self.max_bytes
+            and self.budget.used + size <= self.budget.limit
+        )
+
     def append(self, payload: bytes, mark: Mark = Mark.NONE) -> int:
         """Add an event (``mark``: what a poll must report about it) and trim to the bounds."""
         self._last_seq += 1
@@ -196,7 +205,14 @@ class StreamLog:
         self.budget.used += len(payload)
         if self.journal is not None:
             self.journal.appends.append((self.number, self._last_seq, payload, int(mark)))
-        self.trim()
+        budget = self.budget
+        # (within every bound trim drops nothing: not called, the common case)
+        if (
+            len(self._entries) > self.max_events
+            or self.bytes > self.max_bytes
+            or budget.used > budget.limit
+        ):
+            self.trim()
         return self._last_seq
 
     def trim(self) -> None:

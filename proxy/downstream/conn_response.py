@@ -201,9 +201,9 @@ class ConnResponder:
                 size = 0
                 for item in taken:
                     if not isinstance(item, CloseMarker):
-                        frame = _sse_frame(item)
-                        frames.append(frame)
-                        size += len(frame)
+                        for frame in _sse_frames(item):
+                            frames.append(frame)
+                            size += len(frame)
                 conn.written(size)
                 close = held[-1] if isinstance(held[-1], CloseMarker) else None
                 ended = close is not None and close.retry_ms is None
@@ -263,8 +263,10 @@ def _sse_items(items: list[Item]) -> list[bytes | EventRun]:
     return cast("list[bytes | EventRun]", items)
 
 
-def _sse_frame(item: Item) -> bytes:
-    if isinstance(item, EventRun):  # a replay, whole (a held response: the rare case)
-        return item.encode()
-    assert not isinstance(item, Frame | CloseMarker)  # framing "sse"
-    return item
+def _sse_frames(item: Item) -> list[bytes]:
+    """The frame of each event of ``item`` (framing "sse"): a run's events one by one, so
+    that the lone answer's verdict sees each (a held response: the rare case)."""
+    if isinstance(item, EventRun):
+        return [item.encode(i, i + 1) for i in range(len(item))]
+    assert not isinstance(item, Frame | CloseMarker)
+    return [item]

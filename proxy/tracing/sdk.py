@@ -251,7 +251,10 @@ class Tracing:
         exchanges = Exchanges(self.tracer, context.on_message, context.on_closed)
         upstream = build(
             dataclasses.replace(
-                context, on_message=exchanges.on_message, on_closed=exchanges.on_closed
+                context,
+                on_message=exchanges.on_message,
+                on_closed=exchanges.on_closed,
+                on_messages=None,  # each answer ends its span: one by one
             )
         )
         inner_send = upstream.send  # type: ignore[attr-defined]

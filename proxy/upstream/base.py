@@ -3,9 +3,9 @@
 One :class:`Upstream` per client session (DESIGN.md §2), made from an
 :class:`UpstreamContext` (its one constructor argument). The runtime calls ``start``,
 ``send``, ``pause``/``resume`` and ``stop``; the transport calls back ``on_message(msg,
-origin)`` for each server message and ``on_closed(reason)`` once, when the upstream
-session is over for good (the client session then ends: in-flight requests get errors
-from the core).
+origin)`` for each server message (or ``on_messages`` with a turn's, when given) and
+``on_closed(reason)`` once, when the upstream session is over for good (the client
+session then ends: in-flight requests get errors from the core).
 
 Contract for network transports (HTTP, legacy SSE, WebSocket):
 
@@ -23,7 +23,7 @@ Contract for network transports (HTTP, legacy SSE, WebSocket):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -42,6 +42,9 @@ log = structlog.get_logger("proxy.upstream")
 OnMessage = Callable[[Message, "int | None"], None]
 """``on_message(msg, origin)``: origin is the upstream request id whose response carried
 ``msg`` (DESIGN §5 rule 3), or None."""
+OnMessages = Callable[[Sequence[Message]], None]
+"""``on_messages(msgs)``: messages read in one turn of the event loop, in order, with no
+origin; the same as ``on_message(msg, None)`` for each, the core's work shared."""
 OnClosed = Callable[[str], None]
 
 
@@ -164,6 +167,9 @@ class UpstreamContext:
     on_restarted: Callable[[str], None] | None = None
     # The configured server's name (its OAuth tokens, and errors that tell what to do).
     server: str = "default"
+    # Given: a transport that reads many messages at once (stdio) hands each turn's over
+    # here, in one call, instead of one ``on_message`` each.
+    on_messages: OnMessages | None = None
 
     @property
     def label(self) -> str:

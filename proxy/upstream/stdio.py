@@ -153,7 +153,7 @@ class StdioUpstream(IdleStop, StdoutReader):
         env[TAG_VARIABLE] = lineage.tag
         loop = asyncio.get_running_loop()
         exited: asyncio.Future[None] = loop.create_future()
-        stdout = StdoutLines(cfg.max_line_bytes, self._stdout_line, loop, self._paused)
+        stdout = self._new_stdout(cfg.max_line_bytes, loop)
         # Its lineage and exit are this upstream's only once it runs: a launch cancelled
         # (a stop during a restart) leaves the last process's, which a stop can end, and
         # never an exit that no process will ever set.

@@ -8,19 +8,21 @@ next turns of the event loop (``call_soon``), the pipe not read meanwhile. No re
 no ``StreamReader``: no ``readuntil``, no task wake-up per read, and a server's answer is
 handed over in the turn that reads it. Each line is one message or a batch; a line that is
 not JSON-RPC is logged and skipped; an over-long line is answered
-(:meth:`StdoutReader._overlong`).
+(:meth:`StdoutReader._overlong`). Given ``context.on_messages`` (the runtime gives it), the
+messages of one turn's lines go to the session together, in one call (one core event and
+one flush to each client connection for up to :data:`LINES_PER_TURN` lines, issue 23).
 
 Backpressure (``overflow: block``): while paused, no line is handed over and the pipe is
 not read; what is held is the rest of one read (at most the 256 KiB asyncio reads at once)
 and the line under way (within ``upstream.max_line_bytes``, then only its two ends); the
-server blocks on a full pipe. Nothing is lost.
+server blocks on a full pipe. Nothing is lost. A pause that a turn's messages cause takes
+effect after them: a held-back stream takes at most one turn's lines past its bound.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import cast
+from collections.abc import Callable
 
 import structlog
 
@@ -54,9 +56,11 @@ class StdoutLines:
         on_line: Callable[[Line], None],
         loop: asyncio.AbstractEventLoop,
         paused: bool = False,
+        on_turn: Callable[[], None] | None = None,
     ) -> None:
         self._splitter = LineSplitter(limit)
         self._on_line = on_line
+        self._on_turn = on_turn  # after each turn's lines (not once closed)
         self._loop = loop
         self._lines: list[Line] = []  # of the last read, from _at on not handed over yet
         self._at = 0
@@ -123,12 +127,17 @@ class StdoutLines:
             return
         lines = self._lines
         end = min(len(lines), self._at + LINES_PER_TURN)
+        on_line = self._on_line
         while self._at < end:
             line = lines[self._at]
             self._at += 1
-            self._on_line(line)
+            on_line(line)
             if self._paused or self._closed:
-                return  # (pause stopped the reading; resume schedules the rest)
+                break
+        if self._on_turn is not None and not self._closed:
+            self._on_turn()
+        if self._paused or self._closed:
+            return  # (pause stopped the reading; resume schedules the rest)
         if self._at < len(lines):
             if self._pipe is not None:
                 self._pipe.pause_reading()
@@ -149,17 +158,26 @@ class StdoutReader:
     _context: UpstreamContext
     _proc: asyncio.subprocess.Process | None
     _reinit: tuple[str, asyncio.Future[Message]] | None
+    # With ``context.on_messages``: the messages of this turn's lines so far, handed over
+    # together by :meth:`_stdout_turn` (None: each goes to ``on_message`` at once).
+    _batch: list[Message] | None = None
+    _paused: bool
 
     def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
         raise NotImplementedError
 
+    def _new_stdout(self, limit: int, loop: asyncio.AbstractEventLoop) -> StdoutLines:
+        """The stdout of a process about to start (paused if the upstream is)."""
+        self._batch = [] if self._context.on_messages is not None else None
+        return StdoutLines(limit, self._stdout_line, loop, self._paused, self._stdout_turn)
+
     def _stdout_line(self, line: Line) -> None:
         """One line of the server's stdout: its messages go to the session (the answer
         to the proxy's own re-initialize is kept here)."""
-        if type(line) is OverlongLine:
+        if isinstance(line, OverlongLine):
             self._overlong(line)
             return
-        line = cast(bytes, line).strip()
+        line = line.strip()
         if not line:
             return
         # One message a line, the common case, without messages_of's lists; a batch or
@@ -169,22 +187,49 @@ class StdoutReader:
         except ProxyError as exc:
             self._skipped(line, exc)
             return
-        msgs: Sequence[Message]
-        if type(obj) is dict:
-            try:
-                msgs = (jsonrpc.classify(obj, jsonrpc.wire_of(line)),)
-            except ProxyError as exc:
-                self._skipped(line, exc)
-                return
+        if type(obj) is not dict:
+            for msg in messages_of(line, self._skipped):
+                self._stdout_message(msg)
+            return
+        # Its own bytes are its wire form unless a CR or NUL is in them (jsonrpc.wire_of:
+        # the line is stripped and holds no LF).
+        wire = None if b"\r" in line or b"\x00" in line else line
+        try:
+            msg = jsonrpc.classify(obj, wire)
+        except ProxyError as exc:
+            self._skipped(line, exc)
+            return
+        batch = self._batch
+        if batch is not None and self._reinit is None:
+            batch.append(msg)
         else:
-            msgs = messages_of(line, self._skipped)
-        for msg in msgs:
-            reinit = self._reinit
-            if reinit is not None and msg.kind is Kind.RESPONSE and msg.id == reinit[0]:
-                if not reinit[1].done():
-                    reinit[1].set_result(msg)
-                continue
+            self._stdout_message(msg)
+
+    def _stdout_message(self, msg: Message) -> None:
+        reinit = self._reinit
+        if reinit is not None and msg.kind is Kind.RESPONSE and msg.id == reinit[0]:
+            if not reinit[1].done():
+                reinit[1].set_result(msg)
+            return
+        batch = self._batch
+        if batch is None:
             self._context.on_message(msg, None)
+        else:
+            batch.append(msg)
+
+    def _stdout_turn(self) -> None:
+        """The end of a turn's lines: their messages go to the session at once (one
+        event, one flush to each connection), a lone one as ever."""
+        batch = self._batch
+        if not batch:
+            return
+        self._batch = []
+        if len(batch) == 1:
+            self._context.on_message(batch[0], None)
+            return
+        on_messages = self._context.on_messages
+        assert on_messages is not None  # (else there is no batch)
+        on_messages(batch)
 
     def _overlong(self, line: OverlongLine) -> None:
         """Answer an over-long line's sender so that nobody waits forever.
@@ -192,7 +237,9 @@ class StdoutReader:
         A response: its request (ours) gets an error naming the limit. A request from the
         server: the server gets an error response for it, on stdin. Ids are never mixed:
         each answer goes back to whoever sent the message. A notification is only logged.
+        The messages of the lines before it are handed over first, in order.
         """
+        self._stdout_turn()
         limit = self._context.config.max_line_bytes
         shape = outline(line.head, line.tail)
         log.warning(

@@ -6,12 +6,18 @@ nothing once resumed."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import structlog
 
+from proxy.config_upstream import UpstreamConfig
 from proxy.core.jsonrpc import Message
+from proxy.upstream import stdio_reader
+from proxy.upstream.base import UpstreamContext
 from proxy.upstream.overlong import LineSplitter, OverlongLine
+from proxy.upstream.stdio import StdioUpstream
 from tests.support import eventually
 from tests.upstream.stdio_support import script_upstream
 
@@ -172,3 +178,56 @@ async def test_each_line_gives_its_message_or_batch_and_what_is_not_json_rpc_is_
         ]
     finally:
         structlog.reset_defaults()
+
+
+# Writes, once asked, ten notifications, an over-long response to request 5, and three
+# more notifications, all in one write.
+TURN = r"""
+import os, sys
+sys.stdin.readline()
+note = '{"jsonrpc":"2.0","method":"n%d"}'
+big = '{"jsonrpc":"2.0","id":5,"result":{"x":"' + "a" * 10000 + '"}}'
+lines = [note % i for i in range(10)] + [big] + [note % i for i in range(10, 13)]
+os.write(1, ("\n".join(lines) + "\n").encode())
+sys.stdin.readline()
+"""
+
+
+async def test_a_turns_messages_go_over_in_one_call_in_order_around_an_over_long_line(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "turn.py"
+    script.write_text(TURN)
+    got: list[Message] = []
+    calls: list[int] = []  # the size of each on_messages call; 1: an on_message
+
+    def on_messages(msgs: Sequence[Message]) -> None:
+        calls.append(len(msgs))
+        got.extend(msgs)
+
+    def on_message(msg: Message, origin: int | None) -> None:
+        calls.append(1)
+        got.append(msg)
+
+    up = StdioUpstream(
+        UpstreamContext(
+            UpstreamConfig(command=[sys.executable, str(script)], max_line_bytes=4096),
+            "test-session-id",
+            on_message=on_message,
+            on_closed=lambda reason: None,
+            on_messages=on_messages,
+        )
+    )
+    await up.start()
+    try:
+        up.send(b'{"jsonrpc":"2.0","method":"go"}')
+        await eventually(lambda: len(got) == 14, timeout=30, what="the messages")
+        names = [m.method or f"answer {m.id}" for m in got]
+        assert names == [f"n{i}" for i in range(10)] + ["answer 5"] + [
+            f"n{i}" for i in range(10, 13)
+        ]
+        assert got[10].is_error
+        assert max(calls) > 1  # a turn's messages in one call
+        assert max(calls) <= stdio_reader.LINES_PER_TURN
+    finally:
+        await up.stop()
