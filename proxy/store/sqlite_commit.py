@@ -41,6 +41,15 @@ _LOAD = (
     f"SELECT {STREAM_COLUMNS}, (SELECT min(seq) FROM events WHERE events.key = ?1)"
     " FROM (SELECT 1) LEFT JOIN streams ON streams.key = ?1"
 )
+# sqlite3 binds an exact int, float, str or bytearray as it is, but an event's payload,
+# bytes, is first looked up as an object to adapt: the adapter registry, then
+# ``__adapt__`` on the protocol (an AttributeError raised and cleared), then
+# ``__conform__`` on it: ~3,300 instructions per event inserted (callgrind, CPython 3.11).
+# With ``bytes`` registered (the type, called on an exact bytes object, returns that
+# object) the first look-up finds it: about a fifth off a multi-row INSERT per event.
+# Process-wide, and a no-op for every value it sees.
+sqlite3.register_adapter(bytes, bytes)
+
 INSERT_ROWS = 128  # events per INSERT statement, at most
 TOMBSTONE_EXPIRES = 0.0  # a dropped record's ``expires_at``: expired at any ``now``
 DROP_AT_ONCE = 64

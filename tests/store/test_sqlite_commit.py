@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from proxy.core.errors import ResumeError
-from proxy.store.base import Batch, StreamRecord
+from proxy.store.base import Batch, Entry, StreamRecord
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_commit import DROP_AT_ONCE
 from tests.store.sqlite_support import entries, opened, stored_events, stored_streams
@@ -139,5 +139,28 @@ async def test_a_small_dropped_stream_goes_in_its_commit(tmp_path: Path) -> None
         assert store._db.tombstones == [large] and stored_streams(path, large) == 1
         await tidied(store)
         assert stored_streams(path, large) == 0 and stored_events(path, large) == 0
+    finally:
+        await store.close()
+
+
+async def test_payloads_bind_through_the_registered_bytes_adapter_unchanged(
+    tmp_path: Path,
+) -> None:
+    """``bytes`` is registered as its own adapter (a bytes payload is otherwise looked up
+    the slow way on every bind); what is stored is the same bytes, whatever they hold."""
+    import sqlite3
+
+    assert sqlite3.adapters[(bytes, sqlite3.PrepareProtocol)] is bytes
+    store = await opened(tmp_path / "s.db")
+    try:
+        payloads = [b"", b"\x00\xff\xfe binary", '{"é":"ü"}'.encode(), b"x" * 70_000]
+        batch = Batch(
+            streams=[StreamRecord(KEY, "s1", "a")],
+            appends={KEY: [Entry(n, p) for n, p in enumerate(payloads, 1)]},
+        )
+        assert await store.commit(batch, time.time()) == []
+        got = await store.read(KEY, 0, time.time())
+        assert [e.payload for e in got] == payloads
+        assert all(type(e.payload) is bytes for e in got)
     finally:
         await store.close()
