@@ -24,7 +24,7 @@ import functools
 import json
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
@@ -98,6 +98,26 @@ def stream_record(row: Sequence[Any]) -> StreamRecord:
         principal,
         server,
         fence=fence or "",
+    )
+
+
+def _copy(given: StreamRecord, expires_at: float | None, fence: str) -> StreamRecord:
+    """``given`` with its expiry and token (what ``dataclasses.replace`` makes, in a
+    third of its time: it looks every field up by name)."""
+    r = given
+    return StreamRecord(
+        r.key,
+        r.session_id,
+        r.owner,
+        r.state,
+        r.first_seq,
+        r.last_seq,
+        r.request_ids,
+        r.announced,
+        expires_at,
+        r.principal,
+        r.server,
+        fence,
     )
 
 
@@ -199,7 +219,7 @@ def commit(
         if not alive(k.record, now):  # an expired record is gone as if never made
             k.start_over()
             expires = live_until if given.expires_at is None else given.expires_at
-            k.record = replace(given, expires_at=expires, fence=batch.fence)
+            k.record = _copy(given, expires, batch.fence)
         else:
             r = k.record
             assert r is not None

@@ -164,3 +164,20 @@ async def test_payloads_bind_through_the_registered_bytes_adapter_unchanged(
         assert all(type(e.payload) is bytes for e in got)
     finally:
         await store.close()
+
+
+def test_a_records_copy_keeps_every_field_but_its_expiry_and_token() -> None:
+    """``_copy`` names the fields one by one: a field added to StreamRecord and not to
+    it fails here."""
+    import dataclasses
+
+    from proxy.store.sqlite_commit import _copy
+
+    values: dict[str, object] = {}
+    for n, f in enumerate(dataclasses.fields(StreamRecord)):
+        values[f.name] = [n] if f.name == "request_ids" else n if f.type in ("int",) else str(n)
+    values["announced"], values["expires_at"] = True, 5.0
+    given = StreamRecord(**values)  # type: ignore[arg-type]
+    copied = _copy(given, 9.0, "tok")
+    assert copied == dataclasses.replace(given, expires_at=9.0, fence="tok")
+    assert given.expires_at == 5.0 and given.fence != "tok"  # the batch's own is unchanged
