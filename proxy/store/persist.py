@@ -339,7 +339,8 @@ class Persister:
         """Every slice of the ticket in commit is in the store (or was dropped)."""
         self._busy = False
         committed = self._ticket_in_commit
-        self._early = {lane: t for lane, t in self._early.items() if t > committed}
+        if self._early:
+            self._early = {lane: t for lane, t in self._early.items() if t > committed}
         self.committed = self._ticket_in_commit
         if self._batch or self._sources:
             self._flush()

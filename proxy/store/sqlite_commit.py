@@ -26,6 +26,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from proxy.store.base import COMPLETED, LIVE, Batch, Entry, StoreLimits, StreamRecord, refused_by
@@ -65,6 +66,18 @@ def _insert_rows(rows: int) -> str:
     return f"INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES {values}"
 
 
+def ids_json(ids: list[Any]) -> str:
+    """``json.dumps(ids)``, the same text; one int or str id (a call's) without the
+    encoder's Python layers, which showed in a call's commit."""
+    if len(ids) == 1:
+        only = ids[0]
+        if type(only) is int:
+            return f"[{only}]"
+        if type(only) is str:
+            return f"[{encode_basestring_ascii(only)}]"
+    return json.dumps(ids)
+
+
 def stream_row(record: StreamRecord) -> tuple[Any, ...]:
     return (
         record.key,
@@ -73,7 +86,7 @@ def stream_row(record: StreamRecord) -> tuple[Any, ...]:
         record.state,
         record.first_seq,
         record.last_seq,
-        json.dumps(record.request_ids),
+        ids_json(record.request_ids),
         int(record.announced),
         record.expires_at,
         record.principal,
@@ -312,17 +325,22 @@ def _write(conn: sqlite3.Connection, keys: dict[str, _Key], batch: Batch) -> lis
             inserts.append((key, k.new))
         if k.write and k.record is not None:
             rows.append(stream_row(k.record))
-    if wipes:
-        conn.executemany("DELETE FROM events WHERE key = ?", wipes)
-    if cuts:
-        conn.executemany("DELETE FROM events WHERE key = ? AND seq < ?", cuts)
+    _many(conn, "DELETE FROM events WHERE key = ?", wipes)
+    _many(conn, "DELETE FROM events WHERE key = ? AND seq < ?", cuts)
     for key, new in inserts:
         _insert_events(conn, key, new)
-    if rows:
-        conn.executemany(_PUT_STREAM, rows)
-    if gone:
-        conn.executemany("DELETE FROM streams WHERE key = ?", gone)
+    _many(conn, _PUT_STREAM, rows)
+    _many(conn, "DELETE FROM streams WHERE key = ?", gone)
     return tombstones
+
+
+def _many(conn: sqlite3.Connection, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+    """``executemany``; one row (a call's commit: most often) with ``execute``, which
+    makes no iterator and no second cursor pass; none, nothing."""
+    if len(rows) == 1:
+        conn.execute(statement, rows[0])
+    elif rows:
+        conn.executemany(statement, rows)
 
 
 def _insert_events(conn: sqlite3.Connection, key: str, new: list[Entry]) -> None:

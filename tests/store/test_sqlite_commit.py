@@ -8,6 +8,9 @@ import asyncio
 import time
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from proxy.core.errors import ResumeError
 from proxy.store.base import Batch, Entry, StreamRecord
 from proxy.store.sqlite import SqliteStore
@@ -181,3 +184,19 @@ def test_a_records_copy_keeps_every_field_but_its_expiry_and_token() -> None:
     copied = _copy(given, 9.0, "tok")
     assert copied == dataclasses.replace(given, expires_at=9.0, fence="tok")
     assert given.expires_at == 5.0 and given.fence != "tok"  # the batch's own is unchanged
+
+
+@given(
+    st.lists(
+        st.one_of(st.integers(), st.text(), st.booleans(), st.none(), st.floats(allow_nan=False)),
+        max_size=3,
+    )
+)
+def test_request_ids_are_written_as_json_dumps_writes_them(ids: list[object]) -> None:
+    """The one-id fast path (a call's) writes the very text ``json.dumps`` would."""
+    import json
+
+    from proxy.store.sqlite_commit import ids_json
+
+    assert ids_json(ids) == json.dumps(ids)
+    assert ids_json(['é"\\\n\u2028']) == json.dumps(['é"\\\n\u2028'])
