@@ -117,6 +117,10 @@ class SessionRunner:
         self.session.scopes = scopes  # those of the credential that opened it
         self.session.policy = server.policy
         self._journal = self.session.keep_journal() if persister is not None else None
+        # What the persister takes this session's journal with, at its flush (per turn).
+        self._source = (
+            (self.session, self._journal, server.name) if self._journal is not None else None
+        )
         self._on_forget = on_forget
         self._next_conn_id = next_conn_id
         self._conns: dict[ConnId, ClientConn] = {}
@@ -209,13 +213,16 @@ class SessionRunner:
     def _persist(self) -> None:
         """Hand what the core noted to the group commit; hold the connections behind it."""
         persister = self._persister
-        assert persister is not None and self._journal is not None
+        assert persister is not None and self._source is not None
         if self._journal:
-            persister.note(self.session, self._journal.take(), self.server.name)
-        ticket = persister.ticket
-        if ticket > persister.committed:
-            for conn in self._conns.values():
-                conn.ticket = ticket
+            # Named, not copied: the persister takes the journal once per loop turn.
+            ticket = persister.noted(self.session.epoch, self._source)
+        else:
+            ticket = persister.ticket
+            if ticket <= persister.committed:
+                return
+        for conn in self._conns.values():
+            conn.ticket = ticket
 
     def acknowledge(self, last_event_id: str) -> None:
         """The client resumed from ``last_event_id`` on another replica."""

@@ -1,8 +1,9 @@
 """What a session changed in its streams, for a runtime that keeps them in a durable store.
 
 The core decides; the runtime persists (DESIGN.md §9). A session with a journal notes
-every change a store must know of, in the order it made them; the runtime takes the
-journal after each event (:meth:`Journal.take`) and commits it before any event it names
+every change a store must know of, in the order it made them; the runtime names the
+journal to its persister after each event that noted something, and the persister takes
+it (:meth:`Journal.take`) once per loop turn and commits it before any event it names
 reaches a client. Without a journal (the memory store) nothing is noted and nothing costs.
 """
 

@@ -1,15 +1,17 @@
 """Group commit: every session's journal, one batch per loop turn, and the wire behind it.
 
 DESIGN.md §9: the core decides what is appended; the runtime persists it and only then
-lets it reach a client. A :class:`Persister` takes each session's
-:class:`~proxy.core.journal.Journal` after every event (:meth:`Persister.note`), gathers
-what one loop turn noted into one :class:`~proxy.store.base.Batch` and commits it with
-one store call. While one commit runs the next batch grows, so the cost per event falls
-as load rises. A batch of more than :data:`~proxy.store.slices.COMMIT_CAP` events (behind
-a burst) is committed in slices, the sessions with the fewest events first
-(:mod:`proxy.store.slices`): a session whose whole part of the batch has landed may write
-it (:meth:`Persister.wait` with its ``lane``) while another's thousands still go in; slices
-committed at once are a loop turn apart.
+lets it reach a client. A session names its :class:`~proxy.core.journal.Journal` to the
+:class:`Persister` after every event that noted something (:meth:`Persister.noted`: no
+copy per message); the persister takes each named journal once, when the batch is cut
+(:meth:`Persister._gather`), gathers what one loop turn noted into one
+:class:`~proxy.store.base.Batch` and commits it with one store call. While one commit
+runs the next batch grows, so the cost per event falls as load rises. A batch of more
+than :data:`~proxy.store.slices.COMMIT_CAP` events (behind a burst) is committed in
+slices, the sessions with the fewest events first (:mod:`proxy.store.slices`): a session
+whose whole part of the batch has landed may write it (:meth:`Persister.wait` with its
+``lane``) while another's thousands still go in; slices committed at once are a loop
+turn apart.
 
 Tickets keep the wire behind the store: everything queued for a client in a loop turn is
 tagged with the number of the batch that turn's events go into (:attr:`Persister.ticket`),
@@ -41,13 +43,17 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from proxy import tracing
-from proxy.store.base import Batch, Entry, Store, StoreError, StreamRecord
+from proxy.store.base import Batch, Store, StoreError
 from proxy.store.fencing import Fence
+from proxy.store.journal_batch import journal_into
 from proxy.store.slices import COMMIT_CAP, Slice, lane_of, lanes_of, slices, take_small
 
 if TYPE_CHECKING:
     from proxy.core.journal import Journal
     from proxy.core.session import Session
+
+    Source = tuple[Session, Journal, str]
+    """A session, its journal, and the name of the server it was made at."""
 
 log = structlog.get_logger("proxy.store")
 
@@ -85,6 +91,7 @@ class Persister:
         self.fence.on_lost(self._discard)
         self._retention = retention
         self._batch = Batch()
+        self._sources: dict[str, Source] = {}  # lane -> a journal the open batch takes
         self._open = 1  # the ticket of the batch being gathered
         self.committed = 0  # every batch up to this ticket is in the store
         self._scheduled = False  # a flush at the end of this loop turn
@@ -92,6 +99,8 @@ class Persister:
         self._deferred = 0  # turns the open batch has waited for more (BULK_TURNS)
         self._hurried = False  # a replica waits for the open batch: no waiting for more
         self._timer: asyncio.TimerHandle | None = None  # a delayed one (records alone)
+        self._records_ticket = 0  # the open batch that holds records alone, waiting
+        self._records_due = 0.0  # until then (loop time)
         self._turn: asyncio.Handle | None = None  # the end of this turn's (:meth:`_turn_end`)
         self._inflight: asyncio.Task[None] | None = None
         self._busy = False  # a ticket's slices are being committed
@@ -110,61 +119,53 @@ class Persister:
     @property
     def ticket(self) -> int:
         """What a client must wait for to see everything noted so far."""
-        return self._open if self._busy or self._batch else self.committed
+        return self._open if self._busy or self._sources or self._batch else self.committed
+
+    def noted(self, lane: str, source: Source) -> int:
+        """Session ``lane`` (its epoch) noted something in its journal: the open batch takes
+        it at its flush (:meth:`_gather`), once per loop turn, not once per message. The
+        ticket its connections must wait for. ``source``: the session, its journal and
+        the name of the server it was made at (its streams' records say so)."""
+        tracing.gather(self._traced)  # (the span of the message being handled)
+        sources = self._sources
+        if lane not in sources:
+            sources[lane] = source
+            early = self._early
+            if early and early.get(lane, 0) >= self._open:
+                del early[lane]  # its part taken ahead landed; this is more of the batch
+        if not self._scheduled:
+            j, batch = source[1], self._batch
+            self._schedule(
+                urgent=bool(j.appends or j.completed or batch.appends or batch.completed)
+            )
+        return self._open
 
     def note(self, session: Session, j: Journal, server: str) -> None:
-        """Add what ``session`` noted (a :meth:`Journal.take`) to the open batch;
+        """Add what ``session`` noted (a :meth:`Journal.take`) to the open batch now;
         ``server``: the name of the server it was made at (its streams' records say so)."""
-        epoch = session.epoch
         tracing.gather(self._traced)
+        self._gather()  # what was noted before, first
+        self._take_in(session, j, server)
         batch = self._batch
+        self._schedule(urgent=bool(batch.appends or batch.completed))
+
+    def _gather(self) -> None:
+        """Take into the open batch the journals of the sessions that noted something
+        since the last gathering (:meth:`noted`)."""
+        sources = self._sources
+        if not sources:
+            return
+        self._sources = {}
+        for session, journal, server in sources.values():
+            if journal:
+                self._take_in(session, journal.take(), server)
+
+    def _take_in(self, session: Session, j: Journal, server: str) -> None:
+        epoch = session.epoch
         self._lanes.add(epoch)
         if self._early and self._early.get(epoch, 0) >= self._open:
             del self._early[epoch]  # its part taken ahead landed; this is more of the batch
-        if j.opened or j.announced:
-            self._note_records(session, j, server)
-        if j.appends:  # most often the one event this feed appended: kept cheap
-            appends = batch.appends
-            lists: dict[int, list[Entry]] = {}  # stream number -> its list in the batch
-            for number, seq, payload, mark in j.appends:
-                found = lists.get(number)
-                if found is None:
-                    key = f"{epoch}.{number}"
-                    found = appends.get(key)
-                    if found is None:
-                        found = appends[key] = []
-                    lists[number] = found
-                found.append(Entry(seq, payload, mark))
-        elif not (j.trimmed or j.completed or j.dropped):
-            self._schedule(urgent=bool(batch.appends or batch.completed))
-            return
-        for number, first in j.trimmed.items():
-            batch.trimmed[f"{epoch}.{number}"] = first
-        if j.completed:
-            until = time.time() + self._retention
-            for number in j.completed:
-                batch.completed[f"{epoch}.{number}"] = until
-        for number in j.dropped:
-            batch.dropped.append(f"{epoch}.{number}")
-        # Clients wait for events and endings; new records, trims and drops can wait a
-        # little for them (nobody reads what is not there yet, or gone).
-        self._schedule(urgent=bool(batch.appends or batch.completed))
-
-    def _note_records(self, session: Session, j: Journal, server: str) -> None:
-        """The new streams' records (and the announced seeds') of what ``session`` noted."""
-        sid, epoch = session.session_id, session.epoch
-        for number, announced in [(n, False) for n in j.opened] + [(n, True) for n in j.announced]:
-            ids = session.client_ids(number)
-            record = StreamRecord(
-                f"{epoch}.{number}",
-                sid,
-                self.owner,
-                request_ids=ids,
-                principal=session.principal,
-                server=server,
-            )
-            record.announced = announced
-            self._batch.streams.append(record)
+        journal_into(self._batch, session, j, server, self.owner, self._retention)
 
     def _schedule(self, *, urgent: bool) -> None:
         """Flush at the end of this loop turn; a batch without events or endings (new
@@ -174,17 +175,33 @@ class Persister:
             return
         loop = asyncio.get_running_loop()
         if urgent:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
             self._scheduled = True
             self._turn = loop.call_soon(self._turn_end)
-        elif self._timer is None:
-            self._timer = loop.call_later(RECORD_DELAY_SECONDS, self._flush)
+        elif self._records_ticket != self._open:
+            # The timer is not cancelled when the batch goes sooner (a call's answer came):
+            # one armed already, for a batch gone since, fires and re-arms for this one
+            # (:meth:`_records_waited`). Arming and cancelling one per call showed.
+            self._records_ticket = self._open
+            self._records_due = loop.time() + RECORD_DELAY_SECONDS
+            if self._timer is None:
+                self._timer = loop.call_at(self._records_due, self._records_waited)
+
+    def _records_waited(self) -> None:
+        """The records timer: flush the batch of records alone it waited for, if still
+        open and not about to go anyway; re-arm for a later one's."""
+        self._timer = None
+        if self._records_ticket != self._open or self._scheduled:
+            return  # gone, or going at this turn's end
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._records_due:
+            self._timer = loop.call_at(self._records_due, self._records_waited)
+            return
+        self._flush()
 
     def _may_wait(self) -> bool:
         """Whether the open batch is a burst's alone that may wait a turn or two for
         more (:data:`BULK_EVENTS`) before a store that commits at once takes it."""
+        self._gather()
         batch = self._batch
         return (
             self.store.commits_at_once
@@ -210,14 +227,12 @@ class Persister:
     # ------------------------------------------------------------------ committing
     def _flush(self) -> None:
         self._scheduled = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if self._turn is not None:
             self._turn.cancel()
             self._turn = None
         if self._busy:
             return  # its end flushes again
+        self._gather()
         if not self._batch:
             self.committed = self._open - 1
             return
@@ -294,7 +309,7 @@ class Persister:
         ticket = part.ticket or self._ticket_in_commit
         for lane in part.finished:
             # (a part taken ahead from the open batch: not if its session noted more since)
-            if not (part.ticket and lane in self._lanes):
+            if not (part.ticket and (lane in self._lanes or lane in self._sources)):
                 self._early[lane] = ticket
         self._jump_small()
         self._wake()
@@ -309,6 +324,7 @@ class Persister:
         """Between two slices: the small parts gathered since for the next batch (a
         call's answer), of sessions with nothing in the slices left, go next, ahead of
         those (a burst's thousands may take many slices)."""
+        self._gather()
         if not self._batch.appends:
             return
         part = take_small(self._batch, lanes_of(self._slices))
@@ -323,9 +339,10 @@ class Persister:
         """Every slice of the ticket in commit is in the store (or was dropped)."""
         self._busy = False
         committed = self._ticket_in_commit
-        self._early = {lane: t for lane, t in self._early.items() if t > committed}
+        if self._early:
+            self._early = {lane: t for lane, t in self._early.items() if t > committed}
         self.committed = self._ticket_in_commit
-        if self._batch:
+        if self._batch or self._sources:
             self._flush()
         else:  # nothing gathered meanwhile: the open ticket holds nothing; it is done too
             self._open += 1
@@ -340,6 +357,9 @@ class Persister:
         """The sessions that noted what is gathered are lost: drop it, and let go whoever
         waits for it (their connections are fenced: they write none of it)."""
         self._batch = Batch()
+        for _, journal, _ in self._sources.values():
+            journal.take()  # what they noted since is dropped too
+        self._sources = {}
         self._lanes = set()
         self._slices = []  # the rest of the ticket in commit, too
         if not self._busy:
@@ -382,7 +402,7 @@ class Persister:
         """Commit what is gathered; False if the store did not take it within ``timeout``."""
         try:
             async with asyncio.timeout(timeout):
-                while self._busy or self._batch:
+                while self._busy or self._sources or self._batch:
                     if not self._busy:
                         self._flush()
                     if self._inflight is not None:

@@ -16,42 +16,9 @@ from proxy.store.memory import MemoryStore
 from proxy.store.persist import Persister
 from proxy.store.slices import slices
 from proxy.store.sqlite import SqliteStore
+from tests.store.persist_support import HeldStore, Noting, appends
 
 BURST, ECHO = "b0b0b0", "e1e1e1"
-
-
-class Noting:
-    """What :meth:`Persister.note` reads of a session."""
-
-    principal = None
-
-    def __init__(self, epoch: str) -> None:
-        self.epoch = epoch
-        self.session_id = f"s-{epoch}"
-
-    def client_ids(self, number: int) -> list[int]:
-        return [number]
-
-
-def appends(number: int, first: int, n: int) -> list[tuple[int, int, bytes, int]]:
-    return [(number, seq, b'{"n":%d}' % seq, 0) for seq in range(first, first + n)]
-
-
-class HeldStore(MemoryStore):
-    """A memory store whose commits each wait until the test lets them go (a slow
-    round trip under a burst), recording what each held."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[Batch] = []
-        self.gates: list[asyncio.Event] = []
-
-    async def commit(self, batch: Batch, now: float) -> list[str]:
-        gate = asyncio.Event()
-        self.seen.append(batch)
-        self.gates.append(gate)
-        await gate.wait()
-        return await super().commit(batch, now)
 
 
 def test_a_batch_over_the_cap_is_cut_small_sessions_first_in_order() -> None:

@@ -8,8 +8,11 @@ import asyncio
 import time
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from proxy.core.errors import ResumeError
-from proxy.store.base import Batch, StreamRecord
+from proxy.store.base import Batch, Entry, StreamRecord
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_commit import DROP_AT_ONCE
 from tests.store.sqlite_support import entries, opened, stored_events, stored_streams
@@ -141,3 +144,59 @@ async def test_a_small_dropped_stream_goes_in_its_commit(tmp_path: Path) -> None
         assert stored_streams(path, large) == 0 and stored_events(path, large) == 0
     finally:
         await store.close()
+
+
+async def test_payloads_bind_through_the_registered_bytes_adapter_unchanged(
+    tmp_path: Path,
+) -> None:
+    """``bytes`` is registered as its own adapter (a bytes payload is otherwise looked up
+    the slow way on every bind); what is stored is the same bytes, whatever they hold."""
+    import sqlite3
+
+    assert sqlite3.adapters[(bytes, sqlite3.PrepareProtocol)] is bytes
+    store = await opened(tmp_path / "s.db")
+    try:
+        payloads = [b"", b"\x00\xff\xfe binary", '{"é":"ü"}'.encode(), b"x" * 70_000]
+        batch = Batch(
+            streams=[StreamRecord(KEY, "s1", "a")],
+            appends={KEY: [Entry(n, p) for n, p in enumerate(payloads, 1)]},
+        )
+        assert await store.commit(batch, time.time()) == []
+        got = await store.read(KEY, 0, time.time())
+        assert [e.payload for e in got] == payloads
+        assert all(type(e.payload) is bytes for e in got)
+    finally:
+        await store.close()
+
+
+def test_a_records_copy_keeps_every_field_but_its_expiry_and_token() -> None:
+    """``_copy`` names the fields one by one: a field added to StreamRecord and not to
+    it fails here."""
+    import dataclasses
+
+    from proxy.store.sqlite_commit import _copy
+
+    values: dict[str, object] = {}
+    for n, f in enumerate(dataclasses.fields(StreamRecord)):
+        values[f.name] = [n] if f.name == "request_ids" else n if f.type in ("int",) else str(n)
+    values["announced"], values["expires_at"] = True, 5.0
+    given = StreamRecord(**values)  # type: ignore[arg-type]
+    copied = _copy(given, 9.0, "tok")
+    assert copied == dataclasses.replace(given, expires_at=9.0, fence="tok")
+    assert given.expires_at == 5.0 and given.fence != "tok"  # the batch's own is unchanged
+
+
+@given(
+    st.lists(
+        st.one_of(st.integers(), st.text(), st.booleans(), st.none(), st.floats(allow_nan=False)),
+        max_size=3,
+    )
+)
+def test_request_ids_are_written_as_json_dumps_writes_them(ids: list[object]) -> None:
+    """The one-id fast path (a call's) writes the very text ``json.dumps`` would."""
+    import json
+
+    from proxy.store.sqlite_commit import ids_json
+
+    assert ids_json(ids) == json.dumps(ids)
+    assert ids_json(['é"\\\n\u2028']) == json.dumps(['é"\\\n\u2028'])
