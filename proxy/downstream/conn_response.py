@@ -32,6 +32,10 @@ from proxy.sse_writer import SseWriter
 log = structlog.get_logger("proxy.http")
 
 
+# What a hold gave: the lone answer's bytes (or None), the items taken, their frames.
+Taken = tuple[bytes | None, list[Item], list[bytes]]
+
+
 class Hold:
     """One POST holding its headers: the queue it waits on, until when, how it ended."""
 
@@ -103,27 +107,39 @@ class ConnResponder:
             self.holds = HoldClock(window)
 
     async def respond(
-        self, request: web.Request, runner: SessionRunner, conn: ClientConn, hold: bool = False
+        self,
+        request: web.Request,
+        runner: SessionRunner,
+        conn: ClientConn,
+        hold: bool = False,
+        taken: Taken | None = None,
     ) -> web.StreamResponse:
         """Write ``conn``'s queue out as SSE until the core ends it (a ``CloseMarker``).
 
         ``hold``: first wait up to ``sse.json_answer_window_ms`` for a lone large answer,
-        sent as ``application/json`` instead (:mod:`proxy.core.lone_answer`)."""
+        sent as ``application/json`` instead (:mod:`proxy.core.lone_answer`). ``taken``:
+        what such a hold already gave (:meth:`hold`'s answer, items and frames: a fast POST
+        handed off, :mod:`proxy.downstream.fast_post`)."""
         headers = {SESSION_HEADER: runner.session_id}
         queue = conn.queue
         writer: SseWriter | None = None
         try:
             held: list[Item] = []
-            if hold and self.holds is not None:
+            holds = self.holds
+            if taken is not None or (hold and holds is not None):
                 frames: list[bytes] = []  # those of ``held``, framed
-                answer = await self._hold(conn, held, frames, self.holds)
+                if taken is not None:
+                    answer, held, frames = taken
+                else:
+                    assert holds is not None
+                    answer = await self.hold(conn, held, frames, holds)
                 if answer is not None:
                     await conn.stored()  # the wire never runs ahead of the store
                     log.debug("answered_as_json", session=runner.session_id[:8], size=len(answer))
                     return web.Response(
                         body=answer, content_type="application/json", headers=headers
                     )
-                whole = _whole(held, frames)
+                whole = whole_body(held, frames)
                 if whole is not None and can_write_whole(request):
                     await conn.stored()  # the wire never runs ahead of the store
                     return write_whole(request, sse_head(runner.session_id), whole)
@@ -173,7 +189,7 @@ class ConnResponder:
             return web.Response(status=200, headers=headers)
         return writer.response
 
-    async def _hold(
+    async def hold(
         self, conn: ClientConn, held: list[Item], frames: list[bytes], clock: HoldClock
     ) -> bytes | None:
         """Hold the response headers for ``sse.json_answer_window_ms``, taking what the
@@ -217,7 +233,7 @@ class ConnResponder:
                 clock.finish(waiting)
 
 
-def _whole(held: list[Item], frames: list[bytes]) -> bytes | None:
+def whole_body(held: list[Item], frames: list[bytes]) -> bytes | None:
     """The whole body of a response the hold ended with (its events, then the ``retry:``
     of a close that asks for a reconnect), if it fits one write; else None."""
     if not held or not isinstance(held[-1], CloseMarker):

@@ -1,0 +1,314 @@
+"""The common legacy POST served straight from the connection's bytes, beside aiohttp.
+
+Nearly every request a legacy client sends is the same: ``POST /mcp`` over HTTP/1.1 kept
+alive, one JSON-RPC request for a session this process holds, whose answer comes within
+the JSON-answer hold (``sse.json_answer_window_ms``) and goes out whole
+(:mod:`proxy.downstream.whole_response`). aiohttp spends about as many instructions on
+such a request (its parser's objects, ``BaseRequest``, the app's middleware and router, a
+response object, its signals and keep-alive bookkeeping) as the proxy does on the call
+itself (bench/README.md, issue 23's fourth pass). :class:`FastPosts` serves that request
+from the bytes :class:`~proxy.downstream.guard.ConnectionGuard` receives, with the same
+checks, in the same order, through the same functions as :class:`StreamableHttp`'s POST.
+
+Anything else goes to aiohttp untouched, before anything happened: another method or
+path, HTTP/1.0, ``Connection``, ``Origin`` (CORS), ``Expect``, ``Upgrade``, chunked or
+incomplete or pipelined bytes, a duplicate or unusual header, a query, authentication or
+tracing on, a batch, a modern (2026-07-28) message, an ``initialize``, a poll, a session
+held by another replica or absent, a refusal (aiohttp's path raises it again, with its
+wire form). Once the session was fed, a response that does not go out whole (a large
+answer sent as JSON, a stream, a refusal by the session) is *handed off*: the request's
+bytes go to aiohttp after all, and ``StreamableHttp`` finds the :class:`Handoff` waiting
+for it and writes the response as it always has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import structlog
+from aiohttp import web
+from structlog.contextvars import bind_contextvars
+
+from proxy import tracing
+from proxy.client_conn import Item
+from proxy.core import httprules, jsonrpc, lone_answer, seed
+from proxy.core.admission import admit_post
+from proxy.core.era import is_modern
+from proxy.core.errors import ProxyError
+from proxy.core.jsonrpc import Kind
+from proxy.downstream.admission import check_session_reading, post_to_session
+from proxy.downstream.conn_response import whole_body
+from proxy.downstream.whole_response import sse_head, write_whole_to
+from proxy.metrics import method_label
+from proxy.servers import SERVERS_PREFIX
+
+if TYPE_CHECKING:
+    from proxy.downstream.http import StreamableHttp
+    from proxy.runtime import SessionRunner
+
+log = structlog.get_logger("proxy.http")
+
+_POLLS = frozenset({seed.POLL, seed.RESUME, "tasks/get", "tasks/result"})
+# The header block of a request line this path serves, and its fields: RFC 9110 §5.1
+# tokens, values without control characters (aiohttp is left whatever it would refuse).
+_HEAD = re.compile(
+    rb"POST (/[A-Za-z0-9/_.~-]*) HTTP/1\.1\r\n"
+    rb"((?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e]*\r\n)*)\r\n"
+)
+_FIELD = re.compile(rb"([^:\r\n]+):[\t ]*([^\r\n]*?)[\t ]*\r\n")
+# Headers that send the request to aiohttp as they are.
+_NOT_HERE = frozenset(
+    {"origin", "transfer-encoding", "expect", "upgrade", "content-encoding", "authorization"}
+)
+
+
+class Handoff:
+    """What a fast POST did before its response turned out not to be whole: aiohttp's
+    handler of the same request finishes it (:meth:`finish`), or, should the request
+    never reach it, :meth:`abandon` lets the session forget the connection."""
+
+    __slots__ = ("_abandon", "finish", "method", "started")
+
+    def __init__(
+        self,
+        finish: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        abandon: Callable[[], None],
+        method: str,
+        started: float,
+    ) -> None:
+        self.finish = finish
+        self._abandon = abandon
+        self.method = method
+        self.started = started
+
+    def abandon(self) -> None:
+        self._abandon()
+
+
+def _nothing() -> None:
+    return None
+
+
+class FastPosts:
+    """The fast POSTs of one application (see the module's docstring)."""
+
+    def __init__(
+        self,
+        endpoints: Callable[[], dict[str, StreamableHttp]],
+        auth_on: Callable[[], bool],
+        fixed: str | None,
+        listen_path: str,
+    ) -> None:
+        """``endpoints``: the app's endpoints by server name now; ``auth_on``: whether its
+        authenticator of the moment checks requests (a reload changes both)."""
+        self.endpoints = endpoints
+        self.auth_on = auth_on
+        self.fixed = fixed  # the server ``listen.path`` serves, if there is one
+        self.listen_path = listen_path
+        self.handoffs: dict[object, Handoff] = {}  # by transport, until aiohttp takes it
+        self._log_contexts: dict[str, contextvars.Context] = {}
+
+    def _endpoint(self, path: str) -> StreamableHttp | None:
+        endpoints = self.endpoints()
+        if path == self.listen_path:
+            return endpoints.get(self.fixed) if self.fixed is not None else None
+        if not path.startswith(SERVERS_PREFIX) or not path.endswith("/mcp"):
+            return None
+        name = path[len(SERVERS_PREFIX) : -4]
+        return endpoints.get(name) if name and "/" not in name else None
+
+    def start(self, data: bytes, transport: asyncio.Transport) -> asyncio.Task[bool] | None:
+        """Serve ``data`` (every byte received while the connection was idle) if it is
+        one whole request this path serves: the task serving it (True: done; False: handed
+        off, give aiohttp the bytes). None: nothing happened, aiohttp serves it."""
+        head = _HEAD.match(data)
+        if head is None or self.auth_on() or tracing.on():
+            return None
+        headers: dict[str, str] = {}
+        for name, value in _FIELD.findall(head[2]):
+            key = name.decode().lower()
+            if key in headers or key in _NOT_HERE:
+                return None
+            headers[key] = value.decode()
+        connection = headers.get("connection")
+        if connection is not None and connection.lower() != "keep-alive":
+            return None
+        length = headers.get("content-length")
+        if length is None or not length.isdigit() or len(data) - head.end() != int(length):
+            return None
+        endpoint = self._endpoint(head[1].decode())
+        if endpoint is None:
+            return None
+        body = data[head.end() :]
+        try:
+            served = self._admit(endpoint, headers, body)
+        except (ProxyError, ValueError):
+            return None  # aiohttp's path refuses it, in its wire form
+        if served is None:
+            return None
+        name = endpoint.server.name
+        context = self._log_contexts.get(name)
+        if context is None:  # the log context ``endpoint_entry`` binds, built once
+            context = self._log_contexts[name] = contextvars.Context()
+            context.run(bind_contextvars, upstream=name, principal=None)
+        return asyncio.get_running_loop().create_task(
+            self._serve(endpoint, transport, *served), context=context.copy()
+        )
+
+    @staticmethod
+    def _admit(
+        endpoint: StreamableHttp, headers: dict[str, str], body: bytes
+    ) -> tuple[SessionRunner, list[jsonrpc.Message], str | None, str] | None:
+        """``StreamableHttp``'s checks of a POST, in its order, up to feeding the session:
+        what to feed (the runner, the messages, ``Last-Event-ID``, the metrics' method), or
+        None when aiohttp's path must serve it. Raises what that path would refuse with."""
+        config = endpoint.config
+        listen = config.listen
+        httprules.check_host(headers.get("host"), listen.allowed_hosts)
+        httprules.check_origin(None, listen.allowed_origins)
+        accept = headers.get("accept")
+        httprules.check_post_accept(accept)
+        httprules.check_content_type(headers.get("content-type"))
+        if len(body) > config.sessions.max_message_bytes:
+            return None
+        messages, batch = jsonrpc.parse_body(body)
+        message = messages[0]
+        version = headers.get("mcp-protocol-version")
+        existing = headers.get("mcp-session-id")
+        registry = endpoint.registry
+        if (
+            batch
+            or message.kind is not Kind.REQUEST
+            or message.method in _POLLS
+            or not existing
+            or existing not in registry
+            or is_modern(message.raw, version, existing)
+            or endpoint.responder.holds is None
+            or not lone_answer.prefers_json(accept)
+        ):
+            return None
+        context = endpoint.context
+        server = endpoint.server
+        admission = admit_post(
+            messages,
+            batch,
+            initialized=True,
+            accepting=context.accepting,
+            draining=context.draining,
+            removed=server.removed,
+        )
+        if admission.opens_session:
+            return None
+        runner = registry.get(existing, None, server)
+        httprules.check_protocol_version(version)
+        if endpoint.modern is not None and runner.session.offers_tasks:
+            return None
+        if endpoint.stored.enabled and endpoint.stored.foreign(messages, runner.session.epoch):
+            return None
+        check_session_reading(runner, config.upstream.max_pending_bytes)
+        return runner, messages, headers.get("last-event-id"), method_label(message.method)
+
+    async def _serve(
+        self,
+        endpoint: StreamableHttp,
+        transport: asyncio.Transport,
+        runner: SessionRunner,
+        messages: list[jsonrpc.Message],
+        header_id: str | None,
+        method: str,
+    ) -> bool:
+        """Feed the session and hold for its answer; write it whole, or hand off."""
+        started = time.monotonic()
+        responder = endpoint.responder
+        try:
+            conn = await post_to_session(
+                runner, messages, False, framing="sse", opens_session=False, last_event_id=header_id
+            )
+        except ProxyError as exc:
+            if exc.request_id is None:  # (JSON-RPC 2.0 §5: a lone request's refusal)
+                exc.request_id = messages[0].id
+            return self._hand_off(transport, _raise(exc), _nothing, method, started)
+        if conn is None:
+            accepted = web.Response(status=202, headers={"Mcp-Session-Id": runner.session_id})
+            return self._hand_off(transport, _return(accepted), _nothing, method, started)
+        held: list[Item] = []
+        frames: list[bytes] = []
+        holds = responder.holds
+        try:
+            answer = await responder.hold(conn, held, frames, holds) if holds else None
+        except BaseException:
+            runner.conn_gone(conn)
+            raise
+        whole = whole_body(held, frames) if answer is None and holds else None
+        if whole is None:
+
+            def finish(request: web.Request) -> Awaitable[web.StreamResponse]:
+                return responder.respond(request, runner, conn, taken=(answer, held, frames))
+
+            return self._hand_off(
+                transport, finish, lambda: runner.conn_gone(conn), method, started
+            )
+        try:
+            await conn.stored()  # the wire never runs ahead of the store
+            write_whole_to(transport, sse_head(runner.session_id), whole)
+        except (ConnectionError, RuntimeError) as exc:
+            log.debug("client_gone", session=runner.session_id[:8], conn=conn.id, error=repr(exc))
+        finally:
+            runner.conn_gone(conn)
+        endpoint.metrics.request_seconds(method, "legacy").observe(time.monotonic() - started)
+        return True
+
+    def _hand_off(
+        self,
+        transport: asyncio.Transport,
+        finish: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        abandon: Callable[[], None],
+        method: str,
+        started: float,
+    ) -> bool:
+        if transport.is_closing():  # no request will come to take it
+            abandon()
+            return True
+        self.handoffs[transport] = Handoff(finish, abandon, method, started)
+        return False
+
+    def take(self, request: web.Request) -> Handoff | None:
+        """The handoff waiting for ``request`` (aiohttp's side), if any."""
+        handoffs = self.handoffs
+        return handoffs.pop(request.transport, None) if handoffs else None
+
+    def forget(self, transport: object) -> None:
+        """A handoff aiohttp never took (its connection ended, or it refused the request
+        before it reached the endpoint): the session forgets the connection."""
+        handoff = self.handoffs.pop(transport, None)
+        if handoff is not None:
+            handoff.abandon()
+
+
+def _raise(exc: ProxyError) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def finish(request: web.Request) -> web.StreamResponse:
+        raise exc
+
+    return finish
+
+
+def _return(
+    response: web.StreamResponse,
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def finish(request: web.Request) -> web.StreamResponse:
+        return response
+
+    return finish
+
+
+def fast_posts(app: web.Application) -> FastPosts | None:
+    """The app's fast POSTs (None when the app has none: aiohttp serves every request)."""
+    return app.get(FAST_KEY)
+
+
+FAST_KEY: web.AppKey[FastPosts] = web.AppKey("mcp_resume_proxy.fast_posts", FastPosts)
