@@ -11,6 +11,7 @@ out as ``application/json``. Every POST holds, so the holds share one timer
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections import deque
 from typing import cast
@@ -31,6 +32,12 @@ from proxy.sse_writer import SseWriter
 
 log = structlog.get_logger("proxy.http")
 
+
+class HoldOn(enum.Enum):
+    HOLD_ON = "hold on"
+
+
+HOLD_ON = HoldOn.HOLD_ON  # a hold goes on: nothing decided yet
 
 # What a hold gave: the lone answer's bytes (or None), the items taken, their frames.
 Taken = tuple[bytes | None, list[Item], list[bytes]]
@@ -200,7 +207,6 @@ class ConnResponder:
         What is taken counts as written at once, so a large answer behind the unsent
         priming event is no slow reader (``sse.max_queued_bytes``); the hold ends at the
         first message, so it keeps only what the core queued at once, before it."""
-        min_bytes = self.config.sse.json_answer_min_bytes
         queue = conn.queue
         waiting: Hold | None = None
         try:
@@ -212,25 +218,36 @@ class ConnResponder:
                     if waiting.expired:
                         return None
                     continue
-                taken = queue.take()  # (a CloseMarker is always the last item queued)
-                held.extend(taken)
-                size = 0
-                for item in taken:
-                    if not isinstance(item, CloseMarker):
-                        frame = _sse_frame(item)
-                        frames.append(frame)
-                        size += len(frame)
-                conn.written(size)
-                close = held[-1] if isinstance(held[-1], CloseMarker) else None
-                ended = close is not None and close.retry_ms is None
-                verdict = lone_answer.verdict(frames, ended, min_bytes=min_bytes)
-                if isinstance(verdict, bytes):
+                verdict = self.take_held(conn, held, frames)
+                if verdict is not HOLD_ON:
                     return verdict
-                if verdict is lone_answer.SSE or close is not None:
-                    return None
         finally:
             if waiting is not None:
                 clock.finish(waiting)
+
+    def take_held(
+        self, conn: ClientConn, held: list[Item], frames: list[bytes]
+    ) -> bytes | HoldOn | None:
+        """One step of :meth:`hold`, with something queued: take it; the hold's verdict
+        (the answer's bytes, None: as SSE), or :data:`HOLD_ON` (hold on for more)."""
+        taken = conn.queue.take()  # (a CloseMarker is always the last item queued)
+        held.extend(taken)
+        size = 0
+        for item in taken:
+            if not isinstance(item, CloseMarker):
+                frame = _sse_frame(item)
+                frames.append(frame)
+                size += len(frame)
+        conn.written(size)
+        close = held[-1] if isinstance(held[-1], CloseMarker) else None
+        ended = close is not None and close.retry_ms is None
+        min_bytes = self.config.sse.json_answer_min_bytes
+        verdict = lone_answer.verdict(frames, ended, min_bytes=min_bytes)
+        if isinstance(verdict, bytes):
+            return verdict
+        if verdict is lone_answer.SSE or close is not None:
+            return None
+        return HOLD_ON
 
 
 def whole_body(held: list[Item], frames: list[bytes]) -> bytes | None:

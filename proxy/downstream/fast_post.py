@@ -26,32 +26,26 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import re
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-import structlog
 from aiohttp import web
 from structlog.contextvars import bind_contextvars
 
 from proxy import tracing
-from proxy.client_conn import Item
 from proxy.core import httprules, jsonrpc, lone_answer, seed
 from proxy.core.admission import admit_post
 from proxy.core.era import is_modern
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind
-from proxy.downstream.admission import check_session_reading, post_to_session
-from proxy.downstream.conn_response import whole_body
-from proxy.downstream.whole_response import sse_head, write_whole_to
+from proxy.downstream.admission import check_session_reading
+from proxy.downstream.fast_call import FastCall
 from proxy.metrics import method_label
 from proxy.servers import SERVERS_PREFIX
 
 if TYPE_CHECKING:
     from proxy.downstream.http import StreamableHttp
     from proxy.runtime import SessionRunner
-
-log = structlog.get_logger("proxy.http")
 
 _POLLS = frozenset({seed.POLL, seed.RESUME, "tasks/get", "tasks/result"})
 # The header block of a request line this path serves, and its fields: RFC 9110 §5.1
@@ -65,6 +59,16 @@ _FIELD = re.compile(rb"([^:\r\n]+):[\t ]*([^\r\n]*?)[\t ]*\r\n")
 _NOT_HERE = frozenset(
     {"origin", "transfer-encoding", "expect", "upgrade", "content-encoding", "authorization"}
 )
+
+
+_KEYS: dict[bytes, str] = {}  # header names as sent -> lower case (the same few each time)
+
+
+def _key(name: bytes) -> str:
+    key = name.decode().lower()
+    if len(_KEYS) < 256:  # (bounded: names are the client's to choose)
+        _KEYS[name] = key
+    return key
 
 
 class Handoff:
@@ -122,21 +126,23 @@ class FastPosts:
         name = path[len(SERVERS_PREFIX) : -4]
         return endpoints.get(name) if name and "/" not in name else None
 
-    def start(self, data: bytes, transport: asyncio.Transport) -> asyncio.Task[bool] | None:
-        """Serve ``data`` (every byte received while the connection was idle) if it is
-        one whole request this path serves: the task serving it (True: done; False: handed
-        off, give aiohttp the bytes). None: nothing happened, aiohttp serves it."""
+    def prepare(self, data: bytes, transport: asyncio.Transport) -> FastCall | None:
+        """The fast POST of ``data`` (every byte received while the connection was idle)
+        if it is one whole request this path serves, not begun (:meth:`FastCall.start`);
+        None: nothing happened, aiohttp serves it."""
         head = _HEAD.match(data)
         if head is None or self.auth_on() or tracing.on():
             return None
-        headers: dict[str, str] = {}
+        headers: dict[str, bytes] = {}
         for name, value in _FIELD.findall(head[2]):
-            key = name.decode().lower()
-            if key in headers or key in _NOT_HERE:
+            key = _KEYS.get(name) or _key(name)
+            if key in headers:
                 return None
-            headers[key] = value.decode()
+            headers[key] = value
+        if not _NOT_HERE.isdisjoint(headers):
+            return None
         connection = headers.get("connection")
-        if connection is not None and connection.lower() != "keep-alive":
+        if connection is not None and connection.lower() != b"keep-alive":
             return None
         length = headers.get("content-length")
         if length is None or not length.isdigit() or len(data) - head.end() != int(length):
@@ -146,7 +152,7 @@ class FastPosts:
             return None
         body = data[head.end() :]
         try:
-            served = self._admit(endpoint, headers, body)
+            served = self._admit(endpoint, {k: v.decode() for k, v in headers.items()}, body)
         except (ProxyError, ValueError):
             return None  # aiohttp's path refuses it, in its wire form
         if served is None:
@@ -156,9 +162,7 @@ class FastPosts:
         if context is None:  # the log context ``endpoint_entry`` binds, built once
             context = self._log_contexts[name] = contextvars.Context()
             context.run(bind_contextvars, upstream=name, principal=None)
-        return asyncio.get_running_loop().create_task(
-            self._serve(endpoint, transport, *served), context=context.copy()
-        )
+        return FastCall(self, endpoint, transport, context.copy(), *served)
 
     @staticmethod
     def _admit(
@@ -213,57 +217,7 @@ class FastPosts:
         check_session_reading(runner, config.upstream.max_pending_bytes)
         return runner, messages, headers.get("last-event-id"), method_label(message.method)
 
-    async def _serve(
-        self,
-        endpoint: StreamableHttp,
-        transport: asyncio.Transport,
-        runner: SessionRunner,
-        messages: list[jsonrpc.Message],
-        header_id: str | None,
-        method: str,
-    ) -> bool:
-        """Feed the session and hold for its answer; write it whole, or hand off."""
-        started = time.monotonic()
-        responder = endpoint.responder
-        try:
-            conn = await post_to_session(
-                runner, messages, False, framing="sse", opens_session=False, last_event_id=header_id
-            )
-        except ProxyError as exc:
-            if exc.request_id is None:  # (JSON-RPC 2.0 §5: a lone request's refusal)
-                exc.request_id = messages[0].id
-            return self._hand_off(transport, _raise(exc), _nothing, method, started)
-        if conn is None:
-            accepted = web.Response(status=202, headers={"Mcp-Session-Id": runner.session_id})
-            return self._hand_off(transport, _return(accepted), _nothing, method, started)
-        held: list[Item] = []
-        frames: list[bytes] = []
-        holds = responder.holds
-        try:
-            answer = await responder.hold(conn, held, frames, holds) if holds else None
-        except BaseException:
-            runner.conn_gone(conn)
-            raise
-        whole = whole_body(held, frames) if answer is None and holds else None
-        if whole is None:
-
-            def finish(request: web.Request) -> Awaitable[web.StreamResponse]:
-                return responder.respond(request, runner, conn, taken=(answer, held, frames))
-
-            return self._hand_off(
-                transport, finish, lambda: runner.conn_gone(conn), method, started
-            )
-        try:
-            await conn.stored()  # the wire never runs ahead of the store
-            write_whole_to(transport, sse_head(runner.session_id), whole)
-        except (ConnectionError, RuntimeError) as exc:
-            log.debug("client_gone", session=runner.session_id[:8], conn=conn.id, error=repr(exc))
-        finally:
-            runner.conn_gone(conn)
-        endpoint.metrics.request_seconds(method, "legacy").observe(time.monotonic() - started)
-        return True
-
-    def _hand_off(
+    def hand_off(
         self,
         transport: asyncio.Transport,
         finish: Callable[[web.Request], Awaitable[web.StreamResponse]],
@@ -271,11 +225,13 @@ class FastPosts:
         method: str,
         started: float,
     ) -> bool:
+        """Leave the request to aiohttp's handler (True), or, the connection closing,
+        ``abandon`` it (False)."""
         if transport.is_closing():  # no request will come to take it
             abandon()
-            return True
+            return False
         self.handoffs[transport] = Handoff(finish, abandon, method, started)
-        return False
+        return True
 
     def take(self, request: web.Request) -> Handoff | None:
         """The handoff waiting for ``request`` (aiohttp's side), if any."""
@@ -288,22 +244,6 @@ class FastPosts:
         handoff = self.handoffs.pop(transport, None)
         if handoff is not None:
             handoff.abandon()
-
-
-def _raise(exc: ProxyError) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    async def finish(request: web.Request) -> web.StreamResponse:
-        raise exc
-
-    return finish
-
-
-def _return(
-    response: web.StreamResponse,
-) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    async def finish(request: web.Request) -> web.StreamResponse:
-        return response
-
-    return finish
 
 
 def fast_posts(app: web.Application) -> FastPosts | None:

@@ -38,6 +38,7 @@ from proxy.core.errors import Overloaded, PayloadTooLarge, ProxyError, RequestTi
 from proxy.downstream.server_log import QUEUE_SLOT, quiet_refusal
 
 if TYPE_CHECKING:
+    from proxy.downstream.fast_call import FastCall
     from proxy.downstream.fast_post import FastPosts
 
 log = structlog.get_logger("proxy.http")
@@ -196,7 +197,7 @@ class _GuardedConnection(asyncio.Protocol):
         self._heard = False  # a byte of the request being timed arrived
         self._ending: asyncio.TimerHandle | None = None  # answered; closing soon
         # A fast POST being served (fast_post.py): its bytes, and what came after them.
-        self._fast: asyncio.Task[bool] | None = None
+        self._fast: FastCall | None = None
         self._fast_data = b""
         self._fast_next: list[bytes] = []
 
@@ -240,29 +241,23 @@ class _GuardedConnection(asyncio.Protocol):
         ):
             if fast.handoffs:
                 fast.forget(self._transport)  # one aiohttp answered without taking it
-            task = fast.start(data, self._transport)
-            if task is not None:
+            call = fast.prepare(data, self._transport)
+            if call is not None:
                 self._disarm()
-                self._fast, self._fast_data = task, data
+                self._fast, self._fast_data = call, data
                 _keep_alive(inner)  # its idle timer runs from the end of this request
-                task.add_done_callback(self._fast_done)
+                call.start(self._fast_done)
                 return
         self._to_inner(inner, data)
 
-    def _fast_done(self, task: asyncio.Task[bool]) -> None:
+    def _fast_done(self, answered: bool) -> None:
         data, following = self._fast_data, self._fast_next
         self._fast, self._fast_data, self._fast_next = None, b"", []
-        inner, transport = self._inner, self._transport
-        if task.cancelled() or task.exception() is not None:
-            if not task.cancelled():
-                log.error("fast_post_failed", error=repr(task.exception()))
-            if transport is not None:
-                transport.close()  # nobody answers it: the client must not wait
-            return
+        inner = self._inner
         if inner is None:
             return
         _keep_alive(inner)
-        if not task.result():  # handed off: aiohttp serves the request after all
+        if not answered:  # handed off: aiohttp serves the request after all
             self._to_inner(inner, data)
         for more in following:
             self.data_received(more)
