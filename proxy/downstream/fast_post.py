@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import re
+import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -48,27 +48,65 @@ if TYPE_CHECKING:
     from proxy.runtime import SessionRunner
 
 _POLLS = frozenset({seed.POLL, seed.RESUME, "tasks/get", "tasks/result"})
-# The header block of a request line this path serves, and its fields: RFC 9110 §5.1
-# tokens, values without control characters (aiohttp is left whatever it would refuse).
-_HEAD = re.compile(
-    rb"POST (/[A-Za-z0-9/_.~-]*) HTTP/1\.1\r\n"
-    rb"((?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e]*\r\n)*)\r\n"
-)
-_FIELD = re.compile(rb"([^:\r\n]+):[\t ]*([^\r\n]*?)[\t ]*\r\n")
+# What a request line's path and its header block may hold here: RFC 9110 §5.1 tokens,
+# values of visible ASCII, space and tab; aiohttp is left whatever it would refuse.
+_PATH_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/_.~-"
+_HEADER_BYTES = bytes(range(0x20, 0x7F)) + b"\t\r\n"
+_TOKEN = frozenset("!#$%&'*+.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
+_NAMES: dict[str, str] = {}  # header names as sent -> lower case (the same few each time)
 # Headers that send the request to aiohttp as they are.
 _NOT_HERE = frozenset(
     {"origin", "transfer-encoding", "expect", "upgrade", "content-encoding", "authorization"}
 )
 
 
-_KEYS: dict[bytes, str] = {}  # header names as sent -> lower case (the same few each time)
+@functools.lru_cache(maxsize=256)  # per request, the same few values (bounded)
+def _holds_for(accept: str | None) -> bool:
+    """Whether a POST with ``accept`` is acceptable and its answer held (its ``Accept``
+    prefers JSON, :func:`lone_answer.prefers_json`); raises if it is refused."""
+    httprules.check_post_accept(accept)
+    return lone_answer.prefers_json(accept)
 
 
-def _key(name: bytes) -> str:
-    key = name.decode().lower()
-    if len(_KEYS) < 256:  # (bounded: names are the client's to choose)
-        _KEYS[name] = key
-    return key
+@functools.lru_cache(maxsize=256)
+def _json_body(content_type: str | None) -> bool:
+    httprules.check_content_type(content_type)  # (raises if refused)
+    return True
+
+
+def _headers(data: bytes) -> dict[str, str] | None:
+    """The header fields of ``data`` if it begins with a ``POST`` this path may serve
+    (by lower-case name), else None: a line aiohttp could read otherwise or refuse, a
+    header twice."""
+    end = data.find(b"\r\n\r\n")
+    line_end = data.find(b"\r\n")
+    if end < 0 or not data.startswith(b"POST /") or data[line_end - 9 : line_end] != b" HTTP/1.1":
+        return None
+    block = data[line_end + 2 : end + 2]
+    lines = block.count(b"\r\n")
+    if (
+        data[5 : line_end - 9].translate(None, _PATH_BYTES)
+        or block.translate(None, _HEADER_BYTES)
+        or block.count(b"\r") != lines
+        or block.count(b"\n") != lines
+    ):
+        return None
+    fields = block.decode().split("\r\n")
+    fields.pop()
+    headers: dict[str, str] = {}
+    for field in fields:
+        name, colon, value = field.partition(":")
+        key = _NAMES.get(name)
+        if key is None:
+            if not colon or not name or not _TOKEN.issuperset(name):
+                return None
+            key = name.lower()
+            if len(_NAMES) < 256:  # (bounded: names are the client's to choose)
+                _NAMES[name] = key
+        if key in headers:
+            return None
+        headers[key] = value.strip(" \t")
+    return headers
 
 
 class Handoff:
@@ -130,29 +168,24 @@ class FastPosts:
         """The fast POST of ``data`` (every byte received while the connection was idle)
         if it is one whole request this path serves, not begun (:meth:`FastCall.start`);
         None: nothing happened, aiohttp serves it."""
-        head = _HEAD.match(data)
-        if head is None or self.auth_on() or tracing.on():
+        if self.auth_on() or tracing.on():
             return None
-        headers: dict[str, bytes] = {}
-        for name, value in _FIELD.findall(head[2]):
-            key = _KEYS.get(name) or _key(name)
-            if key in headers:
-                return None
-            headers[key] = value
-        if not _NOT_HERE.isdisjoint(headers):
+        headers = _headers(data)
+        if headers is None or not _NOT_HERE.isdisjoint(headers):
             return None
         connection = headers.get("connection")
-        if connection is not None and connection.lower() != b"keep-alive":
+        if connection is not None and connection.lower() != "keep-alive":
             return None
         length = headers.get("content-length")
-        if length is None or not length.isdigit() or len(data) - head.end() != int(length):
+        end = data.find(b"\r\n\r\n") + 4
+        if length is None or not length.isdigit() or len(data) - end != int(length):
             return None
-        endpoint = self._endpoint(head[1].decode())
+        endpoint = self._endpoint(data[5 : data.find(b" HTTP/1.1\r\n")].decode())
         if endpoint is None:
             return None
-        body = data[head.end() :]
+        body = data[end:]
         try:
-            served = self._admit(endpoint, {k: v.decode() for k, v in headers.items()}, body)
+            served = self._admit(endpoint, headers, body)
         except (ProxyError, ValueError):
             return None  # aiohttp's path refuses it, in its wire form
         if served is None:
@@ -173,11 +206,9 @@ class FastPosts:
         None when aiohttp's path must serve it. Raises what that path would refuse with."""
         config = endpoint.config
         listen = config.listen
-        httprules.check_host(headers.get("host"), listen.allowed_hosts)
-        httprules.check_origin(None, listen.allowed_origins)
-        accept = headers.get("accept")
-        httprules.check_post_accept(accept)
-        httprules.check_content_type(headers.get("content-type"))
+        httprules.check_host(headers.get("host"), listen.allowed_hosts)  # (no Origin here)
+        holds = _holds_for(headers.get("accept"))
+        _json_body(headers.get("content-type"))
         if len(body) > config.sessions.max_message_bytes:
             return None
         messages, batch = jsonrpc.parse_body(body)
@@ -193,7 +224,7 @@ class FastPosts:
             or existing not in registry
             or is_modern(message.raw, version, existing)
             or endpoint.responder.holds is None
-            or not lone_answer.prefers_json(accept)
+            or not holds
         ):
             return None
         context = endpoint.context

@@ -17,8 +17,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from proxy.downstream.fast_post import FastPosts, Handoff
+from proxy.downstream.fast_post import FastPosts, Handoff, _headers
 from tests.support import ROOT, RunningProxy, run_proxy
 
 FLOOD = [sys.executable, str(ROOT / "tests" / "fixtures" / "flood_server.py")]
@@ -154,3 +156,47 @@ def test_a_handoff_never_taken_is_abandoned_once() -> None:
     fast.forget(transport)
     fast.forget(transport)
     assert abandoned == [1] and not fast.handoffs
+
+
+REQUEST = (
+    b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json, text/event-stream\r\n"
+    b"mcp-session-id:  abc \t\r\nContent-Length: 2\r\n\r\n{}"
+)
+
+
+def test_the_header_block_is_read_as_aiohttp_reads_it() -> None:
+    assert _headers(REQUEST) == {
+        "host": "127.0.0.1",
+        "accept": "application/json, text/event-stream",
+        "mcp-session-id": "abc",
+        "content-length": "2",
+    }
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        REQUEST.replace(b"POST", b"GET"),
+        REQUEST.replace(b"HTTP/1.1", b"HTTP/1.0"),
+        REQUEST.replace(b"/mcp", b"/mcp?x=1"),
+        REQUEST.replace(b"/mcp", b"/m%63p"),
+        REQUEST.replace(b"Host:", b"Host :"),  # whitespace before the colon
+        REQUEST.replace(b"\r\nAccept", b"\r\n Accept"),  # a folded line
+        REQUEST.replace(b"127.0.0.1", b"127.0.0.1\r"),  # a bare CR
+        REQUEST.replace(b"127.0.0.1", b"127.\n0.0.1"),  # a bare LF
+        REQUEST.replace(b"127.0.0.1", b"127.0.0.\x001"),  # a control character
+        REQUEST.replace(b"127.0.0.1", "127.0.0.1\u00e9".encode()),  # not ASCII
+        REQUEST.replace(b"mcp-session-id", b"Host"),  # a header twice
+        REQUEST.replace(b"Host: 127.0.0.1", b"NoColon"),
+        REQUEST[:40],  # incomplete headers
+    ],
+)
+def test_what_aiohttp_may_read_otherwise_is_left_to_it(request_bytes: bytes) -> None:
+    assert _headers(request_bytes) is None
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_give_headers_or_none(data: bytes) -> None:
+    for candidate in (data, REQUEST[:60] + data, REQUEST.replace(b"\r\n\r\n", data)):
+        result = _headers(candidate)
+        assert result is None or all(k == k.lower() for k in result)
