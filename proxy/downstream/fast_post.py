@@ -34,7 +34,7 @@ from structlog.contextvars import bind_contextvars
 
 from proxy import tracing
 from proxy.core import httprules, jsonrpc, lone_answer, seed
-from proxy.core.admission import admit_post
+from proxy.core.admission import INITIALIZE
 from proxy.core.era import is_modern
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind
@@ -221,25 +221,17 @@ class FastPosts:
             or message.kind is not Kind.REQUEST
             or message.method in _POLLS
             or not existing
-            or existing not in registry
             or is_modern(message.raw, version, existing)
             or endpoint.responder.holds is None
             or not holds
         ):
             return None
-        context = endpoint.context
+        # admit_post's refusals (an initialize again; draining, or the server removed by a
+        # reload) are aiohttp's path's to answer; what passes it goes to its session.
         server = endpoint.server
-        admission = admit_post(
-            messages,
-            batch,
-            initialized=True,
-            accepting=context.accepting,
-            draining=context.draining,
-            removed=server.removed,
-        )
-        if admission.opens_session:
+        if message.method == INITIALIZE or endpoint.context.draining or server.removed:
             return None
-        runner = registry.get(existing, None, server)
+        runner = registry.get(existing, None, server)  # (unknown: SessionNotFound)
         httprules.check_protocol_version(version)
         if endpoint.modern is not None and runner.session.offers_tasks:
             return None
