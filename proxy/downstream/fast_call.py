@@ -117,19 +117,17 @@ class FastCall:
             hold = self._hold
             if hold is not None and hold.expired:
                 return self._after_hold(None)
-            if conn.queue.empty():
-                if hold is None:
-                    clock = self.endpoint.responder.holds
-                    if clock is None:  # (a reload ended the holds: as ``respond`` would)
-                        return self._after_hold(None)
-                    self._hold = clock.begin(conn.queue)
-                conn.queue.listen(self._woken)
-                return None
-            verdict = self.endpoint.responder.take_held(conn, self.held, self.frames)
-            if verdict is HOLD_ON:
-                conn.queue.listen(self._woken)
-                return None
-            return self._after_hold(verdict)
+            if not conn.queue.empty():
+                verdict = self.endpoint.responder.take_held(conn, self.held, self.frames)
+                if verdict is not HOLD_ON:
+                    return self._after_hold(verdict)
+            if hold is None:  # (the window runs from the first wait, as in ``hold``)
+                clock = self.endpoint.responder.holds
+                if clock is None:  # (a reload ended the holds: as ``respond`` would)
+                    return self._after_hold(None)
+                self._hold = clock.begin(conn.queue)
+            conn.queue.listen(self._woken)
+            return None
         except BaseException:
             self._end_hold()
             self.runner.conn_gone(conn)

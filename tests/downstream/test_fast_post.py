@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.downstream.fast_post import FastPosts, Handoff, _headers
-from tests.support import ROOT, RunningProxy, run_proxy
+from tests.support import FIXTURE, ROOT, RunningProxy, run_proxy
 
 FLOOD = [sys.executable, str(ROOT / "tests" / "fixtures" / "flood_server.py")]
 DEADLINE = 10.0  # generous; every wait below ends on a condition long before
@@ -35,7 +35,11 @@ async def _session(proxy: RunningProxy) -> str:
         "jsonrpc": "2.0",
         "id": 0,
         "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {}},
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
     }
     async with aiohttp.ClientSession() as http:
         async with http.post(proxy.url, json=init, headers=headers) as resp:
@@ -142,6 +146,24 @@ async def test_fast_calls_are_counted_in_the_metrics(proxy: RunningProxy) -> Non
         and 'method="tools/call"' in line
     )
     assert float(line.rsplit(" ", 1)[1]) == 3
+
+
+async def test_an_answer_later_than_the_window_streams_after_the_window(tmp_path: Path) -> None:
+    # The hold's window runs from the priming event on (a fast POST held by callbacks
+    # once forgot to start it: the headers then waited for the answer).
+    sse = {"json_answer_window_ms": 50}
+    async with run_proxy(tmp_path, FIXTURE, sse=sse) as proxy:
+        session = await _session(proxy)
+        call = _call(session, 5, "slow", steps=1, delay=600)  # answers in 10 minutes
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        try:
+            writer.write(call)
+            async with asyncio.timeout(DEADLINE):  # (the window is 50 ms: long before)
+                head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert b"Content-Type: text/event-stream" in head
+        finally:
+            writer.close()
 
 
 def test_a_handoff_never_taken_is_abandoned_once() -> None:
