@@ -241,7 +241,7 @@ def build_app(context: ProxyContext, registry: Registry) -> web.Application:
     app.router.add_route("*", SERVERS_PREFIX + "{name}/{rest:.*}", unknown)
     app.on_response_prepare.append(_cors_for(context, _mcp_paths(app, fixed)))
     app[FAST_KEY] = FastPosts(  # the common POST (fast_post.py)
-        lambda: app[ENDPOINTS_KEY], lambda: app[AUTH_KEY].enabled, fixed, config.listen.path
+        app[ENDPOINTS_KEY], lambda: app[AUTH_KEY].enabled, fixed, config.listen.path
     )
     pools = {
         n: e.modern.pool if e.modern is not None else None for n, e in app[ENDPOINTS_KEY].items()

@@ -48,10 +48,11 @@ if TYPE_CHECKING:
     from proxy.runtime import SessionRunner
 
 _POLLS = frozenset({seed.POLL, seed.RESUME, "tasks/get", "tasks/result"})
-# What a request line's path and its header block may hold here: RFC 9110 §5.1 tokens,
-# values of visible ASCII, space and tab; aiohttp is left whatever it would refuse.
-_PATH_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/_.~-"
-_HEADER_BYTES = bytes(range(0x20, 0x7F)) + b"\t\r\n"
+# What a header block may hold here: RFC 9110 §5.1 tokens, values of visible ASCII, space
+# and tab; aiohttp is left whatever it would refuse. (A path is served only if it is one
+# of the endpoints' own, as it is: nothing to decode.)
+_HEADER_BYTES = bytes(range(0x20, 0x7F)) + b"\t"
+_CRLF = b"\r\n"
 _TOKEN = frozenset("!#$%&'*+.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
 _NAMES: dict[str, str] = {}  # header names as sent -> lower case (the same few each time)
 # Headers that send the request to aiohttp as they are.
@@ -83,16 +84,14 @@ def _headers(data: bytes) -> dict[str, str] | None:
     if end < 0 or not data.startswith(b"POST /") or data[line_end - 9 : line_end] != b" HTTP/1.1":
         return None
     block = data[line_end + 2 : end + 2]
-    lines = block.count(b"\r\n")
-    if (
-        data[5 : line_end - 9].translate(None, _PATH_BYTES)
-        or block.translate(None, _HEADER_BYTES)
-        or block.count(b"\r") != lines
-        or block.count(b"\n") != lines
-    ):
+    # What is left once visible ASCII, space and tab are taken out: one CRLF per line.
+    rest = block.translate(None, _HEADER_BYTES)
+    if rest != _CRLF * (len(rest) // 2):
         return None
     fields = block.decode().split("\r\n")
     fields.pop()
+    if len(fields) != len(rest) // 2:  # (a bare CR and LF)
+        return None
     headers: dict[str, str] = {}
     for field in fields:
         name, colon, value = field.partition(":")
@@ -141,13 +140,13 @@ class FastPosts:
 
     def __init__(
         self,
-        endpoints: Callable[[], dict[str, StreamableHttp]],
+        endpoints: dict[str, StreamableHttp],
         auth_on: Callable[[], bool],
         fixed: str | None,
         listen_path: str,
     ) -> None:
-        """``endpoints``: the app's endpoints by server name now; ``auth_on``: whether its
-        authenticator of the moment checks requests (a reload changes both)."""
+        """``endpoints``: the app's endpoints by server name (a reload changes the dict);
+        ``auth_on``: whether its authenticator of the moment checks requests."""
         self.endpoints = endpoints
         self.auth_on = auth_on
         self.fixed = fixed  # the server ``listen.path`` serves, if there is one
@@ -156,13 +155,13 @@ class FastPosts:
         self._log_contexts: dict[str, contextvars.Context] = {}
 
     def _endpoint(self, path: str) -> StreamableHttp | None:
-        endpoints = self.endpoints()
+        endpoints = self.endpoints
         if path == self.listen_path:
             return endpoints.get(self.fixed) if self.fixed is not None else None
         if not path.startswith(SERVERS_PREFIX) or not path.endswith("/mcp"):
             return None
         name = path[len(SERVERS_PREFIX) : -4]
-        return endpoints.get(name) if name and "/" not in name else None
+        return endpoints.get(name) if name and "/" not in name and "%" not in name else None
 
     def prepare(self, data: bytes, transport: asyncio.Transport) -> FastCall | None:
         """The fast POST of ``data`` (every byte received while the connection was idle)

@@ -245,7 +245,7 @@ class _GuardedConnection(asyncio.Protocol):
             if call is not None:
                 self._disarm()
                 self._fast, self._fast_data = call, data
-                _keep_alive(inner)  # its idle timer runs from the end of this request
+                _keep_alive(inner)  # its idle timer runs from this request (ms long)
                 call.start(self._fast_done)
                 return
         self._to_inner(inner, data)
@@ -256,7 +256,6 @@ class _GuardedConnection(asyncio.Protocol):
         inner = self._inner
         if inner is None:
             return
-        _keep_alive(inner)
         if not answered:  # handed off: aiohttp serves the request after all
             self._to_inner(inner, data)
         for more in following:

@@ -168,7 +168,7 @@ async def test_an_answer_later_than_the_window_streams_after_the_window(tmp_path
 
 def test_a_handoff_never_taken_is_abandoned_once() -> None:
     abandoned: list[int] = []
-    fast = FastPosts(dict, lambda: False, None, "/mcp")
+    fast = FastPosts({}, lambda: False, None, "/mcp")
     transport = object()
 
     async def finish(request: Any) -> Any:
