@@ -38,7 +38,6 @@ from proxy.core.admission import INITIALIZE
 from proxy.core.era import is_modern
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind
-from proxy.downstream.admission import check_session_reading
 from proxy.downstream.fast_call import FastCall
 from proxy.metrics import method_label
 from proxy.servers import SERVERS_PREFIX
@@ -153,6 +152,7 @@ class FastPosts:
         self.listen_path = listen_path
         self.handoffs: dict[object, Handoff] = {}  # by transport, until aiohttp takes it
         self._log_contexts: dict[str, contextvars.Context] = {}
+        self._hosts: dict[str, object] = {}  # Host values served, by the listen section
 
     def _endpoint(self, path: str) -> StreamableHttp | None:
         endpoints = self.endpoints
@@ -196,16 +196,20 @@ class FastPosts:
             context.run(bind_contextvars, upstream=name, principal=None)
         return FastCall(self, endpoint, transport, context.copy(), *served)
 
-    @staticmethod
     def _admit(
-        endpoint: StreamableHttp, headers: dict[str, str], body: bytes
+        self, endpoint: StreamableHttp, headers: dict[str, str], body: bytes
     ) -> tuple[SessionRunner, list[jsonrpc.Message], str | None, str] | None:
         """``StreamableHttp``'s checks of a POST, in its order, up to feeding the session:
         what to feed (the runner, the messages, ``Last-Event-ID``, the metrics' method), or
         None when aiohttp's path must serve it. Raises what that path would refuse with."""
         config = endpoint.config
         listen = config.listen
-        httprules.check_host(headers.get("host"), listen.allowed_hosts)  # (no Origin here)
+        host = headers.get("host", "")
+        if self._hosts.get(host) is not listen:  # (checked for this listen section before)
+            httprules.check_host(host or None, listen.allowed_hosts)  # (no Origin here)
+            if len(self._hosts) >= 256:  # (bounded: hosts are the client's to choose)
+                self._hosts.clear()
+            self._hosts[host] = listen
         holds = _holds_for(headers.get("accept"))
         _json_body(headers.get("content-type"))
         if len(body) > config.sessions.max_message_bytes:
@@ -236,7 +240,8 @@ class FastPosts:
             return None
         if endpoint.stored.enabled and endpoint.stored.foreign(messages, runner.session.epoch):
             return None
-        check_session_reading(runner, config.upstream.max_pending_bytes)
+        if runner.upstream.pending_bytes > config.upstream.max_pending_bytes:
+            return None  # (check_session_reading refuses it on aiohttp's path)
         return runner, messages, headers.get("last-event-id"), method_label(message.method)
 
     def hand_off(
