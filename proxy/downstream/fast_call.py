@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 import structlog
 from aiohttp import web
 
-from proxy.client_conn import ConnFenced, Item
+from proxy.client_conn import Item
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
 from proxy.core.events import ClientPost
+from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.conn_response import HOLD_ON, Hold, Taken, whole_body
 from proxy.downstream.whole_response import sse_head, write_whole_to
 
@@ -101,7 +102,7 @@ class FastCall:
             raise
         if conn.outcome != "sse":
             runner.conn_gone(conn)
-            accepted = web.Response(status=202, headers={"Mcp-Session-Id": runner.session_id})
+            accepted = web.Response(status=202, headers={SESSION_HEADER: runner.session_id})
             self._hand_off(_return(accepted), _ignore)
             return
         self.conn = conn
@@ -171,11 +172,8 @@ class FastCall:
         assert conn is not None
         try:
             await conn.stored()  # the wire never runs ahead of the store
-        except ConnectionError as exc:  # (fenced)
-            log.debug("client_gone", session=self.runner.session_id[:8], error=repr(exc))
-            self.runner.conn_gone(conn)
-            self._done(True)
-            return
+        except ConnectionError:  # (fenced)
+            return self._fenced()
         except BaseException:
             self.runner.conn_gone(conn)
             self._done(True)
@@ -186,9 +184,9 @@ class FastCall:
         conn = self.conn
         assert conn is not None
         runner = self.runner
+        if conn.fenced:
+            return self._fenced()
         try:
-            if conn.fenced:
-                raise ConnFenced("this replica lost the session (fencing)")
             write_whole_to(self.transport, sse_head(runner.session_id), whole)
         except (ConnectionError, RuntimeError) as exc:
             log.debug("client_gone", session=runner.session_id[:8], conn=conn.id, error=repr(exc))
@@ -197,6 +195,17 @@ class FastCall:
         seconds = time.monotonic() - self.started
         self.endpoint.metrics.request_seconds(self.method, "legacy").observe(seconds)
         self._done(True)
+
+    def _fenced(self) -> None:
+        """The session was lost to another replica while the answer waited for the store:
+        nothing of it is written, and the response is the empty one ``respond`` gives."""
+        conn = self.conn
+        assert conn is not None
+        runner = self.runner
+        log.debug("client_gone", session=runner.session_id[:8], conn=conn.id, error="fenced")
+        runner.conn_gone(conn)
+        gone = web.Response(status=200, headers={SESSION_HEADER: runner.session_id})
+        self._hand_off(_return(gone), _ignore)
 
     def _hand_off(
         self,
