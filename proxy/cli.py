@@ -35,6 +35,7 @@ from proxy.context import ProxyContext, token_secret
 from proxy.core import jsoncodec
 from proxy.downstream.app import build_app
 from proxy.downstream.drain import Drain, calls_in_flight
+from proxy.downstream.fast_post import fast_posts
 from proxy.downstream.guard import ConnectionGuard
 from proxy.downstream.keys import AUTH_KEY
 from proxy.downstream.resource import bind
@@ -236,7 +237,7 @@ async def listen_guarded(runner: web.AppRunner, config: Config) -> asyncio.Serve
     """Listen like ``web.TCPSite`` would, but each connection goes through a
     :class:`ConnectionGuard` (header timeout, connection cap) around aiohttp's protocol."""
     assert runner.server is not None, "runner.setup() first"
-    guard = ConnectionGuard(runner.server, config.listen)
+    guard = ConnectionGuard(runner.server, config.listen, fast_posts(runner.app))
     loop = asyncio.get_running_loop()
     return await loop.create_server(guard, config.listen.host, config.listen.port, backlog=128)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -46,11 +47,12 @@ class ConnQueue(Generic[T]):
     ``put_nowait``, ``get_nowait``, ``get``), plus :meth:`wait` (until something is
     queued or :meth:`wake` is called) and :meth:`take` (everything queued now)."""
 
-    __slots__ = ("_items", "_waiter")
+    __slots__ = ("_items", "_listener", "_waiter")
 
     def __init__(self) -> None:
         self._items: deque[T] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        self._listener: Callable[[], object] | None = None
 
     def empty(self) -> bool:
         return not self._items
@@ -76,12 +78,21 @@ class ConnQueue(Generic[T]):
         self._items.clear()
 
     def wake(self) -> None:
-        """End the reader's :meth:`wait` (an item came, or its deadline passed)."""
+        """End the reader's :meth:`wait` (an item came, or its deadline passed), or call
+        its :meth:`listen` callback soon."""
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
+        elif self._listener is not None:
+            listener, self._listener = self._listener, None
+            asyncio.get_running_loop().call_soon(listener)
+
+    def listen(self, callback: Callable[[], object]) -> None:
+        """:meth:`wait` for a reader that is a callback, not a task: ``callback`` is called
+        soon (never from inside :meth:`put_nowait`) after the next :meth:`wake`, once."""
+        self._listener = callback
 
     async def wait(self) -> None:
         """Return once an item is queued or :meth:`wake` is called (at once if an item is
@@ -178,4 +189,6 @@ class ClientConn:
     def written(self, n: int) -> None:
         """The writer handed ``n`` bytes from the front of the queue to the socket."""
         self.queued_bytes -= n
-        self.replay_left = max(0, self.replay_left - n)
+        left = self.replay_left
+        if left:  # (no max(): a builtin call per write showed)
+            self.replay_left = left - n if left > n else 0

@@ -32,6 +32,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from proxy import __version__
+from proxy.metrics_batch import BatchedHistogram
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -196,14 +197,16 @@ class Metrics:
 
         # The children of ``requests``, by (method, era): ``labels()`` per POST showed
         # in the profile (it checks, joins and locks every time); both sets are fixed.
-        self._request_children: dict[tuple[str, str], Histogram] = {}
+        # Observed in batches (proxy/metrics_batch.py), handed over before each scrape.
+        self._request_children: dict[tuple[str, str], BatchedHistogram] = {}
 
-    def request_seconds(self, method: str, era: str) -> Histogram:
+    def request_seconds(self, method: str, era: str) -> BatchedHistogram:
         """``requests``' child for ``method`` (a :func:`method_label`) and ``era``."""
         key = (method, era)
         child = self._request_children.get(key)
         if child is None:
-            child = self._request_children[key] = self.requests.labels(method, era)
+            child = BatchedHistogram(self.requests.labels(method, era))
+            self._request_children[key] = child
         return child
 
     def watch(self, gauge: Gauge, read: Callable[[], float]) -> None:
@@ -211,6 +214,8 @@ class Metrics:
         gauge.set_function(read)
 
     def render(self) -> bytes:
+        for child in list(self._request_children.values()):
+            child.flush()
         return generate_latest(self.registry)
 
 

@@ -19,6 +19,7 @@ from proxy.context import ProxyContext
 from proxy.core import cors, httprules
 from proxy.core.errors import Forbidden, ProxyError, UnknownServer
 from proxy.downstream.auth import PRINCIPAL, SCOPES, Authenticator, principal_of
+from proxy.downstream.fast_post import FAST_KEY, FastPosts
 from proxy.downstream.guard import BodyBudget
 from proxy.downstream.http import StreamableHttp
 from proxy.downstream.keys import (
@@ -239,6 +240,9 @@ def build_app(context: ProxyContext, registry: Registry) -> web.Application:
     app.router.add_route("*", SERVERS_PREFIX + "{name}", unknown)
     app.router.add_route("*", SERVERS_PREFIX + "{name}/{rest:.*}", unknown)
     app.on_response_prepare.append(_cors_for(context, _mcp_paths(app, fixed)))
+    app[FAST_KEY] = FastPosts(  # the common POST (fast_post.py)
+        app[ENDPOINTS_KEY], lambda: app[AUTH_KEY].enabled, fixed, config.listen.path
+    )
     pools = {
         n: e.modern.pool if e.modern is not None else None for n, e in app[ENDPOINTS_KEY].items()
     }

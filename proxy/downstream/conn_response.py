@@ -11,6 +11,7 @@ out as ``application/json``. Every POST holds, so the holds share one timer
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections import deque
 from typing import cast
@@ -30,6 +31,16 @@ from proxy.runtime import SessionRunner
 from proxy.sse_writer import SseWriter
 
 log = structlog.get_logger("proxy.http")
+
+
+class HoldOn(enum.Enum):
+    HOLD_ON = "hold on"
+
+
+HOLD_ON = HoldOn.HOLD_ON  # a hold goes on: nothing decided yet
+
+# What a hold gave: the lone answer's bytes (or None), the items taken, their frames.
+Taken = tuple[bytes | None, list[Item], list[bytes]]
 
 
 class Hold:
@@ -103,27 +114,39 @@ class ConnResponder:
             self.holds = HoldClock(window)
 
     async def respond(
-        self, request: web.Request, runner: SessionRunner, conn: ClientConn, hold: bool = False
+        self,
+        request: web.Request,
+        runner: SessionRunner,
+        conn: ClientConn,
+        hold: bool = False,
+        taken: Taken | None = None,
     ) -> web.StreamResponse:
         """Write ``conn``'s queue out as SSE until the core ends it (a ``CloseMarker``).
 
         ``hold``: first wait up to ``sse.json_answer_window_ms`` for a lone large answer,
-        sent as ``application/json`` instead (:mod:`proxy.core.lone_answer`)."""
+        sent as ``application/json`` instead (:mod:`proxy.core.lone_answer`). ``taken``:
+        what such a hold already gave (:meth:`hold`'s answer, items and frames: a fast POST
+        handed off, :mod:`proxy.downstream.fast_post`)."""
         headers = {SESSION_HEADER: runner.session_id}
         queue = conn.queue
         writer: SseWriter | None = None
         try:
             held: list[Item] = []
-            if hold and self.holds is not None:
+            holds = self.holds
+            if taken is not None or (hold and holds is not None):
                 frames: list[bytes] = []  # those of ``held``, framed
-                answer = await self._hold(conn, held, frames, self.holds)
+                if taken is not None:
+                    answer, held, frames = taken
+                else:
+                    assert holds is not None
+                    answer = await self.hold(conn, held, frames, holds)
                 if answer is not None:
                     await conn.stored()  # the wire never runs ahead of the store
                     log.debug("answered_as_json", session=runner.session_id[:8], size=len(answer))
                     return web.Response(
                         body=answer, content_type="application/json", headers=headers
                     )
-                whole = _whole(held, frames)
+                whole = whole_body(held, frames)
                 if whole is not None and can_write_whole(request):
                     await conn.stored()  # the wire never runs ahead of the store
                     return write_whole(request, sse_head(runner.session_id), whole)
@@ -173,7 +196,7 @@ class ConnResponder:
             return web.Response(status=200, headers=headers)
         return writer.response
 
-    async def _hold(
+    async def hold(
         self, conn: ClientConn, held: list[Item], frames: list[bytes], clock: HoldClock
     ) -> bytes | None:
         """Hold the response headers for ``sse.json_answer_window_ms``, taking what the
@@ -184,7 +207,6 @@ class ConnResponder:
         What is taken counts as written at once, so a large answer behind the unsent
         priming event is no slow reader (``sse.max_queued_bytes``); the hold ends at the
         first message, so it keeps only what the core queued at once, before it."""
-        min_bytes = self.config.sse.json_answer_min_bytes
         queue = conn.queue
         waiting: Hold | None = None
         try:
@@ -196,28 +218,39 @@ class ConnResponder:
                     if waiting.expired:
                         return None
                     continue
-                taken = queue.take()  # (a CloseMarker is always the last item queued)
-                held.extend(taken)
-                size = 0
-                for item in taken:
-                    if not isinstance(item, CloseMarker):
-                        for frame in _sse_frames(item):
-                            frames.append(frame)
-                            size += len(frame)
-                conn.written(size)
-                close = held[-1] if isinstance(held[-1], CloseMarker) else None
-                ended = close is not None and close.retry_ms is None
-                verdict = lone_answer.verdict(frames, ended, min_bytes=min_bytes)
-                if isinstance(verdict, bytes):
+                verdict = self.take_held(conn, held, frames)
+                if verdict is not HOLD_ON:
                     return verdict
-                if verdict is lone_answer.SSE or close is not None:
-                    return None
         finally:
             if waiting is not None:
                 clock.finish(waiting)
 
+    def take_held(
+        self, conn: ClientConn, held: list[Item], frames: list[bytes]
+    ) -> bytes | HoldOn | None:
+        """One step of :meth:`hold`, with something queued: take it; the hold's verdict
+        (the answer's bytes, None: as SSE), or :data:`HOLD_ON` (hold on for more)."""
+        taken = conn.queue.take()  # (a CloseMarker is always the last item queued)
+        held.extend(taken)
+        size = 0
+        for item in taken:
+            if not isinstance(item, CloseMarker):
+                for frame in _sse_frames(item):
+                    frames.append(frame)
+                    size += len(frame)
+        conn.written(size)
+        close = held[-1] if isinstance(held[-1], CloseMarker) else None
+        ended = close is not None and close.retry_ms is None
+        min_bytes = self.config.sse.json_answer_min_bytes
+        verdict = lone_answer.verdict(frames, ended, min_bytes=min_bytes)
+        if isinstance(verdict, bytes):
+            return verdict
+        if verdict is lone_answer.SSE or close is not None:
+            return None
+        return HOLD_ON
 
-def _whole(held: list[Item], frames: list[bytes]) -> bytes | None:
+
+def whole_body(held: list[Item], frames: list[bytes]) -> bytes | None:
     """The whole body of a response the hold ended with (its events, then the ``retry:``
     of a close that asks for a reconnect), if it fits one write; else None."""
     if not held or not isinstance(held[-1], CloseMarker):

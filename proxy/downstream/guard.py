@@ -27,7 +27,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import structlog
 from aiohttp import web
@@ -36,6 +36,10 @@ from aiohttp.web_protocol import RequestHandler
 from proxy.config_sections import ListenConfig
 from proxy.core.errors import Overloaded, PayloadTooLarge, ProxyError, RequestTimeout
 from proxy.downstream.server_log import QUEUE_SLOT, quiet_refusal
+
+if TYPE_CHECKING:
+    from proxy.downstream.fast_call import FastCall
+    from proxy.downstream.fast_post import FastPosts
 
 log = structlog.get_logger("proxy.http")
 
@@ -129,12 +133,24 @@ async def read_body(
 # aiohttp keeps no public record of a request's headers being parsed or of a connection
 # waiting for its next request; these read RequestHandler's own state (checked to exist
 # when a ConnectionGuard is made, so an aiohttp that renames them fails at start).
-_HANDLER_STATE = ("_request_count", "_waiter", QUEUE_SLOT)
+_HANDLER_STATE = (
+    "_request_count",
+    "_waiter",
+    QUEUE_SLOT,
+    "_next_keepalive_close_time",
+    "_keepalive_timeout",
+)
 
 
 def _requests_parsed(handler: RequestHandler) -> int:
     """How many requests' headers aiohttp has parsed on this connection."""
     return handler._request_count
+
+
+def _keep_alive(handler: RequestHandler) -> None:
+    """A request was served beside aiohttp: its keep-alive timer (armed when the connection
+    opened, or after its last response) closes the connection only once idle from now."""
+    handler._next_keepalive_close_time = handler._loop.time() + handler._keepalive_timeout
 
 
 def _waiting_for_request(handler: RequestHandler) -> bool:
@@ -147,13 +163,21 @@ class ConnectionGuard:
     """The protocol factory for ``loop.create_server``: counts connections, refuses those
     past ``max_connections``, and times the reading of each request's headers."""
 
-    def __init__(self, handler_factory: Callable[[], RequestHandler], listen: ListenConfig):
+    def __init__(
+        self,
+        handler_factory: Callable[[], RequestHandler],
+        listen: ListenConfig,
+        fast: FastPosts | None = None,
+    ):
+        """``fast``: the app's fast POSTs (:mod:`proxy.downstream.fast_post`), served
+        from an idle connection's bytes before aiohttp sees them."""
         missing = [name for name in _HANDLER_STATE if name not in RequestHandler.__slots__]
         if missing:  # pragma: no cover - only with an aiohttp this was not written for
             raise RuntimeError(f"aiohttp's RequestHandler lacks {missing}: update guard.py")
         self.handler_factory = handler_factory
         self.max_connections = listen.max_connections
         self.header_timeout = listen.header_timeout_seconds
+        self.fast = fast
         self.open = 0
 
     def __call__(self) -> asyncio.Protocol:
@@ -172,6 +196,10 @@ class _GuardedConnection(asyncio.Protocol):
         self._parsed_at_arming = 0
         self._heard = False  # a byte of the request being timed arrived
         self._ending: asyncio.TimerHandle | None = None  # answered; closing soon
+        # A fast POST being served (fast_post.py): its bytes, and what came after them.
+        self._fast: FastCall | None = None
+        self._fast_data = b""
+        self._fast_next: list[bytes] = []
 
     # ------------------------------------------------------------------ protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -201,6 +229,39 @@ class _GuardedConnection(asyncio.Protocol):
         inner = self._inner
         if inner is None or self._ending is not None:
             return  # answered already: what the client still sends is dropped
+        if self._fast is not None:  # (a client sending before its answer came: it waits)
+            self._fast_next.append(data)
+            return
+        fast = self._guard.fast
+        if (
+            fast is not None
+            and (self._timer is None or not self._heard)  # aiohttp holds no partial request
+            and _waiting_for_request(inner)
+            and self._transport is not None
+        ):
+            if fast.handoffs:
+                fast.forget(self._transport)  # one aiohttp answered without taking it
+            call = fast.prepare(data, self._transport)
+            if call is not None:
+                self._disarm()
+                self._fast, self._fast_data = call, data
+                _keep_alive(inner)  # its idle timer runs from this request (ms long)
+                call.start(self._fast_done)
+                return
+        self._to_inner(inner, data)
+
+    def _fast_done(self, answered: bool) -> None:
+        data, following = self._fast_data, self._fast_next
+        self._fast, self._fast_data, self._fast_next = None, b"", []
+        inner = self._inner
+        if inner is None:
+            return
+        if not answered:  # handed off: aiohttp serves the request after all
+            self._to_inner(inner, data)
+        for more in following:
+            self.data_received(more)
+
+    def _to_inner(self, inner: RequestHandler, data: bytes) -> None:
         # The first byte of the next request starts its timer; armed only when these bytes
         # did not complete its headers (the usual request comes whole: no timer at all).
         idle = self._timer is None and _waiting_for_request(inner)
@@ -227,6 +288,9 @@ class _GuardedConnection(asyncio.Protocol):
         if inner is not None:
             self._guard.open -= 1
             inner.connection_lost(exc)
+        fast = self._guard.fast
+        if fast is not None and fast.handoffs and self._transport is not None:
+            fast.forget(self._transport)
 
     def pause_writing(self) -> None:
         if self._inner is not None:

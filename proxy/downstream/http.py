@@ -43,6 +43,7 @@ from proxy.downstream.admission import check_session_reading, post_to_session
 from proxy.downstream.auth import limit_resumes, principal_of, scopes_of
 from proxy.downstream.conn_response import ConnResponder
 from proxy.downstream.entry import endpoint_entry
+from proxy.downstream.fast_post import fast_posts
 from proxy.downstream.guard import BodyBudget, read_body
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
@@ -224,6 +225,13 @@ class StreamableHttp:
 
     # ------------------------------------------------------------------ POST
     async def _post(self, request: web.Request) -> web.StreamResponse:
+        fast = fast_posts(request.app)
+        handoff = fast.take(request) if fast is not None else None
+        if handoff is not None:  # begun beside aiohttp (fast_post.py), finished here
+            response = await handoff.finish(request)
+            elapsed = time.monotonic() - handoff.started
+            self.metrics.request_seconds(handoff.method, "legacy").observe(elapsed)
+            return response
         headers = request.headers
         httprules.check_post_accept(headers.get("Accept"))
         httprules.check_content_type(headers.get("Content-Type"))

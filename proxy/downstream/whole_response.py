@@ -14,6 +14,7 @@ otherwise :meth:`SseWriter.end` writes it, as before.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from email.utils import formatdate
@@ -81,9 +82,17 @@ def write_whole(request: web.Request, head: tuple[bytes, bytes], body: bytes) ->
     """Write ``head`` and ``body`` (the events, the end) as one response, one write.
     Raises ``ConnectionResetError`` if the client is gone."""
     transport = request.transport
-    if transport is None or transport.is_closing():
+    if transport is None:
+        raise ConnectionResetError("the client is gone")
+    write_whole_to(transport, head, body)
+    return Prewritten(status=200)
+
+
+def write_whole_to(transport: asyncio.Transport, head: tuple[bytes, bytes], body: bytes) -> None:
+    """:func:`write_whole` on the connection's own transport (the fast POST,
+    :mod:`proxy.downstream.fast_post`). Raises ``ConnectionResetError`` if the client is gone."""
+    if transport.is_closing():
         raise ConnectionResetError("the client is gone")
     before, after = head
     chunk = b"%x\r\n%b\r\n%b" % (len(body), body, _TERMINATOR) if body else _TERMINATOR
     transport.write(b"".join((before, _http_date(), after, chunk)))
-    return Prewritten(status=200)

@@ -1,0 +1,241 @@
+"""One fast POST (:mod:`proxy.downstream.fast_post`) once admitted: the session fed,
+then the JSON-answer hold by callbacks, not a task (:meth:`ConnQueue.listen`); its
+answer written whole, or the request handed off to aiohttp's handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import structlog
+from aiohttp import web
+
+from proxy.client_conn import Item
+from proxy.core import jsonrpc
+from proxy.core.errors import ProxyError
+from proxy.core.events import ClientPost
+from proxy.core.protocol import SESSION_HEADER
+from proxy.downstream.conn_response import HOLD_ON, Hold, Taken, whole_body
+from proxy.downstream.whole_response import sse_head, write_whole_to
+
+if TYPE_CHECKING:
+    from proxy.downstream.fast_post import FastPosts
+    from proxy.downstream.http import StreamableHttp
+    from proxy.runtime import ClientConn, SessionRunner
+
+log = structlog.get_logger("proxy.http")
+
+
+class FastCall:
+    """One fast POST: the session fed, then the hold (``sse.json_answer_window_ms``) by
+    callbacks, not a task: the answer written whole, or the request handed off to
+    aiohttp. Steps run in the request's log context."""
+
+    __slots__ = (
+        "_done",
+        "_hold",
+        "conn",
+        "context",
+        "endpoint",
+        "frames",
+        "header_id",
+        "held",
+        "messages",
+        "method",
+        "posts",
+        "runner",
+        "started",
+        "transport",
+    )
+
+    def __init__(
+        self,
+        posts: FastPosts,
+        endpoint: StreamableHttp,
+        transport: asyncio.Transport,
+        context: contextvars.Context,
+        runner: SessionRunner,
+        messages: list[jsonrpc.Message],
+        header_id: str | None,
+        method: str,
+    ) -> None:
+        self.posts = posts
+        self.endpoint = endpoint
+        self.transport = transport
+        self.context = context
+        self.runner = runner
+        self.messages = messages
+        self.header_id = header_id
+        self.method = method
+        self.started = 0.0
+        self.conn: ClientConn | None = None
+        self.held: list[Item] = []
+        self.frames: list[bytes] = []
+        self._hold: Hold | None = None
+        self._done: Callable[[bool], None] = _ignore
+
+    def start(self, done: Callable[[bool], None]) -> None:
+        """Feed the session; ``done`` is called once the call is over: True, answered;
+        False, handed off (give aiohttp the request's bytes). Maybe before this returns."""
+        self._done = done
+        self.context.run(self._feed)
+
+    def _feed(self) -> None:
+        self.started = time.monotonic()
+        runner = self.runner
+        messages = self.messages
+        conn = runner.open_conn("sse")
+        try:
+            runner.feed(ClientPost(conn.id, messages, False, self.header_id))
+        except ProxyError as exc:
+            runner.conn_gone(conn)
+            if exc.request_id is None:  # (JSON-RPC 2.0 §5: a lone request's refusal)
+                exc.request_id = messages[0].id
+            self._hand_off(_raise(exc), _ignore)
+            return
+        except BaseException:
+            runner.conn_gone(conn)
+            raise
+        if conn.outcome != "sse":
+            runner.conn_gone(conn)
+            accepted = web.Response(status=202, headers={SESSION_HEADER: runner.session_id})
+            self._hand_off(_return(accepted), _ignore)
+            return
+        self.conn = conn
+        self._step()
+
+    def _woken(self) -> None:
+        self.context.run(self._step)
+
+    def _step(self) -> None:
+        conn = self.conn
+        assert conn is not None
+        try:
+            hold = self._hold
+            if hold is not None and hold.expired:
+                return self._after_hold(None)
+            if not conn.queue.empty():
+                verdict = self.endpoint.responder.take_held(conn, self.held, self.frames)
+                if verdict is not HOLD_ON:
+                    return self._after_hold(verdict)
+            if hold is None:  # (the window runs from the first wait, as in ``hold``)
+                clock = self.endpoint.responder.holds
+                if clock is None:  # (a reload ended the holds: as ``respond`` would)
+                    return self._after_hold(None)
+                self._hold = clock.begin(conn.queue)
+            conn.queue.listen(self._woken)
+            return None
+        except BaseException:
+            self._end_hold()
+            self.runner.conn_gone(conn)
+            self.transport.close()  # nobody answers it: the client must not wait
+            self._done(True)
+            raise
+
+    def _end_hold(self) -> None:
+        hold = self._hold
+        if hold is not None:
+            self._hold = None
+            clock = self.endpoint.responder.holds
+            if clock is not None:
+                clock.finish(hold)
+            else:
+                hold.done = True
+
+    def _after_hold(self, answer: bytes | None) -> None:
+        self._end_hold()
+        conn = self.conn
+        assert conn is not None
+        runner = self.runner
+        whole = whole_body(self.held, self.frames) if answer is None else None
+        if whole is None:  # a JSON answer, a stream: aiohttp's path writes it
+            taken: Taken = (answer, self.held, self.frames)
+            responder = self.endpoint.responder
+
+            def finish(request: web.Request) -> Awaitable[web.StreamResponse]:
+                return responder.respond(request, runner, conn, taken=taken)
+
+            return self._hand_off(finish, lambda: runner.conn_gone(conn))
+        gate = conn.gate
+        if gate is not None and not conn.fenced and not gate.landed(conn.ticket, conn.lane):
+            task = asyncio.get_running_loop().create_task(self._write_when_stored(whole))
+            task.add_done_callback(_retrieved)
+            return None
+        return self._write(whole)
+
+    async def _write_when_stored(self, whole: bytes) -> None:
+        conn = self.conn
+        assert conn is not None
+        try:
+            await conn.stored()  # the wire never runs ahead of the store
+        except ConnectionError:  # (fenced)
+            return self._fenced()
+        except BaseException:
+            self.runner.conn_gone(conn)
+            self._done(True)
+            raise
+        self._write(whole)
+
+    def _write(self, whole: bytes) -> None:
+        conn = self.conn
+        assert conn is not None
+        runner = self.runner
+        if conn.fenced:
+            return self._fenced()
+        try:
+            write_whole_to(self.transport, sse_head(runner.session_id), whole)
+        except (ConnectionError, RuntimeError) as exc:
+            log.debug("client_gone", session=runner.session_id[:8], conn=conn.id, error=repr(exc))
+        finally:
+            runner.conn_gone(conn)
+        seconds = time.monotonic() - self.started
+        self.endpoint.metrics.request_seconds(self.method, "legacy").observe(seconds)
+        self._done(True)
+
+    def _fenced(self) -> None:
+        """The session was lost to another replica while the answer waited for the store:
+        nothing of it is written, and the response is the empty one ``respond`` gives."""
+        conn = self.conn
+        assert conn is not None
+        runner = self.runner
+        log.debug("client_gone", session=runner.session_id[:8], conn=conn.id, error="fenced")
+        runner.conn_gone(conn)
+        gone = web.Response(status=200, headers={SESSION_HEADER: runner.session_id})
+        self._hand_off(_return(gone), _ignore)
+
+    def _hand_off(
+        self,
+        finish: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        abandon: Callable[[], None],
+    ) -> None:
+        handed = self.posts.hand_off(self.transport, finish, abandon, self.method, self.started)
+        self._done(not handed)  # (abandoned: the connection is closing, nothing to answer)
+
+
+def _ignore(*_: object) -> None:
+    return None
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("fast_post_ended", error=repr(task.exception()))
+
+
+def _raise(exc: ProxyError) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def finish(request: web.Request) -> web.StreamResponse:
+        raise exc
+
+    return finish
+
+
+def _return(
+    response: web.StreamResponse,
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def finish(request: web.Request) -> web.StreamResponse:
+        return response
+
+    return finish
