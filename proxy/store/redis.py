@@ -102,6 +102,10 @@ log = structlog.get_logger("proxy.store")
 T = TypeVar("T")
 
 TAIL_BATCH = 1000  # entries per batch a tail yields
+SUMMARY_CHUNK = 1000
+"""Entries a ``stream/poll``'s :meth:`RedisStore.summary` reads per command: a poll of a
+50,000-event stream is 50 reads, each reply parsed in a turn of its own, never one 10 MB
+reply parsed (and 50,000 entries made) in one step of the event loop."""
 CLOSE_WAIT_SECONDS = 2.0
 """How long :meth:`RedisStore.close` waits for the commands it cancelled."""
 
@@ -341,7 +345,19 @@ class RedisStore(RedisRecords, Store):
         return entries
 
     async def summary(self, key: str, after: int, now: float) -> Unacknowledged:
-        return count_marks(await self.read(key, after, now))
+        """Counted :data:`SUMMARY_CHUNK` entries at a time. Each read checks the record
+        again, so the answer is the stream as the last read found it (one trimmed past
+        ``after`` meanwhile raises, as a poll started then would)."""
+        messages = requests = errors = 0
+        while True:
+            entries = await self.read(key, after, now, SUMMARY_CHUNK)
+            counted = count_marks(entries)
+            messages += counted.messages
+            requests += counted.requests
+            errors += counted.errors
+            if len(entries) < SUMMARY_CHUNK:
+                return Unacknowledged(messages, requests, errors)
+            after = entries[-1].seq
 
     async def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
         while True:
@@ -391,3 +407,20 @@ class RedisStore(RedisRecords, Store):
             for r in records
             if r is not None and r.state == LIVE and (owner is None or r.owner == owner)
         ]
+
+    # ------------------------------------------------------------------ housekeeping
+    async def sweep(self, now: float) -> int:
+        """Redis expires every key itself; what it cannot expire is a member of a
+        bucket's live index whose stream expired while LIVE (an abandoned session's
+        call). A commit in that bucket removes such members, and the index key lives as
+        long as its latest member, but a bucket that sees no commit kept them until then.
+        Here: one ``ZREMRANGEBYSCORE`` per bucket, pipelined (a cluster client: one
+        pipeline per master); how many members went."""
+
+        async def sweep_live(client: Client) -> list[int]:
+            pipe = client.pipeline(transaction=False)
+            for bucket in range(BUCKETS):
+                pipe.zremrangebyscore(self._layout.live(bucket), "-inf", ms(now))
+            return cast(list[int], await pipe.execute())
+
+        return sum(await self._run("sweep the live indexes", sweep_live))
