@@ -46,7 +46,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any, TypeVar, cast
 
 import structlog
-from hiredis import pack_command
 from redis.exceptions import NoScriptError, RedisError
 
 from proxy.core.stream import Unacknowledged
@@ -86,6 +85,7 @@ from proxy.store.redis_lua import (
     RELEASE_LUA,
     RENEW_LUA,
 )
+from proxy.store.redis_pack import pack_commit
 from proxy.store.redis_records import RedisRecords
 from proxy.store.redis_wire import (
     Arg,
@@ -255,28 +255,31 @@ class RedisStore(RedisRecords, Store):
     async def commit(self, batch: Batch, now: float) -> list[str]:
         if not batch:
             return []
-        replies = await self._commit_parts(
-            [
-                commit_call(self._layout, bucket, part, now, self.limits)
-                for bucket, part in by_bucket(batch).items()
-            ]
-        )
+        parts = by_bucket(batch)
+        if self._wire is not None:  # one server: the EVALSHAs written at once on the wire
+            sha = self._commit_script.sha
+            packed = b"".join(
+                pack_commit(sha, self._layout, bucket, part, now, self.limits)
+                for bucket, part in parts.items()
+            )
+            replies = await self._wired("commit", self._wire, packed, len(parts), scripts=True)
+            with self._failing("commit"):
+                checked(replies)
+        else:
+            replies = await self._commit_parts(
+                [
+                    commit_call(self._layout, bucket, part, now, self.limits)
+                    for bucket, part in parts.items()
+                ]
+            )
         # Each part's reply: the keys fencing refused in it (nothing applied to them).
         return [text(key) for reply in replies for key in cast(list[bytes], reply)]
 
     async def _commit_parts(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Run ``COMMIT_LUA`` once per part (bucket); their replies, in order. Several
-        parts go as EVALSHAs in one pipeline (a cluster client: one per master), their
-        scripts loaded again on NOSCRIPT (a restarted or flushed server, a new master).
-        One server: the EVALSHAs written at once on the commits' wire."""
-        if self._wire is not None:
-            sha = self._commit_script.sha
-            packed = b"".join(
-                pack_command(("EVALSHA", sha, len(keys), *keys, *args)) for keys, args in calls
-            )
-            replies = await self._wired("commit", self._wire, packed, len(calls), scripts=True)
-            with self._failing("commit"):
-                return checked(replies)
+        """Run ``COMMIT_LUA`` once per part (bucket) through redis-py; their replies, in
+        order. Several parts go as EVALSHAs in one pipeline (a cluster client: one per
+        master), their scripts loaded again on NOSCRIPT (a restarted or flushed server, a
+        new master)."""
 
         async def commit(client: Client) -> list[Any]:
             if len(calls) == 1:
