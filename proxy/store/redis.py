@@ -27,8 +27,9 @@ Network and server errors come out as :class:`~proxy.store.base.StoreError`; an 
 bounded by ``timeout`` (a socket timeout, 5 s by default; a broken connection is retried
 once on a new one, so the first command after a Redis restart succeeds).
 
-On one server (``redis://``, ``unix://``) a commit of one part and a stream's read go on
-connections of the store's own (:mod:`proxy.store.redis_wire`: packed by hiredis, written
+On one server (``redis://``, ``unix://``) a commit and a stream's read go on connections
+of the store's own (:mod:`proxy.store.redis_wire`: packed in one step, a commit's entries
+by :mod:`proxy.store.redis_pack`, the rest by hiredis; written
 at once, the reply read as it arrives: two turns of the event loop per command). Every
 other command runs on redis-py's client, in a task of its own that its caller waits on
 (:mod:`proxy.store.redis_commands`), so a cancelled caller always ends at once with
