@@ -6,7 +6,9 @@ A contender is one HTTP endpoint at ``http://127.0.0.1:PORT/mcp``: the SDK serve
 Every process started here is stopped with SIGTERM to its own process group, then SIGKILL.
 
 This proxy also runs with a persistent store (``proxy+sqlite``, ``proxy+redis`` in front of
-the raw emitter, ``proxy+sqlite-sdk``, ``proxy+redis-sdk`` in front of the SDK server):
+the raw emitter, ``proxy+sqlite-sdk``, ``proxy+redis-sdk`` in front of the SDK server;
+``proxy+redis`` talks to the bench's Redis over its Unix socket, ``proxy+redis-tcp`` over
+127.0.0.1):
 each start gets a fresh store (:func:`stores.prepared`) through a generated config file,
 and the token secret through the environment.
 """
@@ -179,7 +181,9 @@ def contenders(server: list[str], tool: str, *, peers: bool) -> dict[str, Conten
         direct = [PYTHON, str(SERVE_HTTP), "--fixture", str(LEGACY)]
         found["direct"] = Contender("direct", "direct", direct, tool, replay=False)
     found[f"proxy+{label}"] = Contender(f"proxy+{label}", "proxy", server, tool, health=True)
-    for store in ("sqlite", "redis"):  # beside the memory store's contender
+    # Beside the memory store's contender; redis over its Unix socket (as beside a sidecar),
+    # redis-tcp over 127.0.0.1 (stores.redis_setup).
+    for store in ("sqlite", "redis", "redis-tcp"):
         name = f"proxy+{store}" if label == "raw" else f"proxy+{store}-{label}"
         found[name] = Contender(name, "proxy", server, tool, health=True, store=store)
     # Stateless 2026-07-28 clients over the same upstream (load.py --era modern).

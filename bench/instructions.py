@@ -7,9 +7,10 @@ tar -x -C DIR``). The proxy runs under ``valgrind --tool=callgrind --instr-atsta
 front of the raw emitter; one session is initialized and warmed up, then counting is
 switched on for CALLS sequential ``echo`` calls, and again for one ``flood`` of
 NOTIFICATIONS (0: skip). ``--store``: ``memory`` (the default), ``sqlite`` (a fresh file
-in a temporary directory, ``synchronous: normal``) or ``redis`` (a ``redis-server`` the
-script starts), as ``bench/stores.py`` prepares them for the ``proxy+sqlite`` /
-``proxy+redis`` contenders. Every process started is stopped.
+in a temporary directory, ``synchronous: normal``), ``redis`` (a ``redis-server`` the
+script starts, over its Unix socket) or ``redis-tcp`` (the same over 127.0.0.1), as
+``bench/stores.py`` prepares them for the ``proxy+sqlite`` / ``proxy+redis`` /
+``proxy+redis-tcp`` contenders. Every process started is stopped.
 """
 
 import argparse

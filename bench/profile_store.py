@@ -43,7 +43,7 @@ import contenders as C
 import stores
 from contenders import BENCH, PYTHON, RAW, ROOT, Contender
 
-PY_SPY = ROOT / ".venv" / "bin" / "py-spy"
+PY_SPY = Path(os.environ.get("BENCH_PY_SPY", ROOT / ".venv" / "bin" / "py-spy"))  # or elsewhere
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 
@@ -139,7 +139,7 @@ def main() -> None:
         sys.exit("--era modern: latency or burst (a modern call has nothing to resume)")
     if not PY_SPY.exists() and not args.no_spy:
         sys.exit(f"{PY_SPY} is missing: .venv/bin/pip install py-spy")
-    replicas = 2 if args.phase == "resume" and args.store == "redis" else 1
+    replicas = 2 if args.phase == "resume" and args.store in stores.REDIS_KINDS else 1
     raw = args.out.with_suffix(".txt")
     trace = args.out.with_suffix(".trace.json")
     proxy = Contender("proxy", "proxy", RAW, "flood")
@@ -186,7 +186,7 @@ def main() -> None:
         print(done.stdout.strip())
         if done.returncode != 0:
             sys.exit(f"the phase failed:\n{done.stderr[-2000:]}")
-        if args.store == "redis":  # what the server itself spent, per command
+        if args.store in stores.REDIS_KINDS:  # what the server itself spent, per command
             print("redis-server INFO commandstats (usec_per_call is the server's own time):")
             for name, stat in stores.command_stats().items():
                 print(f"  {name}: {stat}")

@@ -341,7 +341,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-STALL_CONTENDERS = ("proxy+raw", "proxy+sqlite", "proxy+redis")
+STALL_CONTENDERS = ("proxy+raw", "proxy+sqlite", "proxy+redis", "proxy+redis-tcp")
 
 
 def stall_suite(

@@ -1,14 +1,19 @@
 """The stores behind the ``proxy+sqlite`` / ``proxy+redis`` contenders, and their probes.
 
 - :class:`RedisServer`: one ``redis-server`` the benchmark starts itself on a free
-  127.0.0.1 port (``--save '' --appendonly no``: nothing on disk), in its own process
-  group, stopped (SIGTERM to the group, then SIGKILL) when the run ends.
+  127.0.0.1 port and on a Unix socket in its temporary directory (``--save ''
+  --appendonly no``: nothing on disk), in its own process group, stopped (SIGTERM to the
+  group, then SIGKILL) when the run ends. Store kind ``redis`` reaches it through the
+  Unix socket (``unix://``: what a proxy with a Redis sidecar on its host uses),
+  ``redis-tcp`` through the port (``redis://127.0.0.1:PORT/0``); both go through the
+  store's own connections (``proxy/store/redis_wire.py``).
 - :func:`prepared`: what one start of a proxy needs for its store: the ``store:`` section
   of its config file (sqlite: a fresh file in a fresh temporary directory,
   ``synchronous: normal``; redis: a fresh namespace on the bench's server), the
   environment (the token secret: ``MCP_RESUME_PROXY_TOKEN_SECRET``), and a probe.
 - A probe (a string, so it can be handed to a phase script on its command line:
-  ``sqlite:PATH`` or ``redis://HOST:PORT/0#NAMESPACE``) tells what the store holds
+  ``sqlite:PATH`` or ``redis://HOST:PORT/0#NAMESPACE``, TCP whichever way the proxy
+  talks to the server) tells what the store holds
   (:func:`footprint`: bytes used, events, their payload bytes) and a stream's state
   (:func:`stream_state`), read from outside the proxy.
 """
@@ -33,7 +38,8 @@ import redis  # the proxy's own dependency
 from proxy.store.redis_layout import Layout
 
 HOST = "127.0.0.1"
-KINDS = ("memory", "sqlite", "redis")
+KINDS = ("memory", "sqlite", "redis", "redis-tcp")
+REDIS_KINDS = ("redis", "redis-tcp")  # the same server: its Unix socket, its TCP port
 TOKEN_SECRET = "bench-token-secret-0123456789"  # >= 16 characters; a benchmark, not a secret
 STOP_S = 15.0
 
@@ -66,7 +72,18 @@ class RedisServer:
 
     @property
     def url(self) -> str:
+        """The server over TCP (127.0.0.1)."""
         return f"redis://{HOST}:{self.port}/0"
+
+    @property
+    def socket_path(self) -> str:
+        assert self._dir is not None
+        return str(Path(self._dir.name) / "redis.sock")
+
+    @property
+    def unix_url(self) -> str:
+        """The server over its Unix socket."""
+        return f"unix://{self.socket_path}?db=0"
 
     @property
     def pid(self) -> int:
@@ -82,6 +99,7 @@ class RedisServer:
         argv = [
             binary,
             *("--port", str(self.port), "--bind", HOST),
+            *("--unixsocket", self.socket_path, "--unixsocketperm", "700"),
             *("--save", "", "--appendonly", "no", "--daemonize", "no"),
             *("--dir", self._dir.name, "--logfile", ""),
         ]
@@ -161,14 +179,16 @@ class StoreSetup:
     probe: str = ""
 
 
-def redis_setup(namespace: str | None = None) -> StoreSetup:
-    """A redis store on the bench's server; a fresh namespace unless one is given (two
-    replicas of one deployment share theirs)."""
+def redis_setup(namespace: str | None = None, kind: str = "redis") -> StoreSetup:
+    """A redis store on the bench's server (``redis``: its Unix socket, ``redis-tcp``: its
+    port); a fresh namespace unless one is given (two replicas of one deployment share
+    theirs)."""
     server = BACKENDS.redis()
     ns = namespace or f"bench{os.getpid()}-{next(_namespaces)}"
-    sections = f"store:\n  kind: redis\n  url: {server.url}\n  namespace: {ns}\n"
+    url = server.url if kind == "redis-tcp" else server.unix_url
+    sections = f"store:\n  kind: redis\n  url: {url}\n  namespace: {ns}\n"
     env = {"MCP_RESUME_PROXY_TOKEN_SECRET": TOKEN_SECRET}
-    return StoreSetup("redis", sections, env, f"{server.url}#{ns}")
+    return StoreSetup(kind, sections, env, f"{server.url}#{ns}")
 
 
 @contextlib.contextmanager
@@ -186,10 +206,10 @@ def prepared(kind: str, *, alone: bool = False) -> Iterator[StoreSetup]:
             sections = f"store:\n  kind: sqlite\n  path: {path}\n  synchronous: normal\n"
             env = {"MCP_RESUME_PROXY_TOKEN_SECRET": TOKEN_SECRET}
             yield StoreSetup("sqlite", sections, env, f"sqlite:{path}")
-    elif kind == "redis":
+    elif kind in REDIS_KINDS:
         if alone:
             BACKENDS.redis().flush()
-        yield redis_setup()
+        yield redis_setup(kind=kind)
     else:
         raise ValueError(kind)
 

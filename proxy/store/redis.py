@@ -27,8 +27,9 @@ Network and server errors come out as :class:`~proxy.store.base.StoreError`; an 
 bounded by ``timeout`` (a socket timeout, 5 s by default; a broken connection is retried
 once on a new one, so the first command after a Redis restart succeeds).
 
-On one server (``redis://``, ``unix://``) a commit of one part and a stream's read go on
-connections of the store's own (:mod:`proxy.store.redis_wire`: packed by hiredis, written
+On one server (``redis://``, ``unix://``) a commit and a stream's read go on connections
+of the store's own (:mod:`proxy.store.redis_wire`: packed in one step, a commit's entries
+by :mod:`proxy.store.redis_pack`, the rest by hiredis; written
 at once, the reply read as it arrives: two turns of the event loop per command). Every
 other command runs on redis-py's client, in a task of its own that its caller waits on
 (:mod:`proxy.store.redis_commands`), so a cancelled caller always ends at once with
@@ -46,7 +47,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any, TypeVar, cast
 
 import structlog
-from hiredis import pack_command
 from redis.exceptions import NoScriptError, RedisError
 
 from proxy.core.stream import Unacknowledged
@@ -86,6 +86,7 @@ from proxy.store.redis_lua import (
     RELEASE_LUA,
     RENEW_LUA,
 )
+from proxy.store.redis_pack import pack_commit
 from proxy.store.redis_records import RedisRecords
 from proxy.store.redis_wire import (
     Arg,
@@ -102,6 +103,10 @@ log = structlog.get_logger("proxy.store")
 T = TypeVar("T")
 
 TAIL_BATCH = 1000  # entries per batch a tail yields
+SUMMARY_CHUNK = 1000
+"""Entries a ``stream/poll``'s :meth:`RedisStore.summary` reads per command: a poll of a
+50,000-event stream is 50 reads, each reply parsed in a turn of its own, never one 10 MB
+reply parsed (and 50,000 entries made) in one step of the event loop."""
 CLOSE_WAIT_SECONDS = 2.0
 """How long :meth:`RedisStore.close` waits for the commands it cancelled."""
 
@@ -251,28 +256,31 @@ class RedisStore(RedisRecords, Store):
     async def commit(self, batch: Batch, now: float) -> list[str]:
         if not batch:
             return []
-        replies = await self._commit_parts(
-            [
-                commit_call(self._layout, bucket, part, now, self.limits)
-                for bucket, part in by_bucket(batch).items()
-            ]
-        )
+        parts = by_bucket(batch)
+        if self._wire is not None:  # one server: the EVALSHAs written at once on the wire
+            sha = self._commit_script.sha
+            packed = b"".join(
+                pack_commit(sha, self._layout, bucket, part, now, self.limits)
+                for bucket, part in parts.items()
+            )
+            replies = await self._wired("commit", self._wire, packed, len(parts), scripts=True)
+            with self._failing("commit"):
+                checked(replies)
+        else:
+            replies = await self._commit_parts(
+                [
+                    commit_call(self._layout, bucket, part, now, self.limits)
+                    for bucket, part in parts.items()
+                ]
+            )
         # Each part's reply: the keys fencing refused in it (nothing applied to them).
         return [text(key) for reply in replies for key in cast(list[bytes], reply)]
 
     async def _commit_parts(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Run ``COMMIT_LUA`` once per part (bucket); their replies, in order. Several
-        parts go as EVALSHAs in one pipeline (a cluster client: one per master), their
-        scripts loaded again on NOSCRIPT (a restarted or flushed server, a new master).
-        One server: the EVALSHAs written at once on the commits' wire."""
-        if self._wire is not None:
-            sha = self._commit_script.sha
-            packed = b"".join(
-                pack_command(("EVALSHA", sha, len(keys), *keys, *args)) for keys, args in calls
-            )
-            replies = await self._wired("commit", self._wire, packed, len(calls), scripts=True)
-            with self._failing("commit"):
-                return checked(replies)
+        """Run ``COMMIT_LUA`` once per part (bucket) through redis-py; their replies, in
+        order. Several parts go as EVALSHAs in one pipeline (a cluster client: one per
+        master), their scripts loaded again on NOSCRIPT (a restarted or flushed server, a
+        new master)."""
 
         async def commit(client: Client) -> list[Any]:
             if len(calls) == 1:
@@ -341,7 +349,19 @@ class RedisStore(RedisRecords, Store):
         return entries
 
     async def summary(self, key: str, after: int, now: float) -> Unacknowledged:
-        return count_marks(await self.read(key, after, now))
+        """Counted :data:`SUMMARY_CHUNK` entries at a time. Each read checks the record
+        again, so the answer is the stream as the last read found it (one trimmed past
+        ``after`` meanwhile raises, as a poll started then would)."""
+        messages = requests = errors = 0
+        while True:
+            entries = await self.read(key, after, now, SUMMARY_CHUNK)
+            counted = count_marks(entries)
+            messages += counted.messages
+            requests += counted.requests
+            errors += counted.errors
+            if len(entries) < SUMMARY_CHUNK:
+                return Unacknowledged(messages, requests, errors)
+            after = entries[-1].seq
 
     async def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
         while True:
@@ -391,3 +411,20 @@ class RedisStore(RedisRecords, Store):
             for r in records
             if r is not None and r.state == LIVE and (owner is None or r.owner == owner)
         ]
+
+    # ------------------------------------------------------------------ housekeeping
+    async def sweep(self, now: float) -> int:
+        """Redis expires every key itself; what it cannot expire is a member of a
+        bucket's live index whose stream expired while LIVE (an abandoned session's
+        call). A commit in that bucket removes such members, and the index key lives as
+        long as its latest member, but a bucket that sees no commit kept them until then.
+        Here: one ``ZREMRANGEBYSCORE`` per bucket, pipelined (a cluster client: one
+        pipeline per master); how many members went."""
+
+        async def sweep_live(client: Client) -> list[int]:
+            pipe = client.pipeline(transaction=False)
+            for bucket in range(BUCKETS):
+                pipe.zremrangebyscore(self._layout.live(bucket), "-inf", ms(now))
+            return cast(list[int], await pipe.execute())
+
+        return sum(await self._run("sweep the live indexes", sweep_live))

@@ -245,6 +245,21 @@ def commit_call(
 ) -> tuple[list[str], list[Any]]:
     """The KEYS and ARGV of ``COMMIT_LUA`` for ``batch``, whose keys are all in ``bucket``
     (:func:`by_bucket`; the script's header comment has the layout)."""
+    keys, head, appended, tail = commit_pieces(layout, bucket, batch, now, limits)
+    appends: list[Any] = []
+    for slot, entries in appended:
+        appends += (slot, len(entries))
+        for e in entries:  # b"%d": an IntFlag mark would go as its repr
+            appends += (b"%d" % e.seq, e.payload, b"%d" % e.mark)
+    return keys, [*head, *appends, *tail]
+
+
+def commit_pieces(
+    layout: Layout, bucket: int, batch: Batch, now: float, limits: StoreLimits
+) -> tuple[list[str], list[Any], list[tuple[int, list[Entry]]], list[Any]]:
+    """:func:`commit_call`'s KEYS and ARGV in pieces: the KEYS, the ARGV before the
+    appended entries (ending with their streams' count), each appended stream's slot and
+    entries, the ARGV after them (:mod:`proxy.store.redis_pack` packs the entries itself)."""
     slots: dict[str, int] = {}
 
     def slot(key: str) -> int:
@@ -256,12 +271,7 @@ def commit_call(
         puts += (slot(r.key), r.session_id, r.owner, r.state, r.first_seq, r.last_seq)
         puts += (json.dumps(r.request_ids), int(r.announced), expires, json.dumps(r.principal))
         puts.append(json.dumps(r.server))
-    appends: list[Any] = []
-    appended = [(key, entries) for key, entries in batch.appends.items() if entries]
-    for key, entries in appended:
-        appends += (slot(key), len(entries))
-        for e in entries:  # b"%d": an IntFlag mark would go as its repr
-            appends += (b"%d" % e.seq, e.payload, b"%d" % e.mark)
+    appended = [(slot(key), entries) for key, entries in batch.appends.items() if entries]
     takeovers = [
         x for key, t in batch.takeovers.items() for x in (slot(key), t.fence, b"%d" % t.last_seq)
     ]
@@ -275,7 +285,7 @@ def commit_call(
     header: list[Any] = [ms(now), ms(now + limits.live_ttl), limits.max_events]
     header += (WAKE_TTL_MS, len(slots), *slots)
     fencing = [batch.fence, batch.owner, len(batch.takeovers), *takeovers]
-    args = [*header, *fencing, len(batch.streams), *puts, len(appended), *appends]
-    args += (len(batch.trimmed), *trimmed, len(batch.completed), *completed)
-    args += (len(dropped), *dropped)
-    return keys, args
+    head = [*header, *fencing, len(batch.streams), *puts, len(appended)]
+    tail = [len(batch.trimmed), *trimmed, len(batch.completed), *completed]
+    tail += (len(dropped), *dropped)
+    return keys, head, appended, tail

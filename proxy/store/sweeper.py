@@ -4,7 +4,8 @@ A record past its ``expires_at`` is absent to every read (:mod:`proxy.store.base
 the memory and SQLite stores delete it only when something reads it again, or when
 :meth:`Store.sweep` runs: a completed stream nobody resumes, a task nobody asks for
 again, a dropped stream's tombstone a stopped proxy left in the SQLite file, would stay
-for ever. Redis expires its keys itself (every key has a TTL), so its sweep does nothing.
+for ever. Redis expires its keys itself (every key has a TTL); its sweep takes streams that
+expired while live out of the buckets' live indexes.
 
 :class:`Sweeper` calls :meth:`Store.sweep` every ``store.sweep_seconds``. The work of one
 sweep is bounded per loop turn by the store (SQLite: a transaction of at most

@@ -1,0 +1,60 @@
+"""A commit packed for the Redis store's own connections (proxy/store/redis_pack.py) is,
+byte for byte, what hiredis packs of ``commit_call``'s arguments (which redis-py sends to
+a cluster): seeded random batches with records, appends with and without marks, empty
+appends, trims, endings, drops and takeovers."""
+
+from __future__ import annotations
+
+import random
+
+from hiredis import pack_command
+
+from proxy.core.stream import Mark
+from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord, Takeover
+from proxy.store.redis_layout import Layout, commit_call
+from proxy.store.redis_pack import pack_commit
+
+SEED = 2323
+SHA = "0123456789abcdef0123456789abcdef01234567"
+MARKS = [0, 0, 0, Mark.REQUEST, Mark.ERROR, Mark.REQUEST | Mark.ERROR, 3]
+
+
+def random_batch(rng: random.Random) -> Batch:
+    keys = [f"e{rng.randrange(3)}.{n}" for n in range(rng.randrange(1, 6))]
+    batch = Batch(fence=f"f{rng.randrange(9)}", owner="a")
+    for key in keys:
+        if rng.random() < 0.5:
+            record = StreamRecord(key, "s1", "a", request_ids=[rng.randrange(5)])
+            record.principal = rng.choice([None, "alice", 'qu"ote'])
+            record.expires_at = rng.choice([None, 1.7e9 + rng.random()])
+            batch.streams.append(record)
+        if rng.random() < 0.7:
+            first = rng.randrange(1, 10**6)
+            payload = lambda: bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40)))  # noqa: E731
+            batch.appends[key] = [
+                Entry(seq, payload(), rng.choice(MARKS))
+                for seq in range(first, first + rng.randrange(0, 300))
+            ]
+        if rng.random() < 0.2:
+            batch.trimmed[key] = rng.randrange(1, 100)
+        if rng.random() < 0.2:
+            batch.completed[key] = 1.7e9 + rng.random() * 100
+        if rng.random() < 0.1:
+            batch.dropped.append(key)
+        if rng.random() < 0.1:
+            batch.takeovers[key] = Takeover(f"t{rng.randrange(9)}", rng.randrange(100))
+    return batch
+
+
+def test_a_packed_commit_is_what_hiredis_packs_of_its_arguments() -> None:
+    print(f"seed {SEED}")
+    rng = random.Random(SEED)
+    layout = Layout("pack")
+    limits = StoreLimits()
+    for _ in range(300):
+        batch = random_batch(rng)
+        now = 1.7e9 + rng.random() * 1000
+        bucket = rng.randrange(256)
+        keys, args = commit_call(layout, bucket, batch, now, limits)
+        expected = pack_command(("EVALSHA", SHA, len(keys), *keys, *args))
+        assert pack_commit(SHA, layout, bucket, batch, now, limits) == expected
