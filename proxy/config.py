@@ -47,8 +47,7 @@ from proxy.config_tracing import TracingConfig
 from proxy.config_upstream import UpstreamConfig, check_upstream
 from proxy.core.session import SessionSettings
 
-# StoreConfig: re-exported for proxy/store/open.py until it imports proxy.config_sections.
-__all__ = ["Bound", "ConfigError", "OneOf", "Problems", "StoreConfig", "interpolate"]
+__all__ = ["Bound", "ConfigError", "OneOf", "Problems", "interpolate"]
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from proxy.config import SseConfig
+from proxy.config_sections import SseConfig
 from proxy.core import jsonrpc, lone_answer, seed
 from proxy.core.errors import ResumeError, SessionNotFound, StoreUnavailable
 from proxy.core.eventid import event_id_prefix, format_event_id, parse_event_id

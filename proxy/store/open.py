@@ -8,7 +8,7 @@ from typing import Any
 
 import structlog
 
-from proxy.config import StoreConfig
+from proxy.config_sections import StoreConfig
 from proxy.core import jsonrpc, seed
 from proxy.core.errors import LostReason, lost_answer
 from proxy.core.stream import Mark

@@ -10,7 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.config import Config, SseConfig
+from proxy.config import Config
+from proxy.config_sections import SseConfig
 from proxy.core.errors import StoreUnavailable
 from proxy.core.sse import SSEDecoder, encode_event
 from proxy.downstream.stored import StoredStreams
