@@ -233,7 +233,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("proxy.core",)),  # sans-I/O (tests/core/test_sans_io.py)
     (
         "leaves",
-        ("proxy", "proxy.backoff", "proxy.logs", "proxy.looplag", "proxy.metrics"),
+        (
+            "proxy",
+            "proxy.backoff",
+            "proxy.logs",
+            "proxy.looplag",
+            "proxy.metrics",
+            "proxy.metrics_batch",
+        ),
     ),  # import none
 )
 

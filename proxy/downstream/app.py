@@ -21,6 +21,7 @@ from proxy.core.errors import Forbidden, ProxyError, UnknownServer
 from proxy.downstream.auth import PRINCIPAL, SCOPES, Authenticator, principal_of
 from proxy.downstream.fast_post import FAST_KEY, FastPosts
 from proxy.downstream.guard import BodyBudget
+from proxy.downstream.handoff import HANDOFFS_KEY
 from proxy.downstream.http import StreamableHttp
 from proxy.downstream.keys import (
     AUTH_KEY,
@@ -240,9 +241,10 @@ def build_app(context: ProxyContext, registry: Registry) -> web.Application:
     app.router.add_route("*", SERVERS_PREFIX + "{name}", unknown)
     app.router.add_route("*", SERVERS_PREFIX + "{name}/{rest:.*}", unknown)
     app.on_response_prepare.append(_cors_for(context, _mcp_paths(app, fixed)))
-    app[FAST_KEY] = FastPosts(  # the common POST (fast_post.py)
+    fast = app[FAST_KEY] = FastPosts(  # the common POST (fast_post.py)
         app[ENDPOINTS_KEY], lambda: app[AUTH_KEY].enabled, fixed, config.listen.path
     )
+    app[HANDOFFS_KEY] = fast.handoffs
     pools = {
         n: e.modern.pool if e.modern is not None else None for n, e in app[ENDPOINTS_KEY].items()
     }

@@ -9,7 +9,7 @@ import asyncio
 import contextvars
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 from aiohttp import web
@@ -19,15 +19,39 @@ from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError
 from proxy.core.events import ClientPost
 from proxy.core.protocol import SESSION_HEADER
-from proxy.downstream.conn_response import HOLD_ON, Hold, Taken, whole_body
+from proxy.downstream.conn_response import HOLD_ON, ConnResponder, Hold, Taken, whole_body
 from proxy.downstream.whole_response import sse_head, write_whole_to
 
 if TYPE_CHECKING:
-    from proxy.downstream.fast_post import FastPosts
-    from proxy.downstream.http import StreamableHttp
+    from proxy.metrics import Metrics
     from proxy.runtime import ClientConn, SessionRunner
 
 log = structlog.get_logger("proxy.http")
+
+
+class Endpoint(Protocol):
+    """What a call needs of its :class:`~proxy.downstream.http.StreamableHttp` (named
+    here, not imported: that module leads to this one)."""
+
+    @property
+    def responder(self) -> ConnResponder: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+
+class HandsOff(Protocol):
+    """What a call needs of :class:`~proxy.downstream.fast_post.FastPosts` (named here,
+    not imported: that module makes the calls)."""
+
+    def hand_off(
+        self,
+        transport: asyncio.Transport,
+        finish: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        abandon: Callable[[], None],
+        method: str,
+        started: float,
+    ) -> bool: ...
 
 
 class FastCall:
@@ -54,8 +78,8 @@ class FastCall:
 
     def __init__(
         self,
-        posts: FastPosts,
-        endpoint: StreamableHttp,
+        posts: HandsOff,
+        endpoint: Endpoint,
         transport: asyncio.Transport,
         context: contextvars.Context,
         runner: SessionRunner,

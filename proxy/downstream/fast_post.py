@@ -39,6 +39,7 @@ from proxy.core.era import is_modern
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind
 from proxy.downstream.fast_call import FastCall
+from proxy.downstream.handoff import Handoff
 from proxy.metrics import method_label
 from proxy.servers import SERVERS_PREFIX
 
@@ -105,33 +106,6 @@ def _headers(data: bytes) -> dict[str, str] | None:
             return None
         headers[key] = value.strip(" \t")
     return headers
-
-
-class Handoff:
-    """What a fast POST did before its response turned out not to be whole: aiohttp's
-    handler of the same request finishes it (:meth:`finish`), or, should the request
-    never reach it, :meth:`abandon` lets the session forget the connection."""
-
-    __slots__ = ("_abandon", "finish", "method", "started")
-
-    def __init__(
-        self,
-        finish: Callable[[web.Request], Awaitable[web.StreamResponse]],
-        abandon: Callable[[], None],
-        method: str,
-        started: float,
-    ) -> None:
-        self.finish = finish
-        self._abandon = abandon
-        self.method = method
-        self.started = started
-
-    def abandon(self) -> None:
-        self._abandon()
-
-
-def _nothing() -> None:
-    return None
 
 
 class FastPosts:
@@ -259,11 +233,6 @@ class FastPosts:
             return False
         self.handoffs[transport] = Handoff(finish, abandon, method, started)
         return True
-
-    def take(self, request: web.Request) -> Handoff | None:
-        """The handoff waiting for ``request`` (aiohttp's side), if any."""
-        handoffs = self.handoffs
-        return handoffs.pop(request.transport, None) if handoffs else None
 
     def forget(self, transport: object) -> None:
         """A handoff aiohttp never took (its connection ended, or it refused the request

@@ -27,7 +27,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import structlog
 from aiohttp import web
@@ -39,9 +39,22 @@ from proxy.downstream.server_log import QUEUE_SLOT, quiet_refusal
 
 if TYPE_CHECKING:
     from proxy.downstream.fast_call import FastCall
-    from proxy.downstream.fast_post import FastPosts
+    from proxy.downstream.handoff import Handoff
 
 log = structlog.get_logger("proxy.http")
+
+
+class FastPosts(Protocol):
+    """What the guard needs of :class:`~proxy.downstream.fast_post.FastPosts` (named
+    here, not imported: that module leads to the handler's, which imports this one)."""
+
+    @property
+    def handoffs(self) -> dict[object, Handoff]: ...
+
+    def prepare(self, data: bytes, transport: asyncio.Transport) -> FastCall | None: ...
+
+    def forget(self, transport: object) -> None: ...
+
 
 # How long a refused or timed-out connection may still send (it is read and dropped)
 # before it is closed: closing with unread input would reset the connection and could

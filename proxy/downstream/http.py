@@ -43,8 +43,8 @@ from proxy.downstream.admission import check_session_reading, post_to_session
 from proxy.downstream.auth import limit_resumes, principal_of, scopes_of
 from proxy.downstream.conn_response import ConnResponder
 from proxy.downstream.entry import endpoint_entry
-from proxy.downstream.fast_post import fast_posts
 from proxy.downstream.guard import BodyBudget, read_body
+from proxy.downstream.handoff import take_handoff
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
 from proxy.downstream.wire import error_response
@@ -225,8 +225,7 @@ class StreamableHttp:
 
     # ------------------------------------------------------------------ POST
     async def _post(self, request: web.Request) -> web.StreamResponse:
-        fast = fast_posts(request.app)
-        handoff = fast.take(request) if fast is not None else None
+        handoff = take_handoff(request)
         if handoff is not None:  # begun beside aiohttp (fast_post.py), finished here
             response = await handoff.finish(request)
             elapsed = time.monotonic() - handoff.started

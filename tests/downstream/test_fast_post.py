@@ -20,7 +20,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.downstream.fast_post import FastPosts, Handoff, _headers
+from proxy.downstream.fast_post import FastPosts, _headers
+from proxy.downstream.handoff import Handoff
 from tests.support import FIXTURE, ROOT, RunningProxy, run_proxy
 
 FLOOD = [sys.executable, str(ROOT / "tests" / "fixtures" / "flood_server.py")]
