@@ -170,13 +170,15 @@ class ClientConn:
     def __repr__(self) -> str:
         return f"ClientConn(id={self.id}, framing={self.framing!r}, closed={self.closed})"
 
-    async def stored(self) -> None:
+    async def stored(self, upto: int | None = None) -> None:
         """Wait until everything queued so far is in the store (the wire never runs
         ahead of it, DESIGN.md §9); at once with the memory store. Raises
-        :class:`ConnFenced` once the session was lost: the store may have refused it."""
+        :class:`ConnFenced` once the session was lost: the store may have refused it.
+        ``upto``: only what was queued when :attr:`ticket` was ``upto`` (items taken then)."""
         gate = self.gate
-        if gate is not None and not self.fenced and not gate.landed(self.ticket, self.lane):
-            await gate.wait(self.ticket, lane=self.lane)
+        ticket = self.ticket if upto is None else upto
+        if gate is not None and not self.fenced and not gate.landed(ticket, self.lane):
+            await gate.wait(ticket, lane=self.lane)
         if self.fenced:
             raise ConnFenced("this replica lost the session (fencing)")
 

@@ -40,7 +40,7 @@ class HoldOn(enum.Enum):
 HOLD_ON = HoldOn.HOLD_ON  # a hold goes on: nothing decided yet
 
 # What a hold gave: the lone answer's bytes (or None), the items taken, their frames.
-Taken = tuple[bytes | None, list[Item], list[bytes]]
+Taken = tuple[bytes | None, list[Item], list[bytes], int]
 
 
 class Hold:
@@ -132,14 +132,18 @@ class ConnResponder:
         writer: SseWriter | None = None
         try:
             held: list[Item] = []
+            # The batch the held items wait for: more may be queued (and wait for a later
+            # batch) before this writer runs; the held ones go as soon as theirs landed.
+            held_ticket: int | None = None
             holds = self.holds
             if taken is not None or (hold and holds is not None):
                 frames: list[bytes] = []  # those of ``held``, framed
                 if taken is not None:
-                    answer, held, frames = taken
+                    answer, held, frames, held_ticket = taken
                 else:
                     assert holds is not None
                     answer = await self.hold(conn, held, frames, holds)
+                    held_ticket = conn.ticket
                 if answer is not None:
                     await conn.stored()  # the wire never runs ahead of the store
                     log.debug("answered_as_json", session=runner.session_id[:8], size=len(answer))
@@ -163,6 +167,7 @@ class ConnResponder:
                 if close is not None:
                     items.pop()
                 counted = bool(held)  # (held items were counted as written when taken)
+                upto = held_ticket if held else None
                 held = []
                 # A replay is framed and written in chunks of bounded size, the event loop
                 # free between them; the last chunk goes on as one batch always did.
@@ -178,7 +183,7 @@ class ConnResponder:
                     conn.replay_clock = None
                 if close is not None and close.retry_ms is not None:
                     last += encode_retry(close.retry_ms)
-                await conn.stored()  # the wire never runs ahead of the store
+                await conn.stored(upto)  # the wire never runs ahead of the store
                 if close is not None:  # the last events and the end in one write
                     await writer.end(last)
                     break

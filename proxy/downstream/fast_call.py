@@ -177,7 +177,7 @@ class FastCall:
         runner = self.runner
         whole = whole_body(self.held, self.frames) if answer is None else None
         if whole is None:  # a JSON answer, a stream: aiohttp's path writes it
-            taken: Taken = (answer, self.held, self.frames)
+            taken: Taken = (answer, self.held, self.frames, conn.ticket)
             responder = self.endpoint.responder
 
             def finish(request: web.Request) -> Awaitable[web.StreamResponse]:
