@@ -9,6 +9,8 @@ import asyncio
 import time
 from pathlib import Path
 
+from proxy.client_conn import ClientConn
+from proxy.core.events import ConnId
 from proxy.core.journal import Journal
 from proxy.store.base import StoreLimits
 from proxy.store.fencing import Fence
@@ -169,3 +171,43 @@ async def test_a_part_taken_ahead_does_not_let_more_named_since_go() -> None:
         for gate in store.gates:
             gate.set()
         await persister.close()
+
+
+async def test_a_writer_of_items_taken_earlier_waits_only_for_their_batch() -> None:
+    """A held response (a fast POST handed to aiohttp) writes the items it took as soon as
+    their batch is stored, not once everything queued for its connection since is: a
+    burst's later batch may still be waiting. Fails if ``stored(upto)`` waits for
+    :attr:`ClientConn.ticket` (the writer's first event then waits for a later batch)."""
+    store = HeldStore()
+    await store.open()
+    persister = Persister(store, "a", 60.0, Fence("a"))
+    try:
+        session = Noting(EPOCH)
+        conn = ClientConn(ConnId(1), gate=persister, lane=EPOCH)
+        persister.note(session, Journal(opened=[1], appends=appends(1, 1, 1)), "default")  # type: ignore[arg-type]
+        conn.ticket = taken_at = persister.ticket
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert len(store.seen) == 1  # the first batch, held in its commit
+        persister.note(session, Journal(appends=appends(1, 2, 5)), "default")  # type: ignore[arg-type]
+        conn.ticket = persister.ticket  # more queued since: a later batch
+        assert conn.ticket > taken_at
+        store.gates[0].set()
+        async with asyncio.timeout(10):
+            await conn.stored(taken_at)
+        assert not persister.landed(conn.ticket, EPOCH)  # the later one is not stored yet
+        waiting = asyncio.ensure_future(conn.stored())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        for _ in range(10):
+            for gate in store.gates:
+                gate.set()
+            await asyncio.sleep(0)
+        async with asyncio.timeout(10):
+            await waiting
+    finally:
+        for gate in store.gates:
+            gate.set()
+        await persister.close()
+        await store.close()
