@@ -20,6 +20,7 @@ from proxy.core.errors import ProxyError
 from proxy.core.events import ClientPost
 from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.conn_response import HOLD_ON, ConnResponder, Hold, Taken, whole_body
+from proxy.downstream.handoff import Handoff
 from proxy.downstream.whole_response import sse_head, write_whole_to
 
 if TYPE_CHECKING:
@@ -40,20 +41,6 @@ class Endpoint(Protocol):
     def metrics(self) -> Metrics: ...
 
 
-class HandsOff(Protocol):
-    """What a call needs of :class:`~proxy.downstream.fast_post.FastPosts` (named here,
-    not imported: that module makes the calls)."""
-
-    def hand_off(
-        self,
-        transport: asyncio.Transport,
-        finish: Callable[[web.Request], Awaitable[web.StreamResponse]],
-        abandon: Callable[[], None],
-        method: str,
-        started: float,
-    ) -> bool: ...
-
-
 class FastCall:
     """One fast POST: the session fed, then the hold (``sse.json_answer_window_ms``) by
     callbacks, not a task: the answer written whole, or the request handed off to
@@ -66,11 +53,11 @@ class FastCall:
         "context",
         "endpoint",
         "frames",
+        "handoffs",
         "header_id",
         "held",
         "messages",
         "method",
-        "posts",
         "runner",
         "started",
         "transport",
@@ -78,7 +65,7 @@ class FastCall:
 
     def __init__(
         self,
-        posts: HandsOff,
+        handoffs: dict[object, Handoff],
         endpoint: Endpoint,
         transport: asyncio.Transport,
         context: contextvars.Context,
@@ -87,7 +74,7 @@ class FastCall:
         header_id: str | None,
         method: str,
     ) -> None:
-        self.posts = posts
+        self.handoffs = handoffs  # the app's, by transport, until aiohttp takes each
         self.endpoint = endpoint
         self.transport = transport
         self.context = context
@@ -236,8 +223,14 @@ class FastCall:
         finish: Callable[[web.Request], Awaitable[web.StreamResponse]],
         abandon: Callable[[], None],
     ) -> None:
-        handed = self.posts.hand_off(self.transport, finish, abandon, self.method, self.started)
-        self._done(not handed)  # (abandoned: the connection is closing, nothing to answer)
+        """Leave the request to aiohttp's handler (its bytes given to it), or, the connection
+        closing, ``abandon`` it: no request will come to take it."""
+        if self.transport.is_closing():
+            abandon()
+            self._done(True)  # (nothing to answer)
+            return
+        self.handoffs[self.transport] = Handoff(finish, abandon, self.method, self.started)
+        self._done(False)
 
 
 def _ignore(*_: object) -> None:

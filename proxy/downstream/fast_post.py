@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -168,7 +168,7 @@ class FastPosts:
         if context is None:  # the log context ``endpoint_entry`` binds, built once
             context = self._log_contexts[name] = contextvars.Context()
             context.run(bind_contextvars, upstream=name, principal=None)
-        return FastCall(self, endpoint, transport, context.copy(), *served)
+        return FastCall(self.handoffs, endpoint, transport, context.copy(), *served)
 
     def _admit(
         self, endpoint: StreamableHttp, headers: dict[str, str], body: bytes
@@ -217,22 +217,6 @@ class FastPosts:
         if runner.upstream.pending_bytes > config.upstream.max_pending_bytes:
             return None  # (check_session_reading refuses it on aiohttp's path)
         return runner, messages, headers.get("last-event-id"), method_label(message.method)
-
-    def hand_off(
-        self,
-        transport: asyncio.Transport,
-        finish: Callable[[web.Request], Awaitable[web.StreamResponse]],
-        abandon: Callable[[], None],
-        method: str,
-        started: float,
-    ) -> bool:
-        """Leave the request to aiohttp's handler (True), or, the connection closing,
-        ``abandon`` it (False)."""
-        if transport.is_closing():  # no request will come to take it
-            abandon()
-            return False
-        self.handoffs[transport] = Handoff(finish, abandon, method, started)
-        return True
 
     def forget(self, transport: object) -> None:
         """A handoff aiohttp never took (its connection ended, or it refused the request
