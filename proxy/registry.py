@@ -52,6 +52,7 @@ from proxy.forwarding import (
 from proxy.forwarding_seat import StandaloneRelease, StandaloneStopped, StandaloneTakeover
 from proxy.metrics import counts
 from proxy.replicas import Follower, Relay
+from proxy.runner_remote import acknowledge, serve_remote
 from proxy.runtime import SessionRunner
 from proxy.servers import Server
 from proxy.store.base import SessionRecord, StoreError
@@ -287,7 +288,7 @@ class Registry:
                     await self._forwarded_to(message).end("deleted by client")
                     return Deleted()
                 case ForwardedAck():
-                    self._forwarded_to(message).acknowledge(message.last_event_id)
+                    acknowledge(self._forwarded_to(message), message.last_event_id)
                     return Acked()
                 case StandaloneRelease(token=token, upto=upto):
                     self._forwarded_to(message).seat.released(token, upto)
@@ -299,7 +300,7 @@ class Registry:
                     runner = self._forwarded_to(message)
 
                     async def attach() -> tuple[int | None, StreamOpened | NoStream]:
-                        opened = await runner.serve_remote(message)
+                        opened = await serve_remote(runner, message)
                         return (opened.after if isinstance(opened, StreamOpened) else None), opened
 
                     return await runner.seat.take(socket, self.context.replicas, attach)
@@ -312,7 +313,7 @@ class Registry:
                         served = await side.serve_forwarded_post(runner, message)
                         if served is not None:  # a 2025-11-25 task request the proxy serves
                             return served
-                    return await runner.serve_remote(message)
+                    return await serve_remote(runner, message)
                 case _:
                     assert_never(message)
         except ProxyError as exc:

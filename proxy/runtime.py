@@ -6,7 +6,8 @@ as commands, which are carried out here synchronously and in order (queue puts, 
 moves, task starts), so that no ``await`` separates a decision from its effect.
 
 The :class:`~proxy.registry.Registry` owns every runner. A connection and its queue are
-:mod:`proxy.client_conn`'s (re-exported here).
+:mod:`proxy.client_conn`'s (re-exported here); the hand-off to a durable store
+:mod:`proxy.runner_store`'s; what it does for another replica :mod:`proxy.runner_remote`'s.
 """
 
 from __future__ import annotations
@@ -20,16 +21,12 @@ from typing import Protocol, assert_never, runtime_checkable
 import structlog
 
 from proxy.client_conn import ClientConn, CloseMarker, ConnFenced, Frame
-from proxy.core import jsonrpc
 from proxy.core.errors import SessionNotFound
-from proxy.core.eventid import parse_event_id
 from proxy.core.events import (
     Accepted,
-    ClientAck,
     ClientDelete,
     ClientDetached,
     ClientGet,
-    ClientPost,
     CloseClient,
     Command,
     ConnId,
@@ -53,11 +50,11 @@ from proxy.core.events import (
     WakeAt,
 )
 from proxy.core.jsonrpc import Message
-from proxy.core.session import STANDALONE, Session, SessionSettings
+from proxy.core.session import Session, SessionSettings
 from proxy.core.sse import encode_event
 from proxy.core.stream import ByteBudget
-from proxy.forwarding import ForwardedGet, ForwardedPost, NoStream, StreamOpened
 from proxy.metrics import Metrics
+from proxy.runner_store import StoreHandoff
 from proxy.servers import Server
 from proxy.standalone_seat import StandaloneSeat
 from proxy.store.persist import Persister
@@ -110,17 +107,15 @@ class SessionRunner:
             settings = dataclasses.replace(settings, upstream_idle_stop=idle_stop)
         self.session = Session(session_id, epoch, settings, loop.time(), budget)
         self.seat = StandaloneSeat(self.session)  # which /ws socket has its standalone stream
-        self._persister = persister
         self.metrics = metrics
         self.principal = principal  # who created it (inbound auth), if anyone
         self.session.principal = principal
         self.session.scopes = scopes  # those of the credential that opened it
         self.session.policy = server.policy
-        self._journal = self.session.keep_journal() if persister is not None else None
-        # What the persister takes this session's journal with, at its flush (per turn).
-        self._source = (
-            (self.session, self._journal, server.name) if self._journal is not None else None
-        )
+        # A durable store: what each step noted goes to its group commit (None: memory).
+        self.store: StoreHandoff | None = None
+        if persister is not None:
+            self.store = StoreHandoff(persister, self.session, server.name)
         self._on_forget = on_forget
         self._next_conn_id = next_conn_id
         self._conns: dict[ConnId, ClientConn] = {}
@@ -165,9 +160,8 @@ class SessionRunner:
 
     # ------------------------------------------------------------------ connections
     def open_conn(self, framing: str = "sse") -> ClientConn:
-        conn = ClientConn(
-            self._next_conn_id(), framing, gate=self._persister, lane=self.session.epoch
-        )
+        gate = self.store.persister if self.store is not None else None
+        conn = ClientConn(self._next_conn_id(), framing, gate=gate, lane=self.session.epoch)
         self._conns[conn.id] = conn
         self._no_conns.clear()
         return conn
@@ -207,59 +201,9 @@ class SessionRunner:
         live = isinstance(event, _LIVE)
         for command in commands:
             self._execute(command, live)
-        if self._persister is not None:
-            self._persist()
-
-    def _persist(self) -> None:
-        """Hand what the core noted to the group commit; hold the connections behind it."""
-        persister = self._persister
-        assert persister is not None and self._source is not None
-        if self._journal:
-            # Named, not copied: the persister takes the journal once per loop turn.
-            ticket = persister.noted(self.session.epoch, self._source)
-        else:
-            ticket = persister.ticket
-            if ticket <= persister.committed:
-                return
-        for conn in self._conns.values():
-            conn.ticket = ticket
-
-    def acknowledge(self, last_event_id: str) -> None:
-        """The client resumed from ``last_event_id`` on another replica."""
-        pos = parse_event_id(last_event_id)
-        if pos.epoch == self.session.epoch:
-            self.feed(ClientAck(pos.stream, pos.seq))
-            if pos.stream == STANDALONE:
-                self.seat.acknowledged(pos.seq)
-
-    async def serve_remote(self, message: ForwardedPost | ForwardedGet) -> StreamOpened | NoStream:
-        """Feed a forwarded POST or GET on a connection that leaves at once; the stream
-        it opened (and where its client starts) once the store has it."""
-        conn = self.open_conn()
-        after = 0
-        try:
-            match message:
-                case ForwardedPost():
-                    messages, batch = jsonrpc.parse_body(message.body)
-                    self.feed(ClientPost(conn.id, messages, batch, message.last_event_id))
-                case ForwardedGet():
-                    after = self.session.sent_upto(STANDALONE)
-                    self.feed(ClientGet(conn.id))
-                case _:
-                    assert_never(message)
-            number = self.session.stream_of(conn.id)
-        finally:
-            self.conn_gone(conn)
-        if self._persister is not None:
-            await self._persister.wait(self._persister.ticket, hurry=True)
-        if conn.outcome != "sse" or number is None:
-            return NoStream()
-        # The asker opens its client's stream with the priming event the session gave
-        # this connection (2025-11-25 transports §Resumability), as this replica would.
-        key, primed = f"{self.session.epoch}.{number}", conn.priming
-        if primed is None:
-            return StreamOpened(key, after)
-        return StreamOpened(key, after, primed.event_id, primed.retry_ms)
+        store = self.store
+        if store is not None:
+            store.hand_off(self._conns)
 
     def _upstream_message(self, msg: Message, origin: int | None = None) -> None:
         if not self.session.forgotten:
@@ -428,7 +372,7 @@ class SessionRunner:
         Its clients resume from the store, where another replica ended its streams."""
         if self.session.forgotten:
             return
-        self._persister = None  # what the core notes from here on stays here
+        self.store = None  # what the core notes from here on stays here
         for conn in self._conns.values():
             conn.fence()
         self.feed(ClientDelete("lease lost"))

@@ -191,7 +191,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sse_writer", ("proxy.sse_writer",)),  # every SSE response (aiohttp), both eras
     ("registry", ("proxy.registry",)),  # the session table's asyncio adapter
     ("context", ("proxy.context",)),  # what the whole process shares
-    ("runtime", ("proxy.runtime", "proxy.client_conn")),  # one session's executor
+    (
+        "runtime",
+        ("proxy.runner_remote", "proxy.runtime", "proxy.runner_store", "proxy.client_conn"),
+    ),  # one session's executor
     (
         "servers/replicas",
         (
