@@ -25,6 +25,7 @@ from proxy.core.handshake import HandshakeStep, client_params
 from proxy.core.jsonrpc import Kind, Message
 from proxy.upstream.base import InFlight, UpstreamContext, messages_of
 from proxy.upstream.handshake import initialize
+from proxy.upstream.http_body import tls_failure
 
 log = structlog.get_logger("proxy.upstream")
 
@@ -372,7 +373,10 @@ class ChannelUpstream:
 
 
 def describe_error(exc: BaseException) -> str:
-    """An exception for a log or an error message: its text, else its type."""
+    """An exception for a log or an error message: its text, else its type; a failed TLS
+    handshake as the HTTP upstream words it (never aiohttp's text: it names the host)."""
+    if (tls := tls_failure(exc)) is not None:
+        return tls
     text = str(exc)
     name = type(exc).__name__
     return f"{name}: {text}" if text else name

@@ -7,6 +7,7 @@ Helpers of :mod:`proxy.upstream.http`; they never log URLs or headers (secrets).
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,8 +56,24 @@ def answers(messages: list[Message], rid: Any) -> bool:
     return any(m.kind is Kind.RESPONSE and m.id == rid for m in messages)
 
 
+def tls_failure(exc: BaseException) -> str | None:
+    """A failed TLS handshake in words, the same from every path (aiohttp's POST wraps the
+    :class:`ssl.SSLError`, the standalone GET meets it bare): OpenSSL's reason and, for a
+    certificate, why it is not trusted; never the server's bytes, the URL or the host.
+    None when ``exc`` is no TLS failure."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        exc = exc.os_error  # (a ClientConnectorCertificateError's is the ssl error)
+    if not isinstance(exc, ssl.SSLError) or isinstance(exc, aiohttp.ClientError):
+        return None
+    if isinstance(exc, ssl.SSLCertVerificationError):  # why it is not trusted, in words
+        return f"TLS failed ({exc.reason}: {exc.verify_message})"
+    return f"TLS failed ({exc.reason or type(exc).__name__})"
+
+
 def why_failed(exc: BaseException) -> str:
     """A failure in words, without the URL (its query or userinfo may hold secrets)."""
+    if (tls := tls_failure(exc)) is not None:
+        return tls
     if isinstance(exc, aiohttp.ClientConnectorError):
         return f"cannot connect ({exc.os_error.strerror or type(exc.os_error).__name__})"
     if isinstance(exc, TimeoutError):

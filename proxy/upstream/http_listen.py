@@ -44,6 +44,7 @@ from proxy.upstream.http_body import (
     Sink,
     never,
     take_events,
+    tls_failure,
     why_failed,
 )
 from proxy.upstream.http_endpoint import Endpoint
@@ -393,10 +394,8 @@ def _why(exc: BaseException) -> str:
         # h11 quotes the bad line after ": " (up to its 16 KiB bound): the server's bytes,
         # or an echo of ours, are not for the health or the log.
         return f"bad HTTP answer ({str(exc).partition(': ')[0]})"
-    if isinstance(exc, ssl.SSLCertVerificationError):  # why it is not trusted, in words
-        return f"TLS failed ({exc.reason}: {exc.verify_message})"
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS failed ({exc.reason or type(exc).__name__})"
+    if (tls := tls_failure(exc)) is not None:  # worded as the POSTs' (http_body.py)
+        return tls
     if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError | TimeoutError):
         return f"cannot connect ({exc.strerror or type(exc).__name__})"
     return why_failed(exc)
