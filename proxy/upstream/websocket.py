@@ -25,6 +25,7 @@ from websockets.typing import Subprotocol
 
 from proxy.upstream.base import UpstreamContext
 from proxy.upstream.channel import ChannelUpstream, ConnectFailed, DeliveryFailed
+from proxy.upstream.http_body import tls_failure
 
 log = structlog.get_logger("proxy.upstream")
 
@@ -55,7 +56,7 @@ class WebSocketUpstream(ChannelUpstream):
                 proxy=None,  # like the HTTP upstreams: no proxy from the environment
             )
         except (OSError, WebSocketException, ValueError) as exc:
-            raise ConnectFailed(f"WebSocket handshake failed: {exc}") from None
+            raise ConnectFailed(f"WebSocket handshake failed: {tls_failure(exc) or exc}") from None
         if self._ws.subprotocol != SUBPROTOCOL:
             log.info(
                 "upstream_subprotocol_missing",

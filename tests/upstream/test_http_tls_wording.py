@@ -1,8 +1,9 @@
 """A failed TLS handshake is worded once (``proxy/upstream/http_body.py``: ``tls_failure``),
 whichever path meets it: the HTTP upstream's POSTs (aiohttp wraps the ``ssl`` error), its
 standalone ``GET`` (``http_listen.py``: the ``ssl`` error bare) and the legacy SSE and
-WebSocket channels (``channel.describe_error``). The wording names OpenSSL's reason and why
-the certificate is not trusted, never the host, the URL or the server's bytes."""
+WebSocket channels (``channel.describe_error``, ``websocket.py``). The wording names
+OpenSSL's reason and why the certificate is not trusted, never the host, the URL or the
+server's bytes."""
 
 from __future__ import annotations
 
@@ -14,8 +15,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from proxy.upstream.channel import describe_error
+from proxy.config_upstream import UpstreamConfig
+from proxy.core.errors import UpstreamStartFailed
+from proxy.upstream.base import UpstreamContext, UpstreamHealth
+from proxy.upstream.channel import ChannelUpstream, describe_error
 from proxy.upstream.http_body import tls_failure, why_failed
+from proxy.upstream.sse import SseUpstream
+from proxy.upstream.websocket import WebSocketUpstream
 from tests.fixtures.http_harness import INIT, upstream
 from tests.fixtures.http_scripted_server import ScriptedServer
 from tests.support import eventually
@@ -68,3 +74,30 @@ async def test_every_helper_words_the_wrapped_and_the_bare_ssl_error_alike(
     for exc in (wrapped.value, bare.value):
         assert tls_failure(exc) == why_failed(exc) == describe_error(exc) == UNTRUSTED
     assert tls_failure(ConnectionRefusedError(111, "Connection refused")) is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "scheme", "said"),
+    [
+        (SseUpstream, "https", "GET failed"),
+        (WebSocketUpstream, "wss", "WebSocket handshake failed"),
+    ],
+)
+async def test_the_legacy_channels_word_an_untrusted_certificate_alike(
+    untrusted: ScriptedServer, kind: type[ChannelUpstream], scheme: str, said: str
+) -> None:
+    up = kind(
+        UpstreamContext(
+            UpstreamConfig(url=f"{scheme}://127.0.0.1:{untrusted.port}/mcp"),
+            "test-session-id",
+            on_message=lambda msg, origin: None,
+            on_closed=lambda reason: None,
+            health=UpstreamHealth(),
+        )
+    )
+    try:
+        with pytest.raises(UpstreamStartFailed) as info:
+            await up.start()
+    finally:
+        await up.stop()
+    assert info.value.message.endswith(f"{said}: {UNTRUSTED}"), info.value.message
