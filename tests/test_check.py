@@ -112,13 +112,21 @@ def test_interpolation_forms(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
 
 
 def test_the_config_reference_is_the_schemas() -> None:
-    """config/README.md is generated from proxy/config.py: regenerate it with
-    ``python -m proxy.config_doc > config/README.md`` when a key changes."""
+    """config/README.md is generated from the schema (proxy/config.py and the modules of
+    its sections): regenerate it with ``python -m proxy.config_doc > config/README.md``
+    when a key changes. Its header names every module a section is defined in."""
+    from proxy.config import Config
     from proxy.config_doc import render
 
-    assert (ROOT / "config" / "README.md").read_text() == render()
+    text = render()
+    assert (ROOT / "config" / "README.md").read_text() == text
     for key in ("listen.port", "modern.pool.max_size", "tasks.mode", "upstream.restart_max"):
-        assert f"| `{key}` |" in render()
+        assert f"| `{key}` |" in text
+    header = text.partition("\n## ")[0]
+    config = Config()
+    for section in (config, config.listen, config.upstream, config.upstream.oauth):
+        where = type(section).__module__.replace(".", "/") + ".py"
+        assert f"`{where}`" in header, f"{where} is not named in: {header}"
 
 
 # --- every problem in one run, as the file names its keys (issue 20 item 8) ------------
