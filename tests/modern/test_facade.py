@@ -244,10 +244,21 @@ async def test_closing_the_response_cancels_the_call_upstream(tmp_path: Path) ->
     ):
         message = body("tools/call", {"name": "wait", "arguments": {"seconds": 30}}, 5, {})
         headers = request_headers("tools/call", message["params"])
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(0.7):
-                async with client.http.post(proxy.url, json=message, headers=headers) as resp:
-                    await resp.read()
+
+        async def call() -> None:
+            async with client.http.post(proxy.url, json=message, headers=headers) as resp:
+                await resp.read()
+
+        def running() -> bool:
+            return any(m.get("method") == "tools/call" for m in received(server_log))
+
+        posting = asyncio.create_task(call())
+        # Closed once the server has the call (not after a fixed time: under load the
+        # call might not have reached it, and there would be nothing to cancel).
+        await eventually(running, what="the call upstream")
+        posting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await posting
 
         def cancelled() -> bool:
             return any(m.get("method") == "notifications/cancelled" for m in received(server_log))
