@@ -80,7 +80,11 @@ class Delivery:
             out.append(SendToClient(conn, event_id, None, self._settings.retry_ms))
             if self._settings.max_stream_seconds is not None and number != STANDALONE:
                 stream.close_at = now + self._settings.max_stream_seconds
-        self.flush(stream, now, out)
+        log = stream.log
+        # (Else flush has nothing to do: nothing after start, live, within its bounds; a
+        # new request stream, every call.)
+        if start < log.last_seq or stream.state is not _LIVE or log.over_bound:
+            self.flush(stream, now, out)
 
     def detach(self, conn: ConnId, now: float) -> None:
         """``conn`` reads no more (it closed, or the proxy closes it)."""

@@ -70,6 +70,9 @@ _PARAMS = (dict, list)  # (a tuple: isinstance on a union builds one each call)
 
 def _valid_id(value: Any) -> bool:
     # JSON-RPC 2.0 §4: String, Number or Null; MCP forbids null for requests.
+    kind = type(value)
+    if kind is str or kind is int:  # (what JSON decodes to: no isinstance walk)
+        return True
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 

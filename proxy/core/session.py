@@ -16,7 +16,8 @@ due when), a :class:`Delivery` (which connection reads which stream), a :class:`
 
 from __future__ import annotations
 
-from typing import Any, assert_never
+import operator
+from typing import TYPE_CHECKING, Any, assert_never
 
 from proxy.core import jsonrpc, legacy_tasks, seed
 from proxy.core.admission import check_initialize
@@ -146,25 +147,34 @@ class Session(UpstreamSide, SessionQueries):
         # 2025-11-25 §Resumability: prime the client with an id before anything else.
         self.delivery.priming = (version or "") >= _POLLING_REVISION
 
-    @property
-    def closed(self) -> bool:
-        """The upstream is gone: no new requests; retained streams stay resumable."""
-        return self.lifetime.closed
+    if TYPE_CHECKING:
 
-    @property
-    def forgotten(self) -> bool:
-        """The session is over: the runtime forgets it."""
-        return self.lifetime.forgotten
+        @property
+        def closed(self) -> bool: ...
+        @property
+        def forgotten(self) -> bool: ...
+        @property
+        def upstream_paused(self) -> bool: ...
+        @property
+        def upstream_stopped(self) -> bool: ...
 
-    @property
-    def upstream_paused(self) -> bool:
-        """overflow: block is holding the server back."""
-        return self.delivery.upstream_paused
-
-    @property
-    def upstream_stopped(self) -> bool:
-        """Its upstream process is stopped for idleness (``upstream_idle_stop``)."""
-        return self.schedule.upstream_stopped
+    else:  # (read per event by the runtime: C getters, no Python frame)
+        closed = property(
+            operator.attrgetter("lifetime.closed"),
+            doc="The upstream is gone: no new requests; retained streams stay resumable.",
+        )
+        forgotten = property(
+            operator.attrgetter("lifetime.forgotten"),
+            doc="The session is over: the runtime forgets it.",
+        )
+        upstream_paused = property(
+            operator.attrgetter("delivery.upstream_paused"),
+            doc="overflow: block is holding the server back.",
+        )
+        upstream_stopped = property(
+            operator.attrgetter("schedule.upstream_stopped"),
+            doc="Its upstream process is stopped for idleness (``upstream_idle_stop``).",
+        )
 
     # ------------------------------------------------------------------ entry point
     def handle(self, event: Event, now: float) -> list[Command]:
@@ -235,12 +245,7 @@ class Session(UpstreamSide, SessionQueries):
         messages = ev.messages
         if len(messages) == 1 and not ev.batch:
             msg = messages[0]
-            if (
-                msg.kind is _REQUEST
-                and msg.raw["method"] not in _NOT_PLAIN
-                and self.policy.inert
-                and len(self._streams) <= self.settings.max_streams
-            ):
+            if msg.kind is _REQUEST and msg.raw["method"] not in _NOT_PLAIN and self.policy.inert:
                 self._post_request(ev.conn, msg, out)
                 return
         if ev.batch and not self.accepts_batches():
@@ -312,10 +317,14 @@ class Session(UpstreamSide, SessionQueries):
 
     def _post_request(self, conn: ConnId, msg: Message, out: list[Command]) -> None:
         """The common POST, as :meth:`_on_post` takes it, in one pass: one request, not
-        ``initialize``, ``stream/poll`` or ``stream/resume``, no tool rules, room for its
-        stream. Nothing here can refuse it."""
-        raw, now = msg.raw, self._now
-        stream = self._streams.add(self.settings, self.budget, now)
+        ``initialize``, ``stream/poll`` or ``stream/resume``, no tool rules. Only the room
+        for its stream can refuse it, before anything changes."""
+        raw, now, streams = msg.raw, self._now, self._streams
+        if len(streams) > self.settings.max_streams:  # (room_for_new's own first test)
+            evict = streams.room_for_new(self.settings.max_streams)  # or Overloaded
+            if evict is not None:
+                self.drop_stream(evict)
+        stream = streams.add(self.settings, self.budget, now)
         out.append(StartSse(conn))
         self.delivery.attach(stream, conn, now, out)
         rid, method = raw["id"], raw["method"]

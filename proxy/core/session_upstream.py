@@ -181,7 +181,9 @@ class UpstreamSide:
         stream = self._streams[number]
         touched = self._touched
         if touched is None:
-            stream.log.append(self.stamped(stream, payload), mark)
+            if stream.stream_id is not None:
+                payload = self.stamped(stream, payload)
+            stream.log.append(payload, mark)
             self.delivery.flush(stream, self._now, out)
             return
         if stream.stream_id is not None:

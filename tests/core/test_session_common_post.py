@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from proxy.core import session as session_module
+from proxy.core.errors import Overloaded
 from proxy.core.events import ClientDetached, Command
+from proxy.core.session import SessionSettings
 from tests.core.playbook import Playbook, ok, req, seeded, upstream_sent
 
 CASES: list[tuple[str, dict[str, Any] | None]] = [
@@ -46,16 +48,18 @@ def _state(pb: Playbook) -> Any:
 
 @pytest.mark.parametrize(("method", "params"), CASES)
 @pytest.mark.parametrize("seed_streams", [False, True])
+@pytest.mark.parametrize("max_streams", [1000, 1])  # 1: each call evicts a finished one
 def test_the_common_post_does_what_the_general_path_does(
     monkeypatch: pytest.MonkeyPatch,
     method: str,
     params: dict[str, Any] | None,
     seed_streams: bool,
+    max_streams: int,
 ) -> None:
     def playbook() -> Playbook:
         if seed_streams:
-            return seeded()
-        pb = Playbook()
+            return seeded(max_streams=max_streams)
+        pb = Playbook(settings=SessionSettings(max_streams=max_streams))
         pb.initialize()
         return pb
 
@@ -89,3 +93,19 @@ def test_a_connection_detached_twice_changes_nothing_the_second_time() -> None:
     before = _state(pb), pb.session.schedule.idle_since
     assert pb.feed(ClientDetached(c)) == []
     assert (_state(pb), pb.session.schedule.idle_since) == before
+
+
+@pytest.mark.parametrize("general", [False, True])
+def test_no_room_refuses_the_common_post_as_the_general_path_does(
+    monkeypatch: pytest.MonkeyPatch, general: bool
+) -> None:
+    if general:
+        general_only = session_module._NOT_PLAIN | {"tools/call"}
+        monkeypatch.setattr(session_module, "_NOT_PLAIN", general_only)
+    pb = Playbook(settings=SessionSettings(max_streams=1))
+    pb.initialize()  # its stream finished: evicted for the first call
+    pb.post(pb.conn(), req(1, "tools/call", {}))
+    before = _state(pb)
+    with pytest.raises(Overloaded):
+        pb.post(pb.conn(), req(2, "tools/call", {}))  # the first still runs: no room
+    assert _state(pb) == before, "a refused POST changes nothing"
