@@ -66,6 +66,7 @@ __all__ = ["ClientConn", "CloseMarker", "ConnFenced", "Frame", "IdleStoppable", 
 log = structlog.get_logger("proxy.runtime")
 
 _LIVE = (UpstreamMessage, UpstreamMessages, UpstreamClosed, Tick)  # (tuple: faster than a union)
+_OUTCOMES = (StartSse, Accepted)
 
 
 @runtime_checkable
@@ -266,13 +267,7 @@ class SessionRunner:
             if sleeper is not None and sleeper.stopped_idle and self.metrics is not None:
                 self.metrics.upstream_starts.labels(self.server.name, "idle_restart").inc()
             self.upstream.send(command.payload, command.handshake)
-        elif isinstance(command, PauseUpstream):
-            self.log.info("upstream_paused", reason="stream buffer full (overflow: block)")
-            self.upstream.pause()
-        elif isinstance(command, ResumeUpstream):
-            self.log.info("upstream_resumed")
-            self.upstream.resume()
-        elif isinstance(command, StartSse | Accepted):
+        elif isinstance(command, _OUTCOMES):  # (a tuple: `A | B` builds a union per call)
             conn = self._conns.get(command.conn)
             if conn is not None:
                 conn.outcome = "sse" if isinstance(command, StartSse) else "accepted"
@@ -281,6 +276,12 @@ class SessionRunner:
             if conn is not None and not conn.closed:
                 conn.closed = True
                 conn.queue.put_nowait(CloseMarker(command.retry_ms))
+        elif isinstance(command, PauseUpstream):
+            self.log.info("upstream_paused", reason="stream buffer full (overflow: block)")
+            self.upstream.pause()
+        elif isinstance(command, ResumeUpstream):
+            self.log.info("upstream_resumed")
+            self.upstream.resume()
         elif isinstance(command, WakeAt):
             # A later wake-up than the armed timer's keeps that timer: it fires, finds the
             # wake-up moved on and re-arms for it (_tick). Each call moves the idle clock

@@ -29,6 +29,11 @@ from proxy.core.schedule import Schedule
 from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, StreamTable
 from proxy.core.stream import StreamState
 
+# (Enum members read as module constants: through the class, 3.11's ``EnumType.__getattr__``
+# hook makes each read cost ~25 times a global's, and these are read per event.)
+_COMPLETED = StreamState.COMPLETED
+_LIVE = StreamState.LIVE
+
 
 class Delivery:
     """The attachments of one session's streams to its client connections."""
@@ -59,17 +64,27 @@ class Delivery:
         prime: bool = True,
     ) -> None:
         """Give ``conn`` the events of ``stream`` after ``start``, then its live tail."""
-        stream.conn = conn
+        # (Watched attributes written through their slots, the stream marked once: this
+        # runs per call. See StreamSlot.)
+        number = stream.number
+        stream._conn = conn
+        stream._touched = now
         stream.cursor = start
         stream.attaches += 1
-        stream.touched = now
-        self.by_conn[conn] = stream.number
+        watch = stream.watch
+        if watch is not None:
+            watch.add(number)
+        self.by_conn[conn] = number
         if self.priming and prime:
-            event_id = format_event_id(self._epoch, stream.number, start, stream.attaches)
+            event_id = format_event_id(self._epoch, number, start, stream.attaches)
             out.append(SendToClient(conn, event_id, None, self._settings.retry_ms))
-            if self._settings.max_stream_seconds is not None and stream.number != STANDALONE:
+            if self._settings.max_stream_seconds is not None and number != STANDALONE:
                 stream.close_at = now + self._settings.max_stream_seconds
-        self.flush(stream, now, out)
+        log = stream.log
+        # (Else flush has nothing to do: nothing after start, live, within its bounds; a
+        # new request stream, every call.)
+        if start < log.last_seq or stream.state is not _LIVE or log.over_bound:
+            self.flush(stream, now, out)
 
     def detach(self, conn: ConnId, now: float) -> None:
         """``conn`` reads no more (it closed, or the proxy closes it)."""
@@ -80,9 +95,11 @@ class Delivery:
             return
         stream = self._streams.get(number)
         if stream is not None and stream.conn == conn:
-            stream.conn = None
-            stream.close_at = None
-            stream.touched = now
+            stream._conn = stream._close_at = None  # (through the slots: see attach)
+            stream._touched = now
+            watch = stream.watch
+            if watch is not None:
+                watch.add(number)
 
     def take_over(self, stream: StreamSlot, now: float, out: list[Command]) -> None:
         """A resume takes a stream over: its old connection is presumed dead."""
@@ -99,35 +116,38 @@ class Delivery:
     def flush(self, stream: StreamSlot, now: float, out: list[Command]) -> None:
         """Send what the attached connection has not been given; close when complete."""
         conn = stream.conn
+        log = stream.log
         if conn is None:
-            if stream.log.over_bound:
+            if log.over_bound:
                 self.held.add(stream.number)
             return
-        log = stream.log
         last = log.last_seq
-        if stream.cursor < last:
-            if stream.cursor + 1 == last and len(log):  # the live tail: the one just logged
+        cursor = stream.cursor
+        state = stream.state
+        if cursor < last:
+            if cursor + 1 == last and len(log):  # the live tail: the one just logged
                 event_id = format_event_id(self._epoch, stream.number, last)
                 out.append(SendToClient(conn, event_id, log.newest))
             else:  # a backlog (a resume's replay): one command, framed in chunks when written
-                first = stream.cursor + 1
                 prefix = event_id_prefix(self._epoch, stream.number)
                 out.append(
-                    SendEvents(conn, EventRun(prefix, first, log.payloads_after(stream.cursor)))
+                    SendEvents(conn, EventRun(prefix, cursor + 1, log.payloads_after(cursor)))
                 )
             stream.cursor = last
-            stream.sent_upto = max(stream.sent_upto, stream.cursor)
-            if stream.state is StreamState.COMPLETED:
+            if stream.sent_upto < last:
+                stream.sent_upto = last
+            if state is _COMPLETED:
                 stream.done_at = now
-        if stream.log.over_bound and stream.state is StreamState.LIVE:
-            # overflow: block, full of what the client was sent but never acknowledged:
-            # end the connection (retry:) so it reconnects with its Last-Event-ID.
-            self.held.add(stream.number)
-            self.detach(conn, now)
-            out.append(CloseClient(conn, self._settings.retry_ms))
-            out.append(LogNote("ack_solicited", {"stream": stream.number}))
+        if state is _LIVE:
+            if log.over_bound:
+                # overflow: block, full of what the client was sent but never acknowledged:
+                # end the connection (retry:) so it reconnects with its Last-Event-ID.
+                self.held.add(stream.number)
+                self.detach(conn, now)
+                out.append(CloseClient(conn, self._settings.retry_ms))
+                out.append(LogNote("ack_solicited", {"stream": stream.number}))
             return
-        if stream.state is StreamState.COMPLETED:
+        if stream.state is _COMPLETED:
             then = self._streams.get(self.continuation.get(conn, -1))
             self.detach(conn, now)
             if then is None:

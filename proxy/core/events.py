@@ -8,19 +8,20 @@ were returned; that ordering is what makes replay-then-live seamless.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, NewType
 
 from proxy.core.eventrun import EventRun
 from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Message
+from proxy.core.record import record
 
 ConnId = NewType("ConnId", int)
 """A client connection (one HTTP response stream), numbered by the runtime."""
 
 
 # ---------------------------------------------------------------- events (runtime → core)
-@dataclass(frozen=True, slots=True)
+@record
 class ClientPost:
     """A POST body's messages (one, or a 2025-03-26 batch) on connection ``conn``."""
 
@@ -30,7 +31,7 @@ class ClientPost:
     last_event_id: str | None = None  # the request's Last-Event-ID header, if any
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ClientGet:
     """A GET: open the standalone stream, or resume the stream ``last_event_id`` names."""
 
@@ -38,14 +39,14 @@ class ClientGet:
     last_event_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ClientDetached:
     """The connection is gone (client hung up, or the runtime finished closing it)."""
 
     conn: ConnId
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ClientDelete:
     """End the session now: a client's ``DELETE``, or the runtime giving up on it (a
     refused ``initialize``); ``reason`` is what the log says ended it."""
@@ -53,7 +54,7 @@ class ClientDelete:
     reason: str = "deleted by client"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ClientAck:
     """The client has every event of stream ``stream`` up to ``seq``: it resumed from there
     on another replica (a ``Last-Event-ID`` the holder did not see). Like a resume's
@@ -63,7 +64,7 @@ class ClientAck:
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProxyShutdown:
     """The proxy is stopping: answer every request in flight with an error, then end.
 
@@ -73,7 +74,7 @@ class ProxyShutdown:
     """
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UpstreamMessage:
     """One message from the server. ``origin``: the (upstream) id of the request whose
     HTTP response stream carried it, when the transport knows (DESIGN §5 rule 3)."""
@@ -82,7 +83,7 @@ class UpstreamMessage:
     origin: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UpstreamMessages:
     """Messages from the server read in one turn of the event loop, in order (a stdio
     server's lines, :mod:`proxy.upstream.stdio_reader`), with no origin: the same as one
@@ -92,12 +93,12 @@ class UpstreamMessages:
     msgs: Sequence[Message]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UpstreamClosed:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UpstreamRestarted:
     """The server process died and is being started again for this session: what was in
     flight on it is lost (each request gets an error); the session goes on."""
@@ -105,7 +106,7 @@ class UpstreamRestarted:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Tick:
     """A wake-up the session asked for with :class:`WakeAt` (or any time: it is idempotent)."""
 
@@ -126,21 +127,21 @@ Event = (
 
 
 # ---------------------------------------------------------------- commands (core → runtime)
-@dataclass(frozen=True, slots=True)
+@record
 class Accepted:
     """Answer the POST on ``conn`` with 202 and no body."""
 
     conn: ConnId
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StartSse:
     """Answer the request on ``conn`` with a 200 ``text/event-stream`` response."""
 
     conn: ConnId
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SendToClient:
     """Write one event, already in the stream's log. ``payload=None``: a priming event."""
 
@@ -150,7 +151,7 @@ class SendToClient:
     retry_ms: int | None = None  # sent with priming events: how long to wait to reconnect
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SendEvents:
     """Write consecutive events of one stream, all already in its log (a replay, or the
     backlog of a connection that attaches): one command however many, framed by the
@@ -166,7 +167,7 @@ class SendEvents:
         return [SendToClient(conn, run.event_id(i), p) for i, p in enumerate(run.payloads)]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CloseClient:
     """End the response stream on ``conn``; write ``retry:`` first when given (SEP-1699)."""
 
@@ -174,7 +175,7 @@ class CloseClient:
     retry_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SendUpstream:
     """Write one message (ids already rewritten) to the upstream server. ``handshake``
     marks the client's own ``initialize`` and ``notifications/initialized``: a transport
@@ -184,31 +185,31 @@ class SendUpstream:
     handshake: HandshakeStep | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PauseUpstream:
     """Stop reading the upstream: a stream holds all it may of what no client was sent."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ResumeUpstream:
     """Read the upstream again."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WakeAt:
     """Feed a :class:`Tick` at time ``at`` (replaces any earlier wake-up)."""
 
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StopUpstream:
     """Stop the upstream server of this session; no more client requests are taken."""
 
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StopIdleUpstream:
     """Stop the upstream server's process: the session has been idle (no connection, no
     request in flight) for ``idle_seconds`` (``upstream.stop_idle_seconds``). The session
@@ -218,14 +219,14 @@ class StopIdleUpstream:
     idle_seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ForgetSession:
     """Drop the session: nothing in it can be resumed any more."""
 
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LogNote:
     """Something worth a structured log line (never carries secrets)."""
 

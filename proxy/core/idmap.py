@@ -8,11 +8,13 @@ requests of its own without colliding with a client's ids.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from proxy.core.record import record
 
-@dataclass(frozen=True, slots=True)
+
+@record
 class PendingRequest:
     """A client request forwarded upstream and not yet answered."""
 

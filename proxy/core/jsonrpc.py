@@ -7,13 +7,14 @@ not need to touch passes through byte-for-byte equivalent; only ``id`` (and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import Any
 
 from proxy.core import jsoncodec
 from proxy.core.errors import InvalidMessage, ParseError, error_message
 from proxy.core.protocol import JSONRPC_VERSION
+from proxy.core.record import record
 
 
 class Kind(Enum):
@@ -22,7 +23,14 @@ class Kind(Enum):
     RESPONSE = "response"  # result or error
 
 
-@dataclass(frozen=True, slots=True)
+# (Enum members read as module constants: through the class, 3.11's ``EnumType.__getattr__``
+# hook makes each read cost ~25 times a global's, and these are read per event.)
+_NOTIFICATION = Kind.NOTIFICATION
+_REQUEST = Kind.REQUEST
+_RESPONSE = Kind.RESPONSE
+
+
+@record
 class Message:
     """One classified JSON-RPC message; ``raw`` is the parsed object.
 
@@ -54,7 +62,7 @@ class Message:
 
     @property
     def is_error(self) -> bool:
-        return self.kind is Kind.RESPONSE and "error" in self.raw
+        return self.kind is _RESPONSE and "error" in self.raw
 
 
 _PARAMS = (dict, list)  # (a tuple: isinstance on a union builds one each call)
@@ -62,6 +70,9 @@ _PARAMS = (dict, list)  # (a tuple: isinstance on a union builds one each call)
 
 def _valid_id(value: Any) -> bool:
     # JSON-RPC 2.0 §4: String, Number or Null; MCP forbids null for requests.
+    kind = type(value)
+    if kind is str or kind is int:  # (what JSON decodes to: no isinstance walk)
+        return True
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
@@ -84,10 +95,10 @@ def classify(obj: Any, wire: bytes | None = None) -> Message:
                 'Invalid Request: "params" must be an object or array', request_id=_id_of(obj)
             )
         if "id" not in obj:
-            return Message(Kind.NOTIFICATION, obj, wire)
+            return Message(_NOTIFICATION, obj, wire)
         if not _valid_id(obj["id"]):
             raise InvalidMessage('Invalid Request: "id" must be a string or an integer')
-        return Message(Kind.REQUEST, obj, wire)
+        return Message(_REQUEST, obj, wire)
     has_result, has_error = "result" in obj, "error" in obj
     if has_result == has_error:
         raise InvalidMessage(
@@ -99,7 +110,7 @@ def classify(obj: Any, wire: bytes | None = None) -> Message:
     rid = obj.get("id")
     if not (_valid_id(rid) or (has_error and rid is None)):
         raise InvalidMessage('Invalid Request: a response needs a string or integer "id"')
-    return Message(Kind.RESPONSE, obj, wire)
+    return Message(_RESPONSE, obj, wire)
 
 
 def _id_of(obj: dict[str, Any]) -> Any:

@@ -15,6 +15,10 @@ from proxy.core import jsonrpc
 from proxy.core.errors import ResumeError
 from proxy.core.stream import Mark, Unacknowledged
 
+# (Enum members read as module constants: through the class, 3.11's ``EnumType.__getattr__``
+# hook makes each read cost ~25 times a global's, and these are read per event.)
+_UNMARKED = Mark.NONE
+
 CREATE = "notifications/stream/create"
 END = "notifications/stream/end"
 POLL = "stream/poll"
@@ -102,7 +106,7 @@ def poll_mark(msg: dict[str, Any]) -> Mark:
     """What a poll reports about one message: a request (``"method"`` and ``"id"``), an
     error (``"error"``, or a result with ``isError: true``). Classified once, as it is
     logged (:meth:`~proxy.core.stream.StreamLog.append`), never parsed again."""
-    mark = Mark.NONE
+    mark = _UNMARKED
     if "method" in msg and "id" in msg:
         mark |= Mark.REQUEST
     result = msg.get("result")

@@ -16,7 +16,8 @@ due when), a :class:`Delivery` (which connection reads which stream), a :class:`
 
 from __future__ import annotations
 
-from typing import Any, assert_never
+import operator
+from typing import TYPE_CHECKING, Any, assert_never
 
 from proxy.core import jsonrpc, legacy_tasks, seed
 from proxy.core.admission import check_initialize
@@ -31,6 +32,7 @@ from proxy.core.events import (
     ClientGet,
     ClientPost,
     Command,
+    ConnId,
     Event,
     LogNote,
     ProxyShutdown,
@@ -56,12 +58,22 @@ from proxy.core.session_upstream import UpstreamSide
 from proxy.core.stream import ByteBudget, StreamEvent, StreamLog, StreamState, transition
 from proxy.core.tool_policy import OPEN, Policy, Refuse, View
 
+# (Enum members read as module constants: through the class, 3.11's ``EnumType.__getattr__``
+# hook makes each read cost ~25 times a global's, and these are read per event.)
+_COMPLETE = StreamEvent.COMPLETE
+_LIVE = StreamState.LIVE
+_NOTIFICATION = Kind.NOTIFICATION
+_REQUEST = Kind.REQUEST
+_RESPONSE = Kind.RESPONSE
+
 __all__ = ["STANDALONE", "Session", "SessionSettings"]
 
 # Revisions that allow JSON-RPC batches in a POST body (removed in 2025-06-18).
 _BATCH_REVISIONS = frozenset({"2024-11-05", "2025-03-26"})
 # From this revision on: priming events and server-initiated close (SEP-1699).
 _POLLING_REVISION = "2025-11-25"
+# The requests a POST's common path (Session._post_request) leaves to the general one.
+_NOT_PLAIN = frozenset({seed.POLL, seed.RESUME, INITIALIZE})
 
 
 class Session(UpstreamSide, SessionQueries):
@@ -135,25 +147,34 @@ class Session(UpstreamSide, SessionQueries):
         # 2025-11-25 §Resumability: prime the client with an id before anything else.
         self.delivery.priming = (version or "") >= _POLLING_REVISION
 
-    @property
-    def closed(self) -> bool:
-        """The upstream is gone: no new requests; retained streams stay resumable."""
-        return self.lifetime.closed
+    if TYPE_CHECKING:
 
-    @property
-    def forgotten(self) -> bool:
-        """The session is over: the runtime forgets it."""
-        return self.lifetime.forgotten
+        @property
+        def closed(self) -> bool: ...
+        @property
+        def forgotten(self) -> bool: ...
+        @property
+        def upstream_paused(self) -> bool: ...
+        @property
+        def upstream_stopped(self) -> bool: ...
 
-    @property
-    def upstream_paused(self) -> bool:
-        """overflow: block is holding the server back."""
-        return self.delivery.upstream_paused
-
-    @property
-    def upstream_stopped(self) -> bool:
-        """Its upstream process is stopped for idleness (``upstream_idle_stop``)."""
-        return self.schedule.upstream_stopped
+    else:  # (read per event by the runtime: C getters, no Python frame)
+        closed = property(
+            operator.attrgetter("lifetime.closed"),
+            doc="The upstream is gone: no new requests; retained streams stay resumable.",
+        )
+        forgotten = property(
+            operator.attrgetter("lifetime.forgotten"),
+            doc="The session is over: the runtime forgets it.",
+        )
+        upstream_paused = property(
+            operator.attrgetter("delivery.upstream_paused"),
+            doc="overflow: block is holding the server back.",
+        )
+        upstream_stopped = property(
+            operator.attrgetter("schedule.upstream_stopped"),
+            doc="Its upstream process is stopped for idleness (``upstream_idle_stop``).",
+        )
 
     # ------------------------------------------------------------------ entry point
     def handle(self, event: Event, now: float) -> list[Command]:
@@ -164,20 +185,27 @@ class Session(UpstreamSide, SessionQueries):
         # connection goes or a stream completes (those mark it themselves). Everything else
         # may move one. This keeps the hot path from scanning every stream per message.
         schedule = self.schedule
-        if isinstance(event, UpstreamMessages):
+        if isinstance(event, UpstreamMessage):
+            msg = event.msg
+            schedule.moved = msg.kind is not _NOTIFICATION
+            self._on_upstream(msg, event.origin, out)
+        elif isinstance(event, UpstreamMessages):
             schedule.moved = False  # (the run marks it for what is not a notification)
             self._on_upstream_run(event.msgs, out)
-        elif isinstance(event, UpstreamMessage):
-            schedule.moved = event.msg.kind is not Kind.NOTIFICATION
-            self._on_upstream(event.msg, event.origin, out)
         else:
             schedule.moved = True
             if isinstance(event, ClientPost):
                 self._on_post(event, out)
+            elif isinstance(event, ClientDetached):
+                delivery = self.delivery
+                conn = event.conn
+                if conn not in delivery.by_conn and conn not in delivery.continuation:
+                    # Detached already (its stream completed): nothing changes, nothing
+                    # moves (the event that detached it re-armed the wake-up).
+                    return out
+                delivery.detach(conn, now)
             elif isinstance(event, ClientGet):
                 self._on_get(event, out)
-            elif isinstance(event, ClientDetached):
-                self.delivery.detach(event.conn, now)
             elif isinstance(event, UpstreamClosed):
                 self.lifetime.upstream_closed(event.reason, now, out)
             elif isinstance(event, UpstreamRestarted):
@@ -212,13 +240,19 @@ class Session(UpstreamSide, SessionQueries):
     def _on_post(self, ev: ClientPost, out: list[Command]) -> None:
         """A POST body. Everything that can refuse it is checked before anything changes
         (h11's ``_process_event`` style): a refused POST leaves the session as it was."""
-        if self.closed:
+        if self.lifetime.closed:
             raise SessionNotFound("Session not found: it has ended")
+        messages = ev.messages
+        if len(messages) == 1 and not ev.batch:
+            msg = messages[0]
+            if msg.kind is _REQUEST and msg.raw["method"] not in _NOT_PLAIN and self.policy.inert:
+                self._post_request(ev.conn, msg, out)
+                return
         if ev.batch and not self.accepts_batches():
             raise BadRequest(
                 f"JSON-RPC batches are not allowed in protocol {self.protocol_version}"
             )
-        requests = [m for m in ev.messages if m.kind is Kind.REQUEST]
+        requests = [m for m in ev.messages if m.kind is _REQUEST]
         if any(m.method in (seed.POLL, seed.RESUME) for m in requests):
             if len(ev.messages) > 1:
                 raise BadRequest("stream/poll and stream/resume must be sent alone")
@@ -233,9 +267,9 @@ class Session(UpstreamSide, SessionQueries):
         if initialize is not None:
             self._initialize_seen = True
         for msg in ev.messages:
-            if msg.kind is Kind.NOTIFICATION:
+            if msg.kind is _NOTIFICATION:
                 self._client_notification(msg, out)
-            elif msg.kind is Kind.RESPONSE:
+            elif msg.kind is _RESPONSE:
                 self._client_response(msg, out)
         if not requests:
             out.append(Accepted(ev.conn))
@@ -280,6 +314,31 @@ class Session(UpstreamSide, SessionQueries):
                 self.resumer.announce(stream, self._now, out)
             else:
                 stream.create_at = self._now + self.settings.create_after
+
+    def _post_request(self, conn: ConnId, msg: Message, out: list[Command]) -> None:
+        """The common POST, as :meth:`_on_post` takes it, in one pass: one request, not
+        ``initialize``, ``stream/poll`` or ``stream/resume``, no tool rules. Only the room
+        for its stream can refuse it, before anything changes."""
+        raw, now, streams = msg.raw, self._now, self._streams
+        if len(streams) > self.settings.max_streams:  # (room_for_new's own first test)
+            evict = streams.room_for_new(self.settings.max_streams)  # or Overloaded
+            if evict is not None:
+                self.drop_stream(evict)
+        stream = streams.add(self.settings, self.budget, now)
+        out.append(StartSse(conn))
+        self.delivery.attach(stream, conn, now, out)
+        rid, method = raw["id"], raw["method"]
+        stream.request_id = rid
+        params = raw.get("params")
+        token = progress_token_of(params) if type(params) is dict and "_meta" in params else None
+        upstream_id = self._ids.add_client_request(rid, method, stream.number, token)
+        stream.pending.add(upstream_id)
+        out.append(SendUpstream(jsonrpc.encode(jsonrpc.with_id(msg, upstream_id))))
+        if self.speaks_streams and method in self.settings.stream_methods:
+            if self.settings.create_after <= 0:
+                self.resumer.announce(stream, now, out)
+            else:
+                stream.create_at = now + self.settings.create_after
 
     def _on_get(self, ev: ClientGet, out: list[Command]) -> None:
         if ev.last_event_id is not None:
@@ -335,14 +394,17 @@ class Session(UpstreamSide, SessionQueries):
 
     def complete(self, stream: StreamSlot, out: list[Command]) -> None:
         """The stream's last message is logged: end it, answer the resumes waiting on it."""
-        if stream.state is not StreamState.LIVE:
+        if stream.state is not _LIVE:
             return
         self.schedule.moved = True
         if stream.stream_id is not None:
             end = jsonrpc.encode(seed.end_notification(stream.stream_id))
             stream.log.append(self.stamped(stream, end))
-        stream.state = transition(stream.state, StreamEvent.COMPLETE)
-        stream.done_at = self._now
+        # (through the slots, the stream marked once: see StreamSlot)
+        stream._state = transition(stream.state, _COMPLETE)
+        stream._done_at = self._now
+        if stream.watch is not None:
+            stream.watch.add(stream.number)
         if self._streams.journal is not None:
             self._streams.journal.completed.append(stream.number)
         for number in stream.waiting:
@@ -353,13 +415,16 @@ class Session(UpstreamSide, SessionQueries):
     # ------------------------------------------------------------------ time
     def _after(self, out: list[Command]) -> None:
         """After every event: hold the server back or let it go; re-arm the wake-up."""
-        if self.forgotten:
+        lifetime = self.lifetime
+        if lifetime.forgotten:
             return
-        if self.schedule.upstream_stopped and any(isinstance(c, SendUpstream) for c in out):
-            self.schedule.upstream_started()  # the transport starts the process for it
-        self.delivery.backpressure(out)
-        busy = bool(self.delivery.by_conn) or len(self._ids) > 0
-        wake = self.schedule.next_wake(self._now, busy=busy, closed=self.closed)
+        schedule, delivery = self.schedule, self.delivery
+        if schedule.upstream_stopped and any(isinstance(c, SendUpstream) for c in out):
+            schedule.upstream_started()  # the transport starts the process for it
+        if delivery.held or delivery.upstream_paused:  # (else it has nothing to change)
+            delivery.backpressure(out)
+        busy = bool(delivery.by_conn) or len(self._ids) > 0
+        wake = schedule.next_wake(self._now, busy=busy, closed=lifetime.closed)
         if wake is not None:
             out.append(WakeAt(wake))
 

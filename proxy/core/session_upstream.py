@@ -30,6 +30,13 @@ from proxy.core.session_state import STANDALONE, SessionSettings, StreamSlot, St
 from proxy.core.stream import Mark
 from proxy.core.tool_policy import FILTERED_LISTS, View
 
+# (Enum members read as module constants: through the class, 3.11's ``EnumType.__getattr__``
+# hook makes each read cost ~25 times a global's, and these are read per event.)
+_NOTIFICATION = Kind.NOTIFICATION
+_REQUEST = Kind.REQUEST
+_RESPONSE = Kind.RESPONSE
+_UNMARKED = Mark.NONE
+
 
 class UpstreamSide:
     """The upstream side of :class:`~proxy.core.session.Session`, which sets up these
@@ -74,14 +81,14 @@ class UpstreamSide:
                 if lifetime.forgotten:
                     break
                 kind = msg.kind
-                if kind is Kind.RESPONSE:
+                if kind is _RESPONSE:
                     self._touched = None
                     self._flush_touched(touched, out)
                     schedule.moved = True
                     self._upstream_response(msg, out)
                     self._touched = touched
                     continue
-                if kind is Kind.REQUEST:
+                if kind is _REQUEST:
                     schedule.moved = True
                 self._on_upstream(msg, None, out)
         finally:
@@ -98,18 +105,18 @@ class UpstreamSide:
 
     def _on_upstream(self, msg: Message, origin: int | None, out: list[Command]) -> None:
         kind, raw = msg.kind, msg.raw
-        if kind is Kind.NOTIFICATION and raw["method"] == "notifications/progress":
+        if kind is _NOTIFICATION and raw["method"] == "notifications/progress":
             params = raw.get("params")
             token = params.get("progressToken") if type(params) is dict else None
             number = self._ids.stream_of_progress(token)
             if number is None:
                 number = self._route_unrelated(origin)
             # (a notification has no id: at most an error mark, when it has those keys)
-            mark = seed.poll_mark(raw) if "error" in raw or "result" in raw else Mark.NONE
+            mark = seed.poll_mark(raw) if "error" in raw or "result" in raw else _UNMARKED
             self._append_bytes(number, msg.encoded(), mark, out)
-        elif kind is Kind.RESPONSE:
+        elif kind is _RESPONSE:
             self._upstream_response(msg, out)
-        elif kind is Kind.REQUEST:
+        elif kind is _REQUEST:
             downstream_id = self._ids.add_server_request(msg.id)
             self.append(self._route_unrelated(origin), jsonrpc.with_id(msg, downstream_id), out)
         elif msg.method == "notifications/cancelled":
@@ -174,7 +181,9 @@ class UpstreamSide:
         stream = self._streams[number]
         touched = self._touched
         if touched is None:
-            stream.log.append(self.stamped(stream, payload), mark)
+            if stream.stream_id is not None:
+                payload = self.stamped(stream, payload)
+            stream.log.append(payload, mark)
             self.delivery.flush(stream, self._now, out)
             return
         if stream.stream_id is not None:

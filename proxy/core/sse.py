@@ -51,6 +51,8 @@ def encode_event(
 
     ``data=None`` writes an empty ``data`` field: the 2025-11-25 priming event.
     """
+    if retry_ms is None and event_id is not None:  # (every event but a priming one)
+        return b"id: " + event_id.encode() + b"\ndata: " + (data or b"") + b"\n\n"
     parts: list[bytes] = []
     if event_id is not None:
         parts.append(b"id: " + event_id.encode() + b"\n")

@@ -19,9 +19,11 @@ appended, so a ``stream/poll`` costs O(1) whatever the backlog.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum, IntFlag
+from typing import TYPE_CHECKING
 
 from proxy.core.errors import ProxyError, ResumeError
 from proxy.core.journal import Journal
@@ -33,10 +35,16 @@ class StreamState(Enum):
     COMPLETED = "completed"
     EXPIRED = "expired"
 
+    # Members are singletons compared by identity: hash them so, in C (Enum's own
+    # ``__hash__`` is Python, run on every lookup in :data:`TRANSITIONS`).
+    __hash__ = object.__hash__
+
 
 class StreamEvent(Enum):
     COMPLETE = "complete"
     EXPIRE = "expire"
+
+    __hash__ = object.__hash__
 
 
 TRANSITIONS: dict[StreamState, dict[StreamEvent, StreamState]] = {
@@ -153,14 +161,19 @@ class StreamLog:
         self.journal: Journal | None = None
         self.number = 0
 
-    @property
-    def last_seq(self) -> int:
-        return self._last_seq
+    if TYPE_CHECKING:
 
-    @property
-    def acked(self) -> int:
-        """The highest position the client acknowledged (by event id)."""
-        return self._acked
+        @property
+        def last_seq(self) -> int: ...
+        @property
+        def acked(self) -> int: ...  # the highest position the client acknowledged
+
+    else:  # (read per event: a C getter, no Python frame)
+        last_seq = property(operator.attrgetter("_last_seq"))
+        acked = property(
+            operator.attrgetter("_acked"),
+            doc="The highest position the client acknowledged (by event id).",
+        )
 
     @property
     def first_kept_seq(self) -> int:
