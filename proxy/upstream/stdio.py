@@ -366,14 +366,14 @@ class StdioUpstream(IdleStop, StdoutReader):
         await lineage.end(grace)
         await asyncio.shield(exited)
         await asyncio.shield(self._watcher)
-        child = self._child
-        assert child is not None and child.proc is proc
         try:
             await asyncio.wait_for(proc.wait(), _DRAIN_SECONDS)
         except TimeoutError:
             # Something that left the group still holds a pipe: let go of ours.
-            child.transport.close()
-        child.stdout.close()  # (ended already, or held by something that left the group)
+            if self._child is not None:
+                self._child.transport.close()
+        if self._child is not None:  # (its stdout ended, or something that left holds it)
+            self._child.stdout.close()
         if self._stdout is not None:
             self._stdout.close()  # (as a reader task cancelled: nothing more handed over)
         for task in self._tasks:

@@ -12,7 +12,8 @@ protocol is the :class:`~proxy.upstream.stdio_reader.StdoutLines` (issue 23): as
 subprocess transport hands each read of a child's pipe over in a later turn of the event
 loop (a ``call_soon`` per read), one turn more for every answer from the server. The read
 transport is set up before the fork, so that no process ever runs without an owner of
-its stdout; :meth:`Child.let_go` closes it.
+its stdout; it closes at the pipe's end, on a failed start, and when the process is
+stopped (:meth:`~proxy.upstream.stdio.StdioUpstream._end_process`).
 """
 
 from __future__ import annotations
@@ -57,11 +58,6 @@ class Child:
     stdout: asyncio.ReadTransport
     exited: asyncio.Future[None]
     lineage: Lineage
-
-    def let_go(self) -> None:
-        """Close every pipe of ours to it (something that left its group may hold them)."""
-        self.transport.close()
-        self.stdout.close()
 
 
 async def start_child(context: UpstreamContext, stdout: StdoutLines) -> Child:
