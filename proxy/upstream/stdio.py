@@ -18,7 +18,8 @@ answered to the server with that same error (it must not wait forever either); a
 over-long notification is only logged (``upstream_message_too_large``, size and limit,
 never content).
 
-Stdout is read and cut into lines in the pipe's callbacks (:mod:`proxy.upstream.stdio_reader`).
+The process and its pipes are set up by :mod:`proxy.upstream.stdio_process`; stdout is
+read and cut into lines in its pipe's callbacks (:mod:`proxy.upstream.stdio_reader`).
 An idle session's process may be stopped while the session stays, and started again by
 its next message (``upstream.stop_idle_seconds``, :mod:`proxy.upstream.stdio_idle`).
 """
@@ -27,65 +28,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import time
 from typing import Any
 
 import structlog
 
-from proxy.config_rules import ConfigError
 from proxy.core import jsonrpc
 from proxy.core.errors import ProxyError, UpstreamStartFailed
 from proxy.core.handshake import HandshakeStep
 from proxy.core.jsonrpc import Message
 from proxy.upstream.base import UpstreamContext
-from proxy.upstream.deathsig import die_with_parent
 from proxy.upstream.handshake import ClientHandshake, initialize
-from proxy.upstream.lineage import TAG_VARIABLE, Lineage
+from proxy.upstream.lineage import Lineage
 from proxy.upstream.respawn import Respawns
 from proxy.upstream.stdio_idle import IdleStop
+from proxy.upstream.stdio_process import Child, signal_group, start_child
 from proxy.upstream.stdio_reader import StdoutLines, StdoutReader
-from proxy.upstream.subreaper import REAPER
 
 log = structlog.get_logger("proxy.upstream.stdio")
 
 _DRAIN_SECONDS = 1.0
 _REINIT_ID = "mcp-resume-proxy/restart/"  # the session's own ids upstream are ints
 _REINIT_SECONDS = 30.0
-
-
-class _ExitWatchingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """Learns of the child's exit itself: asyncio's ``Process.wait()`` also waits for the
-    pipes to close, which never happens while a grandchild holds them. Stdout goes to
-    ``stdout`` (:class:`StdoutLines`), not to a ``StreamReader``."""
-
-    def __init__(self, exited: asyncio.Future[None], stdout: StdoutLines, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._exited = exited
-        self._stdout = stdout
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self._stdout.connected(transport.get_pipe_transport(1))  # type: ignore[arg-type]
-
-    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
-        if fd == 1:
-            assert isinstance(data, bytes)
-            self._stdout.data(data)
-        else:
-            super().pipe_data_received(fd, data)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 1:
-            self._stdout.ended()
-        super().pipe_connection_lost(fd, exc)
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        if not self._exited.done():
-            self._exited.set_result(None)
 
 
 class StdioUpstream(IdleStop, StdoutReader):
@@ -104,7 +69,7 @@ class StdioUpstream(IdleStop, StdoutReader):
         self._exited: asyncio.Future[None]
         self._watcher: asyncio.Task[None]
         self._writer: asyncio.Task[None] | None = None
-        self._transport: asyncio.SubprocessTransport
+        self._child: Child | None = None  # the current process's pipes
         # Respawn (upstream.restart): the client's handshake, as the core marked it (the
         # session got past it once initialized is sent); exits counted for the crash loop.
         self._handshake = ClientHandshake()
@@ -142,55 +107,23 @@ class StdioUpstream(IdleStop, StdoutReader):
         self._tasks.append(self._writer)
 
     async def _spawn(self) -> None:
-        cfg = self._context.config
-        try:
-            command = cfg.resolved_command()  # ${NAME} from the environment, as at start
-        except ConfigError as exc:
-            raise UpstreamStartFailed(f"cannot start the MCP server: {exc}") from None
-        env = dict(os.environ) if cfg.inherit_env else {}
-        env.update(cfg.env)
-        lineage = Lineage()  # its descendants, found to end with it
-        env[TAG_VARIABLE] = lineage.tag
-        loop = asyncio.get_running_loop()
-        exited: asyncio.Future[None] = loop.create_future()
-        stdout = self._new_stdout(cfg.max_line_bytes, loop)
+        stdout = self._new_stdout(self._context.config.max_line_bytes)
+        child = await start_child(self._context, stdout)
         # Its lineage and exit are this upstream's only once it runs: a launch cancelled
         # (a stop during a restart) leaves the last process's, which a stop can end, and
         # never an exit that no process will ever set.
-
-        try:
-            with REAPER.spawning():  # asyncio's child from the fork on: not reaped by us
-                transport, protocol = await loop.subprocess_exec(
-                    lambda: _ExitWatchingProtocol(
-                        exited, stdout, limit=cfg.max_line_bytes, loop=loop
-                    ),
-                    *command,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                    cwd=cfg.cwd,
-                    env=env,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent(),  # dies with the proxy, even on SIGKILL
-                )
-                lineage.started(transport.get_pid())
-        except OSError as exc:
-            error = f"cannot start {cfg.command[0]!r}: {exc.strerror or exc}"
-            self._context.health.start_failed(error)
-            raise UpstreamStartFailed(
-                f"cannot start MCP server {cfg.command[0]!r}: {exc.strerror or exc}"
-            ) from None
-        self._lineage, self._exited = lineage, exited
-        self._transport = transport
-        self._proc = asyncio.subprocess.Process(transport, protocol, loop)
-        log.info("upstream_started", session=self._context.label, pid=self._proc.pid)
+        self._child, self._proc = child, child.proc
+        self._lineage, self._exited = child.lineage, child.exited
+        log.info("upstream_started", session=self._context.label, pid=child.proc.pid)
         self._context.health.ok()
         name = self._context.label
         self._stdout = stdout
         self._tasks = [t for t in self._tasks if not t.done()] + [
             asyncio.create_task(self._read_stderr(), name=f"stderr-{name}"),
         ]
-        self._watcher = asyncio.create_task(self._watch_exit(lineage, stdout), name=f"exit-{name}")
+        self._watcher = asyncio.create_task(
+            self._watch_exit(child.lineage, stdout), name=f"exit-{name}"
+        )
 
     def pause(self) -> None:
         """Stop reading stdout; the child blocks once the pipe is full."""
@@ -283,7 +216,7 @@ class StdioUpstream(IdleStop, StdoutReader):
             return  # stopped for idleness: the session goes on (see stop_idle)
         if not self._stopping:
             # A crashed server's children must not outlive it, in its group or not.
-            self._signal_group(self._proc.pid, signal.SIGKILL)
+            signal_group(self._proc.pid, signal.SIGKILL)
             await lineage.end(0)
             if not self._ready:  # it never got through initialize: a failed start
                 self._context.health.start_failed(f"MCP server {reason} before initialize")
@@ -335,7 +268,7 @@ class StdioUpstream(IdleStop, StdoutReader):
                 reason = str(exc)
                 log.warning("upstream_restart_failed", session=self._context.label, error=reason)
                 if self._proc is not None and self._proc.returncode is None:
-                    self._signal_group(self._proc.pid, signal.SIGKILL)
+                    signal_group(self._proc.pid, signal.SIGKILL)
                     await asyncio.shield(self._exited)
                 if woken and not self._may_respawn():  # upstream.restart: false
                     self._report_closed(reason)
@@ -422,14 +355,14 @@ class StdioUpstream(IdleStop, StdoutReader):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(exited), min(0.5, grace / 2))
         if not exited.done():
-            self._signal_group(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
             lineage.terminate()  # one grace for all: those that left the group too
             try:
                 await asyncio.wait_for(asyncio.shield(exited), grace)
             except TimeoutError:
                 log.warning("upstream_kill", session=self._context.label, pid=proc.pid)
         # The group may hold grandchildren even when the leader is gone; others left it.
-        self._signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         await lineage.end(grace)
         await asyncio.shield(exited)
         await asyncio.shield(self._watcher)
@@ -437,15 +370,13 @@ class StdioUpstream(IdleStop, StdoutReader):
             await asyncio.wait_for(proc.wait(), _DRAIN_SECONDS)
         except TimeoutError:
             # Something that left the group still holds a pipe: let go of ours.
-            self._transport.close()
+            if self._child is not None:
+                self._child.transport.close()
+        if self._child is not None:  # (its stdout ended, or something that left holds it)
+            self._child.stdout.close()
         if self._stdout is not None:
             self._stdout.close()  # (as a reader task cancelled: nothing more handed over)
         for task in self._tasks:
             if not task.done():
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    @staticmethod
-    def _signal_group(pgid: int, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)

@@ -42,8 +42,10 @@ LINES_PER_TURN = 64
 Line = bytes | OverlongLine
 
 
-class StdoutLines:
-    """One process's stdout, handed over line by line from the pipe's callbacks.
+class StdoutLines(asyncio.Protocol):
+    """One process's stdout, handed over line by line from the pipe's callbacks: the
+    protocol of the pipe's own read transport (``loop.connect_read_pipe``), so that each
+    read is cut and handed over in the callback that read it.
 
     The pipe is read while nothing is left over from the last read and nobody paused it:
     a read whose lines are more than a turn's holds the reading until they are all handed
@@ -71,12 +73,13 @@ class StdoutLines:
         self._pipe: asyncio.ReadTransport | None = None
         self.done: asyncio.Future[None] = loop.create_future()
 
-    def connected(self, pipe: asyncio.ReadTransport | None) -> None:
-        self._pipe = pipe
-        if pipe is not None and self._paused:
-            pipe.pause_reading()
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.ReadTransport)
+        self._pipe = transport
+        if self._paused:
+            transport.pause_reading()
 
-    def data(self, data: bytes) -> None:
+    def data_received(self, data: bytes) -> None:
         """A read of the pipe."""
         lines = self._splitter.feed(data)
         if self._at < len(self._lines):  # (not expected: reading stops while lines wait)
@@ -84,8 +87,9 @@ class StdoutLines:
         self._lines, self._at = lines, 0
         self._hand()
 
-    def ended(self) -> None:
-        """The pipe closed (the server exited, or closed its stdout)."""
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The pipe closed (the server exited, or closed its stdout; or it was let go)."""
+        self._pipe = None
         self._ended = True
         end = self._splitter.end()
         if end:
@@ -166,9 +170,10 @@ class StdoutReader:
     def send(self, payload: bytes, handshake: HandshakeStep | None = None) -> None:
         raise NotImplementedError
 
-    def _new_stdout(self, limit: int, loop: asyncio.AbstractEventLoop) -> StdoutLines:
+    def _new_stdout(self, limit: int) -> StdoutLines:
         """The stdout of a process about to start (paused if the upstream is)."""
         self._batch = [] if self._context.on_messages is not None else None
+        loop = asyncio.get_running_loop()
         return StdoutLines(limit, self._stdout_line, loop, self._paused, self._stdout_turn)
 
     def _stdout_line(self, line: Line) -> None:
