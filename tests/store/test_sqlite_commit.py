@@ -170,7 +170,7 @@ async def test_payloads_bind_through_the_registered_bytes_adapter_unchanged(
     the slow way on every bind); what is stored is the same bytes, whatever they hold."""
     import sqlite3
 
-    assert sqlite3.adapters[(bytes, sqlite3.PrepareProtocol)] is bytes
+    assert sqlite3.adapters[(bytes, sqlite3.PrepareProtocol)] is bytes.__bytes__
     store = await opened(tmp_path / "s.db")
     try:
         payloads = [b"", b"\x00\xff\xfe binary", '{"é":"ü"}'.encode(), b"x" * 70_000]
