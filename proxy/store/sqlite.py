@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -100,6 +100,10 @@ class SqliteStore(Store):
         self._next_checkpoint = 0.0  # loop time: no checkpoint is asked before it
         self._checkpoint: asyncio.Future[None] | None = None  # asked, not yet done
         self._tidy: asyncio.Task[None] | None = None  # deleting dropped streams' events
+        # What the tidy awaits before each piece (a test holds it on a condition).
+        self.tidy_pause: Callable[[], Awaitable[None]] = functools.partial(
+            asyncio.sleep, TIDY_SECONDS
+        )
 
     async def _call(
         self, method: Callable[Concatenate[Database, P], T], *args: P.args, **kwargs: P.kwargs
@@ -231,7 +235,7 @@ class SqliteStore(Store):
         try:
             more = True
             while more:
-                await asyncio.sleep(TIDY_SECONDS)
+                await self.tidy_pause()
                 more = await self._write(Database.tidy_step, self._now)
         except StoreError:
             pass

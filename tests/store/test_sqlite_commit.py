@@ -62,9 +62,22 @@ async def test_a_calls_commit_is_one_read_and_two_writes(tmp_path: Path) -> None
         await store.close()
 
 
+def held_tidy(store: SqliteStore) -> asyncio.Event:
+    """Hold the store's tidy until the returned event is set (no timing: a loaded
+    machine once ran the 20 ms tidy before a "still stored" assertion)."""
+    go = asyncio.Event()
+
+    async def pause() -> None:
+        await go.wait()
+
+    store.tidy_pause = pause
+    return go
+
+
 async def test_a_dropped_streams_events_are_deleted_after_its_commit(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     store = await opened(path)
+    go = held_tidy(store)
     try:
         now = time.time()
         first = Batch(streams=[StreamRecord(KEY, "s1", "a")], appends={KEY: entries(1, 5000)})
@@ -78,6 +91,8 @@ async def test_a_dropped_streams_events_are_deleted_after_its_commit(tmp_path: P
         except ResumeError as exc:
             assert exc.reason == "unknown_stream"
         assert stored_events(path, KEY) == 5000
+        assert store._tidy is not None  # started, and held
+        go.set()
         await tidied(store)
         assert stored_events(path, KEY) == 0
         assert stored_streams(path, KEY) == 0
@@ -88,12 +103,14 @@ async def test_a_dropped_streams_events_are_deleted_after_its_commit(tmp_path: P
 async def test_a_key_made_again_before_the_tidy_keeps_its_new_log(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     store = await opened(path)
+    go = held_tidy(store)
     try:
         now = time.time()
         await store.commit(Batch([StreamRecord(KEY, "s1", "a")], {KEY: entries(1, 3000)}), now)
         await store.commit(Batch(dropped=[KEY]), now)
         await store.commit(Batch([StreamRecord(KEY, "s2", "a")], {KEY: entries(1, 2)}), now)
         assert await store.read(KEY, 0, now) == entries(1, 2)
+        go.set()
         await tidied(store)
         assert await store.read(KEY, 0, now) == entries(1, 2)
         assert stored_events(path, KEY) == 2
@@ -153,7 +170,7 @@ async def test_payloads_bind_through_the_registered_bytes_adapter_unchanged(
     the slow way on every bind); what is stored is the same bytes, whatever they hold."""
     import sqlite3
 
-    assert sqlite3.adapters[(bytes, sqlite3.PrepareProtocol)] is bytes
+    assert sqlite3.adapters[(bytes, sqlite3.PrepareProtocol)] is bytes.__bytes__
     store = await opened(tmp_path / "s.db")
     try:
         payloads = [b"", b"\x00\xff\xfe binary", '{"é":"ü"}'.encode(), b"x" * 70_000]
