@@ -315,6 +315,7 @@ class _GuardedConnection(asyncio.Protocol):
         writable, self._writable = self._writable, None
         if writable is not None and not writable.done():
             writable.set_exception(ConnectionResetError("the client is gone"))
+            writable.exception()  # (its waiter, if still there, gets it: nothing to log)
         if self._fast is not None:
             self._fast.lost()
         if self._ending is not None:
