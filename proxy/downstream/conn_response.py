@@ -14,7 +14,7 @@ import asyncio
 import enum
 import time
 from collections import deque
-from typing import cast
+from typing import Protocol, cast
 
 import structlog
 from aiohttp import web
@@ -38,6 +38,29 @@ class HoldOn(enum.Enum):
 
 
 HOLD_ON = HoldOn.HOLD_ON  # a hold goes on: nothing decided yet
+
+
+class StreamOut(Protocol):
+    """Where :meth:`ConnResponder.write_stream` writes a stream: an :class:`SseWriter`
+    (aiohttp's response), or a fast POST's own (:mod:`proxy.downstream.fast_stream`)."""
+
+    @property
+    def gone(self) -> bool:
+        """Whether the client hung up."""
+        ...
+
+    def due(self) -> float:
+        """Seconds until a keepalive comment is due (≤ 0: due now)."""
+        ...
+
+    async def open(self) -> object: ...
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def write_keepalive(self) -> None: ...
+
+    async def end(self, data: bytes = b"") -> object: ...
+
 
 # What a hold gave: the lone answer's bytes (or None), the items taken, their frames.
 Taken = tuple[bytes | None, list[Item], list[bytes], int]
@@ -128,7 +151,6 @@ class ConnResponder:
         what such a hold already gave (:meth:`hold`'s answer, items and frames: a fast POST
         handed off, :mod:`proxy.downstream.fast_post`)."""
         headers = {SESSION_HEADER: runner.session_id}
-        queue = conn.queue
         writer: SseWriter | None = None
         try:
             held: list[Item] = []
@@ -157,38 +179,7 @@ class ConnResponder:
             writer = SseWriter(
                 request, self.config.sse.keepalive_seconds, {"Connection": "keep-alive", **headers}
             )
-            if not held and queue.empty():
-                await writer.open()  # headers now; else they go with the first events
-            while True:
-                items = held or await _next_batch(writer, queue)
-                if not items:  # the client hung up
-                    break
-                close = items[-1] if isinstance(items[-1], CloseMarker) else None
-                if close is not None:
-                    items.pop()
-                counted = bool(held)  # (held items were counted as written when taken)
-                upto = held_ticket if held else None
-                held = []
-                # A replay is framed and written in chunks of bounded size, the event loop
-                # free between them; the last chunk goes on as one batch always did.
-                last = b""
-                for chunk in in_chunks(_sse_items(items)):
-                    if last:
-                        await _write_chunk(writer, conn, last, counted)
-                    last = chunk
-                if not counted:
-                    conn.written(len(last))
-                if conn.replay_clock is not None and not conn.replay_left:
-                    self.metrics.replay_seconds.observe(time.monotonic() - conn.replay_clock)
-                    conn.replay_clock = None
-                if close is not None and close.retry_ms is not None:
-                    last += encode_retry(close.retry_ms)
-                await conn.stored(upto)  # the wire never runs ahead of the store
-                if close is not None:  # the last events and the end in one write
-                    await writer.end(last)
-                    break
-                if last:
-                    await writer.write(last)
+            await self.write_stream(writer, conn, held, held_ticket)
         except (ConnectionError, asyncio.CancelledError, RuntimeError) as exc:
             # The client went away. Nothing is lost: every event is in the stream's log
             # and a GET with Last-Event-ID resumes it.
@@ -200,6 +191,47 @@ class ConnResponder:
         if writer is None:  # (gone before anything was written)
             return web.Response(status=200, headers=headers)
         return writer.response
+
+    async def write_stream(
+        self, writer: StreamOut, conn: ClientConn, held: list[Item], held_ticket: int | None
+    ) -> None:
+        """Write ``conn``'s queue to ``writer`` until the core ends it (a ``CloseMarker``)
+        or the client is gone. ``held``: what a hold took first (counted as written when
+        taken), which waits only for batch ``held_ticket``. Raises ``ConnectionError`` (or
+        aiohttp's ``RuntimeError``) when the client went or the session was fenced."""
+        queue = conn.queue
+        if not held and queue.empty():
+            await writer.open()  # headers now; else they go with the first events
+        while True:
+            items = held or await _next_batch(writer, queue)
+            if not items:  # the client hung up
+                break
+            close = items[-1] if isinstance(items[-1], CloseMarker) else None
+            if close is not None:
+                items.pop()
+            counted = bool(held)  # (held items were counted as written when taken)
+            upto = held_ticket if held else None
+            held = []
+            # A replay is framed and written in chunks of bounded size, the event loop
+            # free between them; the last chunk goes on as one batch always did.
+            last = b""
+            for chunk in in_chunks(_sse_items(items)):
+                if last:
+                    await _write_chunk(writer, conn, last, counted)
+                last = chunk
+            if not counted:
+                conn.written(len(last))
+            if conn.replay_clock is not None and not conn.replay_left:
+                self.metrics.replay_seconds.observe(time.monotonic() - conn.replay_clock)
+                conn.replay_clock = None
+            if close is not None and close.retry_ms is not None:
+                last += encode_retry(close.retry_ms)
+            await conn.stored(upto)  # the wire never runs ahead of the store
+            if close is not None:  # the last events and the end in one write
+                await writer.end(last)
+                break
+            if last:
+                await writer.write(last)
 
     async def hold(
         self, conn: ClientConn, held: list[Item], frames: list[bytes], clock: HoldClock
@@ -267,7 +299,7 @@ def whole_body(held: list[Item], frames: list[bytes]) -> bytes | None:
     return body if len(body) <= CHUNK_BYTES else None  # (a larger one: in chunks, as ever)
 
 
-async def _next_batch(writer: SseWriter, queue: ConnQueue[Item]) -> list[Item]:
+async def _next_batch(writer: StreamOut, queue: ConnQueue[Item]) -> list[Item]:
     """Every item queued now (a ``CloseMarker`` last, if any), waiting for the first while
     keeping the stream alive as :meth:`SseWriter.next_batch` does (keepalive comments,
     liveness checks every ``LIVENESS_SECONDS``). An empty list: the client is gone."""
@@ -286,7 +318,7 @@ async def _next_batch(writer: SseWriter, queue: ConnQueue[Item]) -> list[Item]:
     return queue.take()
 
 
-async def _write_chunk(writer: SseWriter, conn: ClientConn, data: bytes, counted: bool) -> None:
+async def _write_chunk(writer: StreamOut, conn: ClientConn, data: bytes, counted: bool) -> None:
     """One chunk of a long batch (a replay), then a turn of the event loop for the other
     sessions: a replay never holds it longer than one chunk's framing."""
     if not counted:

@@ -1,6 +1,7 @@
 """One fast POST (:mod:`proxy.downstream.fast_post`) once admitted: the session fed,
 then the JSON-answer hold by callbacks, not a task (:meth:`ConnQueue.listen`); its
-answer written whole, or the request handed off to aiohttp's handler.
+answer written whole, its stream written here (:mod:`proxy.downstream.fast_stream`), or
+the request handed off to aiohttp's handler (a JSON answer, a refusal, ``202``, fenced).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from proxy.core.errors import ProxyError
 from proxy.core.events import ClientPost
 from proxy.core.protocol import SESSION_HEADER
 from proxy.downstream.conn_response import HOLD_ON, ConnResponder, Hold, Taken, whole_body
+from proxy.downstream.fast_stream import TransportSse, Wire
 from proxy.downstream.handoff import Handoff
 from proxy.downstream.whole_response import sse_head, write_whole_to
 
@@ -49,6 +51,7 @@ class FastCall:
     __slots__ = (
         "_done",
         "_hold",
+        "_stream_task",
         "conn",
         "context",
         "endpoint",
@@ -61,6 +64,7 @@ class FastCall:
         "runner",
         "started",
         "transport",
+        "wire",
     )
 
     def __init__(
@@ -88,12 +92,22 @@ class FastCall:
         self.frames: list[bytes] = []
         self._hold: Hold | None = None
         self._done: Callable[[bool], None] = _ignore
+        self.wire: Wire | None = None
+        self._stream_task: asyncio.Task[None] | None = None
 
-    def start(self, done: Callable[[bool], None]) -> None:
+    def start(self, done: Callable[[bool], None], wire: Wire | None = None) -> None:
         """Feed the session; ``done`` is called once the call is over: True, answered;
-        False, handed off (give aiohttp the request's bytes). Maybe before this returns."""
+        False, handed off (give aiohttp the request's bytes). Maybe before this returns.
+        ``wire``: the connection, for a stream written here (without it, handed off)."""
         self._done = done
+        self.wire = wire
         self.context.run(self._feed)
+
+    def lost(self) -> None:
+        """The connection is lost: a stream being written notices at once, not at its
+        next liveness check (the call goes on; its client may resume the stream)."""
+        if self._stream_task is not None and self.conn is not None:
+            self.conn.queue.wake()
 
     def _feed(self) -> None:
         self.started = time.monotonic()
@@ -163,7 +177,12 @@ class FastCall:
         assert conn is not None
         runner = self.runner
         whole = whole_body(self.held, self.frames) if answer is None else None
-        if whole is None:  # a JSON answer, a stream: aiohttp's path writes it
+        if whole is None and answer is None and self.wire is not None:
+            task = asyncio.get_running_loop().create_task(self._stream(self.wire, conn.ticket))
+            self._stream_task = task
+            task.add_done_callback(_retrieved)
+            return None
+        if whole is None:  # a JSON answer (or no wire for a stream): aiohttp's path writes it
             taken: Taken = (answer, self.held, self.frames, conn.ticket)
             responder = self.endpoint.responder
 
@@ -177,6 +196,36 @@ class FastCall:
             task.add_done_callback(_retrieved)
             return None
         return self._write(whole)
+
+    async def _stream(self, wire: Wire, held_ticket: int) -> None:
+        """Write the stream the hold began (its held events first, once their batch is
+        stored) until the core ends it or the client goes; the call goes on either way."""
+        conn = self.conn
+        assert conn is not None
+        runner = self.runner
+        responder = self.endpoint.responder
+        keepalive = responder.config.sse.keepalive_seconds
+        writer = TransportSse(self.transport, wire, sse_head(runner.session_id), keepalive)
+        ended = False
+        wire.streaming()
+        try:
+            await responder.write_stream(writer, conn, self.held, held_ticket)
+            ended = True
+        except (ConnectionError, RuntimeError) as exc:
+            # Nothing is lost: every event is in the stream's log and a GET with
+            # Last-Event-ID resumes it. (Fenced: the response ends, as aiohttp's would.)
+            log.debug("client_gone", session=runner.session_id[:8], conn=conn.id, error=repr(exc))
+            await writer.end()
+            ended = True
+        finally:
+            self._stream_task = None
+            runner.conn_gone(conn)
+            if not ended:  # (cancelled, or a fault: the response cannot be finished)
+                self.transport.close()
+            wire.idle()  # from the end of the response on
+            seconds = time.monotonic() - self.started
+            self.endpoint.metrics.request_seconds(self.method, "legacy").observe(seconds)
+            self._done(True)
 
     async def _write_when_stored(self, whole: bytes) -> None:
         conn = self.conn

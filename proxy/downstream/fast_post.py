@@ -15,10 +15,12 @@ path, HTTP/1.0, ``Connection``, ``Origin`` (CORS), ``Expect``, ``Upgrade``, chun
 incomplete or pipelined bytes, a duplicate or unusual header, a query, authentication or
 tracing on, a batch, a modern (2026-07-28) message, an ``initialize``, a poll, a session
 held by another replica or absent, a refusal (aiohttp's path raises it again, with its
-wire form). Once the session was fed, a response that does not go out whole (a large
-answer sent as JSON, a stream, a refusal by the session) is *handed off*: the request's
-bytes go to aiohttp after all, and ``StreamableHttp`` finds the :class:`Handoff` waiting
-for it and writes the response as it always has.
+wire form). Once the session was fed, a stream is written here too
+(:mod:`proxy.downstream.fast_stream`); any other response that does not go out whole (a
+large answer sent as JSON, a refusal by the session, ``202``, a fenced session's empty
+``200``) is *handed off*: the request's bytes go to aiohttp after all, and
+``StreamableHttp`` finds the :class:`Handoff` waiting for it and writes the response as it
+always has.
 """
 
 from __future__ import annotations

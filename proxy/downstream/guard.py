@@ -56,6 +56,10 @@ class FastPosts(Protocol):
     def forget(self, transport: object) -> None: ...
 
 
+# What a connection may send while a fast POST is answered (the next requests, held until
+# it is) before its reading pauses: a stream may go on for long.
+_FAST_NEXT_BYTES = 1 << 20
+
 # How long a refused or timed-out connection may still send (it is read and dropped)
 # before it is closed: closing with unread input would reset the connection and could
 # lose the error response the client is about to read.
@@ -152,6 +156,7 @@ _HANDLER_STATE = (
     QUEUE_SLOT,
     "_next_keepalive_close_time",
     "_keepalive_timeout",
+    "_keepalive_handle",
 )
 
 
@@ -185,6 +190,8 @@ class ConnectionGuard:
         """``fast``: the app's fast POSTs (:mod:`proxy.downstream.fast_post`), served
         from an idle connection's bytes before aiohttp sees them."""
         missing = [name for name in _HANDLER_STATE if name not in RequestHandler.__slots__]
+        if not callable(getattr(RequestHandler, "_process_keepalive", None)):
+            missing.append("_process_keepalive")
         if missing:  # pragma: no cover - only with an aiohttp this was not written for
             raise RuntimeError(f"aiohttp's RequestHandler lacks {missing}: update guard.py")
         self.handler_factory = handler_factory
@@ -213,6 +220,9 @@ class _GuardedConnection(asyncio.Protocol):
         self._fast: FastCall | None = None
         self._fast_data = b""
         self._fast_next: list[bytes] = []
+        self._fast_bytes = 0  # in _fast_next; past _FAST_NEXT_BYTES, reading pauses
+        self._writable: asyncio.Future[None] | None = None  # a stream waits: writing paused
+        self._paused = False  # the transport paused writing (flow control)
 
     # ------------------------------------------------------------------ protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -244,6 +254,9 @@ class _GuardedConnection(asyncio.Protocol):
             return  # answered already: what the client still sends is dropped
         if self._fast is not None:  # (a client sending before its answer came: it waits)
             self._fast_next.append(data)
+            self._fast_bytes += len(data)
+            if self._fast_bytes > _FAST_NEXT_BYTES and self._transport is not None:
+                self._transport.pause_reading()  # (a stream may go on for long)
             return
         fast = self._guard.fast
         if (
@@ -259,7 +272,7 @@ class _GuardedConnection(asyncio.Protocol):
                 self._disarm()
                 self._fast, self._fast_data = call, data
                 _keep_alive(inner)  # its idle timer runs from this request (ms long)
-                call.start(self._fast_done)
+                call.start(self._fast_done, self)
                 return
         self._to_inner(inner, data)
 
@@ -269,6 +282,10 @@ class _GuardedConnection(asyncio.Protocol):
         inner = self._inner
         if inner is None:
             return
+        if self._fast_bytes:
+            if self._fast_bytes > _FAST_NEXT_BYTES and self._transport is not None:
+                self._transport.resume_reading()
+            self._fast_bytes = 0
         if not answered:  # handed off: aiohttp serves the request after all
             self._to_inner(inner, data)
         for more in following:
@@ -295,6 +312,12 @@ class _GuardedConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_exception(ConnectionResetError("the client is gone"))
+            writable.exception()  # (its waiter, if still there, gets it: nothing to log)
+        if self._fast is not None:
+            self._fast.lost()
         if self._ending is not None:
             self._ending.cancel()
         inner, self._inner = self._inner, None
@@ -306,12 +329,48 @@ class _GuardedConnection(asyncio.Protocol):
             fast.forget(self._transport)
 
     def pause_writing(self) -> None:
+        self._paused = True
         if self._inner is not None:
             self._inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self._paused = False
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
         if self._inner is not None:
             self._inner.resume_writing()
+
+    # ------------------------------------------------------------------ a fast stream
+    async def drained(self) -> None:
+        """Return once the transport takes more bytes (at once unless it paused writing),
+        as aiohttp's writer waits; ``ConnectionResetError`` once the connection is lost
+        (:class:`~proxy.downstream.fast_stream.Wire`)."""
+        if self._inner is None:
+            raise ConnectionResetError("the client is gone")
+        if not self._paused:
+            return
+        if self._writable is None:
+            self._writable = self._loop.create_future()
+        await asyncio.shield(self._writable)  # (one waiter; shielded: it may be cancelled)
+
+    def streaming(self) -> None:
+        """A fast POST's stream begins: aiohttp, which sees an idle connection, must not
+        close it for being idle (its keep-alive timer stops) until :meth:`idle`."""
+        inner = self._inner
+        if inner is not None and inner._keepalive_handle is not None:
+            inner._keepalive_handle.cancel()
+            inner._keepalive_handle = None
+
+    def idle(self) -> None:
+        """The stream ended: the keep-alive timer runs from now, as after aiohttp's own
+        responses."""
+        inner = self._inner
+        if inner is not None:
+            _keep_alive(inner)
+            if inner._keepalive_handle is None and inner._keepalive_timeout > 0:
+                close_at = inner._next_keepalive_close_time
+                inner._keepalive_handle = self._loop.call_at(close_at, inner._process_keepalive)
 
     # ------------------------------------------------------------------ header timer
     def _arm(self, inner: RequestHandler, *, heard: bool, parsed: int | None = None) -> None:

@@ -69,7 +69,7 @@ _date_second = -1
 _date = b""
 
 
-def _http_date() -> bytes:
+def http_date() -> bytes:
     """``Date`` (RFC 9110 §6.6.1), formatted once a second."""
     global _date_second, _date
     now = int(time.time())
@@ -95,4 +95,4 @@ def write_whole_to(transport: asyncio.Transport, head: tuple[bytes, bytes], body
         raise ConnectionResetError("the client is gone")
     before, after = head
     chunk = b"%x\r\n%b\r\n%b" % (len(body), body, _TERMINATOR) if body else _TERMINATOR
-    transport.write(b"".join((before, _http_date(), after, chunk)))
+    transport.write(b"".join((before, http_date(), after, chunk)))

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core.sse import SSEDecoder
 from proxy.downstream.fast_post import FastPosts, _headers
 from proxy.downstream.handoff import Handoff
 from tests.support import FIXTURE, ROOT, RunningProxy, run_proxy
@@ -56,7 +57,7 @@ async def _session(proxy: RunningProxy) -> str:
 
 def _call(session: str, rid: int, tool: str = "echo", path: str = "/mcp", **args: Any) -> bytes:
     params: dict[str, Any] = {"name": tool, "arguments": args or {"text": f"t{rid}"}}
-    if tool == "flood":
+    if tool in ("flood", "slow"):
         params["_meta"] = {"progressToken": rid}
     body = json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
     head = (
@@ -111,18 +112,81 @@ async def test_a_call_is_answered_as_aiohttp_answers_it(proxy: RunningProxy) -> 
     assert b'"text":"t1"' in fast and fast.index(b'"id":1') < fast.index(b'"id":2')
 
 
-async def test_a_stream_is_handed_to_aiohttp_and_a_refusal_answered_as_ever(
+def _dechunked(raw: bytes) -> tuple[bytes, bytes]:
+    """A response's head, and its body's bytes once its chunks are undone (as far as
+    they came whole)."""
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    body = b""
+    while b"\r\n" in rest:
+        size, _, after = rest.partition(b"\r\n")
+        n = int(size, 16)
+        if len(after) < n + 2:
+            break
+        body, rest = body + after[:n], after[n + 2 :]
+    return head, body
+
+
+async def test_a_stream_is_written_as_aiohttp_writes_it_and_a_refusal_answered_as_ever(
     proxy: RunningProxy,
 ) -> None:
     session = await _session(proxy)
-    # Notifications before the answer: no whole answer, the stream goes on through aiohttp.
-    streamed = await _exchange(proxy.port, [_call(session, 7, "flood", n=50, size=50)], 1)
+    # Notifications before the answer: no whole answer; the fast path writes the stream
+    # (fast_stream.py), and then serves the next call on the same connection.
+    streamed = await _exchange(
+        proxy.port, [_call(session, 7, "flood", n=50, size=50), _call(session, 8)], 2
+    )
     assert streamed.count(b"notifications/progress") == 50
     assert streamed.count(b'"id":7') == 1 and streamed.endswith(END)
+    stream, answer = streamed.split(END, 1)
+    assert b'"id":8' in answer and answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    # aiohttp's path (a query: not the fast path's) writes the same head and events.
+    theirs = await _exchange(proxy.port, [_call(session, 7, "flood", "/mcp?q", n=50, size=50)], 1)
+    ours_head, ours_body = _dechunked(stream + END)
+    theirs_head, theirs_body = _dechunked(theirs)
+    assert _comparable(ours_head + b"\r\n") == _comparable(theirs_head + b"\r\n")
+    assert _comparable(ours_body) == _comparable(theirs_body)
     # An unknown session: aiohttp's path refuses it (404), and then the next call is served.
     refused = await _exchange(proxy.port, [_call("no-such-session", 8), _call(session, 9)], 1)
     assert refused.startswith(b"HTTP/1.1 404 ")
     assert b'"id":9' in refused
+
+
+async def test_a_stream_cut_by_its_client_goes_on_and_is_resumed(proxy: RunningProxy) -> None:
+    n = 3000
+    session = await _session(proxy)
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    try:
+        writer.write(_call(session, 7, "flood", n=n, size=100))
+        got, events = b"", []
+        async with asyncio.timeout(DEADLINE):
+            while not any(e.data and "progress" in e.data for e in events):
+                more = await reader.read(65536)
+                assert more, f"closed early: {got!r}"
+                got += more
+                events = SSEDecoder().feed(_dechunked(got)[1])
+    finally:
+        writer.close()  # the client goes: the call goes on, its events logged
+    before = sum(1 for e in events if e.data and "progress" in e.data)
+    last_id = [e.id for e in events if e.id][-1]
+    assert before < n  # (cut before its end)
+    headers = {
+        "Accept": "text/event-stream",
+        "Mcp-Session-Id": session,
+        "MCP-Protocol-Version": "2025-11-25",
+        "Last-Event-ID": last_id,
+    }
+    after, answered = 0, False
+    async with aiohttp.ClientSession() as http, http.get(proxy.url, headers=headers) as resp:
+        assert resp.status == 200
+        decoder = SSEDecoder()
+        async with asyncio.timeout(DEADLINE):
+            async for chunk in resp.content.iter_any():
+                for event in decoder.feed(chunk):
+                    after += bool(event.data and "progress" in event.data)
+                    answered = answered or bool(event.data and '"id":7' in event.data)
+                if answered:
+                    break
+    assert answered and before + after == n
 
 
 async def test_pipelined_and_early_requests_are_answered_in_order(proxy: RunningProxy) -> None:
@@ -165,6 +229,31 @@ async def test_an_answer_later_than_the_window_streams_after_the_window(tmp_path
             assert b"Content-Type: text/event-stream" in head
         finally:
             writer.close()
+
+
+async def test_a_stream_longer_than_the_keepalive_timeout_is_not_cut(tmp_path: Path) -> None:
+    # aiohttp sees the connection idle while the fast path writes a stream: its keep-alive
+    # timer must not close it (each liveness check and write pushes it on), and once the
+    # stream ended the connection serves the next request, then is closed when idle.
+    listen = {"keepalive_timeout_seconds": 0.5}
+    async with run_proxy(tmp_path, FIXTURE, listen=listen) as proxy:
+        session = await _session(proxy)
+        call = _call(session, 5, "slow", steps=4, delay=0.4)  # ~1.6 s, three timeouts long
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        try:
+            writer.write(call)  # alone in its write: the fast path's (not pipelined)
+            async with asyncio.timeout(DEADLINE):
+                got = await reader.readuntil(b"\r\n\r\n")
+                writer.write(_call(session, 6))  # (sent early: it waits for the stream)
+                while got.count(END) < 2:
+                    more = await reader.read(65536)
+                    assert more, f"closed early: {got!r}"
+                    got += more
+                assert await reader.read(65536) == b""  # then idle: closed by the proxy
+        finally:
+            writer.close()
+    assert got.count(b"notifications/progress") == 4 and b"done 4" in got
+    assert got.index(b'"id":5') < got.index(b'"id":6')
 
 
 def test_a_handoff_never_taken_is_abandoned_once() -> None:

@@ -18,8 +18,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from proxy.config import Config
+from proxy.config_sections import ListenConfig
 from proxy.context import ProxyContext
 from proxy.downstream.app import build_app
+from proxy.downstream.guard import ConnectionGuard
 from proxy.registry import Registry
 from tests.downstream.sse_client import RawSession, messages
 from tests.support import RunningProxy, eventually, run_proxy
@@ -319,3 +321,48 @@ async def test_an_idle_keepalive_connection_gives_its_slot_back(tmp_path: Path) 
         finally:
             for _, writer in idle:
                 await close(writer)
+
+
+# ---------------------------------------------------------------------- a fast stream
+class _Handler:
+    """aiohttp's protocol inside the guard, for what a fast stream asks of the guard."""
+
+    _request_count = 0
+
+    def connection_made(self, transport: object) -> None:
+        return None
+
+    def pause_writing(self) -> None:
+        return None
+
+    def resume_writing(self) -> None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        return None
+
+
+class _Transport(asyncio.Transport):
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+async def test_a_fast_stream_waits_while_writing_is_paused_until_resumed_or_lost() -> None:
+    guard = ConnectionGuard(_Handler, ListenConfig())  # type: ignore[arg-type]
+    connection: Any = guard()
+    connection.connection_made(_Transport())
+    await asyncio.wait_for(connection.drained(), DEADLINE)  # not paused: at once
+    connection.pause_writing()
+    waiting = asyncio.ensure_future(connection.drained())
+    await asyncio.sleep(0)
+    assert not waiting.done()  # the client reads slowly: the stream waits
+    connection.resume_writing()
+    await asyncio.wait_for(waiting, DEADLINE)
+    connection.pause_writing()
+    waiting = asyncio.ensure_future(connection.drained())
+    await asyncio.sleep(0)
+    connection.connection_lost(None)
+    with pytest.raises(ConnectionResetError):
+        await asyncio.wait_for(waiting, DEADLINE)
+    with pytest.raises(ConnectionResetError):
+        await connection.drained()  # (lost: no waiting any more)
