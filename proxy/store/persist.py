@@ -109,6 +109,7 @@ class Persister:
         self._later: asyncio.Handle | None = None  # the next of them, a loop turn later
         self._early: dict[str, int] = {}  # session (epoch) -> its part of the ticket landed
         self._cap = cap
+        self._closed = False
         self._changed = asyncio.Event()
         self.last_error: str | None = None
         self.events = 0  # committed, in all
@@ -266,7 +267,24 @@ class Persister:
             else:
                 self._slice_landed(part, refused)
                 return
+        elif not traced and self.store.commit_soon(
+            part.batch, time.time(), lambda outcome: self._soon_landed(part, outcome)
+        ):
+            # Written now; landed from the store's own reply callback: no task to start
+            # (a turn before the write) nor to wake (a turn after the reply).
+            return
         self._inflight = asyncio.create_task(self._commit(part, traced))
+
+    def _soon_landed(self, part: Slice, outcome: list[str] | Exception) -> None:
+        """A slice written by :meth:`Store.commit_soon` came back: landed, or (a flushed
+        script cache, a broken connection) committed again by :meth:`_commit`, which
+        loads, reconnects and retries with backoff."""
+        if self._closed:
+            return
+        if isinstance(outcome, Exception):
+            self._inflight = asyncio.create_task(self._commit(part, []))
+            return
+        self._slice_landed(part, outcome)
 
     def _failed(self, exc: StoreError) -> None:
         if self.last_error is None:
@@ -414,6 +432,7 @@ class Persister:
         return True
 
     async def close(self) -> None:
+        self._closed = True  # a commit landing later (commit_soon) changes nothing
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
