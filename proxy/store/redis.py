@@ -40,6 +40,7 @@ every command left. Sessions, leases, tasks and messages:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 import time
@@ -107,6 +108,9 @@ SUMMARY_CHUNK = 1000
 """Entries a ``stream/poll``'s :meth:`RedisStore.summary` reads per command: a poll of a
 50,000-event stream is 50 reads, each reply parsed in a turn of its own, never one 10 MB
 reply parsed (and 50,000 entries made) in one step of the event loop."""
+Ahead = tuple["asyncio.Future[list[Any]]", bytes, int]
+"""A read sent ahead (:meth:`RedisStore._read_ahead`): its replies' future, the packed
+command and its replies' count (to send it again on a new connection)."""
 CLOSE_WAIT_SECONDS = 2.0
 """How long :meth:`RedisStore.close` waits for the commands it cancelled."""
 
@@ -345,20 +349,9 @@ class RedisStore(RedisRecords, Store):
         names = self._stream_keys(key)
 
         if self._reads is not None:  # one server: raw replies, parsed here
-            xrange: list[Arg] = ["XRANGE", names.log, b"%d-0" % (after + 1), "+"]
-            if limit is not None:
-                xrange += ("COUNT", limit)
-            commands: list[list[Arg]] = [["HGETALL", names.record], xrange]
-            if wake:
-                commands.append(["XREVRANGE", names.wake, "+", "-", "COUNT", 1])
-            replies = await self._wired(
-                "read a stream", self._reads, pack_transaction(commands), len(commands) + 2
-            )
-            with self._failing("read a stream"):
-                raw = executed(replies)
-            record = check_read(record_of(key, pairs(raw[0]), now), after)
-            woken = raw[2] if wake else []
-            return record, entries_of(raw[1]), woken[0][0].decode() if woken else "0-0"
+            packed, count = self._read_packed(key, after, limit, wake)
+            replies = await self._wired("read a stream", self._reads, packed, count)
+            return self._read_parsed(key, after, now, replies, wake)
 
         async def snapshot(client: Client) -> tuple[dict[bytes, bytes], list[Entry], list[Any]]:
             pipe = client.pipeline(transaction=True)
@@ -373,6 +366,52 @@ class RedisStore(RedisRecords, Store):
         record = check_read(record_of(key, fields, now), after)
         newest = woken[0][0].decode() if woken else "0-0"
         return record, entries, newest
+
+    def _read_packed(
+        self, key: str, after: int, limit: int | None, wake: bool
+    ) -> tuple[bytes, int]:
+        """:meth:`_snapshot`'s MULTI on the reads' connection, packed; its replies' count."""
+        names = self._stream_keys(key)
+        xrange: list[Arg] = ["XRANGE", names.log, b"%d-0" % (after + 1), "+"]
+        if limit is not None:
+            xrange += ("COUNT", limit)
+        commands: list[list[Arg]] = [["HGETALL", names.record], xrange]
+        if wake:
+            commands.append(["XREVRANGE", names.wake, "+", "-", "COUNT", 1])
+        return pack_transaction(commands), len(commands) + 2
+
+    def _read_parsed(
+        self, key: str, after: int, now: float, replies: list[Any], wake: bool
+    ) -> tuple[StreamRecord, list[Entry], str]:
+        with self._failing("read a stream"):
+            raw = executed(replies)
+        record = check_read(record_of(key, pairs(raw[0]), now), after)
+        woken = raw[2] if wake else []
+        return record, entries_of(raw[1]), woken[0][0].decode() if woken else "0-0"
+
+    def _read_ahead(self, key: str, after: int) -> Ahead | None:
+        """A tail's next read (:data:`TAIL_BATCH` entries after ``after``) written now on
+        the reads' connection, while the entries before are written to the client: over a
+        Unix socket a 1,000-entry reply comes in pieces over 4-5 turns of the loop. None:
+        no connection up (the tail reads as it would)."""
+        wire = self._reads
+        if wire is None or self._closed:
+            return None
+        packed, count = self._read_packed(key, after, TAIL_BATCH, True)
+        future = wire.send_now(packed, count)
+        return None if future is None else (future, packed, count)
+
+    async def _read_landed(
+        self, key: str, after: int, ahead: Ahead
+    ) -> tuple[StreamRecord, list[Entry], str]:
+        """What :meth:`_read_ahead` asked for, as :meth:`_snapshot` gives it."""
+        assert self._reads is not None
+        with self._failing("read a stream"):
+            try:
+                replies = await self._reads.replies(*ahead)
+            except Closed:
+                raise StoreError(f"the redis store ({self._where}) is closed") from None
+        return self._read_parsed(key, after, time.time(), replies, True)
 
     async def read(self, key: str, after: int, now: float, limit: int | None = None) -> list[Entry]:
         _, entries, _ = await self._snapshot(key, after, now, limit)
@@ -394,12 +433,19 @@ class RedisStore(RedisRecords, Store):
             after = entries[-1].seq
 
     async def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
+        ahead: Ahead | None = None  # the next read, sent before these entries were yielded
         while True:
-            record, entries, woken_at = await self._snapshot(
-                key, after, time.time(), TAIL_BATCH, wake=True
-            )
+            if ahead is not None:
+                record, entries, woken_at = await self._read_landed(key, after, ahead)
+                ahead = None
+            else:
+                record, entries, woken_at = await self._snapshot(
+                    key, after, time.time(), TAIL_BATCH, wake=True
+                )
             if entries:
                 after = entries[-1].seq
+                if len(entries) == TAIL_BATCH:  # (a replay: more is likely there)
+                    ahead = self._read_ahead(key, after)
                 yield entries
                 continue
             if record.state == COMPLETED:

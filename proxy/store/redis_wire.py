@@ -186,6 +186,37 @@ class Wire:
         link.send_then(packed, count, landed, self.timeout)
         return True
 
+    def send_now(self, packed: bytes, count: int = 1) -> asyncio.Future[list[Any]] | None:
+        """Write ``packed`` (``count`` commands) now, its replies read later with
+        :meth:`replies`; None, nothing written, when no connection is up. A future left
+        unread (its caller went) is dropped with whatever it holds."""
+        link = self._link
+        if self._closed or link is None or not link.usable:
+            return None
+        future = link.send(packed, count)
+        future.add_done_callback(_retrieved)
+        return future
+
+    async def replies(
+        self, future: asyncio.Future[list[Any]], packed: bytes, count: int = 1
+    ) -> list[Any]:
+        """The replies to what :meth:`send_now` wrote (``packed``, ``count`` commands):
+        as :meth:`call` gives them, sent once more on a new connection if that one broke;
+        none within :attr:`timeout` of this call fails the connection."""
+        link = self._link
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await future
+        except TimeoutError:
+            error = RedisTimeoutError(f"no reply from Redis in {self.timeout:g} s")
+            if link is not None:
+                link.fail(error)
+            raise error from None
+        except RedisConnectionError:
+            if self._closed:
+                raise
+            return await self._once(packed, count)  # a broken connection: once more
+
     async def call(self, packed: bytes, count: int = 1) -> list[Any]:
         """The replies to ``packed`` (``count`` packed commands), an error reply among
         them as an exception instance; raises ConnectionError / TimeoutError."""
@@ -256,6 +287,11 @@ class Wire:
         self._closed = True
         if self._link is not None:
             self._link.fail(Closed("the redis store is closed"))
+
+
+def _retrieved(future: asyncio.Future[list[Any]]) -> None:
+    if not future.cancelled():
+        future.exception()  # (read: a read sent ahead may be left by its tail)
 
 
 def wire_for(url: str, timeout: float) -> Wire | None:
