@@ -18,7 +18,10 @@ tagged with the number of the batch that turn's events go into (:attr:`Persister
 and a writer waits for that batch (:meth:`Persister.wait`) before it writes. With a store
 that commits at once, a writer that finds that batch still open (its turn's end not yet
 run) commits it itself, unless a burst's batch may wait for more: it goes on in its own
-turn instead of a wake-up in the next. A batch that
+turn instead of a wake-up in the next. With a store that starts a commit without a task
+(:meth:`~proxy.store.base.Store.commit_soon`: Redis on one server), the slice is written
+in the flush and lands in the store's reply callback, which lets its writers go and
+writes the next slice: no task started before the write nor woken after the reply. A batch that
 fails is retried (commits are idempotent) with backoff until it lands: clients wait, no
 event is skipped, and ``/healthz`` shows the store's error meanwhile. A batch of new
 stream records, trims or drops alone (a request just forwarded upstream) waits a few

@@ -30,7 +30,9 @@ once on a new one, so the first command after a Redis restart succeeds).
 On one server (``redis://``, ``unix://``) a commit and a stream's read go on connections
 of the store's own (:mod:`proxy.store.redis_wire`: packed in one step, a commit's entries
 by :mod:`proxy.store.redis_pack`, the rest by hiredis; written
-at once, the reply read as it arrives: two turns of the event loop per command). Every
+at once, the reply read as it arrives: two turns of the event loop per command; a
+commit the persister starts with :meth:`RedisStore.commit_soon` lands in the reply's
+own callback; a tail reads its next batch ahead while the one before is written). Every
 other command runs on redis-py's client, in a task of its own that its caller waits on
 (:mod:`proxy.store.redis_commands`), so a cancelled caller always ends at once with
 CancelledError (redis-py alone can swallow a cancel) and :meth:`RedisStore.close` ends
