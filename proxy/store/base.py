@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -254,6 +254,14 @@ class Store(abc.ABC):
     def commit_now(self, batch: Batch, now: float) -> list[str]:
         """:meth:`commit`, done before it returns (only when :attr:`commits_at_once`)."""
         raise NotImplementedError(f"the {self.kind} store commits only with await")
+
+    def commit_soon(
+        self, batch: Batch, now: float, landed: Callable[[list[str] | Exception], None]
+    ) -> bool:
+        """:meth:`commit` started without a task: ``landed`` gets what it returns, or
+        the error (not retried), from the store's own I/O callback. False, nothing
+        started: the caller awaits :meth:`commit` (the default; redis overrides it)."""
+        return False
 
     @abc.abstractmethod
     async def get_stream(self, key: str, now: float) -> StreamRecord | None:

@@ -18,7 +18,10 @@ tagged with the number of the batch that turn's events go into (:attr:`Persister
 and a writer waits for that batch (:meth:`Persister.wait`) before it writes. With a store
 that commits at once, a writer that finds that batch still open (its turn's end not yet
 run) commits it itself, unless a burst's batch may wait for more: it goes on in its own
-turn instead of a wake-up in the next. A batch that
+turn instead of a wake-up in the next. With a store that starts a commit without a task
+(:meth:`~proxy.store.base.Store.commit_soon`: Redis on one server), the slice is written
+in the flush and lands in the store's reply callback, which lets its writers go and
+writes the next slice: no task started before the write nor woken after the reply. A batch that
 fails is retried (commits are idempotent) with backoff until it lands: clients wait, no
 event is skipped, and ``/healthz`` shows the store's error meanwhile. A batch of new
 stream records, trims or drops alone (a request just forwarded upstream) waits a few
@@ -109,6 +112,7 @@ class Persister:
         self._later: asyncio.Handle | None = None  # the next of them, a loop turn later
         self._early: dict[str, int] = {}  # session (epoch) -> its part of the ticket landed
         self._cap = cap
+        self._closed = False
         self._changed = asyncio.Event()
         self.last_error: str | None = None
         self.events = 0  # committed, in all
@@ -266,7 +270,24 @@ class Persister:
             else:
                 self._slice_landed(part, refused)
                 return
+        elif not traced and self.store.commit_soon(
+            part.batch, time.time(), lambda outcome: self._soon_landed(part, outcome)
+        ):
+            # Written now; landed from the store's own reply callback: no task to start
+            # (a turn before the write) nor to wake (a turn after the reply).
+            return
         self._inflight = asyncio.create_task(self._commit(part, traced))
+
+    def _soon_landed(self, part: Slice, outcome: list[str] | Exception) -> None:
+        """A slice written by :meth:`Store.commit_soon` came back: landed, or (a flushed
+        script cache, a broken connection) committed again by :meth:`_commit`, which
+        loads, reconnects and retries with backoff."""
+        if self._closed:
+            return
+        if isinstance(outcome, Exception):
+            self._inflight = asyncio.create_task(self._commit(part, []))
+            return
+        self._slice_landed(part, outcome)
 
     def _failed(self, exc: StoreError) -> None:
         if self.last_error is None:
@@ -414,6 +435,7 @@ class Persister:
         return True
 
     async def close(self) -> None:
+        self._closed = True  # a commit landing later (commit_soon) changes nothing
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

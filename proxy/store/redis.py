@@ -30,7 +30,9 @@ once on a new one, so the first command after a Redis restart succeeds).
 On one server (``redis://``, ``unix://``) a commit and a stream's read go on connections
 of the store's own (:mod:`proxy.store.redis_wire`: packed in one step, a commit's entries
 by :mod:`proxy.store.redis_pack`, the rest by hiredis; written
-at once, the reply read as it arrives: two turns of the event loop per command). Every
+at once, the reply read as it arrives: two turns of the event loop per command; a
+commit the persister starts with :meth:`RedisStore.commit_soon` lands in the reply's
+own callback; a tail reads its next batch ahead while the one before is written). Every
 other command runs on redis-py's client, in a task of its own that its caller waits on
 (:mod:`proxy.store.redis_commands`), so a cancelled caller always ends at once with
 CancelledError (redis-py alone can swallow a cancel) and :meth:`RedisStore.close` ends
@@ -40,6 +42,7 @@ every command left. Sessions, leases, tasks and messages:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 import time
@@ -107,6 +110,9 @@ SUMMARY_CHUNK = 1000
 """Entries a ``stream/poll``'s :meth:`RedisStore.summary` reads per command: a poll of a
 50,000-event stream is 50 reads, each reply parsed in a turn of its own, never one 10 MB
 reply parsed (and 50,000 entries made) in one step of the event loop."""
+Ahead = tuple["asyncio.Future[list[Any]]", bytes, int]
+"""A read sent ahead (:meth:`RedisStore._read_ahead`): its replies' future, the packed
+command and its replies' count (to send it again on a new connection)."""
 CLOSE_WAIT_SECONDS = 2.0
 """How long :meth:`RedisStore.close` waits for the commands it cancelled."""
 
@@ -276,6 +282,36 @@ class RedisStore(RedisRecords, Store):
         # Each part's reply: the keys fencing refused in it (nothing applied to them).
         return [text(key) for reply in replies for key in cast(list[bytes], reply)]
 
+    def commit_soon(
+        self, batch: Batch, now: float, landed: Callable[[list[str] | Exception], None]
+    ) -> bool:
+        """:meth:`commit` written now on the store's own connection, its outcome handed to
+        ``landed`` as the reply is read (no task, no future: two turns of the event loop
+        fewer for a call's answer waiting for its commit). Not retried here: a NOSCRIPT
+        reply (a flushed script cache), a broken connection or any error is handed to
+        ``landed`` as a StoreError, and :meth:`commit` (which loads, reconnects) does the
+        rest. False, nothing sent: no connection up (a cluster, TLS, none made yet)."""
+        wire = self._wire
+        if wire is None or self._closed or not batch:
+            return False
+        parts = by_bucket(batch)
+        sha = self._commit_script.sha
+        packed = b"".join(
+            pack_commit(sha, self._layout, bucket, part, now, self.limits)
+            for bucket, part in parts.items()
+        )
+
+        def replied(replies: list[Any] | Exception) -> None:
+            if not isinstance(replies, Exception):
+                error = next((r for r in replies if isinstance(r, Exception)), None)
+                if error is None:
+                    landed([text(key) for reply in replies for key in cast(list[bytes], reply)])
+                    return
+                replies = error
+            landed(StoreError(f"redis at {self._where}: commit failed: {replies}"))
+
+        return wire.send_then(packed, len(parts), replied)
+
     async def _commit_parts(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         """Run ``COMMIT_LUA`` once per part (bucket) through redis-py; their replies, in
         order. Several parts go as EVALSHAs in one pipeline (a cluster client: one per
@@ -315,20 +351,9 @@ class RedisStore(RedisRecords, Store):
         names = self._stream_keys(key)
 
         if self._reads is not None:  # one server: raw replies, parsed here
-            xrange: list[Arg] = ["XRANGE", names.log, b"%d-0" % (after + 1), "+"]
-            if limit is not None:
-                xrange += ("COUNT", limit)
-            commands: list[list[Arg]] = [["HGETALL", names.record], xrange]
-            if wake:
-                commands.append(["XREVRANGE", names.wake, "+", "-", "COUNT", 1])
-            replies = await self._wired(
-                "read a stream", self._reads, pack_transaction(commands), len(commands) + 2
-            )
-            with self._failing("read a stream"):
-                raw = executed(replies)
-            record = check_read(record_of(key, pairs(raw[0]), now), after)
-            woken = raw[2] if wake else []
-            return record, entries_of(raw[1]), woken[0][0].decode() if woken else "0-0"
+            packed, count = self._read_packed(key, after, limit, wake)
+            replies = await self._wired("read a stream", self._reads, packed, count)
+            return self._read_parsed(key, after, now, replies, wake)
 
         async def snapshot(client: Client) -> tuple[dict[bytes, bytes], list[Entry], list[Any]]:
             pipe = client.pipeline(transaction=True)
@@ -343,6 +368,52 @@ class RedisStore(RedisRecords, Store):
         record = check_read(record_of(key, fields, now), after)
         newest = woken[0][0].decode() if woken else "0-0"
         return record, entries, newest
+
+    def _read_packed(
+        self, key: str, after: int, limit: int | None, wake: bool
+    ) -> tuple[bytes, int]:
+        """:meth:`_snapshot`'s MULTI on the reads' connection, packed; its replies' count."""
+        names = self._stream_keys(key)
+        xrange: list[Arg] = ["XRANGE", names.log, b"%d-0" % (after + 1), "+"]
+        if limit is not None:
+            xrange += ("COUNT", limit)
+        commands: list[list[Arg]] = [["HGETALL", names.record], xrange]
+        if wake:
+            commands.append(["XREVRANGE", names.wake, "+", "-", "COUNT", 1])
+        return pack_transaction(commands), len(commands) + 2
+
+    def _read_parsed(
+        self, key: str, after: int, now: float, replies: list[Any], wake: bool
+    ) -> tuple[StreamRecord, list[Entry], str]:
+        with self._failing("read a stream"):
+            raw = executed(replies)
+        record = check_read(record_of(key, pairs(raw[0]), now), after)
+        woken = raw[2] if wake else []
+        return record, entries_of(raw[1]), woken[0][0].decode() if woken else "0-0"
+
+    def _read_ahead(self, key: str, after: int) -> Ahead | None:
+        """A tail's next read (:data:`TAIL_BATCH` entries after ``after``) written now on
+        the reads' connection, while the entries before are written to the client: over a
+        Unix socket a 1,000-entry reply comes in pieces over 4-5 turns of the loop. None:
+        no connection up (the tail reads as it would)."""
+        wire = self._reads
+        if wire is None or self._closed:
+            return None
+        packed, count = self._read_packed(key, after, TAIL_BATCH, True)
+        future = wire.send_now(packed, count)
+        return None if future is None else (future, packed, count)
+
+    async def _read_landed(
+        self, key: str, after: int, ahead: Ahead
+    ) -> tuple[StreamRecord, list[Entry], str]:
+        """What :meth:`_read_ahead` asked for, as :meth:`_snapshot` gives it."""
+        assert self._reads is not None
+        with self._failing("read a stream"):
+            try:
+                replies = await self._reads.replies(*ahead)
+            except Closed:
+                raise StoreError(f"the redis store ({self._where}) is closed") from None
+        return self._read_parsed(key, after, time.time(), replies, True)
 
     async def read(self, key: str, after: int, now: float, limit: int | None = None) -> list[Entry]:
         _, entries, _ = await self._snapshot(key, after, now, limit)
@@ -364,12 +435,19 @@ class RedisStore(RedisRecords, Store):
             after = entries[-1].seq
 
     async def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
+        ahead: Ahead | None = None  # the next read, sent before these entries were yielded
         while True:
-            record, entries, woken_at = await self._snapshot(
-                key, after, time.time(), TAIL_BATCH, wake=True
-            )
+            if ahead is not None:
+                record, entries, woken_at = await self._read_landed(key, after, ahead)
+                ahead = None
+            else:
+                record, entries, woken_at = await self._snapshot(
+                    key, after, time.time(), TAIL_BATCH, wake=True
+                )
             if entries:
                 after = entries[-1].seq
+                if len(entries) == TAIL_BATCH:  # (a replay: more is likely there)
+                    ahead = self._read_ahead(key, after)
                 yield entries
                 continue
             if record.state == COMPLETED:

@@ -248,18 +248,34 @@ def commit_call(
     keys, head, appended, tail = commit_pieces(layout, bucket, batch, now, limits)
     appends: list[Any] = []
     for slot, entries in appended:
-        appends += (slot, len(entries))
+        appends += (slot, len(entries), entries[0].seq)
         for e in entries:  # b"%d": an IntFlag mark would go as its repr
-            appends += (b"%d" % e.seq, e.payload, b"%d" % e.mark)
+            appends += (b"%d-1" % e.seq, e.payload, b"%d" % e.mark)
     return keys, [*head, *appends, *tail]
+
+
+def runs(entries: list[Entry]) -> list[list[Entry]]:
+    """``entries`` (one stream's, seqs increasing) as runs of consecutive seqs: the
+    commit script checks a run against the record once, then only adds its events. A
+    stream's events in a batch are one run (the journal numbers them one by one); a gap,
+    should there be one, starts another run."""
+    if entries[-1].seq - entries[0].seq == len(entries) - 1:
+        return [entries]
+    out: list[list[Entry]] = [[entries[0]]]
+    for e in entries[1:]:
+        if e.seq == out[-1][-1].seq + 1:
+            out[-1].append(e)
+        else:
+            out.append([e])
+    return out
 
 
 def commit_pieces(
     layout: Layout, bucket: int, batch: Batch, now: float, limits: StoreLimits
 ) -> tuple[list[str], list[Any], list[tuple[int, list[Entry]]], list[Any]]:
     """:func:`commit_call`'s KEYS and ARGV in pieces: the KEYS, the ARGV before the
-    appended entries (ending with their streams' count), each appended stream's slot and
-    entries, the ARGV after them (:mod:`proxy.store.redis_pack` packs the entries itself)."""
+    appended entries (ending with their runs' count), each run's stream slot and entries
+    (:func:`runs`), the ARGV after them (:mod:`proxy.store.redis_pack` packs the entries itself)."""
     slots: dict[str, int] = {}
 
     def slot(key: str) -> int:
@@ -271,7 +287,12 @@ def commit_pieces(
         puts += (slot(r.key), r.session_id, r.owner, r.state, r.first_seq, r.last_seq)
         puts += (json.dumps(r.request_ids), int(r.announced), expires, json.dumps(r.principal))
         puts.append(json.dumps(r.server))
-    appended = [(slot(key), entries) for key, entries in batch.appends.items() if entries]
+    appended = [
+        (slot(key), run)
+        for key, entries in batch.appends.items()
+        if entries
+        for run in runs(entries)
+    ]
     takeovers = [
         x for key, t in batch.takeovers.items() for x in (slot(key), t.fence, b"%d" % t.last_seq)
     ]

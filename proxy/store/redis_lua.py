@@ -7,7 +7,8 @@ server, so a batch is applied whole or not at all."""
 # then fencing (the writer's token, the writer, takeovers: count, then i fence last each;
 # the token is checked against each stream's own record, so the script stays in one slot);
 # then puts (count, 11 fields each: i session owner state first last rids ann exp_ms|''
-# who srv), appends (count, then per stream: i, n, n x (seq payload mark)), trimmed
+# who srv), appends (count, then per run of consecutive seqs: i, n, first seq, n x
+# (id 'seq-1', payload, mark); a stream may have several runs, in order), trimmed
 # (count, i first each), completed (count, i exp_ms each), dropped (count, i each).
 # Returns the names of the keys fencing refused (nothing was applied to them).
 COMMIT_LUA = """#!lua
@@ -122,7 +123,10 @@ local function newest(l)
   return top and tonumber(string.match(top[1], '^%d+')) or 0
 end
 
-local function append(i, base, count)
+-- A run of `count` consecutive events from seq `seq0`, ARGV[base + 1 ..]: each event's
+-- stream id comes packed ('seq-1'), so the loop below does one XADD per event and
+-- nothing else; the run is checked against the record once, not per event.
+local function append(i, base, count, seq0)
   local r = load(i)
   local l = log(i)
   local top = 0
@@ -144,21 +148,24 @@ local function append(i, base, count)
   elseif top > 0 then
     redis.call('DEL', l)
   end
-  for j = base + 1, base + 3 * count, 3 do
-    local seq = tonumber(ARGV[j])
-    if seq > last then -- else already there (a retried batch)
-      if seq ~= last + 1 then -- a hole: what was before it is unreachable
-        redis.call('DEL', l)
-        first = nil
-      end
-      if ARGV[j + 2] == '0' then
-        redis.call('XADD', l, ARGV[j] .. '-1', 'p', ARGV[j + 1])
-      else
-        redis.call('XADD', l, ARGV[j] .. '-1', 'p', ARGV[j + 1], 'm', ARGV[j + 2])
-      end
-      first = first or seq
-      last = seq
+  local skip = last - seq0 + 1 -- already there (a retried batch)
+  if skip < 0 then skip = 0 end
+  if skip < count then
+    if skip == 0 and seq0 ~= last + 1 then -- a hole: what was before it is unreachable
+      redis.call('DEL', l)
+      first = nil
     end
+    local call = redis.call
+    for j = base + 1 + 3 * skip, base + 3 * count, 3 do
+      local mark = ARGV[j + 2]
+      if mark == '0' then
+        call('XADD', l, ARGV[j], 'p', ARGV[j + 1])
+      else
+        call('XADD', l, ARGV[j], 'p', ARGV[j + 1], 'm', mark)
+      end
+    end
+    first = first or seq0 + skip
+    last = seq0 + count - 1
   end
   first = first or last + 1
   if last - first + 1 > max_events then
@@ -195,8 +202,8 @@ for _ = 1, tonumber(take()) do
   if not refused[i] then wake(i) end
 end
 for _ = 1, tonumber(take()) do
-  local i, count = tonumber(take()), tonumber(take())
-  if not refused[i] then append(i, pos, count) end
+  local i, count, seq0 = tonumber(take()), tonumber(take()), tonumber(take())
+  if not refused[i] then append(i, pos, count, seq0) end
   pos = pos + 3 * count
 end
 for _ = 1, tonumber(take()) do

@@ -32,7 +32,7 @@ def _entries(entries: list[Entry]) -> bytes:
     out: list[bytes] = []
     add = out.append
     for seq, payload, mark in entries:
-        s = b"%d" % seq
+        s = b"%d-1" % seq  # the stream id the script adds it under
         if mark:
             m = b"%d" % mark  # an IntFlag mark would go as its repr
             fields = (len(s), s, len(payload), payload, len(m), m)
@@ -50,8 +50,8 @@ def pack_commit(
     count = 3 + len(keys) + len(head) + len(tail)
     parts = [b"", _args(("EVALSHA", sha, len(keys), *keys, *head))]
     for slot, entries in appended:
-        count += 2 + 3 * len(entries)
-        parts.append(_args((slot, len(entries))))
+        count += 3 + 3 * len(entries)
+        parts.append(_args((slot, len(entries), entries[0].seq)))
         parts.append(_entries(entries))
     parts.append(_args(tuple(tail)))
     parts[0] = b"*%d\r\n" % count

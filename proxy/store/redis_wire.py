@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from hiredis import Reader, pack_command
@@ -51,13 +52,45 @@ class Closed(RedisConnectionError):
     """The wire was closed (the store's :meth:`close`) while the command waited."""
 
 
-class _Request:
-    __slots__ = ("count", "future", "replies")
+Landed = Callable[[list[Any] | Exception], None]
+"""What :meth:`Wire.send_then` calls with a command's replies, or the error that ended it."""
 
-    def __init__(self, future: asyncio.Future[list[Any]], count: int) -> None:
+
+class _Request:
+    __slots__ = ("count", "future", "landed", "replies", "timer")
+
+    def __init__(
+        self,
+        future: asyncio.Future[list[Any]] | None,
+        count: int,
+        landed: Landed | None = None,
+        timer: asyncio.TimerHandle | None = None,
+    ) -> None:
         self.future = future
         self.count = count
         self.replies: list[Any] = []
+        self.landed = landed  # (no future: called from data_received)
+        self.timer = timer
+
+    def settle(self, outcome: list[Any] | Exception) -> None:
+        """Hand ``outcome`` to the caller: its future (unless it left), or its callback."""
+        future = self.future
+        if future is not None:
+            if not future.done():  # else its caller left: dropped
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+        assert self.landed is not None
+        try:
+            self.landed(outcome)
+        except Exception as exc:  # (a bug of the caller's: not the link's to die of)
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "a Redis reply's callback failed", "exception": exc}
+            )
 
 
 class _Link(asyncio.Protocol):
@@ -85,8 +118,7 @@ class _Link(asyncio.Protocol):
                 request.replies.append(reply)
                 if len(request.replies) == request.count:
                     waiting.popleft()
-                    if not request.future.done():  # else its caller left: dropped
-                        request.future.set_result(request.replies)
+                    request.settle(request.replies)
         except InvalidResponse as exc:
             self.fail(RedisConnectionError(f"the server's reply cannot be read: {exc}"))
 
@@ -100,18 +132,35 @@ class _Link(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
         while self._waiting:
-            future = self._waiting.popleft().future
-            if not future.done():
-                future.set_exception(error)
+            self._waiting.popleft().settle(error)
+
+    @property
+    def usable(self) -> bool:
+        """Whether a command written now goes out (not failed, not closing)."""
+        transport = self._transport
+        return self.failed is None and transport is not None and not transport.is_closing()
 
     def send(self, packed: bytes, count: int) -> asyncio.Future[list[Any]]:
         """Write ``packed`` (``count`` commands) now; its ``count`` replies, when read."""
-        if self.failed is not None or self._transport is None or self._transport.is_closing():
+        if not self.usable:
             raise RedisConnectionError(f"the connection is closed: {self.failed or 'closing'}")
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self._waiting.append(_Request(future, count))
-        self._transport.write(packed)
+        self._transport.write(packed)  # type: ignore[union-attr]
         return future
+
+    def send_then(self, packed: bytes, count: int, landed: Landed, timeout: float) -> None:
+        """Write ``packed`` (``count`` commands) now (the link :attr:`usable`); ``landed``
+        is called with the replies from :meth:`data_received`, or with the error that
+        closed the link (none within ``timeout`` seconds: TimeoutError, the link closed)."""
+        loop = asyncio.get_running_loop()
+        request = _Request(None, count, landed)
+        request.timer = loop.call_later(timeout, self._timed_out, timeout)
+        self._waiting.append(request)
+        self._transport.write(packed)  # type: ignore[union-attr]
+
+    def _timed_out(self, timeout: float) -> None:
+        self.fail(RedisTimeoutError(f"no reply from Redis in {timeout:g} s"))
 
 
 class Wire:
@@ -124,6 +173,49 @@ class Wire:
         self._link: _Link | None = None
         self._connecting = asyncio.Lock()
         self._closed = False
+
+    def send_then(self, packed: bytes, count: int, landed: Landed) -> bool:
+        """Write ``packed`` (``count`` commands) now and return; ``landed`` is called with
+        the replies as they are read (in :meth:`_Link.data_received`: no task, no future,
+        no turn of the loop between the reply and the caller), or with the error that
+        ended the link. Not retried here: False, nothing written, when no connection is
+        up (the caller uses :meth:`call`, which makes one)."""
+        link = self._link
+        if self._closed or link is None or not link.usable:
+            return False
+        link.send_then(packed, count, landed, self.timeout)
+        return True
+
+    def send_now(self, packed: bytes, count: int = 1) -> asyncio.Future[list[Any]] | None:
+        """Write ``packed`` (``count`` commands) now, its replies read later with
+        :meth:`replies`; None, nothing written, when no connection is up. A future left
+        unread (its caller went) is dropped with whatever it holds."""
+        link = self._link
+        if self._closed or link is None or not link.usable:
+            return None
+        future = link.send(packed, count)
+        future.add_done_callback(_retrieved)
+        return future
+
+    async def replies(
+        self, future: asyncio.Future[list[Any]], packed: bytes, count: int = 1
+    ) -> list[Any]:
+        """The replies to what :meth:`send_now` wrote (``packed``, ``count`` commands):
+        as :meth:`call` gives them, sent once more on a new connection if that one broke;
+        none within :attr:`timeout` of this call fails the connection."""
+        link = self._link
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await future
+        except TimeoutError:
+            error = RedisTimeoutError(f"no reply from Redis in {self.timeout:g} s")
+            if link is not None:
+                link.fail(error)
+            raise error from None
+        except RedisConnectionError:
+            if self._closed:
+                raise
+            return await self._once(packed, count)  # a broken connection: once more
 
     async def call(self, packed: bytes, count: int = 1) -> list[Any]:
         """The replies to ``packed`` (``count`` packed commands), an error reply among
@@ -195,6 +287,11 @@ class Wire:
         self._closed = True
         if self._link is not None:
             self._link.fail(Closed("the redis store is closed"))
+
+
+def _retrieved(future: asyncio.Future[list[Any]]) -> None:
+    if not future.cancelled():
+        future.exception()  # (read: a read sent ahead may be left by its tail)
 
 
 def wire_for(url: str, timeout: float) -> Wire | None:
