@@ -37,16 +37,15 @@ other command runs on redis-py's client, in a task of its own that its caller wa
 (:mod:`proxy.store.redis_commands`), so a cancelled caller always ends at once with
 CancelledError (redis-py alone can swallow a cancel) and :meth:`RedisStore.close` ends
 every command left. Sessions, leases, tasks and messages:
-:mod:`proxy.store.redis_records`.
+:mod:`proxy.store.redis_records`; a stream's snapshot and its tail (with its read ahead):
+:mod:`proxy.store.redis_reads`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 import structlog
@@ -54,7 +53,6 @@ from redis.exceptions import NoScriptError, RedisError
 
 from proxy.core.stream import Unacknowledged
 from proxy.store.base import (
-    COMPLETED,
     LIVE,
     Batch,
     Entry,
@@ -62,7 +60,6 @@ from proxy.store.base import (
     StoreError,
     StoreLimits,
     StreamRecord,
-    check_read,
     count_marks,
 )
 from proxy.store.redis_client import Client, check_server, connect, where
@@ -74,10 +71,7 @@ from proxy.store.redis_layout import (
     StreamKeys,
     by_bucket,
     commit_call,
-    entries_of,
-    entry_of,
     ms,
-    pairs,
     record_of,
     text,
 )
@@ -90,14 +84,12 @@ from proxy.store.redis_lua import (
     RENEW_LUA,
 )
 from proxy.store.redis_pack import pack_commit
+from proxy.store.redis_reads import RedisReads
 from proxy.store.redis_records import RedisRecords
 from proxy.store.redis_wire import (
-    Arg,
     Closed,
     Wire,
     checked,
-    executed,
-    pack_transaction,
     wire_for,
 )
 
@@ -105,19 +97,15 @@ log = structlog.get_logger("proxy.store")
 
 T = TypeVar("T")
 
-TAIL_BATCH = 1000  # entries per batch a tail yields
 SUMMARY_CHUNK = 1000
 """Entries a ``stream/poll``'s :meth:`RedisStore.summary` reads per command: a poll of a
 50,000-event stream is 50 reads, each reply parsed in a turn of its own, never one 10 MB
 reply parsed (and 50,000 entries made) in one step of the event loop."""
-Ahead = tuple["asyncio.Future[list[Any]]", bytes, int]
-"""A read sent ahead (:meth:`RedisStore._read_ahead`): its replies' future, the packed
-command and its replies' count (to send it again on a new connection)."""
 CLOSE_WAIT_SECONDS = 2.0
 """How long :meth:`RedisStore.close` waits for the commands it cancelled."""
 
 
-class RedisStore(RedisRecords, Store):
+class RedisStore(RedisRecords, RedisReads, Store):
     """The store contract on Redis ≥ 7 / Valkey (keys: :mod:`proxy.store.redis_layout`)."""
 
     kind = "redis"
@@ -343,78 +331,6 @@ class RedisStore(RedisRecords, Store):
         )
         return record_of(key, cast(dict[bytes, bytes], fields), now)
 
-    async def _snapshot(
-        self, key: str, after: int, now: float, limit: int | None, wake: bool = False
-    ) -> tuple[StreamRecord, list[Entry], str]:
-        """The record, the entries after ``after`` and (``wake``) the wake key's newest
-        id, read in one MULTI; raises what :func:`check_read` raises."""
-        names = self._stream_keys(key)
-
-        if self._reads is not None:  # one server: raw replies, parsed here
-            packed, count = self._read_packed(key, after, limit, wake)
-            replies = await self._wired("read a stream", self._reads, packed, count)
-            return self._read_parsed(key, after, now, replies, wake)
-
-        async def snapshot(client: Client) -> tuple[dict[bytes, bytes], list[Entry], list[Any]]:
-            pipe = client.pipeline(transaction=True)
-            pipe.hgetall(names.record)
-            pipe.xrange(names.log, min=f"{after + 1}-0", max="+", count=limit)
-            if wake:
-                pipe.xrevrange(names.wake, count=1)
-            results = list(await pipe.execute())
-            return results[0], [entry_of(item) for item in results[1]], results[2] if wake else []
-
-        fields, entries, woken = await self._run("read a stream", snapshot)
-        record = check_read(record_of(key, fields, now), after)
-        newest = woken[0][0].decode() if woken else "0-0"
-        return record, entries, newest
-
-    def _read_packed(
-        self, key: str, after: int, limit: int | None, wake: bool
-    ) -> tuple[bytes, int]:
-        """:meth:`_snapshot`'s MULTI on the reads' connection, packed; its replies' count."""
-        names = self._stream_keys(key)
-        xrange: list[Arg] = ["XRANGE", names.log, b"%d-0" % (after + 1), "+"]
-        if limit is not None:
-            xrange += ("COUNT", limit)
-        commands: list[list[Arg]] = [["HGETALL", names.record], xrange]
-        if wake:
-            commands.append(["XREVRANGE", names.wake, "+", "-", "COUNT", 1])
-        return pack_transaction(commands), len(commands) + 2
-
-    def _read_parsed(
-        self, key: str, after: int, now: float, replies: list[Any], wake: bool
-    ) -> tuple[StreamRecord, list[Entry], str]:
-        with self._failing("read a stream"):
-            raw = executed(replies)
-        record = check_read(record_of(key, pairs(raw[0]), now), after)
-        woken = raw[2] if wake else []
-        return record, entries_of(raw[1]), woken[0][0].decode() if woken else "0-0"
-
-    def _read_ahead(self, key: str, after: int) -> Ahead | None:
-        """A tail's next read (:data:`TAIL_BATCH` entries after ``after``) written now on
-        the reads' connection, while the entries before are written to the client: over a
-        Unix socket a 1,000-entry reply comes in pieces over 4-5 turns of the loop. None:
-        no connection up (the tail reads as it would)."""
-        wire = self._reads
-        if wire is None or self._closed:
-            return None
-        packed, count = self._read_packed(key, after, TAIL_BATCH, True)
-        future = wire.send_now(packed, count)
-        return None if future is None else (future, packed, count)
-
-    async def _read_landed(
-        self, key: str, after: int, ahead: Ahead
-    ) -> tuple[StreamRecord, list[Entry], str]:
-        """What :meth:`_read_ahead` asked for, as :meth:`_snapshot` gives it."""
-        assert self._reads is not None
-        with self._failing("read a stream"):
-            try:
-                replies = await self._reads.replies(*ahead)
-            except Closed:
-                raise StoreError(f"the redis store ({self._where}) is closed") from None
-        return self._read_parsed(key, after, time.time(), replies, True)
-
     async def read(self, key: str, after: int, now: float, limit: int | None = None) -> list[Entry]:
         _, entries, _ = await self._snapshot(key, after, now, limit)
         return entries
@@ -433,37 +349,6 @@ class RedisStore(RedisRecords, Store):
             if len(entries) < SUMMARY_CHUNK:
                 return Unacknowledged(messages, requests, errors)
             after = entries[-1].seq
-
-    async def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
-        ahead: Ahead | None = None  # the next read, sent before these entries were yielded
-        while True:
-            if ahead is not None:
-                record, entries, woken_at = await self._read_landed(key, after, ahead)
-                ahead = None
-            else:
-                record, entries, woken_at = await self._snapshot(
-                    key, after, time.time(), TAIL_BATCH, wake=True
-                )
-            if entries:
-                after = entries[-1].seq
-                if len(entries) == TAIL_BATCH:  # (a replay: more is likely there)
-                    ahead = self._read_ahead(key, after)
-                yield entries
-                continue
-            if record.state == COMPLETED:
-                return
-            await self._wait_for_change(key, after, woken_at)
-
-    async def _wait_for_change(self, key: str, after: int, woken_at: str) -> None:
-        """Block until the log has an entry after ``after``, the wake key one after
-        ``woken_at``, :meth:`close` is called, or ``block`` seconds pass."""
-        names = self._stream_keys(key)
-        streams: dict[Any, Any] = {names.log: f"{after}-1", names.wake: woken_at}
-        await self._run(
-            "tail a stream",
-            lambda r: r.xread(streams, count=1, block=ms(self.block)),
-            blocking=True,
-        )
 
     # ------------------------------------------------------------------ listing
     async def live_streams(self, owner: str | None, now: float) -> list[StreamRecord]:

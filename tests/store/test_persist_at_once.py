@@ -11,7 +11,7 @@ from pathlib import Path
 from proxy.core.journal import Journal
 from proxy.store.base import Batch, Entry, StoreError, StoreLimits, StreamRecord
 from proxy.store.fencing import Fence
-from proxy.store.persist import BULK_TURNS
+from proxy.store.persist_gather import BULK_TURNS
 from proxy.store.sqlite import SqliteStore
 from tests.store.persist_support import EPOCH, KEY, NotingSession, persisting
 from tests.store.sqlite_support import opened

@@ -13,7 +13,8 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
-from proxy.store.redis import TAIL_BATCH, RedisStore
+from proxy.store.redis import RedisStore
+from proxy.store.redis_reads import TAIL_BATCH
 
 KEY = "e6e6e6.1"
 EVENTS = 2 * TAIL_BATCH + 500
