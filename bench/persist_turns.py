@@ -10,6 +10,8 @@ import statistics
 import sys
 import time
 
+from spinner import Spinner
+
 from proxy.core.journal import Journal
 from proxy.store.base import StoreLimits
 from proxy.store.fencing import Fence
@@ -35,31 +37,21 @@ async def main():
     store = RedisStore(URL, "t" + secrets.token_hex(4), StoreLimits())
     await store.open()
     persister = Persister(store, "a", 60.0, Fence("a"))
-    turns = [0]
-    stop = False
-
-    async def spinner():
-        while not stop:
-            t = time.perf_counter()
-            while time.perf_counter() - t < SPIN:
-                pass
-            turns[0] += 1
-            await asyncio.sleep(0)
+    spinner = Spinner(SPIN)
 
     session = Noting("e0")
     persister.note(session, Journal(opened=[1]), "default")
     await persister.wait(persister.ticket)
-    task = asyncio.ensure_future(spinner())
+    spinner.start()
     await asyncio.sleep(0.01)
     ts, ws = [], []
     for n in range(1, 101):
-        t0, w0 = turns[0], time.perf_counter()
+        t0, w0 = spinner.turns, time.perf_counter()
         persister.note(session, Journal(appends=[(1, n, b'{"n":1}', 0)]), "default")
         await persister.wait(persister.ticket)
-        ts.append(turns[0] - t0)
+        ts.append(spinner.turns - t0)
         ws.append((time.perf_counter() - w0) * 1000)
-    stop = True
-    await task
+    await spinner.stop()
     # A burst: 10,000 events noted 64 a turn (as the stdio reader does), one session.
     burst = Noting("e1")
     persister.note(burst, Journal(opened=[1]), "default")

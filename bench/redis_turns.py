@@ -9,6 +9,8 @@ import statistics
 import sys
 import time
 
+from spinner import Spinner
+
 from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
 from proxy.store.redis import RedisStore
 
@@ -19,28 +21,19 @@ SPIN = float(sys.argv[2]) if len(sys.argv) > 2 else 0.001
 async def main():
     store = RedisStore(URL, "t" + secrets.token_hex(4), StoreLimits())
     await store.open()
-    turns = [0]
-    stop = False
-
-    async def spinner():
-        while not stop:
-            t = time.perf_counter()
-            while time.perf_counter() - t < SPIN:
-                pass
-            turns[0] += 1
-            await asyncio.sleep(0)
+    spinner = Spinner(SPIN)
 
     now = time.time()
     for i in range(1, 9):
         await store.commit(Batch(streams=[StreamRecord(f"e0.{i}", "s", "a")]), now)
-    task = asyncio.ensure_future(spinner())
+    spinner.start()
     await asyncio.sleep(0.01)
     res = {}
     for what in ("commit1", "commit256", "read1000"):
         ts, ws = [], []
         for n in range(60):
             key = f"e0.{n % 8 + 1}"
-            t0 = turns[0]
+            t0 = spinner.turns
             w0 = time.perf_counter()
             if what == "commit1":
                 await store.commit(Batch(appends={key: [Entry(n + 1, b'{"n":1}', 0)]}), now)
@@ -57,11 +50,10 @@ async def main():
                 )
             else:
                 await store.read("e0.9", 1000, now, 1000)
-            ts.append(turns[0] - t0)
+            ts.append(spinner.turns - t0)
             ws.append((time.perf_counter() - w0) * 1000)
         res[what] = (statistics.median(ts), statistics.median(ws))
-    stop = True
-    await task
+    await spinner.stop()
     await store.close()
     # CPU per commit without the spinner
     store = RedisStore(URL, "t" + secrets.token_hex(4), StoreLimits())

@@ -154,9 +154,8 @@ class _Link(asyncio.Protocol):
         is called with the replies from :meth:`data_received`, or with the error that
         closed the link (none within ``timeout`` seconds: TimeoutError, the link closed)."""
         loop = asyncio.get_running_loop()
-        request = _Request(None, count, landed)
-        request.timer = loop.call_later(timeout, self._timed_out, timeout)
-        self._waiting.append(request)
+        timer = loop.call_later(timeout, self._timed_out, timeout)
+        self._waiting.append(_Request(None, count, landed, timer))
         self._transport.write(packed)  # type: ignore[union-attr]
 
     def _timed_out(self, timeout: float) -> None:
@@ -203,15 +202,8 @@ class Wire:
         """The replies to what :meth:`send_now` wrote (``packed``, ``count`` commands):
         as :meth:`call` gives them, sent once more on a new connection if that one broke;
         none within :attr:`timeout` of this call fails the connection."""
-        link = self._link
         try:
-            async with asyncio.timeout(self.timeout):
-                return await future
-        except TimeoutError:
-            error = RedisTimeoutError(f"no reply from Redis in {self.timeout:g} s")
-            if link is not None:
-                link.fail(error)
-            raise error from None
+            return await self._replied(self._link, future)
         except RedisConnectionError:
             if self._closed:
                 raise
@@ -231,13 +223,17 @@ class Wire:
         link = self._link
         if link is None or link.failed is not None:
             link = await self._connected()
-        future = link.send(packed, count)
+        return await self._replied(link, link.send(packed, count))
+
+    async def _replied(self, link: _Link | None, future: asyncio.Future[list[Any]]) -> list[Any]:
+        """``future``'s replies; none within :attr:`timeout` fails ``link``."""
         try:
             async with asyncio.timeout(self.timeout):
                 return await future
         except TimeoutError:
             error = RedisTimeoutError(f"no reply from Redis in {self.timeout:g} s")
-            link.fail(error)
+            if link is not None:
+                link.fail(error)
             raise error from None
 
     async def _connected(self) -> _Link:
