@@ -22,7 +22,9 @@ line; its logs go to stderr. Rules:
   id) may have been received: a request is answered with an error whose ``data.reason``
   is ``outcome_unknown`` and is never sent again (it could run twice); a response is sent
   again (the proxy drops an answer that matches no open request); a notification is
-  logged as possibly lost. Every POST uses a new connection, so this is exact. A request
+  logged as possibly lost. Every POST uses a new connection, so this is exact. A
+  balancer's own 502 or 504 (no JSON-RPC body: the replica broke off or did not answer
+  after the request reached it) is the same ``outcome_unknown``. A request
   refused with 503 before it ran (``proxy_draining``, ``store_unavailable``, a
   balancer's own 503 without a JSON-RPC body) is sent again after its ``Retry-After``
   (at most 5 s), within the same budget (:func:`proxy.shim.http.retry_after_refusal`).

@@ -105,6 +105,11 @@ def error_of(status: int, body: bytes) -> dict[str, Any]:
     return error_object(SERVER_ERROR, message, {"reason": "http_error", "status": status})
 
 
+# A balancer's own answers (no JSON-RPC body) when the replica it chose broke off (502)
+# or did not answer in time (504) after the request left for it: the request may have
+# run there, so its outcome is unknown (docs/errors.md).
+GATEWAY_LOST = frozenset({502, 504})
+
 # Refusals that say the request was not run, so it may be sent again (to the same URL: a
 # balancer takes it to another replica): a replica draining before it stops, a store that
 # did not answer in time (docs/errors.md). A 503 with no JSON-RPC body is not the proxy's

@@ -24,6 +24,7 @@ from proxy.core.errors import error_message
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.shim.http import (
+    GATEWAY_LOST,
     Lost,
     NotSent,
     ProxyLink,
@@ -72,12 +73,20 @@ class ShimSession:
         self._reinits = 0
 
     # ------------------------------------------------------------------ to the host
-    def answer_error(self, call: Call, code: int, message: str, reason: str) -> None:
-        """Answer ``call`` with an error, unless it is answered or the host cancelled it
-        (no response is expected after ``notifications/cancelled``)."""
+    def answer_error(
+        self,
+        call: Call,
+        code: int,
+        message: str,
+        reason: str,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Answer ``call`` with an error (``data`` beside its ``reason``), unless it is
+        answered or the host cancelled it (no response is expected after
+        ``notifications/cancelled``)."""
         if call.answered:
             return
-        call.answer = error_message(call.id, code, message, {"reason": reason})
+        call.answer = error_message(call.id, code, message, {**(data or {}), "reason": reason})
         self._finish(call)
         log.warning(
             "request_failed",
@@ -279,8 +288,16 @@ class ShimSession:
                 )
             return
         error = error_of(response.status, body)
+        reason, data = reason_of(error), error.get("data")
+        data = data if isinstance(data, dict) else None
+        if reason == "http_error" and response.status in GATEWAY_LOST:
+            # Not the proxy's answer but a balancer's: the replica it chose broke off or
+            # did not answer after the request left for it, so the request may have run.
+            message = unknown_outcome(f"the balancer answered HTTP {response.status}")
+            self.answer_error(call, UNAVAILABLE_CODE, message, "outcome_unknown", data)
+            return
         message = str(error.get("message", ""))
-        self.answer_error(call, int(error["code"]), message, reason_of(error))
+        self.answer_error(call, int(error["code"]), message, reason, data)
 
     async def _send_other(self, msg: Message) -> bool:
         """POST a notification or response; True once the proxy accepted it (202).

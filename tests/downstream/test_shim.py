@@ -24,6 +24,7 @@ import pytest
 from mcp.client.session import ClientRequestContext, ClientSession, ElicitationFnT
 from mcp.shared.exceptions import MCPError
 
+from tests.balancer import balancer
 from tests.cut_proxy import CutProxy
 from tests.downstream.shim_support import forwarder, sdk_host, shim_log, spawn_shim
 from tests.e2e.sdk_client import text_of
@@ -201,6 +202,33 @@ async def test_request_cut_before_any_reply_is_not_sent_twice(tmp_path: Path) ->
         assert caught.value.error.code == -32000
         assert caught.value.error.data == {"reason": "outcome_unknown"}
         assert "outcome is unknown" in caught.value.error.message
+        result = await asyncio.wait_for(host.call_tool("echo", {"text": "y"}), DEADLINE)
+        assert text_of(result) == "y"
+        assert bytes(cut.sent_to_server).count(b'"text":"x"') == 1, "sent once only"
+
+
+async def test_a_balancers_502_after_the_request_left_is_an_unknown_outcome(
+    tmp_path: Path,
+) -> None:
+    """A real HAProxy between the shim and the proxy: the replica's connection breaks
+    after the POST reached it (a replica killed mid-request), so the balancer answers
+    502 with its own HTML page. The request may have run: the host gets
+    ``outcome_unknown``, never the bare status, and it is not sent again."""
+    async with (
+        run_proxy(tmp_path, FIXTURE) as proxy,
+        forwarder(proxy) as cut,
+        balancer(tmp_path / "haproxy", [cut.port]) as lb,
+        sdk_host(tmp_path, lb.url) as host,
+    ):
+        await lb.wait_up()
+        warm = await asyncio.wait_for(host.call_tool("echo", {"text": "w"}), DEADLINE)
+        assert text_of(warm) == "w"  # the host's notifications have gone before it
+        cut.cut_before_reply()
+        with pytest.raises(MCPError) as caught:
+            await asyncio.wait_for(host.call_tool("echo", {"text": "x"}), DEADLINE)
+        assert caught.value.error.code == -32000
+        assert caught.value.error.data == {"reason": "outcome_unknown", "status": 502}
+        assert "HTTP 502" in caught.value.error.message
         result = await asyncio.wait_for(host.call_tool("echo", {"text": "y"}), DEADLINE)
         assert text_of(result) == "y"
         assert bytes(cut.sent_to_server).count(b'"text":"x"') == 1, "sent once only"
