@@ -119,6 +119,8 @@ PENDING: Final[tuple[str, ...]] = (
 
 RUN_TIMEOUT_S: Final = 120.0
 """One scenario: the suite's own per-scenario limit is 30 s (``--timeout``), plus Node's start."""
+SET_TIMEOUT_S: Final = 600.0
+"""The whole set (50 scenarios, each a few seconds at most; the suite's own limit is 30 s each)."""
 
 _LIST_ITEM: Final = re.compile(r"^\s+- (\S+)(?: \[(server|client)\])?$")
 
@@ -197,6 +199,9 @@ class ScenarioRun:
     output: str
     seconds: float
     checks: tuple[Check, ...]
+    in_set: bool = False
+    """Read from a run of the whole requirement set (:func:`run_requirement_set`): its
+    exit status speaks for every scenario, so this one's verdict is its own checks."""
 
     @property
     def failures(self) -> tuple[Check, ...]:
@@ -204,16 +209,18 @@ class ScenarioRun:
 
     @property
     def ok(self) -> bool:
-        """Checks were written, none failed, and the CLI agrees (exit 0)."""
-        return bool(self.checks) and not self.failures and self.returncode == 0
+        """Checks were written, none failed, and the CLI agrees (exit 0; for a scenario
+        of a whole-set run, its checks alone)."""
+        return bool(self.checks) and not self.failures and (self.in_set or self.returncode == 0)
 
     def report(self, max_error_chars: int = 1500) -> str:
         """The verdict, then every failed check and warning with the suite's message."""
         passed = sum(c.status == "SUCCESS" for c in self.checks)
         verdict = "✓" if self.ok else "✗"
+        took = "the whole set's run: " if self.in_set else ""
         lines = [
             f"{verdict} {self.name}: {passed} passed, {len(self.failures)} failed "
-            f"({self.seconds:.1f} s, exit {self.returncode})",
+            f"({took}{self.seconds:.1f} s, exit {self.returncode})",
             f"  command: {shlex.join(self.command)}",
         ]
         if not self.checks:
@@ -271,8 +278,37 @@ def _read_checks(output_dir: Path, name: str) -> tuple[Check, ...]:
     return ()
 
 
-def run_scenario(cli: Path, url: str, name: str, output_dir: Path) -> ScenarioRun:
-    command = scenario_command(cli, url, name, output_dir)
+def set_command(cli: Path, url: str, output_dir: Path) -> list[str]:
+    """Every scenario of the requirement set, in one run (the suite's own command)."""
+    return [str(cli), "server", "--url", url, "--requirements", REVISION, "-o", str(output_dir)]
+
+
+@dataclass(frozen=True)
+class SetRun:
+    """One ``conformance-next server --requirements 2026-07-28`` run: what it printed, and
+    each scenario's checks as that scenario wrote them."""
+
+    command: tuple[str, ...]
+    returncode: int
+    output: str
+    seconds: float
+    output_dir: Path
+
+    def scenario(self, name: str) -> ScenarioRun:
+        checks = _read_checks(self.output_dir, name)
+        return ScenarioRun(
+            name, self.command, self.returncode, self.output, self.seconds, checks, in_set=True
+        )
+
+
+def run_requirement_set(cli: Path, url: str, output_dir: Path) -> SetRun:
+    """Run the whole set once: one Node start instead of one per scenario (50)."""
+    command = set_command(cli, url, output_dir)
+    returncode, output, seconds = _run(command, SET_TIMEOUT_S)
+    return SetRun(tuple(command), returncode, output, seconds, output_dir)
+
+
+def _run(command: list[str], timeout: float) -> tuple[int, str, float]:
     started = time.monotonic()
     try:
         done = subprocess.run(
@@ -282,14 +318,19 @@ def run_scenario(cli: Path, url: str, name: str, output_dir: Path) -> ScenarioRu
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            timeout=RUN_TIMEOUT_S,
+            timeout=timeout,
             check=False,
         )
         returncode, output = done.returncode, done.stdout
     except subprocess.TimeoutExpired as exc:
         partial = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        returncode, output = -1, partial + f"\n[timed out after {RUN_TIMEOUT_S:.0f} s]"
-    seconds = time.monotonic() - started
+        returncode, output = -1, partial + f"\n[timed out after {timeout:.0f} s]"
+    return returncode, output, time.monotonic() - started
+
+
+def run_scenario(cli: Path, url: str, name: str, output_dir: Path) -> ScenarioRun:
+    command = scenario_command(cli, url, name, output_dir)
+    returncode, output, seconds = _run(command, RUN_TIMEOUT_S)
     return ScenarioRun(
         name, tuple(command), returncode, output, seconds, _read_checks(output_dir, name)
     )

@@ -13,9 +13,9 @@ config this module writes::
 ``mode: always`` would fail the greet and composition checks. ``CONFORMANCE_MODERN_CONFIG=FILE``
 replaces the ``modern``/``tasks`` part (a YAML mapping merged over it).
 
-Every scenario of the suite's 2026-07-28 requirement set runs, one CLI run each (see
-``suite_modern.py`` for the exact command), against one proxy for the whole module, like the
-suite's own ``--requirements 2026-07-28`` run:
+Every scenario of the suite's 2026-07-28 requirement set runs in one CLI run of the whole set
+(``--requirements 2026-07-28``, the suite's own command: ``suite_modern.py``), against one proxy
+for the whole module; each scenario's test reads that scenario's ``checks.json``:
 
 - the 37 scored server scenarios and the 10 ``tasks-*`` scenarios must pass (no FAILURE check;
   warnings are printed, not failed);
@@ -47,8 +47,11 @@ from .suite_modern import (
     PENDING,
     SCORED,
     TASKS,
+    ScenarioRun,
+    SetRun,
     ensure_cli,
     requirement_set,
+    run_requirement_set,
     run_scenario,
     strip_ansi,
 )
@@ -98,6 +101,19 @@ def _started_proxy(workdir: Path) -> Iterator[str]:
         pytest.fail(f"{exc}\n(log: {workdir / 'proxy.log'})", pytrace=False)
 
 
+@pytest.fixture(scope="module")
+def whole_set(
+    conformance_next_cli: Path, modern_proxy: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[SetRun, Path]]:
+    """The whole requirement set run once against the module's proxy, and where its output
+    is kept: each scenario's test reads that scenario's checks."""
+    workdir = tmp_path_factory.mktemp("modern-set")
+    run = run_requirement_set(conformance_next_cli, modern_proxy, workdir / "results")
+    output_path = workdir / "conformance-output.txt"
+    output_path.write_text(strip_ansi(run.output))
+    yield run, output_path
+
+
 def _judge(
     name: str,
     cli: Path,
@@ -108,6 +124,10 @@ def _judge(
     run = run_scenario(cli, url, name, tmp_path / "results")
     output_path = tmp_path / "conformance-output.txt"
     output_path.write_text(strip_ansi(run.output))
+    _verdict(run, output_path, capsys)
+
+
+def _verdict(run: ScenarioRun, output_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = f"{run.report()}\n  (suite output: {output_path})"
     with capsys.disabled():
         print(f"\n{report}")
@@ -138,11 +158,15 @@ def test_server_stateless_passes_on_a_freshly_started_proxy(
 
 @pytest.mark.parametrize("scenario", [*SCORED, *TASKS, *PENDING])
 def test_scenario_passes(
-    scenario: str,
-    conformance_next_cli: Path,
-    modern_proxy: str,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    scenario: str, whole_set: tuple[SetRun, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Every scored 2026-07-28 scenario, every tasks-* one, and the suite's pending ones."""
-    _judge(scenario, conformance_next_cli, modern_proxy, tmp_path, capsys)
+    """Every scored 2026-07-28 scenario, every tasks-* one, and the suite's pending ones,
+    each judged by its own checks in the whole set's one run."""
+    run, output_path = whole_set
+    _verdict(run.scenario(scenario), output_path, capsys)
+
+
+def test_the_whole_set_run_exits_0(whole_set: tuple[SetRun, Path]) -> None:
+    """The suite's own verdict on the run: every scored scenario passed."""
+    run, output_path = whole_set
+    assert run.returncode == 0, f"exit {run.returncode} (suite output: {output_path})"
