@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from pathlib import Path
 
@@ -121,3 +122,25 @@ def check_signed_in(name: str, up: UpstreamConfig, where: str, problems: Problem
         problems.warning(
             f"{where}.oauth: no token file at {path} yet: run `{login}` before clients come"
         )
+
+
+TOKEN_SECRET_ENV = "MCP_RESUME_PROXY_TOKEN_SECRET"
+
+
+def token_secret(config: Config) -> bytes:
+    """The resume-token HMAC key: config, else environment, else random for this run.
+
+    A random key is right for the in-memory store: tokens need not outlive the streams
+    they name, and those die with the process. A persistent store's streams outlive it,
+    so their tokens must too: without a configured key, ``ConfigError``.
+    """
+    configured = config.streams.token_secret or os.environ.get(TOKEN_SECRET_ENV)
+    if configured:
+        return configured.encode()
+    if config.store.kind != "memory":
+        raise ConfigError(
+            f"store.kind: {config.store.kind} keeps streams across restarts and replicas, so "
+            f"resume tokens must be signed with a key that outlives this process: set "
+            f"streams.token_secret (16+ characters) or {TOKEN_SECRET_ENV}"
+        )
+    return secrets.token_bytes(32)

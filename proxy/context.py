@@ -1,6 +1,6 @@
 """What every part of the running proxy shares: the :class:`ProxyContext`.
 
-It is built once, by the root (:func:`proxy.cli.serve`), and handed down to whatever needs
+It is built once, by the root (:func:`proxy.cli_serve.serve`), and handed down to whatever needs
 one of its parts, so that the composition of the process is visible in one function and
 nothing has to reach for a part through another (the session table,
 :class:`proxy.registry.Registry`, holds the sessions and nothing else).
@@ -12,14 +12,14 @@ have ended, :meth:`ProxyContext.close`.
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from proxy.config import Config, ConfigError
+from proxy.config import Config
+from proxy.config_system import token_secret
 from proxy.core.session import SessionSettings
 from proxy.core.stream import ByteBudget
 from proxy.forwarding import (
@@ -52,27 +52,6 @@ its own accord (the sessions' own trims are mirrored first)."""
 STORE_DRAIN_SECONDS = 2.0
 """How long closing waits for the persister to commit what it gathered (each session's
 last answers) before the store closes."""
-
-TOKEN_SECRET_ENV = "MCP_RESUME_PROXY_TOKEN_SECRET"
-
-
-def token_secret(config: Config) -> bytes:
-    """The resume-token HMAC key: config, else environment, else random for this run.
-
-    A random key is right for the in-memory store: tokens need not outlive the streams
-    they name, and those die with the process. A persistent store's streams outlive it,
-    so their tokens must too: without a configured key, ``ConfigError``.
-    """
-    configured = config.streams.token_secret or os.environ.get(TOKEN_SECRET_ENV)
-    if configured:
-        return configured.encode()
-    if config.store.kind != "memory":
-        raise ConfigError(
-            f"store.kind: {config.store.kind} keeps streams across restarts and replicas, so "
-            f"resume tokens must be signed with a key that outlives this process: set "
-            f"streams.token_secret (16+ characters) or {TOKEN_SECRET_ENV}"
-        )
-    return secrets.token_bytes(32)
 
 
 class TaskService(Protocol):

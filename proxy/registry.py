@@ -17,7 +17,8 @@ from typing import Any, assert_never
 import structlog
 
 from proxy.config import Config
-from proxy.context import ProxyContext, token_secret
+from proxy.config_system import token_secret
+from proxy.context import ProxyContext
 from proxy.core import jsonrpc
 from proxy.core.admission import check_draining
 from proxy.core.errors import ProxyError, SessionNotFound, UpstreamStartFailed

@@ -62,7 +62,7 @@ WATCH_POLL_MS = 2000
 
 
 class Reloader:
-    """Reloads of one running app. Owned by :func:`proxy.cli.serve`: :meth:`close` ends
+    """Reloads of one running app. Owned by :func:`proxy.cli_serve.serve`: :meth:`close` ends
     its watch and the drains of removed servers still running (the shutdown ends their
     sessions anyway)."""
 

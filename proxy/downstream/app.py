@@ -208,7 +208,7 @@ def server_endpoints(
 
 def build_app(context: ProxyContext, registry: Registry) -> web.Application:
     """The application of one process: what it serves is built here, from the root's
-    context (:func:`proxy.cli.serve`) and session registry."""
+    context (:func:`proxy.cli_serve.serve`) and session registry."""
     config = context.config
     auth = Authenticator(config.auth)
     app = web.Application(

@@ -27,8 +27,9 @@ import hmac
 import math
 import time
 from collections.abc import Awaitable, Callable
+from functools import cache
+from typing import TYPE_CHECKING
 
-import jwt
 import structlog
 from aiohttp import web
 
@@ -53,6 +54,9 @@ from proxy.downstream.jwks import JwksUrl
 from proxy.downstream.jwt_times import misshapen_time_claim
 from proxy.downstream.wire import error_response
 from proxy.jwks_keys import KeySet
+
+if TYPE_CHECKING:
+    import jwt
 
 log = structlog.get_logger("proxy.auth")
 
@@ -118,24 +122,33 @@ def limit_resumes(request: web.Request) -> None:
         )
 
 
-# PyJWT's refusals, by the word the log says for them (the first match wins: subclasses
-# before their bases).
-_REFUSALS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
-    (jwt.ExpiredSignatureError, "expired"),
-    (jwt.ImmatureSignatureError, "not_yet_valid"),
-    (jwt.InvalidIssuerError, "issuer"),
-    (jwt.InvalidAudienceError, "audience"),
-    (jwt.MissingRequiredClaimError, "missing_claim"),
-    (jwt.InvalidSignatureError, "signature"),
-    (jwt.InvalidAlgorithmError, "algorithm"),
-    (jwt.DecodeError, "malformed"),
-)
+@cache
+def _refusals() -> tuple[tuple[type[jwt.PyJWTError], str], ...]:
+    """PyJWT's refusals, by the word the log says for them (the first match wins:
+    subclasses before their bases)."""
+    import jwt
+
+    return (
+        (jwt.ExpiredSignatureError, "expired"),
+        (jwt.ImmatureSignatureError, "not_yet_valid"),
+        (jwt.InvalidIssuerError, "issuer"),
+        (jwt.InvalidAudienceError, "audience"),
+        (jwt.MissingRequiredClaimError, "missing_claim"),
+        (jwt.InvalidSignatureError, "signature"),
+        (jwt.InvalidAlgorithmError, "algorithm"),
+        (jwt.DecodeError, "malformed"),
+    )
 
 
 class JwtVerifier:
-    """Bearer JWTs against the keys of a JWKS file or URL (proxy/downstream/jwks.py)."""
+    """Bearer JWTs against the keys of a JWKS file or URL (proxy/downstream/jwks.py).
+    PyJWT (and cryptography under it) is loaded here, once JWTs are configured: a proxy
+    without them starts without it."""
 
     def __init__(self, settings: JwtConfig) -> None:
+        import jwt
+
+        self._jwt = jwt
         self.settings = settings
         self._file_keys = KeySet()
         self.source: JwksUrl | None = None
@@ -170,7 +183,7 @@ class JwtVerifier:
         otherwise. ``audiences`` (canonical, :mod:`proxy.core.protected_resource`): its
         ``aud`` must name one of them (the resource-server role); None: ``aud`` must name
         ``auth.jwt.audience`` when that is set."""
-        s = self.settings
+        s, jwt = self.settings, self._jwt
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -202,7 +215,7 @@ class JwtVerifier:
                 options={"require": required, "verify_aud": by_pyjwt},
             )
         except jwt.PyJWTError as exc:
-            why = next((w for kind, w in _REFUSALS if isinstance(exc, kind)), "invalid")
+            why = next((w for kind, w in _refusals() if isinstance(exc, kind)), "invalid")
             raise InvalidToken(why) from None
         if misshapen_time_claim(claims) is not None:  # "exp": "9999999999" passes PyJWT
             raise InvalidToken("claim_type")
