@@ -17,6 +17,7 @@ import pytest
 from hypothesis import settings
 
 from proxy.store.memory import MemoryStore
+from tests.longest import longest_first
 from tests.oauth_as import oauth_server  # noqa: F401  (a fixture)
 from tests.redis_cluster import redis_cluster, redis_cluster_url  # noqa: F401  (fixtures)
 from tests.redis_server import redis_url  # noqa: F401  (a fixture: pytest finds it here)
@@ -32,6 +33,10 @@ settings.load_profile("suite")
 # Every proxy a test starts stops at once on SIGTERM, as it did before drains existed
 # (listen.drain_seconds); a test of the drain sets its own in its proxy's environment.
 os.environ["MCP_RESUME_PROXY_DRAIN_SECONDS"] = "0"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    longest_first(items)  # the long files first (tests/longest.py)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
