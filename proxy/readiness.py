@@ -7,9 +7,13 @@ known without asking when sessions (client sessions, or the modern pool's) are u
 the transports report no failure (``UpstreamHealth``); otherwise (no session, or a
 failure reported) a probe starts a plain upstream session, initializes it as the proxy
 itself (the one driver, :func:`proxy.upstream.handshake.initialize`) and stops it; a
-probe that succeeds clears a reported failure. A probe's
-answer is kept for :data:`PROBE_SECONDS`, and probes never overlap, so a readiness check
-every second costs at most one server start per interval.
+probe that succeeds clears a reported failure. Probes never overlap. A failed probe's
+answer is kept for :data:`PROBE_SECONDS`; a good one too, and then twice as long each
+time the next probe is good again, up to :data:`PROBE_MAX_SECONDS`: an idle replica
+behind a balancer that checks every second or two would otherwise start its server every
+10 s for as long as it idles (~1 s of CPU each for a Python SDK server). A failure (a
+probe's, or one a transport reports) goes back to :data:`PROBE_SECONDS` at once, and a
+reload that changes the server forgets what was probed.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("proxy.readiness")
 
 PROBE_SECONDS = 10.0
+PROBE_MAX_SECONDS = 300.0
 
 
 class Readiness:
@@ -88,14 +94,23 @@ class Readiness:
 
 
 class ServerReadiness:
-    """Can one server be started or reached? (A probe at most every PROBE_SECONDS.)"""
+    """Can one server be started or reached? (A probe at most every PROBE_SECONDS, less
+    often while they keep finding it good.)"""
 
-    def __init__(self, server: Server, pool: UpstreamPool | None) -> None:
+    def __init__(
+        self,
+        server: Server,
+        pool: UpstreamPool | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.server = server
         self.pool = pool  # the modern side's, when on: its live sessions count as reached
+        self.clock = clock
         self._probe: asyncio.Task[str | None] | None = None
         self._probed_at = -1e9
         self._probe_error: str | None = None
+        self._good_for = PROBE_SECONDS  # how long the last good probe's answer is kept
+        self._probed_upstream = server.upstream  # what the last probe was of
 
     async def check(self) -> str | None:
         """None when ready, else why not."""
@@ -111,15 +126,23 @@ class ServerReadiness:
         live = self.server.sessions > 0 or (
             self.pool is not None and bool(self.pool.live_sessions())
         )
-        if live and self.server.health.state != "failing":
+        failing = self.server.health.state == "failing"
+        if live and not failing:
             return None
-        if time.monotonic() - self._probed_at < PROBE_SECONDS:
+        if self.server.upstream != self._probed_upstream:  # a reload changed the server
+            self._probed_at, self._good_for = -1e9, PROBE_SECONDS
+        if failing:
+            self._good_for = PROBE_SECONDS  # a transport's failure: look again soon
+        kept = PROBE_SECONDS if self._probe_error is not None else self._good_for
+        if self.clock() - self._probed_at < kept:
             return self._probe_error
         if self._probe is None or self._probe.done():
             self._probe = asyncio.ensure_future(self._run_probe())
         return await asyncio.shield(self._probe)
 
     async def _run_probe(self) -> str | None:
+        was_good = self._probe_error is None and self.server.health.state != "failing"
+        self._probed_upstream = self.server.upstream
         try:
             await probe(self.server.upstream, self.server.health, self.server.name)
             error = None
@@ -127,7 +150,11 @@ class ServerReadiness:
         except ProxyError as exc:
             error = exc.message
             log.warning("readiness_probe_failed", upstream=self.server.name, error=error)
-        self._probed_at = time.monotonic()
+        if error is None and was_good and self._probed_at > -1e9:  # good again: keep longer
+            self._good_for = min(self._good_for * 2, PROBE_MAX_SECONDS)
+        else:
+            self._good_for = PROBE_SECONDS
+        self._probed_at = self.clock()
         self._probe_error = error
         return error
 
