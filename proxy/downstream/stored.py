@@ -311,8 +311,13 @@ class StoredStreams:
         error), the rest and the live tail until the stream completes, then ``reply`` (a
         ``stream/resume``'s own answer), then the end. Each chunk is written as it is
         read: the first event never waits for the last. ``tail``: the reader of the log
-        after ``entries`` already running (a hold's), ended here."""
+        after ``entries`` already running (a hold's), else one started here before anything
+        is written; ended here."""
         writer = self._writer(request, session_id)
+        if tail is None:
+            # The rest, in chunks as read (a tail of a completed stream ends at its end),
+            # read from now on: its first read is on its way while ``entries`` are written.
+            tail = LogTail(self.store, record.key, entries[-1].seq if entries else after)
         try:
             await writer.open()
             with contextlib.suppress(ConnectionError):
@@ -320,19 +325,13 @@ class StoredStreams:
                     await self._write(
                         writer, [opening, *self._runs(record, [entries])], entries, listen
                     )
-                if entries:
-                    after = entries[-1].seq
-                # The rest, in chunks as read (a tail of a completed stream ends at its end).
-                if tail is None:
-                    tail = LogTail(self.store, record.key, after)
                 if listen is not None:
                     listen.on_stop(functools.partial(tail.queue.put_nowait, END))
                 if await self._follow(writer, record, tail, listen):
                     end = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
                     await writer.end(end)
         finally:
-            if tail is not None:
-                await tail.end()
+            await tail.end()
         return writer.response
 
     @staticmethod
