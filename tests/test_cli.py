@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from pathlib import Path
 
 from proxy import __version__
+from proxy.cli_serve import settle_heap
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -45,3 +47,12 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         port = s.getsockname()[1]
         out = run("--port", str(port), "--", sys.executable, "-m", "proxy.demo")
     assert out.returncode == 1 and "cannot listen" in out.stderr
+
+
+def test_the_started_heap_is_left_out_of_full_collections() -> None:
+    """``settle_heap`` (called by ``serve`` once listening) freezes what exists now."""
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

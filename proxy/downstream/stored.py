@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -310,8 +311,13 @@ class StoredStreams:
         error), the rest and the live tail until the stream completes, then ``reply`` (a
         ``stream/resume``'s own answer), then the end. Each chunk is written as it is
         read: the first event never waits for the last. ``tail``: the reader of the log
-        after ``entries`` already running (a hold's), ended here."""
+        after ``entries`` already running (a hold's), else one started here before anything
+        is written; ended here."""
         writer = self._writer(request, session_id)
+        if tail is None:
+            # The rest, in chunks as read (a tail of a completed stream ends at its end),
+            # read from now on: its first read is on its way while ``entries`` are written.
+            tail = LogTail(self.store, record.key, entries[-1].seq if entries else after)
         try:
             await writer.open()
             with contextlib.suppress(ConnectionError):
@@ -319,19 +325,13 @@ class StoredStreams:
                     await self._write(
                         writer, [opening, *self._runs(record, [entries])], entries, listen
                     )
-                if entries:
-                    after = entries[-1].seq
-                # The rest, in chunks as read (a tail of a completed stream ends at its end).
-                if tail is None:
-                    tail = LogTail(self.store, record.key, after)
                 if listen is not None:
                     listen.on_stop(functools.partial(tail.queue.put_nowait, END))
                 if await self._follow(writer, record, tail, listen):
                     end = encode_event(jsonrpc.encode(reply)) if reply is not None else b""
                     await writer.end(end)
         finally:
-            if tail is not None:
-                await tail.end()
+            await tail.end()
         return writer.response
 
     @staticmethod
@@ -385,17 +385,29 @@ class StoredStreams:
     @staticmethod
     def _runs(record: StreamRecord, batches: list[list[Entry]]) -> list[EventRun]:
         """Batches of the log (consecutive entries, as a read or a tail gives them) as runs
-        of events, framed when written."""
+        of events, framed when written. A batch whose seqs are its first's and the next
+        ones (compared as lists, in C: a replay's 1,000-entry batches) is one run; else it
+        is split at each gap (none is expected), entry by entry."""
         prefix = event_id_prefix(record.epoch, record.number)
         runs: list[EventRun] = []
         for entries in batches:
+            if not entries:
+                continue
+            first = entries[0].seq
+            if list(map(_seq, entries)) == list(range(first, first + len(entries))):
+                runs.append(EventRun(prefix, first, list(map(_payload, entries))))
+                continue
             start = 0
-            for i in range(1, len(entries) + 1):  # a gap (none is expected) starts a new run
+            for i in range(1, len(entries) + 1):
                 if i == len(entries) or entries[i].seq != entries[i - 1].seq + 1:
                     part = entries[start:i]
                     runs.append(EventRun(prefix, part[0].seq, [e.payload for e in part]))
                     start = i
         return runs
+
+
+_seq = operator.itemgetter(0)  # an Entry's seq (Entry.seq, as a C call)
+_payload = operator.itemgetter(1)  # an Entry's payload
 
 
 async def _write_chunked(writer: SseWriter, items: Sequence[bytes | EventRun]) -> None:

@@ -6,6 +6,7 @@ from), never an error for a call that goes on. Over a real aiohttp server."""
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
@@ -14,10 +15,11 @@ from proxy.config import Config
 from proxy.config_sections import SseConfig
 from proxy.core.errors import StoreUnavailable
 from proxy.core.sse import SSEDecoder, encode_event
-from proxy.downstream.stored import StoredStreams
+from proxy.downstream.stored import REPLAY_CHUNK, StoredStreams
 from proxy.servers import Server
 from proxy.store.base import Batch, Entry, StoreError, StoreLimits, StreamRecord
 from proxy.store.memory import MemoryStore
+from tests.support import eventually
 
 KEY = "e1e1.3"
 OPENING = encode_event(None, event_id=f"{KEY}.0.1", retry_ms=500)
@@ -81,3 +83,44 @@ async def test_a_store_that_cannot_be_read_still_gives_the_priming_event(
     assert await follow(aiohttp_client, store, OPENING) == (200, OPENING)
     # Unprimed (a session before 2025-11-25): nothing to resume from, the error stands.
     assert (await follow(aiohttp_client, store, b""))[0] == -1
+
+
+class TailWatched(MemoryStore):
+    """A memory store that notes each tail started (the position it starts after)."""
+
+    def __init__(self, limits: StoreLimits) -> None:
+        super().__init__(limits)
+        self.tails: list[int] = []
+
+    def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
+        self.tails.append(after)
+        return super().tail(key, after)
+
+
+async def test_the_rest_is_read_while_the_first_chunk_is_written(aiohttp_client: Any) -> None:
+    """A replay's first chunk (REPLAY_CHUNK entries, ~10 MB here: more than the socket
+    buffers hold) waits for its client to read; the tail of the log after it is already
+    being read meanwhile, not only once that chunk is written."""
+    store = TailWatched(StoreLimits())
+    await store.open()
+    now = time.time()
+    big = b'{"x":"%s"}' % (b"y" * 10_000)
+    entries = [Entry(seq, big) for seq in range(1, REPLAY_CHUNK + 6)]
+    batch = Batch([StreamRecord(KEY, "s1", server="default")], {KEY: entries}, {KEY: now + 60})
+    await store.commit(batch, now)
+    server = Server("default", Config(sse=SseConfig(keepalive_seconds=10.0)))
+    stored = StoredStreams(store, b"secret", server, sole_server=True)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await stored.follow(request, "s1", KEY, 0)
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    client = await aiohttp_client(app)
+    async with client.get("/") as resp:
+        assert resp.status == 200
+        await eventually(lambda: store.tails, what="the tail after the first chunk")
+        assert store.tails == [REPLAY_CHUNK]
+        body = await resp.read()
+    events = SSEDecoder().feed(body)
+    assert [e.id for e in events] == [f"{KEY}.{seq}" for seq in range(1, REPLAY_CHUNK + 6)]
