@@ -58,6 +58,7 @@ class CutProxy:
         self._cuts_at: list[int] = []
         self._count_after: bytes | None = None  # schedule_cuts(after=...) not seen yet
         self._cut_before_reply = False
+        self._drop_next_post = False
         self._links: set[_Link] = set()
         self._server: asyncio.Server | None = None
         self._closed: list[asyncio.Server] = []
@@ -117,6 +118,11 @@ class CutProxy:
         """The next POST gets to the server; its connection is cut at the first reply byte."""
         self._cut_before_reply = True
 
+    def drop_next_post(self) -> None:
+        """The next POST never reaches the server: its connection is reset as its first
+        bytes arrive (a replica killed with the request on its way)."""
+        self._drop_next_post = True
+
     def _cut(self, link: _Link, *, reset: bool) -> None:
         if link not in self._links:
             return
@@ -173,6 +179,10 @@ class CutProxy:
         """Client → server, as is."""
         with contextlib.suppress(ConnectionError, OSError):
             while data := await reader.read(_CHUNK):
+                if self._drop_next_post and data.startswith(b"POST"):
+                    self._drop_next_post = False
+                    self._cut(link, reset=True)
+                    return
                 self.sent_to_server += data
                 if self._cut_before_reply and not link.got_request and data.startswith(b"POST"):
                     link.got_request = True

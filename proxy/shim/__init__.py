@@ -17,17 +17,17 @@ line; its logs go to stderr. Rules:
   up to the same budget (then ``proxy_unreachable``). The host's own ``initialize`` is
   retried for ``--connect-timeout-seconds`` in all, so that a host whose proxy is down
   hears it before its own timeout; the shim keeps serving (a later ``initialize`` starts
-  the session). A POST
-  that failed after the connection was made (reset, EOF, before the stream's first event
-  id) may have been received: a request is answered with an error whose ``data.reason``
-  is ``outcome_unknown`` and is never sent again (it could run twice); a response is sent
-  again (the proxy drops an answer that matches no open request); a notification is
-  logged as possibly lost. Every POST uses a new connection, so this is exact. A
-  balancer's own 502 or 504 (no JSON-RPC body: the replica broke off or did not answer
-  after the request reached it) is the same ``outcome_unknown``. A request
-  refused with 503 before it ran (``proxy_draining``, ``store_unavailable``, a
-  balancer's own 503 without a JSON-RPC body) is sent again after its ``Retry-After``
-  (at most 5 s), within the same budget (:func:`proxy.shim.http.retry_after_refusal`).
+  the session). A POST that failed after the connection was made (reset, EOF, before
+  the stream's first event id), or that a balancer answered with its own 502 or 504 (no
+  JSON-RPC body: the replica it chose broke off or did not answer after the request
+  reached it), may have been received: a request is answered with an error whose
+  ``data.reason`` is ``outcome_unknown`` and is never sent again (it could run twice); a
+  response is sent again (the proxy drops an answer that matches no open request); a
+  notification is logged as possibly lost. Every POST uses a new connection, so this is
+  exact. A message refused with 503 before it ran (``proxy_draining``,
+  ``store_unavailable``, a balancer's own 503 without a JSON-RPC body) is sent again
+  (a request after its ``Retry-After``, at most 5 s), within the same budget
+  (:func:`proxy.shim.http.retry_after_refusal`).
 - **Session gone** (404, 2025-11-25 §Session Management item 3): every request the proxy
   had taken gets error -32001 "session expired at the proxy" (``data.reason:
   session_expired``). The next request from the host first starts a new session by

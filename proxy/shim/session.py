@@ -302,9 +302,11 @@ class ShimSession:
     async def _send_other(self, msg: Message) -> bool:
         """POST a notification or response; True once the proxy accepted it (202).
 
-        Retried while no connection can be made. After a failure that may have reached
-        the proxy, a response is sent again (the proxy drops an answer that matches no
-        open request) and a notification is not (logged as possibly lost).
+        Retried while no connection can be made, or while a refusal says it did not run
+        (a 503: :func:`proxy.shim.http.retry_after_refusal`). After a failure that may
+        have reached the proxy (the connection broke, or a balancer's own 502/504), a
+        response is sent again (the proxy drops an answer that matches no open request)
+        and a notification is not (logged as possibly lost).
         """
         backoff = Backoff()
         started = time.monotonic()
@@ -316,6 +318,7 @@ class ShimSession:
             session_id = self.link.session_id
             try:
                 response = await self.link.post(msg.encoded())
+                await self._not_taken(response)
             except (NotSent, Lost) as exc:
                 retry = isinstance(exc, NotSent) or msg.kind is Kind.RESPONSE
                 if not retry or time.monotonic() - started > self.budget:
@@ -330,6 +333,25 @@ class ShimSession:
             elif response.status >= 300:
                 log.warning("message_refused", message=what, status=response.status)
             return response.status < 300
+
+    @staticmethod
+    async def _not_taken(response: aiohttp.ClientResponse) -> None:
+        """Raise :class:`NotSent` when ``response`` refuses a message before it ran (a
+        draining replica, a store that did not answer, a balancer with no replica up),
+        :class:`Lost` when it is a balancer's own 502/504 (the replica it chose broke
+        off or did not answer: the message may have reached it); otherwise return."""
+        status = response.status
+        if status not in (503, *GATEWAY_LOST) or is_sse(response):
+            return
+        try:
+            body = await response.read()
+        except (aiohttp.ClientError, TimeoutError):
+            body = b""
+        response.release()
+        if retry_after_refusal(status, body, response.headers.get("Retry-After")) is not None:
+            raise NotSent(f"refused before it ran (HTTP {status})")
+        if status in GATEWAY_LOST and reason_of(error_of(status, body)) == "http_error":
+            raise Lost(f"the balancer answered HTTP {status}")
 
     # ------------------------------------------------------------------ streams
     def _follow(self, call: Call, reader: SseReader) -> None:

@@ -234,6 +234,32 @@ async def test_a_balancers_502_after_the_request_left_is_an_unknown_outcome(
         assert bytes(cut.sent_to_server).count(b'"text":"x"') == 1, "sent once only"
 
 
+async def test_an_answer_a_balancer_lost_with_502_is_sent_again(tmp_path: Path) -> None:
+    """The host's answer to an elicitation goes out through HAProxy to a replica that dies
+    before reading it: the balancer answers 502 with its own page. A response may be sent
+    again (the proxy drops one that matches no open request): the shim sends it again and
+    the call gets its result, instead of waiting forever for an answer that was lost."""
+    cuts: list[CutProxy] = []
+
+    async def answer_it(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        cuts[0].drop_next_post()  # the answer's POST
+        return types.ElicitResult(action="accept", content={"answer": "forty-two"})
+
+    async with (
+        run_proxy(tmp_path, FIXTURE) as proxy,
+        forwarder(proxy) as cut,
+        balancer(tmp_path / "haproxy", [cut.port]) as lb,
+        sdk_host(tmp_path, lb.url, elicitation=answer_it) as host,
+    ):
+        cuts.append(cut)
+        await lb.wait_up()
+        result = await asyncio.wait_for(host.call_tool("ask", {"question": "?"}), 30.0)
+        assert text_of(result) == "forty-two"
+        assert not cut._drop_next_post, "the answer's POST was dropped once"
+
+
 async def test_session_deleted_under_the_shim(tmp_path: Path) -> None:
     """404: the call in flight gets "session expired at the proxy"; the next request
     starts a new session by replaying the host's initialize, transparently."""
