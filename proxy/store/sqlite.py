@@ -243,6 +243,8 @@ class SqliteStore(Store):
             self._tidy = None
 
     def _wake(self, batch: Batch) -> None:
+        if not self._wakeups.watched:  # (no tail waits: most commits; no list of keys)
+            return
         self._wakeups.wake(
             [*batch.appends, *batch.completed, *batch.dropped, *(r.key for r in batch.streams)]
         )
