@@ -285,3 +285,25 @@ async def test_a_whole_answer_whose_batch_lands_at_once_is_written_in_its_own_tu
     head, body = head_and_body(call.transport.data)
     assert head.startswith(b"HTTP/1.1 200 OK\r\n") and ANSWER in body
     assert call.runner.gone == [call.conn]
+
+
+async def test_an_answer_whose_commit_at_once_was_refused_is_not_written() -> None:
+    # The commit land_now makes is refused (another replica holds the stream): the
+    # persister's fencing fences the session's connections before the batch counts as
+    # landed, so the answer is handed off as an empty 200, as after a wait.
+    conns: list[ClientConn] = []
+
+    class Refusing(Store):
+        def land_now(self, ticket: int, lane: str = "") -> bool:
+            conns[0].fence()  # (Fence.lost -> SessionRunner.lose, inside the commit)
+            self.land(ticket)
+            return True
+
+    def answer(conn: ClientConn) -> None:
+        conns.append(conn)
+        queue(conn, 1, PRIMING, ANSWER, CloseMarker(None))
+
+    call = Call(answer, Wire(), Refusing())
+    await call.ended()
+    assert call.done == [False] and not call.transport.data
+    assert call.runner.gone == [call.conn] and list(call.handoffs) == [call.transport]
