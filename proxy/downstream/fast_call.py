@@ -191,7 +191,7 @@ class FastCall:
 
             return self._hand_off(finish, lambda: runner.conn_gone(conn))
         gate = conn.gate
-        if gate is not None and not conn.fenced and not gate.landed(conn.ticket, conn.lane):
+        if gate is not None and not conn.fenced and not gate.land_now(conn.ticket, conn.lane):
             task = asyncio.get_running_loop().create_task(self._write_when_stored(whole))
             task.add_done_callback(_retrieved)
             return None

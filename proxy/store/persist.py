@@ -281,13 +281,18 @@ class Persister(Gathering):
         batch before it) that session ``lane`` (its epoch) noted."""
         return self.committed >= ticket or self._early.get(lane, 0) >= ticket
 
-    async def wait(self, ticket: int, *, hurry: bool = False, lane: str = "") -> None:
-        """Return once batch ``ticket`` (and every one before it) is in the store;
-        ``hurry``: without waiting for more (a replica waits to read what it names);
-        ``lane``: once the part session ``lane`` noted is (:func:`~proxy.store.slices.slices`)."""
-        if hurry and ticket >= self._open:
-            self._hurried = True
-            self._schedule(urgent=True)
+    def land_now(self, ticket: int, lane: str = "") -> bool:
+        """:meth:`landed`, once the open batch is committed if ``ticket`` waits for it
+        and the store commits at once (:meth:`_commit_open_for`): a callback holding an
+        answer writes it in its own turn, without a task (and the turn before its first
+        step) waiting in :meth:`wait`."""
+        self._commit_open_for(ticket)
+        return self.landed(ticket, lane)
+
+    def _commit_open_for(self, ticket: int) -> None:
+        """A writer waits for the batch this turn's end would commit: commit it now, so
+        that the writer goes on in this turn, not after a wake-up in the next. What the
+        batch holds is the same (every callback of the turn before ran)."""
         if (
             self._scheduled
             and ticket >= self._open
@@ -295,10 +300,16 @@ class Persister(Gathering):
             and self.store.commits_at_once
             and not self._may_wait()
         ):
-            # A writer waits for the batch this turn's end would commit: commit it now,
-            # so that the writer goes on in this turn, not after a wake-up in the next.
-            # What the batch holds is the same (every callback of the turn before ran).
             self._flush()
+
+    async def wait(self, ticket: int, *, hurry: bool = False, lane: str = "") -> None:
+        """Return once batch ``ticket`` (and every one before it) is in the store;
+        ``hurry``: without waiting for more (a replica waits to read what it names);
+        ``lane``: once the part session ``lane`` noted is (:func:`~proxy.store.slices.slices`)."""
+        if hurry and ticket >= self._open:
+            self._hurried = True
+            self._schedule(urgent=True)
+        self._commit_open_for(ticket)
         while not self.landed(ticket, lane):
             await self._changed.wait()
 

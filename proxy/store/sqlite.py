@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -214,11 +215,14 @@ class SqliteStore(Store):
             state = "closed" if self._closed else "not open"
             raise StoreError(f"the sqlite store {self.path} is {state}")
         try:
-            refused = db.run(functools.partial(Database.commit, db, batch, now))
+            refused = db.commit(batch, now)  # (:meth:`Database.run` spelled out)
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite store {self.path}: {exc}") from exc
         finally:
             self._wake(batch)  # also on failure: a tail only re-reads
         self._checkpoint_soon()
-        self._tidy_soon()
+        if db.tombstones:
+            self._tidy_soon()
         return refused
 
     def _tidy_soon(self) -> None:
@@ -243,6 +247,8 @@ class SqliteStore(Store):
             self._tidy = None
 
     def _wake(self, batch: Batch) -> None:
+        if not self._wakeups.watched:  # (no tail waits: most commits; no list of keys)
+            return
         self._wakeups.wake(
             [*batch.appends, *batch.completed, *batch.dropped, *(r.key for r in batch.streams)]
         )

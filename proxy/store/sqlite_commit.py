@@ -72,8 +72,11 @@ def _insert_rows(rows: int) -> str:
 
 
 def ids_json(ids: list[Any]) -> str:
-    """``json.dumps(ids)``, the same text; one int or str id (a call's) without the
-    encoder's Python layers, which showed in a call's commit."""
+    """``json.dumps(ids)``, the same text; none (a call answered by the time its record
+    is committed: most calls') or one int or str id without the encoder's Python layers,
+    which showed in a call's commit."""
+    if not ids:
+        return "[]"
     if len(ids) == 1:
         only = ids[0]
         if type(only) is int:
@@ -110,7 +113,7 @@ def stream_record(row: Sequence[Any]) -> StreamRecord:
         state,
         first,
         last,
-        json.loads(request_ids),
+        [] if request_ids == "[]" else json.loads(request_ids),  # (most: see ids_json)
         bool(announced),
         expires,
         principal,

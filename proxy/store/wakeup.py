@@ -28,6 +28,11 @@ class Wakeups:
             if not watchers:
                 del self._watchers[key]
 
+    @property
+    def watched(self) -> bool:
+        """Whether any key is watched (a commit with no tail to wake names no keys)."""
+        return bool(self._watchers)
+
     def wake(self, keys: Iterable[str]) -> None:
         for key in keys:
             for event in self._watchers.get(key, ()):

@@ -69,9 +69,15 @@ class Store:
     def __init__(self) -> None:
         self.committed = 0
         self._changed = asyncio.Event()
+        self.at_once = False  # land_now commits the batch asked for (a store on the loop)
 
     def landed(self, ticket: int, lane: str = "") -> bool:
         return self.committed >= ticket
+
+    def land_now(self, ticket: int, lane: str = "") -> bool:
+        if self.at_once:
+            self.land(ticket)
+        return self.landed(ticket)
 
     async def wait(self, ticket: int, *, hurry: bool = False, lane: str = "") -> None:
         while not self.landed(ticket):
@@ -123,8 +129,13 @@ class Endpoint:
 class Call:
     """A fast call over the fakes, started; ``done`` says how it ended."""
 
-    def __init__(self, answer: Callable[[ClientConn], None], wire: Wire | None = None) -> None:
-        self.store = Store()
+    def __init__(
+        self,
+        answer: Callable[[ClientConn], None],
+        wire: Wire | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.store = Store() if store is None else store
         self.runner = Runner(self.store, answer)
         self.transport = Transport()
         self.handoffs: dict[object, Handoff] = {}
@@ -260,3 +271,39 @@ async def test_an_answer_already_fenced_is_handed_off_as_an_empty_200() -> None:
     response = await call.handoffs[call.transport].finish(object())  # type: ignore[arg-type]
     assert response.status == 200 and isinstance(response, web.Response)
     assert response.body is None
+
+
+async def test_a_whole_answer_whose_batch_lands_at_once_is_written_in_its_own_turn() -> None:
+    # A store that commits on the loop (SQLite, synchronous normal): the persister commits
+    # the batch the answer waits for when asked (Persister.land_now), and the answer is
+    # written there, not by a task a loop turn later.
+    store = Store()
+    store.at_once = True
+    call = Call(lambda conn: queue(conn, 1, PRIMING, ANSWER, CloseMarker(None)), Wire(), store)
+    assert store.committed == 1  # (no loop turn has run)
+    assert call.done == [True] and not call.handoffs
+    head, body = head_and_body(call.transport.data)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and ANSWER in body
+    assert call.runner.gone == [call.conn]
+
+
+async def test_an_answer_whose_commit_at_once_was_refused_is_not_written() -> None:
+    # The commit land_now makes is refused (another replica holds the stream): the
+    # persister's fencing fences the session's connections before the batch counts as
+    # landed, so the answer is handed off as an empty 200, as after a wait.
+    conns: list[ClientConn] = []
+
+    class Refusing(Store):
+        def land_now(self, ticket: int, lane: str = "") -> bool:
+            conns[0].fence()  # (Fence.lost -> SessionRunner.lose, inside the commit)
+            self.land(ticket)
+            return True
+
+    def answer(conn: ClientConn) -> None:
+        conns.append(conn)
+        queue(conn, 1, PRIMING, ANSWER, CloseMarker(None))
+
+    call = Call(answer, Wire(), Refusing())
+    await call.ended()
+    assert call.done == [False] and not call.transport.data
+    assert call.runner.gone == [call.conn] and list(call.handoffs) == [call.transport]

@@ -177,3 +177,38 @@ async def test_a_bursts_writer_still_lets_its_batch_wait_for_more(tmp_path: Path
         async with asyncio.timeout(10):
             await persister.wait(ticket, lane=EPOCH)
         assert persister.commits == 1
+
+
+async def test_land_now_commits_the_open_batch_a_writer_waits_for(tmp_path: Path) -> None:
+    """A callback holding a call's answer (proxy/downstream/fast_call.py) asks without a
+    task: the open batch is committed then and there, as :meth:`Persister.wait` would
+    in the task's first step, a loop turn later."""
+    store = await opened(tmp_path / "store.db")
+    async with persisting(store) as persister:
+        journal = Journal(opened=[1], appends=[(1, 1, b'{"a":1}', 0)])
+        persister.note(NotingSession(), journal, "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        assert persister.land_now(ticket, EPOCH)  # no loop turn in between
+        assert persister.committed >= ticket and persister.commits == 1
+        assert [e.payload for e in await store.read(KEY, 0, time.time())] == [b'{"a":1}']
+        await asyncio.sleep(0)  # the turn's end finds nothing more to commit
+        assert persister.commits == 1
+
+
+async def test_land_now_leaves_a_bursts_batch_and_a_thread_store_alone(tmp_path: Path) -> None:
+    store = await opened(tmp_path / "store.db")
+    async with persisting(store) as persister:
+        await store.commit(Batch([StreamRecord(KEY, "s1", "a")]), time.time())
+        burst = [(1, seq, b"{}", 0) for seq in range(1, 21)]
+        persister.note(NotingSession(), Journal(appends=burst), "default")  # type: ignore[arg-type]
+        assert not persister.land_now(persister.ticket, EPOCH)  # it may wait for more
+        assert persister.commits == 0
+    full = await opened(tmp_path / "full.db", synchronous="full")  # commits on its thread
+    async with persisting(full) as persister:
+        journal = Journal(opened=[1], appends=[(1, 1, b"{}", 0)])
+        persister.note(NotingSession(), journal, "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        assert not persister.land_now(ticket, EPOCH) and persister.commits == 0
+        async with asyncio.timeout(10):
+            await persister.wait(ticket, lane=EPOCH)
+        assert persister.commits == 1

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from proxy.core.stream import Mark, Unacknowledged
+from proxy.store import sqlite_db
 from proxy.store.base import (
     COMPLETED,
     Batch,
@@ -37,6 +38,7 @@ DEADLINE_S = 60.0  # generous: a child on a busy machine may be slow to start
 WRITER = r"""
 import asyncio, sys, time
 from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
+from proxy.store import sqlite_db
 from proxy.store.sqlite import SqliteStore
 
 KEYS = ["ab12.1", "ab12.2", "ab12.3"]
@@ -282,3 +284,34 @@ async def test_close_ends_the_thread_and_a_closed_store_refuses_calls(tmp_path: 
         await store.get_stream(KEY, time.time())
     with pytest.raises(StoreError, match="closed"):
         await store.commit(Batch(appends={KEY: entries(1, 1)}), time.time())
+
+
+def page_size(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+
+async def test_a_new_file_has_8_kb_pages_and_a_16_kb_file_keeps_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 8 KB pages: a call's commit writes three whole pages to the WAL (sqlite_db.PAGE_SIZE).
+    # A file written before, with 16 KB pages, opens as it is and replays what it holds.
+    new = tmp_path / "new.db"
+    store = await opened_store(new)
+    await store.close()
+    assert page_size(new) == 8_192
+    old = tmp_path / "old.db"
+    monkeypatch.setattr(sqlite_db, "PAGE_SIZE", 16_384)  # what the proxy made until now
+    store = await opened_store(old)
+    now = time.time()
+    await store.commit(Batch([StreamRecord(KEY, "s1", "a")], {KEY: entries(1, 3)}), now)
+    await store.close()
+    monkeypatch.undo()
+    again = await opened_store(old)
+    try:
+        assert await again.read(KEY, 0, now) == entries(1, 3)
+        await again.commit(Batch(appends={KEY: [Entry(4, b"x" * 12_000)]}), now)
+        assert [e.seq for e in await again.read(KEY, 2, now)] == [3, 4]
+    finally:
+        await again.close()
+    assert page_size(old) == 16_384
