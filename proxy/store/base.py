@@ -193,7 +193,7 @@ class Batch:
         )
 
     def events(self) -> int:
-        return sum(len(v) for v in self.appends.values())
+        return sum(map(len, self.appends.values()))
 
 
 @dataclass(frozen=True, slots=True)
