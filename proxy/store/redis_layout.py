@@ -248,10 +248,17 @@ def commit_call(
     keys, head, appended, tail = commit_pieces(layout, bucket, batch, now, limits)
     appends: list[Any] = []
     for slot, entries in appended:
-        appends += (slot, len(entries), entries[0].seq)
-        for e in entries:  # b"%d": an IntFlag mark would go as its repr
-            appends += (b"%d-1" % e.seq, e.payload, b"%d" % e.mark)
+        appends += (slot, len(entries), entries[0].seq, *run_marks(entries))
+        appends += [b"%d-1" % e.seq for e in entries]
+        appends += [e.payload for e in entries]
     return keys, [*head, *appends, *tail]
+
+
+def run_marks(entries: list[Entry]) -> list[Any]:
+    """The marks of a run as the commit script takes them: their count, then the 0-based
+    index and the mark of each event that has one (most have none)."""
+    marked = [x for k, e in enumerate(entries) if e.mark for x in (k, b"%d" % e.mark)]
+    return [len(marked) // 2, *marked]  # b"%d": an IntFlag mark would go as its repr
 
 
 def runs(entries: list[Entry]) -> list[list[Entry]]:
