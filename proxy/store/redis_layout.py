@@ -300,6 +300,21 @@ def _json(value: Any) -> str:
     return "null" if value is None else json.dumps(value)
 
 
+def _burst_pieces(
+    layout: Layout, bucket: int, batch: Batch, now: float, limits: StoreLimits
+) -> tuple[list[str], list[Any], list[tuple[int, list[Entry]]], list[Any]] | None:
+    """:func:`commit_pieces` of a batch of one stream's appends alone, one run (a burst's
+    commit), built at once; None if the appends are not one run."""
+    ((key, entries),) = batch.appends.items()
+    if not entries or entries[-1].seq - entries[0].seq != len(entries) - 1:
+        return None
+    names = layout.stream(key)
+    keys = [layout.live(bucket), names.record, names.log, names.wake]
+    head = [ms(now), ms(now + limits.live_ttl), limits.max_events, WAKE_TTL_MS, 1, key]
+    head += (batch.fence, batch.owner, 0, 0, 1)  # no takeovers, no records, one run
+    return keys, head, [(1, entries)], [0, 0, 0]  # no trims, endings, drops
+
+
 def commit_pieces(
     layout: Layout, bucket: int, batch: Batch, now: float, limits: StoreLimits
 ) -> tuple[list[str], list[Any], list[tuple[int, list[Entry]]], list[Any]]:
@@ -307,7 +322,13 @@ def commit_pieces(
     appended entries (ending with their runs' count), each run's stream slot and entries
     (:func:`runs`), the ARGV after them (:mod:`proxy.store.redis_pack` packs the entries
     itself). Each part is built only when the batch has some (a burst's commit is one
-    stream's appends alone)."""
+    stream's appends alone: :func:`_burst_pieces`)."""
+    if len(batch.appends) == 1 and not (
+        batch.streams or batch.takeovers or batch.trimmed or batch.completed or batch.dropped
+    ):
+        burst = _burst_pieces(layout, bucket, batch, now, limits)
+        if burst is not None:
+            return burst
     slots: dict[str, int] = {}
 
     def slot(key: str) -> int:

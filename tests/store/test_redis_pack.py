@@ -77,3 +77,16 @@ def test_ids_across_digit_counts_and_thousands_pack_as_hiredis_does() -> None:
         keys, args = commit_call(layout, 3, batch, 1.7e9, limits)
         expected = pack_command(("EVALSHA", SHA, len(keys), *keys, *args))
         assert pack_commit(SHA, layout, 3, batch, 1.7e9, limits) == expected, (first, count)
+
+
+def test_a_bursts_commit_is_the_arguments_the_script_takes() -> None:
+    # One stream's run of appends alone (built at once, not part by part).
+    batch = Batch(fence="f1", owner="a")
+    batch.appends["e1.1"] = [Entry(7, b"p7"), Entry(8, b"p8", int(Mark.REQUEST))]
+    layout = Layout("pack")
+    names = layout.stream("e1.1")
+    keys, args = commit_call(layout, 9, batch, 1.7e9, StoreLimits(max_events=50, live_ttl=60))
+    assert keys == [layout.live(9), names.record, names.log, names.wake]
+    head = [1_700_000_000_000, 1_700_000_060_000, 50, 60_000, 1, "e1.1", "f1", "a", 0, 0, 1]
+    run = [1, 2, 7, 1, 1, b"%d" % Mark.REQUEST, b"7-1", b"8-1", b"p7", b"p8"]
+    assert args == [*head, *run, 0, 0, 0]
