@@ -141,6 +141,9 @@ class Layout:
         self.epoch = f"{self.prefix}{{epoch}}"
         self.old_epoch = OLD_LAYOUT_EPOCH.format(namespace=namespace)
         self._live = [f"{self.prefix}{{b{bucket}}}:live" for bucket in range(BUCKETS)]
+        self.live_bulks = [b"$%d\r\n%b\r\n" % (len(k), k) for k in map(str.encode, self._live)]
+        """Each bucket's live index as a RESP bulk string (one command per bucket, packed
+        at once: :func:`~proxy.store.redis_pack.pack_per_bucket`)."""
         self._streams: dict[str, StreamKeys] = {}
 
     def key(self, kind: str, name: str) -> str:

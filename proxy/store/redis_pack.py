@@ -106,3 +106,11 @@ def pack_commit(
     parts.append(_args(tuple(tail)))
     parts[0] = b"*%d\r\n" % count
     return b"".join(parts)
+
+
+def pack_per_bucket(layout: Layout, command: str, *args: str) -> bytes:
+    """``command <live index> *args`` for every bucket's live index, packed (one join:
+    the commands differ only in their key); ``BUCKETS`` replies."""
+    head = b"*%d\r\n" % (2 + len(args)) + _args((command,))
+    rest = _args(args)
+    return head + (rest + head).join(layout.live_bulks) + rest
