@@ -49,6 +49,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 import structlog
+from hiredis import pack_command
 from redis.exceptions import NoScriptError, RedisError
 
 from proxy.core.stream import Unacknowledged
@@ -72,6 +73,7 @@ from proxy.store.redis_layout import (
     by_bucket,
     commit_call,
     ms,
+    pairs,
     record_of,
     text,
 )
@@ -83,7 +85,7 @@ from proxy.store.redis_lua import (
     RELEASE_LUA,
     RENEW_LUA,
 )
-from proxy.store.redis_pack import pack_commit
+from proxy.store.redis_pack import pack_commit, pack_per_bucket
 from proxy.store.redis_reads import RedisReads
 from proxy.store.redis_records import RedisRecords
 from proxy.store.redis_wire import (
@@ -367,13 +369,33 @@ class RedisStore(RedisRecords, RedisReads, Store):
                 pipe.hgetall(self._stream_keys(key).record)
             return keys, await pipe.execute() if keys else []
 
-        keys, rows = await self._run("list live streams", list_live)
+        if self._reads is not None:  # one server: on the reads' own connection
+            keys, rows = await self._live_wired(self._reads, now)
+        else:
+            keys, rows = await self._run("list live streams", list_live)
         records = [record_of(key, row, now) for key, row in zip(keys, rows, strict=True)]
         return [
             r
             for r in records
             if r is not None and r.state == LIVE and (owner is None or r.owner == owner)
         ]
+
+    async def _live_wired(
+        self, wire: Wire, now: float
+    ) -> tuple[list[str], Sequence[dict[bytes, bytes]]]:
+        """:meth:`live_streams`' two reads packed at once (not 256 redis-py commands
+        built and parsed in one step of the loop: ~10 ms of a replica's CPU at each reap)."""
+        ranges = pack_per_bucket(self._layout, "ZRANGE", f"({ms(now)}", "+inf", "BYSCORE")
+        found = await self._wired("list live streams", wire, ranges, BUCKETS)
+        with self._failing("list live streams"):
+            keys = [text(member) for members in checked(found) for member in members]
+        if not keys:
+            return [], []
+        records = [self._stream_keys(key).record for key in keys]
+        packed = b"".join(pack_command(("HGETALL", r)) for r in records)  # type: ignore[arg-type]
+        rows = await self._wired("list live streams", wire, packed, len(keys))
+        with self._failing("list live streams"):
+            return keys, [pairs(row) for row in checked(rows)]
 
     # ------------------------------------------------------------------ housekeeping
     async def sweep(self, now: float) -> int:
@@ -390,4 +412,9 @@ class RedisStore(RedisRecords, RedisReads, Store):
                 pipe.zremrangebyscore(self._layout.live(bucket), "-inf", ms(now))
             return cast(list[int], await pipe.execute())
 
+        if self._reads is not None:
+            ranges = pack_per_bucket(self._layout, "ZREMRANGEBYSCORE", "-inf", str(ms(now)))
+            swept = await self._wired("sweep the live indexes", self._reads, ranges, BUCKETS)
+            with self._failing("sweep the live indexes"):
+                return sum(checked(swept))
         return sum(await self._run("sweep the live indexes", sweep_live))

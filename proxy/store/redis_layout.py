@@ -126,6 +126,11 @@ def bucket_of(key: str) -> int:
     return zlib.crc32(session_part(key).encode()) % BUCKETS
 
 
+STREAM_KEYS_KEPT = 4096
+"""How many streams' key names a :class:`Layout` keeps made (every commit names its
+streams' keys; a burst's commits name the same ones)."""
+
+
 class Layout:
     """The key names of one deployment (its namespace)."""
 
@@ -135,6 +140,11 @@ class Layout:
         self.prefix = f"mrp:{namespace}:"
         self.epoch = f"{self.prefix}{{epoch}}"
         self.old_epoch = OLD_LAYOUT_EPOCH.format(namespace=namespace)
+        self._live = [f"{self.prefix}{{b{bucket}}}:live" for bucket in range(BUCKETS)]
+        self.live_bulks = [b"$%d\r\n%b\r\n" % (len(k), k) for k in map(str.encode, self._live)]
+        """Each bucket's live index as a RESP bulk string (one command per bucket, packed
+        at once: :func:`~proxy.store.redis_pack.pack_per_bucket`)."""
+        self._streams: dict[str, StreamKeys] = {}
 
     def key(self, kind: str, name: str) -> str:
         """A deployment-wide key (``session``, ``lease``, ``task``, ``inbox``), each
@@ -143,11 +153,17 @@ class Layout:
 
     def live(self, bucket: int) -> str:
         """The index of a bucket's LIVE streams."""
-        return f"{self.prefix}{{b{bucket}}}:live"
+        return self._live[bucket]
 
     def stream(self, key: str) -> StreamKeys:
-        tag = f"{self.prefix}{{b{bucket_of(key)}}}"
-        return StreamKeys(f"{tag}:rec:{key}", f"{tag}:log:{key}", f"{tag}:wake:{key}")
+        found = self._streams.get(key)
+        if found is None:
+            tag = f"{self.prefix}{{b{bucket_of(key)}}}"
+            found = StreamKeys(f"{tag}:rec:{key}", f"{tag}:log:{key}", f"{tag}:wake:{key}")
+            if len(self._streams) >= STREAM_KEYS_KEPT:
+                self._streams.clear()
+            self._streams[key] = found
+        return found
 
 
 def by_bucket(batch: Batch) -> dict[int, Batch]:
@@ -157,6 +173,11 @@ def by_bucket(batch: Batch) -> dict[int, Batch]:
     Field by field, whatever fields :class:`Batch` has: a dict keyed by stream key is
     split by key, a list of stream keys or of records (``.key``) by item, and any other
     value (one for the whole batch) is copied into every part."""
+    appends = batch.appends
+    if len(appends) == 1 and not (
+        batch.streams or batch.takeovers or batch.trimmed or batch.completed or batch.dropped
+    ):  # a burst's commit: one stream's events
+        return {bucket_of(next(iter(appends))): batch}
     buckets = {bucket_of(key) for key in batch.touched()}
     if len(buckets) == 1:  # the common case: one session's batch, one part
         return {buckets.pop(): batch}
@@ -251,10 +272,17 @@ def commit_call(
     keys, head, appended, tail = commit_pieces(layout, bucket, batch, now, limits)
     appends: list[Any] = []
     for slot, entries in appended:
-        appends += (slot, len(entries), entries[0].seq)
-        for e in entries:  # b"%d": an IntFlag mark would go as its repr
-            appends += (b"%d-1" % e.seq, e.payload, b"%d" % e.mark)
+        appends += (slot, len(entries), entries[0].seq, *run_marks(entries))
+        appends += [b"%d-1" % e.seq for e in entries]
+        appends += [e.payload for e in entries]
     return keys, [*head, *appends, *tail]
+
+
+def run_marks(entries: list[Entry]) -> list[Any]:
+    """The marks of a run as the commit script takes them: their count, then the 0-based
+    index and the mark of each event that has one (most have none)."""
+    marked = [x for k, e in enumerate(entries) if e.mark for x in (k, b"%d" % e.mark)]
+    return [len(marked) // 2, *marked]  # b"%d": an IntFlag mark would go as its repr
 
 
 def runs(entries: list[Entry]) -> list[list[Entry]]:
@@ -273,12 +301,40 @@ def runs(entries: list[Entry]) -> list[list[Entry]]:
     return out
 
 
+def _json(value: Any) -> str:
+    """``value`` as JSON (a record's request ids, principal, server)."""
+    return "null" if value is None else json.dumps(value)
+
+
+def _burst_pieces(
+    layout: Layout, bucket: int, batch: Batch, now: float, limits: StoreLimits
+) -> tuple[list[str], list[Any], list[tuple[int, list[Entry]]], list[Any]] | None:
+    """:func:`commit_pieces` of a batch of one stream's appends alone, one run (a burst's
+    commit), built at once; None if the appends are not one run."""
+    ((key, entries),) = batch.appends.items()
+    if not entries or entries[-1].seq - entries[0].seq != len(entries) - 1:
+        return None
+    names = layout.stream(key)
+    keys = [layout.live(bucket), names.record, names.log, names.wake]
+    head = [ms(now), ms(now + limits.live_ttl), limits.max_events, WAKE_TTL_MS, 1, key]
+    head += (batch.fence, batch.owner, 0, 0, 1)  # no takeovers, no records, one run
+    return keys, head, [(1, entries)], [0, 0, 0]  # no trims, endings, drops
+
+
 def commit_pieces(
     layout: Layout, bucket: int, batch: Batch, now: float, limits: StoreLimits
 ) -> tuple[list[str], list[Any], list[tuple[int, list[Entry]]], list[Any]]:
     """:func:`commit_call`'s KEYS and ARGV in pieces: the KEYS, the ARGV before the
     appended entries (ending with their runs' count), each run's stream slot and entries
-    (:func:`runs`), the ARGV after them (:mod:`proxy.store.redis_pack` packs the entries itself)."""
+    (:func:`runs`), the ARGV after them (:mod:`proxy.store.redis_pack` packs the entries
+    itself). Each part is built only when the batch has some (a burst's commit is one
+    stream's appends alone: :func:`_burst_pieces`)."""
+    if len(batch.appends) == 1 and not (
+        batch.streams or batch.takeovers or batch.trimmed or batch.completed or batch.dropped
+    ):
+        burst = _burst_pieces(layout, bucket, batch, now, limits)
+        if burst is not None:
+            return burst
     slots: dict[str, int] = {}
 
     def slot(key: str) -> int:
@@ -288,28 +344,32 @@ def commit_pieces(
     for r in batch.streams:
         expires = "" if r.expires_at is None else ms(r.expires_at)
         puts += (slot(r.key), r.session_id, r.owner, r.state, r.first_seq, r.last_seq)
-        puts += (json.dumps(r.request_ids), int(r.announced), expires, json.dumps(r.principal))
-        puts.append(json.dumps(r.server))
-    appended = [
-        (slot(key), run)
-        for key, entries in batch.appends.items()
-        if entries
-        for run in runs(entries)
-    ]
-    takeovers = [
-        x for key, t in batch.takeovers.items() for x in (slot(key), t.fence, b"%d" % t.last_seq)
-    ]
-    trimmed = [x for key, first in batch.trimmed.items() for x in (slot(key), first)]
-    completed = [x for key, at in batch.completed.items() for x in (slot(key), ms(at))]
-    dropped = [slot(key) for key in batch.dropped]
+        puts += (json.dumps(r.request_ids), int(r.announced), expires, _json(r.principal))
+        puts.append(_json(r.server))
+    appended: list[tuple[int, list[Entry]]] = []
+    for key, entries in batch.appends.items():
+        if not entries:
+            continue
+        i = slot(key)
+        if entries[-1].seq - entries[0].seq == len(entries) - 1:  # one run, as nearly always
+            appended.append((i, entries))
+        else:
+            appended += [(i, run) for run in runs(entries)]
+    fencing: list[Any] = [batch.fence, batch.owner, len(batch.takeovers)]
+    for key, t in batch.takeovers.items():
+        fencing += (slot(key), t.fence, b"%d" % t.last_seq)
+    tail: list[Any] = [len(batch.trimmed)]
+    for key, first in batch.trimmed.items():
+        tail += (slot(key), first)
+    tail.append(len(batch.completed))
+    for key, at in batch.completed.items():
+        tail += (slot(key), ms(at))
+    tail.append(len(batch.dropped))
+    tail += [slot(key) for key in batch.dropped]
     keys = [layout.live(bucket)]
     for key in slots:
         names = layout.stream(key)
         keys += (names.record, names.log, names.wake)
-    header: list[Any] = [ms(now), ms(now + limits.live_ttl), limits.max_events]
-    header += (WAKE_TTL_MS, len(slots), *slots)
-    fencing = [batch.fence, batch.owner, len(batch.takeovers), *takeovers]
-    head = [*header, *fencing, len(batch.streams), *puts, len(appended)]
-    tail = [len(batch.trimmed), *trimmed, len(batch.completed), *completed]
-    tail += (len(dropped), *dropped)
+    head: list[Any] = [ms(now), ms(now + limits.live_ttl), limits.max_events]
+    head += (WAKE_TTL_MS, len(slots), *slots, *fencing, len(batch.streams), *puts, len(appended))
     return keys, head, appended, tail

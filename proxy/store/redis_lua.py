@@ -7,8 +7,10 @@ server, so a batch is applied whole or not at all."""
 # then fencing (the writer's token, the writer, takeovers: count, then i fence last each;
 # the token is checked against each stream's own record, so the script stays in one slot);
 # then puts (count, 11 fields each: i session owner state first last rids ann exp_ms|''
-# who srv), appends (count, then per run of consecutive seqs: i, n, first seq, n x
-# (id 'seq-1', payload, mark); a stream may have several runs, in order), trimmed
+# who srv), appends (count, then per run of consecutive seqs: i, n, first seq, the
+# count of its marked events and k mark for each (k: 0-based in the run; an event not
+# listed has mark 0), then n ids 'seq-1', then n payloads; a stream may have several
+# runs, in order), trimmed
 # (count, i first each), completed (count, i exp_ms each), dropped (count, i each).
 # Returns the names of the keys fencing refused (nothing was applied to them).
 COMMIT_LUA = """#!lua
@@ -123,10 +125,11 @@ local function newest(l)
   return top and tonumber(string.match(top[1], '^%d+')) or 0
 end
 
--- A run of `count` consecutive events from seq `seq0`, ARGV[base + 1 ..]: each event's
--- stream id comes packed ('seq-1'), so the loop below does one XADD per event and
--- nothing else; the run is checked against the record once, not per event.
-local function append(i, base, count, seq0)
+-- A run of `count` consecutive events from seq `seq0`: their stream ids ('seq-1', packed
+-- by the client) at ARGV[base + 1 ..], their payloads at ARGV[base + count + 1 ..],
+-- `marks` the few that have one (0-based index -> mark); the loop below does one XADD
+-- per event and nothing else; the run is checked against the record once, not per event.
+local function append(i, base, count, seq0, marks)
   local r = load(i)
   local l = log(i)
   local top = 0
@@ -156,12 +159,14 @@ local function append(i, base, count, seq0)
       first = nil
     end
     local call = redis.call
-    for j = base + 1 + 3 * skip, base + 3 * count, 3 do
-      local mark = ARGV[j + 2]
-      if mark == '0' then
-        call('XADD', l, ARGV[j], 'p', ARGV[j + 1])
+    local ids = base + 1
+    local payloads = ids + count
+    for k = skip, count - 1 do
+      local mark = marks[k]
+      if mark then
+        call('XADD', l, ARGV[ids + k], 'p', ARGV[payloads + k], 'm', mark)
       else
-        call('XADD', l, ARGV[j], 'p', ARGV[j + 1], 'm', mark)
+        call('XADD', l, ARGV[ids + k], 'p', ARGV[payloads + k])
       end
     end
     first = first or seq0 + skip
@@ -203,8 +208,13 @@ for _ = 1, tonumber(take()) do
 end
 for _ = 1, tonumber(take()) do
   local i, count, seq0 = tonumber(take()), tonumber(take()), tonumber(take())
-  if not refused[i] then append(i, pos, count, seq0) end
-  pos = pos + 3 * count
+  local marks = {}
+  for _ = 1, tonumber(take()) do
+    local k = tonumber(take())
+    marks[k] = take()
+  end
+  if not refused[i] then append(i, pos, count, seq0, marks) end
+  pos = pos + 2 * count
 end
 for _ = 1, tonumber(take()) do
   local i, keep = tonumber(take()), tonumber(take())

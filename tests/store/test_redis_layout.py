@@ -6,7 +6,14 @@ from __future__ import annotations
 import dataclasses
 
 from proxy.store.base import Batch, Entry, StreamRecord
-from proxy.store.redis_layout import BUCKETS, Layout, bucket_of, by_bucket, entries_of
+from proxy.store.redis_layout import (
+    BUCKETS,
+    STREAM_KEYS_KEPT,
+    Layout,
+    bucket_of,
+    by_bucket,
+    entries_of,
+)
 
 SESSIONS = [f"{n:012x}" for n in range(0, 30 * 7919, 7919)]
 
@@ -82,3 +89,24 @@ def test_a_raw_xrange_reply_is_read_whatever_fields_an_entry_holds() -> None:
     ]
     assert [type(e) for e in entries_of(raw)] == [Entry] * 4
     assert entries_of([]) == []
+
+
+def test_a_layout_keeps_a_bounded_number_of_streams_key_names() -> None:
+    # Key names are made once per stream and kept (every commit names them), but not
+    # without bound: a long-lived replica sees sessions come and go.
+    layout = Layout("ns")
+    first = layout.stream("abc.1")
+    assert layout.stream("abc.1") is first
+    for n in range(STREAM_KEYS_KEPT + 10):
+        layout.stream(f"s{n}.1")
+    assert len(layout._streams) <= STREAM_KEYS_KEPT
+    again = layout.stream("abc.1")
+    assert again == first
+    assert again.log == f"mrp:ns:{{b{bucket_of('abc.1')}}}:log:abc.1"
+    assert layout.live(7) == "mrp:ns:{b7}:live"
+
+
+def test_a_burst_batch_is_one_part_in_its_sessions_bucket() -> None:
+    batch = Batch()
+    batch.appends["abc.2"] = [Entry(1, b"x"), Entry(2, b"y")]
+    assert by_bucket(batch) == {bucket_of("abc.2"): batch}

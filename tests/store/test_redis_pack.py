@@ -58,3 +58,35 @@ def test_a_packed_commit_is_what_hiredis_packs_of_its_arguments() -> None:
         keys, args = commit_call(layout, bucket, batch, now, limits)
         expected = pack_command(("EVALSHA", SHA, len(keys), *keys, *args))
         assert pack_commit(SHA, layout, bucket, batch, now, limits) == expected
+
+
+def test_ids_across_digit_counts_and_thousands_pack_as_hiredis_does() -> None:
+    # Runs that start and end around 10, 100, 1000, a thousand's edge and a power of ten
+    # (the ids are joins of constant digit strings, a thousand seqs at a time).
+    layout = Layout("pack")
+    limits = StoreLimits()
+    for first, count in [
+        (1, 1), (1, 300), (9, 2), (95, 10), (990, 20), (999, 1), (1000, 1), (1998, 5),
+        (9990, 30), (99_999, 2), (123_456_999, 3), (10**12 - 1, 3), (5, 2500),
+    ]:  # fmt: skip
+        batch = Batch(fence="f", owner="a")
+        batch.appends["e1.1"] = [
+            Entry(seq, b"x" * (seq % 7), int(Mark.REQUEST) if seq % 5 == 0 else 0)
+            for seq in range(first, first + count)
+        ]
+        keys, args = commit_call(layout, 3, batch, 1.7e9, limits)
+        expected = pack_command(("EVALSHA", SHA, len(keys), *keys, *args))
+        assert pack_commit(SHA, layout, 3, batch, 1.7e9, limits) == expected, (first, count)
+
+
+def test_a_bursts_commit_is_the_arguments_the_script_takes() -> None:
+    # One stream's run of appends alone (built at once, not part by part).
+    batch = Batch(fence="f1", owner="a")
+    batch.appends["e1.1"] = [Entry(7, b"p7"), Entry(8, b"p8", int(Mark.REQUEST))]
+    layout = Layout("pack")
+    names = layout.stream("e1.1")
+    keys, args = commit_call(layout, 9, batch, 1.7e9, StoreLimits(max_events=50, live_ttl=60))
+    assert keys == [layout.live(9), names.record, names.log, names.wake]
+    head = [1_700_000_000_000, 1_700_000_060_000, 50, 60_000, 1, "e1.1", "f1", "a", 0, 0, 1]
+    run = [1, 2, 7, 1, 1, b"%d" % Mark.REQUEST, b"7-1", b"8-1", b"p7", b"p8"]
+    assert args == [*head, *run, 0, 0, 0]
