@@ -75,6 +75,13 @@ class Receiver:
     def named(self, name: str, trace_id: str | None = None) -> list[Span]:
         return [s for s in self.spans if s.name == name and trace_id in (None, s.trace_id)]
 
+    def with_kinds(self, name: str, trace_id: str, *kinds: str) -> list[Span]:
+        """The spans :meth:`named` finds once there is one of each of ``kinds`` among
+        them, else none: a call's server span and its upstream span may leave in two
+        batches, so waiting for the name alone may see only the first."""
+        spans = self.named(name, trace_id)
+        return spans if set(kinds) <= {s.kind for s in spans} else []
+
     def children(self, parent: Span) -> list[Span]:
         return [s for s in self.spans if s.parent_id == parent.span_id]
 

@@ -63,7 +63,8 @@ async def test_a_legacy_call_is_one_trace_from_the_client_to_the_server(tmp_path
             assert resp.status == 200
             await read_events(resp)
         request = await receiver.wait_for(
-            "the call's span", lambda: receiver.named("tools/call wait", trace_id)
+            "the call's spans",
+            lambda: receiver.with_kinds("tools/call wait", trace_id, "server", "client"),
         )
         server = one([s for s in request if s.kind == "server"])
         assert server.parent_id == client_span  # the client's span is its parent
@@ -100,7 +101,8 @@ async def test_the_context_in_meta_wins_and_an_error_code_is_recorded(tmp_path: 
             (answer,) = [json.loads(e.data) for e in await read_events(resp) if e.data]
         assert answer["error"]["code"] == -32000
         spans = await receiver.wait_for(
-            "the failed call's spans", lambda: receiver.named("tools/call fail", trace_id)
+            "the failed call's spans",
+            lambda: receiver.with_kinds("tools/call fail", trace_id, "server"),
         )
         server = one([s for s in spans if s.kind == "server"])
         assert server.parent_id == client_span
@@ -238,11 +240,7 @@ async def test_a_call_over_the_websocket_joins_the_trace_in_its_meta(tmp_path: P
             assert "result" in answer, answer
         spans = await receiver.wait_for(
             "the socket call's spans",
-            lambda: (
-                {s.kind for s in receiver.named("tools/call wait", trace_id)}
-                >= {"server", "client"}
-                and receiver.named("tools/call wait", trace_id)
-            ),
+            lambda: receiver.with_kinds("tools/call wait", trace_id, "server", "client"),
         )
         request = one([s for s in spans if s.kind == "server"])
         exchange = one([s for s in spans if s.kind == "client"])

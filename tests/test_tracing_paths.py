@@ -54,7 +54,8 @@ async def test_an_http_server_gets_the_context_as_a_header_in_both_eras(tmp_path
         assert answer.result["content"][0]["text"] == '"modern"'
         for trace_id, text in ((legacy_trace, "legacy"), (modern_trace, "modern")):
             spans = await receiver.wait_for(
-                f"the {text} call's spans", lambda t=trace_id: receiver.named("tools/call echo", t)
+                f"the {text} call's spans",
+                lambda t=trace_id: receiver.with_kinds("tools/call echo", t, "client"),
             )
             exchange = one([s for s in spans if s.kind == "client"])
             (headers, sent) = one(
