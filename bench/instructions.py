@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import glob
 import os
-import signal
 import socket
 import subprocess
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import aiohttp
 import stores
+from callgrind import control, end, ir, proxy_code
 from client import McpSession, http_client
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,21 +47,10 @@ def port():
     return p
 
 
-def ir(out: str) -> int:
-    """The total instructions of one callgrind dump."""
-    for line in Path(out).read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    return 0
-
-
 async def main(setup: stores.StoreSetup, config: str | None):
     p = port()
     out = f"/tmp/cpu2_cg.{os.getpid()}"
-    code = (
-        f"import sys; sys.path.insert(0, {SRC!r}); sys.argv[0] = 'mcp-resume-proxy'; "
-        "from proxy.cli import main; sys.exit(main())"
-    )
+    code = proxy_code(SRC)
     argv = [
         "valgrind",
         "--tool=callgrind",
@@ -105,10 +94,8 @@ async def main(setup: stores.StoreSetup, config: str | None):
             for label, n in (("call", CALLS), ("notif", NOTIFS)):
                 if not n:
                     continue
-                subprocess.run(
-                    ["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True
-                )
-                subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True)
+                control("-i", "on", str(proc.pid))
+                control("-z", str(proc.pid))
                 if label == "call":
                     for i in range(n):
                         await s.call("echo", {"text": f"c{i}"})
@@ -116,10 +103,8 @@ async def main(setup: stores.StoreSetup, config: str | None):
                     await s.call("flood", {"n": n, "size": 200}, token=2)
                 for f in glob.glob(out + "*"):
                     os.unlink(f)
-                subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True)
-                subprocess.run(
-                    ["callgrind_control", "-i", "off", str(proc.pid)], capture_output=True
-                )
+                control("-d", str(proc.pid))
+                control("-i", "off", str(proc.pid))
                 files = sorted(glob.glob(out + "*"))
                 if os.environ.get("KEEP"):
                     for f in files:
@@ -129,13 +114,7 @@ async def main(setup: stores.StoreSetup, config: str | None):
                 res[label] = total / n
             print(SRC, setup.kind, {k: round(v) for k, v in res.items()})
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        for f in glob.glob(out + "*"):
-            os.unlink(f)
+        end([proc], out)
 
 
 def run() -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import glob
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 import aiohttp
 import resume as R
 import stores
+from callgrind import control, end, ir, proxy_code
 from client import McpSession, http_client
 from contenders import free_port
 
@@ -33,18 +33,6 @@ PY = str(ROOT / ".venv" / "bin" / "python")
 FLOOD = str(ROOT / "tests" / "fixtures" / "flood_server.py")
 SRC = sys.argv[1]
 RESUMES = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-
-
-def ir(path: str) -> int:
-    """The total instructions of one callgrind dump."""
-    for line in Path(path).read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    return 0
-
-
-def control(*args: str) -> None:
-    subprocess.run(["callgrind_control", *args], capture_output=True)
 
 
 async def ready(http: aiohttp.ClientSession, port: int) -> None:
@@ -61,10 +49,7 @@ async def ready(http: aiohttp.ClientSession, port: int) -> None:
 
 async def main(setup: stores.StoreSetup, config: str) -> None:
     out = f"/tmp/replay_ir_cg.{os.getpid()}"
-    code = (
-        f"import sys; sys.path.insert(0, {SRC!r}); sys.argv[0] = 'mcp-resume-proxy'; "
-        "from proxy.cli import main; sys.exit(main())"
-    )
+    code = proxy_code(SRC)
     procs: list[subprocess.Popen[bytes]] = []
     ports: list[int] = []
     try:
@@ -115,14 +100,7 @@ async def main(setup: stores.StoreSetup, config: str) -> None:
         shown = [round(t / 1e6, 1) for t in totals]
         print(SRC, "B instructions per replay (M):", shown, flush=True)
     finally:
-        for proc in procs:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        for f in glob.glob(out + "*"):
-            os.unlink(f)
+        end(procs, out)
 
 
 def run() -> None:
