@@ -110,6 +110,24 @@ def error_of(status: int, body: bytes) -> dict[str, Any]:
 # run there, so its outcome is unknown (docs/errors.md).
 GATEWAY_LOST = frozenset({502, 504})
 
+
+def balancer_lost(status: int, error: dict[str, Any]) -> bool:
+    """Whether ``error`` (:func:`error_of` a refusal) is a balancer's own 502/504, not
+    the proxy's answer: the replica it chose may have received the message."""
+    return status in GATEWAY_LOST and reason_of(error) == "http_error"
+
+
+async def read_released(response: aiohttp.ClientResponse) -> bytes:
+    """The body of ``response`` (empty when it cannot be read), the response released
+    (a later ``read()`` gets the same bytes from memory)."""
+    try:
+        body = await response.read()
+    except (aiohttp.ClientError, TimeoutError):
+        body = b""
+    response.release()
+    return body
+
+
 # Refusals that say the request was not run, so it may be sent again (to the same URL: a
 # balancer takes it to another replica): a replica draining before it stops, a store that
 # did not answer in time (docs/errors.md). A 503 with no JSON-RPC body is not the proxy's

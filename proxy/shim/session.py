@@ -29,8 +29,10 @@ from proxy.shim.http import (
     NotSent,
     ProxyLink,
     SseReader,
+    balancer_lost,
     error_of,
     is_sse,
+    read_released,
     reason_of,
     retry_after_refusal,
 )
@@ -249,11 +251,7 @@ class ShimSession:
         response is the request's, untouched)."""
         if response.status != 503 or is_sse(response):
             return None
-        try:
-            body = await response.read()
-        except (aiohttp.ClientError, TimeoutError):
-            body = b""
-        response.release()  # the body is read: _take_response reads it again from memory
+        body = await read_released(response)  # _take_response reads it again from memory
         wait = retry_after_refusal(503, body, response.headers.get("Retry-After"))
         if wait is not None:
             log.info("request_refused_retry", session=self.link.session_label, wait=wait)
@@ -288,16 +286,16 @@ class ShimSession:
                 )
             return
         error = error_of(response.status, body)
-        reason, data = reason_of(error), error.get("data")
+        data = error.get("data")
         data = data if isinstance(data, dict) else None
-        if reason == "http_error" and response.status in GATEWAY_LOST:
+        if balancer_lost(response.status, error):
             # Not the proxy's answer but a balancer's: the replica it chose broke off or
             # did not answer after the request left for it, so the request may have run.
             message = unknown_outcome(f"the balancer answered HTTP {response.status}")
             self.answer_error(call, UNAVAILABLE_CODE, message, "outcome_unknown", data)
             return
         message = str(error.get("message", ""))
-        self.answer_error(call, int(error["code"]), message, reason, data)
+        self.answer_error(call, int(error["code"]), message, reason_of(error), data)
 
     async def _send_other(self, msg: Message) -> bool:
         """POST a notification or response; True once the proxy accepted it (202).
@@ -343,14 +341,10 @@ class ShimSession:
         status = response.status
         if status not in (503, *GATEWAY_LOST) or is_sse(response):
             return
-        try:
-            body = await response.read()
-        except (aiohttp.ClientError, TimeoutError):
-            body = b""
-        response.release()
+        body = await read_released(response)
         if retry_after_refusal(status, body, response.headers.get("Retry-After")) is not None:
             raise NotSent(f"refused before it ran (HTTP {status})")
-        if status in GATEWAY_LOST and reason_of(error_of(status, body)) == "http_error":
+        if balancer_lost(status, error_of(status, body)):
             raise Lost(f"the balancer answered HTTP {status}")
 
     # ------------------------------------------------------------------ streams
