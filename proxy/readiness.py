@@ -44,6 +44,7 @@ log = structlog.get_logger("proxy.readiness")
 
 PROBE_SECONDS = 10.0
 PROBE_MAX_SECONDS = 300.0
+NOT_PROBED = "not probed yet"  # never an answer: no probe is kept before the first
 
 
 class Readiness:
@@ -108,7 +109,7 @@ class ServerReadiness:
         self.clock = clock
         self._probe: asyncio.Task[str | None] | None = None
         self._probed_at = -1e9
-        self._probe_error: str | None = None
+        self._probe_error: str | None = NOT_PROBED
         self._good_for = PROBE_SECONDS  # how long the last good probe's answer is kept
         self._probed_upstream = server.upstream  # what the last probe was of
 
@@ -130,7 +131,7 @@ class ServerReadiness:
         if live and not failing:
             return None
         if self.server.upstream != self._probed_upstream:  # a reload changed the server
-            self._probed_at, self._good_for = -1e9, PROBE_SECONDS
+            self._probed_at, self._good_for, self._probe_error = -1e9, PROBE_SECONDS, NOT_PROBED
         if failing:
             self._good_for = PROBE_SECONDS  # a transport's failure: look again soon
         kept = PROBE_SECONDS if self._probe_error is not None else self._good_for
@@ -150,7 +151,7 @@ class ServerReadiness:
         except ProxyError as exc:
             error = exc.message
             log.warning("readiness_probe_failed", upstream=self.server.name, error=error)
-        if error is None and was_good and self._probed_at > -1e9:  # good again: keep longer
+        if error is None and was_good:  # good again: keep longer
             self._good_for = min(self._good_for * 2, PROBE_MAX_SECONDS)
         else:
             self._good_for = PROBE_SECONDS
