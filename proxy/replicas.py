@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import time
 from collections.abc import Awaitable, Callable
@@ -267,9 +268,15 @@ class Replicas:
         request: Forwarded,
         timeout: float | None = FORWARD_TIMEOUT_SECONDS,
         ahead: Ahead | None = None,
+        resend: bool = False,
     ) -> Reply:
         """Send ``request`` to ``owner`` and wait for its reply (up to ``timeout``; None:
-        the caller bounds the wait itself); ``ahead`` takes the parts sent before it."""
+        the caller bounds the wait itself); ``ahead`` takes the parts sent before it.
+
+        A request that may reach the holder twice (``resend``: a client's answers, which
+        the holder drops once it has them) is sent again while the store fails, for up
+        to ``store.unavailable_wait``; any other is refused at once, as it may have been
+        delivered (:mod:`proxy.store.unavailable`)."""
         number = next(self._ids)
         waiting: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._replies[number] = waiting
@@ -277,11 +284,16 @@ class Replicas:
             self._ahead[number] = ahead
         try:
             with tracing.forward(owner, request) as carrier:  # the trace goes along
-                try:  # not retried: it may have been delivered
-                    envelope = {"id": number, "from": self.owner, **carrier}
-                    await self.store.send(owner, {**encode_request(request), **envelope})
-                except StoreError as exc:
-                    raise unavailable("forward a request", exc) from exc
+                envelope = {"id": number, "from": self.owner, **carrier}
+                message = {**encode_request(request), **envelope}
+                if resend:
+                    send = functools.partial(self.store.send, owner, message)
+                    await patiently(self.store, "forward answers", send)
+                else:
+                    try:
+                        await self.store.send(owner, message)
+                    except StoreError as exc:
+                        raise unavailable("forward a request", exc) from exc
                 async with asyncio.timeout(timeout):
                     # A caller bounding the wait itself (timeout None) watches the holder too.
                     wire = await (

@@ -345,3 +345,94 @@ async def test_a_forwarded_retry_whose_client_leaves_cancels_the_call(
 async def _is(health: Awaitable[dict[str, Any]], **expected: int) -> bool:
     got = await health
     return all(got[k] == v for k, v in expected.items())
+
+
+async def test_an_answer_sent_through_the_other_replica_outlives_a_store_restart(
+    tmp_path: Path,
+) -> None:
+    """A client on B answers a question of A's server (over ``/ws``, then by ``POST``)
+    while Redis restarts: the answer is sent on until the store is back (the holder drops
+    one it already had), and each call ends with it. Nemesis seed 3697101155 lost one."""
+    with RedisServer(tmp_path / "redis", durable=True) as server:
+        store = {"kind": "redis", "url": server.url, "namespace": "blip", "lease_seconds": 10}
+        async with lives(tmp_path, store) as (proxies, http):
+            a, b = await asyncio.gather(proxies.start(), proxies.start())
+            on_a = await legacy(http, a.url, {"elicitation": {}})
+
+            async def restart_store() -> None:
+                server.stop()
+                await asyncio.sleep(1.0)
+                server.start()
+
+            # Over /ws on B: the answer is a frame of its own.
+            async with socket_beside(b.url, on_a.session_id) as c:
+                await c.send(request(1, "tools/call", tool("ask", {"question": "by ws?"})))
+                question = await c.recv()
+                while question.get("method") != "elicitation/create":
+                    question = await c.recv()
+                restarting = asyncio.create_task(restart_store())
+                await asyncio.sleep(0.2)  # (the store is down)
+                await c.send({"jsonrpc": "2.0", "id": question["id"], "result": ACCEPT})
+                frames = [await c.recv()]
+                while frames[-1].get("id") != 1:
+                    frames.append(await c.recv())
+                await restarting
+            refusals = [f for f in frames if "error" in f]
+            assert refusals == [] and "yes" in json.dumps(frames[-1]["result"]), frames
+            # By POST on B: the answer's POST is accepted once the store is back.
+            on_b = RawSession(http, b.url, session_id=on_a.session_id)
+            body = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+            body["params"] = {"name": "ask", "arguments": {"question": "by post?"}}
+            async with http.post(b.url, json=body, headers=on_b.headers()) as resp:
+                final = None
+                async for line in resp.content:
+                    if not line.startswith(b"data: ") or not line[6:].strip():
+                        continue
+                    message = json.loads(line[6:])
+                    if message.get("method") == "elicitation/create":
+                        restarting = asyncio.create_task(restart_store())
+                        await asyncio.sleep(0.2)
+                        answer = {"jsonrpc": "2.0", "id": message["id"], "result": ACCEPT}
+                        async with http.post(b.url, json=answer, headers=on_b.headers()) as got:
+                            assert got.status == 202, await got.text()
+                        await restarting
+                    elif message.get("id") == 2:
+                        final = message
+                        break
+            assert final is not None and "yes" in json.dumps(final["result"]), final
+
+
+async def test_ws_following_a_stream_the_store_cannot_read_is_closed_1013(
+    tmp_path: Path,
+) -> None:
+    """A socket on B follows a call A runs; Redis stays down past
+    ``unavailable_wait_seconds``: the socket is closed 1013 (try again later), not left
+    silent, and once Redis is back a socket on B resumes the rest, once each."""
+    steps = 40
+    with RedisServer(tmp_path / "redis", durable=True) as server:
+        store = {
+            **{"kind": "redis", "url": server.url, "namespace": "gone", "lease_seconds": 10},
+            "unavailable_wait_seconds": 0.5,
+        }
+        async with lives(tmp_path, store, event_id_in_meta=True) as (proxies, _):
+            a, b = await asyncio.gather(proxies.start(), proxies.start())
+            async with socket_beside(a.url) as c:
+                session_id = await initialize(c, "2025-06-18", caps={"streams": {}})
+            async with socket_beside(b.url, session_id) as c:
+                params = tool("slow", {"steps": steps, "delay": 0.1}, "p")
+                await c.send(request(1, "tools/call", params))
+                got = [await c.recv() for _ in range(3)]  # create, then progress 1, 2
+                server.stop()
+                code, _ = await c.closed_with()
+            assert code == 1013
+            server.start()
+            create = got[0]["params"]["stream"]
+            ref = {"streamId": create["streamId"], "resumeToken": create["resumeToken"]}
+            async with socket_beside(b.url, session_id) as c:
+                await c.send(request(2, "stream/resume", {**ref, "lastEventId": meta_id(got[-1])}))
+                rest = await _until(c, 2)
+    assert rest[-1] == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    got += [m for m in rest[:-1] if _stream_of(m) == ref["streamId"]]
+    progress = [m["params"]["progress"] for m in got if m.get("method") == "notifications/progress"]
+    assert progress == list(range(1, steps + 1))
+    assert got[-2]["id"] == 1 and got[-2]["result"]["content"][0]["text"] == f"done {steps}"

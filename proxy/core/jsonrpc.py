@@ -68,6 +68,12 @@ class Message:
 _PARAMS = (dict, list)  # (a tuple: isinstance on a union builds one each call)
 
 
+def answers_only(messages: list[Message]) -> bool:
+    """Whether a body holds only responses: the client's answers to the server's
+    requests, which a session drops once it has had them (so they may be sent twice)."""
+    return all(m.kind is Kind.RESPONSE for m in messages)
+
+
 def _valid_id(value: Any) -> bool:
     # JSON-RPC 2.0 §4: String, Number or Null; MCP forbids null for requests.
     kind = type(value)

@@ -2,9 +2,10 @@
 
 A :class:`LogTail` runs the one reader of the store's tail of a stream in a task of its
 own, filling a queue with batches of entries as they are committed; the response writes
-what the queue holds. The reader ends with :data:`END` (the stream completed, or the
-store failed for longer than ``store.unavailable_wait_seconds``) or the ``ResumeError``
-that ended the stream. Whoever made it ends it (:meth:`LogTail.end`).
+what the queue holds. The reader ends with :data:`END` (the stream completed), the
+``ResumeError`` that ended the stream, or the ``StoreError`` of a store that failed for
+longer than ``store.unavailable_wait_seconds`` (the client resumes from its last event).
+Whoever made it ends it (:meth:`LogTail.end`).
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ log = structlog.get_logger("proxy.stored")
 END = object()
 """The last item of a tail's queue when the stream completed (or cannot be read on)."""
 
-Item = list[Entry] | object  # a batch of entries, END, or a ResumeError
+Item = list[Entry] | object  # a batch of entries, END, a ResumeError or a StoreError
 
 
 class LogTail:
     """The one reader of a stream's log for one response: :func:`read_tail` in a task,
-    filling :attr:`queue` with batches of entries, then :data:`END` or the
-    ``ResumeError`` that ended it. Its holder ends it (:meth:`end`)."""
+    filling :attr:`queue` with batches of entries, then :data:`END`, the
+    ``ResumeError`` that ended it or the ``StoreError`` it gave up on. Its holder ends
+    it (:meth:`end`)."""
 
     def __init__(self, store: Store, key: str, after: int) -> None:
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
@@ -44,7 +46,8 @@ class LogTail:
 async def read_tail(store: Store, key: str, after: int, queue: asyncio.Queue[Item]) -> None:
     """Tail ``key`` into ``queue``; a store that fails (Redis restarting) is tailed
     again from the last event given, for up to ``store.unavailable_wait_seconds`` in
-    a row, before the response ends (the client then resumes with its last id)."""
+    a row, before it gives up (its last item, the StoreError: the client then resumes
+    with its last id)."""
     loop = asyncio.get_running_loop()
     backoff = Backoff(first=0.05, cap=1.0)
     failing_since: float | None = None
@@ -64,14 +67,17 @@ async def read_tail(store: Store, key: str, after: int, queue: asyncio.Queue[Ite
             failing_since = now if failing_since is None else failing_since
             if now - failing_since >= store.unavailable_wait:
                 log.warning("stored_stream_tail_failed", stream=key, error=str(exc))
-                break
+                queue.put_nowait(exc)
+                return
             await asyncio.sleep(backoff.next_delay())
         except Exception as exc:  # the store failed otherwise: end the response, log why
             log.warning("stored_stream_tail_failed", stream=key, error=str(exc))
-            break
+            queue.put_nowait(StoreError(f"tail {key}: {exc}"))
+            return
     queue.put_nowait(END)
 
 
 def ends_tail(item: Item) -> bool:
-    """The tail is over: the stream completed (:data:`END`) or went (``ResumeError``)."""
+    """The tail is over: the stream completed (:data:`END`), went (``ResumeError``) or
+    cannot be read on (``StoreError``)."""
     return not isinstance(item, list)

@@ -21,7 +21,7 @@ import secrets
 import structlog
 from aiohttp import web
 
-from proxy.core import lone_answer, seed
+from proxy.core import jsonrpc, lone_answer, seed
 from proxy.core.errors import ProxyError
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
@@ -93,7 +93,8 @@ class RemoteSessions:
             last_event_id=last_event_id,
             request_id=lone_id if isinstance(lone_id, str | int) else None,
         )
-        reply = await self.replicas.forward(owner, forwarded)
+        resend = jsonrpc.answers_only(messages)
+        reply = await self.replicas.forward(owner, forwarded, resend=resend)
         hold = None  # as on the holder: a lone request (no batch), JSON accepted
         if lone_id is not None and lone_answer.prefers_json(request.headers.get("Accept")):
             hold = self.json_hold

@@ -372,7 +372,7 @@ class StoredStreams:
                 # gets the explicit error.
                 log.info("stored_stream_lost", stream=record.key, reason=last.reason)
                 return True
-            if last is END:
+            if last is END or isinstance(last, StoreError):  # (a store that failed: resumed)
                 return True
 
     @staticmethod

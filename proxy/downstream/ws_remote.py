@@ -38,7 +38,8 @@ from proxy.core import jsonrpc, seed
 from proxy.core.errors import InvalidMessage, ProxyError, ResumeError
 from proxy.core.eventid import format_event_id
 from proxy.core.jsonrpc import Kind, Message
-from proxy.core.socket_route import CLOSE_SESSION_NOT_FOUND
+from proxy.core.socket_route import CLOSE_SESSION_NOT_FOUND, CLOSE_TRY_AGAIN_LATER
+from proxy.downstream.log_tail import LogTail
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
 from proxy.forwarding import (
@@ -54,6 +55,7 @@ from proxy.forwarding_seat import StandaloneRelease, WsSocket
 from proxy.replicas import OwnerUnreachable
 from proxy.standalone_seat import StandaloneHold
 from proxy.store.base import COMPLETED, Store, StoreError
+from proxy.store.unavailable import patiently, unavailable
 
 log = structlog.get_logger("proxy.ws")
 
@@ -87,24 +89,32 @@ class LogFrames:
         """Write the events of ``key`` after ``after``, then its tail until it completes
         (``acked`` is told the last event id written, now and then), or until ``hold``
         is stopped."""
-        record = await self.store.get_stream(key, time.time())
+        record = await patiently(
+            self.store, "read a stream", lambda: self.store.get_stream(key, time.time())
+        )
         if record is None or not self.stored.readable(record, self.principal):
             raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
         told = 0.0
-        async for entries in self.store.tail(key, after):
-            for entry in entries:
-                if hold is None:
-                    await self.send(entry.payload)
-                    continue
-                async with hold.lock:
-                    if hold.stopped:
-                        return
-                    await self.send(entry.payload)
-                    hold.written = entry.seq
-            now = time.monotonic()
-            if acked is not None and entries and now - told >= ACK_SECONDS:
-                told = now
-                await acked(format_event_id(record.epoch, record.number, entries[-1].seq))
+        tail = LogTail(self.store, key, after)  # (a store that fails is tailed again)
+        try:
+            while isinstance(entries := await tail.queue.get(), list):
+                for entry in entries:
+                    if hold is None:
+                        await self.send(entry.payload)
+                        continue
+                    async with hold.lock:
+                        if hold.stopped:
+                            return
+                        await self.send(entry.payload)
+                        hold.written = entry.seq
+                now = time.monotonic()
+                if acked is not None and entries and now - told >= ACK_SECONDS:
+                    told = now
+                    await acked(format_event_id(record.epoch, record.number, entries[-1].seq))
+        finally:
+            await tail.end()
+        if isinstance(entries, ResumeError | StoreError):
+            raise entries
 
     async def seed_request(self, msg: Message) -> None:
         """A ``stream/poll`` / ``stream/resume`` of another session's stream: its answer
@@ -124,6 +134,9 @@ class LogFrames:
             await self.follow(record.key, after)
         except ResumeError as exc:
             await self.send(jsonrpc.encode(exc.to_jsonrpc(msg.id)))
+            return
+        except StoreError as exc:  # (past store.unavailable_wait_seconds): resume again
+            await self.send(jsonrpc.encode(unavailable("resume a stream", exc).to_jsonrpc(msg.id)))
             return
         await self.send(jsonrpc.encode(jsonrpc.ok_response(msg.id, {})))
 
@@ -203,7 +216,8 @@ class RemoteSocket:
             body,
             request_id=lone_id if isinstance(lone_id, str | int) else None,
         )
-        await self._take(await self.remote.replicas.forward(self.owner, forwarded))
+        resend = jsonrpc.answers_only(messages)
+        await self._take(await self.remote.replicas.forward(self.owner, forwarded, resend=resend))
 
     async def _open_standalone(self) -> None:
         replicas = self.remote.replicas
@@ -259,14 +273,30 @@ class RemoteSocket:
             await self.frames.follow(key, after, self._acknowledge)
         except ResumeError as exc:  # gone while followed: like a local stream lost
             self.log.info("ws_remote_stream_lost", stream=key, reason=exc.reason)
+        except StoreError as exc:
+            self._store_lost(key, exc)
 
     async def _follow_standalone(self, key: str, hold: StandaloneHold) -> None:
         try:
             await self.frames.follow(key, hold.written, self._acknowledge, hold)
         except ResumeError as exc:
             self.log.info("ws_remote_stream_lost", stream=key, reason=exc.reason)
+        except StoreError as exc:
+            self._store_lost(key, exc)
+            return
         if not hold.stopped:  # the standalone stream ends with its session
             self._session_over()
+
+    def _store_lost(self, key: str, exc: StoreError) -> None:
+        """A stream followed here cannot be read on (the store failed for longer than
+        ``store.unavailable_wait_seconds``): close 1013 now, as an upgrade the store
+        cannot place is closed; the client reconnects and resumes from what it has."""
+        self.log.warning("ws_remote_stream_store_lost", stream=key, error=str(exc))
+        if self._closer is None:
+            self._closer = asyncio.create_task(self._close_try_again())
+
+    async def _close_try_again(self) -> None:
+        await self.ws.close(code=CLOSE_TRY_AGAIN_LATER, message=b"store unavailable")
 
     async def _release_standalone(self) -> None:
         """Closing: tell the holder how far this socket wrote the standalone stream."""

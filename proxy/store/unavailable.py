@@ -7,9 +7,10 @@ for up to ``store.unavailable_wait_seconds`` (:attr:`Store.unavailable_wait`), t
 request is refused with :class:`~proxy.core.errors.StoreUnavailable`: HTTP 503,
 ``Retry-After``, JSON-RPC -32000 ``store_unavailable``. Never an HTTP 500.
 
-Only calls that may run twice are retried (reads, leases, a session record); sending a
-message to another replica is not (:func:`unavailable`: refused at once), and a call
-already refused never reached the store, so the client may send its request again.
+Only calls that may run twice are retried (reads, leases, a session record, a client's
+answers forwarded to the replica holding its session: the session drops one it has had);
+any other message to another replica is not (:func:`unavailable`: refused at once), and
+a call already refused never reached the store, so the client may send its request again.
 Background work (commits, renewals, tails) keeps its own retry loops.
 """
 
