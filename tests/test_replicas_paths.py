@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.downstream.sse_client import RawSession
+from tests.downstream.sse_client import RawSession, live_messages
 from tests.downstream.ws_client import Client, initialize, request, socket_beside, tool
 from tests.modern.client import Answer, Modern, body, read_answer, request_headers
 from tests.modern.support import SERVER
@@ -159,10 +159,7 @@ async def test_legacy_tasks_of_a_session_on_a_are_served_by_b(
         async with http.post(b.url, json=body, headers=on_b.headers()) as resp:
             assert resp.headers["Content-Type"].startswith("text/event-stream")
             final = None
-            async for line in resp.content:
-                if not line.startswith(b"data: ") or not line[6:].strip():
-                    continue
-                message = json.loads(line[6:])
+            async for message in live_messages(resp):
                 if message.get("method") == "elicitation/create":
                     related = message["params"]["_meta"]["io.modelcontextprotocol/related-task"]
                     assert related == {"taskId": task_id}
@@ -385,10 +382,7 @@ async def test_an_answer_sent_through_the_other_replica_outlives_a_store_restart
             body["params"] = {"name": "ask", "arguments": {"question": "by post?"}}
             async with http.post(b.url, json=body, headers=on_b.headers()) as resp:
                 final = None
-                async for line in resp.content:
-                    if not line.startswith(b"data: ") or not line[6:].strip():
-                        continue
-                    message = json.loads(line[6:])
+                async for message in live_messages(resp):
                     if message.get("method") == "elicitation/create":
                         restarting = asyncio.create_task(restart_store())
                         await asyncio.sleep(0.2)

@@ -75,6 +75,14 @@ async def read_events(resp: aiohttp.ClientResponse) -> list[SSEEvent]:
     return events
 
 
+async def live_messages(resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    """The messages of an SSE answer as they come (one ``data:`` line each), so that a
+    test can answer a question before the stream goes on."""
+    async for line in resp.content:
+        if line.startswith(b"data: ") and line[6:].strip():
+            yield json.loads(line[6:])
+
+
 def messages(events: list[SSEEvent]) -> list[dict[str, Any]]:
     return [json.loads(e.data) for e in events if e.data]
 

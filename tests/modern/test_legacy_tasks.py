@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.downstream.sse_client import RawSession
+from tests.downstream.sse_client import RawSession, live_messages
 from tests.modern.client import Answer, read_answer
 from tests.modern.support import modern_proxy, received
 
@@ -120,10 +120,7 @@ async def test_elicitation_reaches_the_client_on_tasks_result(tmp_path: Path) ->
         async with client.http.post(client.url, json=body, headers=client.headers()) as resp:
             assert resp.headers["Content-Type"].startswith("text/event-stream")
             final = None
-            async for line in resp.content:
-                if not line.startswith(b"data: ") or not line[6:].strip():
-                    continue
-                message = json.loads(line[6:])
+            async for message in live_messages(resp):
                 if message.get("method") == "elicitation/create":
                     related = message["params"]["_meta"]["io.modelcontextprotocol/related-task"]
                     assert related == {"taskId": task_id}
