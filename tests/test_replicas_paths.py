@@ -430,3 +430,41 @@ async def test_ws_following_a_stream_the_store_cannot_read_is_closed_1013(
     progress = [m["params"]["progress"] for m in got if m.get("method") == "notifications/progress"]
     assert progress == list(range(1, steps + 1))
     assert got[-2]["id"] == 1 and got[-2]["result"]["content"][0]["text"] == f"done {steps}"
+
+
+async def test_ws_resume_of_another_sessions_stream_the_store_cannot_read_is_answered(
+    tmp_path: Path,
+) -> None:
+    """A ``stream/resume`` over ``/ws`` naming another session's stream while Redis is
+    down past ``unavailable_wait_seconds`` is answered (its id, ``store_unavailable``),
+    not left without an answer; once Redis is back the same request replays it."""
+    with RedisServer(tmp_path / "redis", durable=True) as server:
+        store = {
+            **{"kind": "redis", "url": server.url, "namespace": "seedws", "lease_seconds": 10},
+            "unavailable_wait_seconds": 0.3,
+        }
+        async with (
+            lives(tmp_path, store, event_id_in_meta=True) as (proxies, _),
+            contextlib.AsyncExitStack() as sockets,
+        ):
+            a = await proxies.start()
+            maker = await sockets.enter_async_context(socket_beside(a.url))
+            other = await sockets.enter_async_context(socket_beside(a.url))
+            await initialize(maker, "2025-06-18", caps={"streams": {}})
+            await initialize(other, "2025-06-18", caps={"streams": {}})
+            made = await maker.call(1, "tools/call", tool("slow", {"steps": 3, "delay": 0}, "p"))
+            create = next(m for m in made[1] if m.get("method") == "notifications/stream/create")
+            ref = {
+                "streamId": create["params"]["stream"]["streamId"],
+                "resumeToken": create["params"]["stream"]["resumeToken"],
+            }
+            server.stop()
+            refused, _ = await other.call(2, "stream/resume", ref)
+            assert refused["error"]["code"] == -32000, refused
+            assert refused["error"]["data"]["reason"] == "store_unavailable", refused
+            server.start()
+            await other.send(request(3, "stream/resume", ref))
+            again = await _until(other, 3)
+    assert again[-1] == {"jsonrpc": "2.0", "id": 3, "result": {}}
+    answers = [m for m in again if m.get("id") == 1]
+    assert [m["result"]["content"][0]["text"] for m in answers] == ["done 3"], again

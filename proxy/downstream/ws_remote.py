@@ -122,7 +122,10 @@ class LogFrames:
         try:
             record, after = await self.stored.target(msg, None, self.principal)
             if msg.method == seed.POLL:
-                rest = await self.store.summary(record.key, after, time.time())
+                now = time.time()
+                rest = await patiently(
+                    self.store, "read a stream", lambda: self.store.summary(record.key, after, now)
+                )
                 done = record.state == COMPLETED
                 await self.send(
                     jsonrpc.encode(
@@ -132,10 +135,10 @@ class LogFrames:
                 return
             log.info("ws_stored_stream_resumed", stream=record.key, after=after)
             await self.follow(record.key, after)
-        except ResumeError as exc:
+        except ProxyError as exc:  # a ResumeError, or the store past its wait
             await self.send(jsonrpc.encode(exc.to_jsonrpc(msg.id)))
             return
-        except StoreError as exc:  # (past store.unavailable_wait_seconds): resume again
+        except StoreError as exc:  # (the tail, past store.unavailable_wait_seconds)
             await self.send(jsonrpc.encode(unavailable("resume a stream", exc).to_jsonrpc(msg.id)))
             return
         await self.send(jsonrpc.encode(jsonrpc.ok_response(msg.id, {})))
