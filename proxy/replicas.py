@@ -332,9 +332,16 @@ class Replicas:
             if not alive:
                 raise SessionNotFound("Session not found: the replica that held it is gone")
 
-    async def tell(self, owner: str, request: Forwarded) -> None:
-        """Send ``request`` to ``owner`` without waiting for its reply (which is dropped)."""
-        await self.store.send(owner, {**encode_request(request), "id": 0, "from": self.owner})
+    async def tell(self, owner: str, request: Forwarded, resend: bool = False) -> None:
+        """Send ``request`` to ``owner`` without waiting for its reply (which is dropped);
+        one that may reach it twice (``resend``) is sent again while the store fails, for
+        up to ``store.unavailable_wait`` (then StoreUnavailable), as :meth:`forward`."""
+        message = {**encode_request(request), "id": 0, "from": self.owner}
+        if resend:
+            send = functools.partial(self.store.send, owner, message)
+            await patiently(self.store, "tell another replica", send)
+        else:
+            await self.store.send(owner, message)
 
     async def _listen(self) -> None:
         while True:

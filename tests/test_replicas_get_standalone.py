@@ -26,6 +26,7 @@ from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession
 from tests.modern.support import SERVER
 from tests.proxy_lives import Proxy, lives, shared
+from tests.redis_server import RedisServer
 from tests.support import eventually, log_events
 
 ROOTS_CHANGED = {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}
@@ -208,3 +209,32 @@ async def test_a_newer_listen_get_takes_the_stream_from_one_on_another_replica(
                     body = await refused.json()
                     assert body["error"]["data"] == {"reason": "conflict"}
             on_a.resp.close()
+
+
+async def test_a_listen_get_ending_while_the_store_restarts_still_says_how_far_it_wrote(
+    tmp_path: Path,
+) -> None:
+    """B's listen GET ends while Redis restarts: its release (how far it wrote) is sent
+    once the store is back, so the next listen GET, on A, starts after it, not after the
+    last position B acknowledged (which would say 2 and 3 again)."""
+    with RedisServer(tmp_path / "redis", durable=True) as server:
+        store = {"kind": "redis", "url": server.url, "namespace": "relget", "lease_seconds": 10}
+        async with lives(tmp_path, store) as (proxies, http):
+            proxies.command = SERVER
+            a, b = await asyncio.gather(proxies.start(), proxies.start())
+            client = RawSession(http, a.url)
+            await client.initialize()
+            says = Says(client)
+            async with asyncio.timeout(60):
+                on_b = await listen(client, b.url)
+                for _ in range(3):  # (within a second: only the first is acknowledged)
+                    n = await says.say()
+                    assert (await on_b.next_said())[1] == n
+                server.stop()
+                await ended(b, on_b)
+                await asyncio.sleep(0.5)  # (B's release meets no store)
+                server.start()
+                on_a = await listen_when_free(client, a.url)
+                n = await says.say()
+                assert (await on_a.next_said())[1] == n  # not 2 again
+                on_a.resp.close()

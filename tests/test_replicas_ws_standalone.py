@@ -21,6 +21,7 @@ from pathlib import Path
 from tests.downstream.ws_client import Client, initialize, socket_beside
 from tests.modern.support import SERVER
 from tests.proxy_lives import Proxy, lives, shared
+from tests.redis_server import RedisServer
 from tests.support import eventually, log_events
 
 ROOTS_CHANGED = {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}
@@ -127,3 +128,34 @@ async def test_the_newest_socket_takes_the_standalone_stream_on_any_replica(
             "s5 on B": [5, 6],
             "s6 on A": [7, 8],
         }
+
+
+async def test_a_socket_closing_while_the_store_restarts_still_says_how_far_it_wrote(
+    tmp_path: Path,
+) -> None:
+    """A socket on B closes while Redis restarts: its release (how far it wrote the
+    standalone stream) is sent once the store is back, so the next socket, on A, starts
+    after it, not after the last position B acknowledged (which would say 2 and 3 again)."""
+    with RedisServer(tmp_path / "redis", durable=True) as server:
+        store = {"kind": "redis", "url": server.url, "namespace": "rel", "lease_seconds": 10}
+        async with (
+            lives(tmp_path, store) as (proxies, _),
+            contextlib.AsyncExitStack() as sockets,
+        ):
+            proxies.command = SERVER
+            a, b = await asyncio.gather(proxies.start(), proxies.start())
+            says = Says()
+            s1 = await sockets.enter_async_context(socket_beside(a.url))
+            session = await initialize(s1)
+            before = closed(b)
+            async with socket_beside(b.url, session) as s2:
+                for _ in range(3):  # (within ACK_SECONDS: only the first is acknowledged)
+                    await says.read("s2 on B", s2, await says.say(s2))
+                server.stop()
+            await asyncio.sleep(0.5)  # (B's release meets no store)
+            server.start()
+            await until_closed(b, before)
+            s3 = await sockets.enter_async_context(socket_beside(a.url, session))
+            await says.read("s3 on A", s3, await says.say(s3))
+            await says.settle("s3 on A", s3)
+    assert says.got == {"s2 on B": [1, 2, 3], "s3 on A": [4]}

@@ -22,7 +22,7 @@ import structlog
 from aiohttp import web
 
 from proxy.core import jsonrpc, lone_answer, seed
-from proxy.core.errors import ProxyError
+from proxy.core.errors import ProxyError, StoreUnavailable
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.protocol import SESSION_HEADER
 from proxy.core.sse import encode_event
@@ -192,11 +192,12 @@ class RemoteSessions:
         log.info("remote_listen_ended", session=session_id)
         try:
             if hold is not None and not hold.stopped:
-                with contextlib.suppress(StoreError, TimeoutError):
+                # (sent again while the store fails: the holder ignores a second one)
+                with contextlib.suppress(StoreError, StoreUnavailable, TimeoutError):
                     async with asyncio.timeout(RELEASE_WAIT_SECONDS):
                         upto = await hold.stop()
                         release = StandaloneRelease(session_id, self.server, principal, token, upto)
-                        await self.replicas.tell(owner, release)
+                        await self.replicas.tell(owner, release, resend=True)
         finally:  # (kept until the release is sent: a takeover meanwhile gets the same)
             self.replicas.standalone_followers.pop(token, None)
 

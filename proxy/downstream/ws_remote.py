@@ -35,7 +35,7 @@ import structlog
 from aiohttp import WSMsgType, web
 
 from proxy.core import jsonrpc, seed
-from proxy.core.errors import InvalidMessage, ProxyError, ResumeError
+from proxy.core.errors import InvalidMessage, ProxyError, ResumeError, StoreUnavailable
 from proxy.core.eventid import format_event_id
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.socket_route import CLOSE_SESSION_NOT_FOUND, CLOSE_TRY_AGAIN_LATER
@@ -306,13 +306,14 @@ class RemoteSocket:
         hold = self._hold
         try:
             if hold is not None and not hold.stopped:
-                with contextlib.suppress(StoreError, TimeoutError):
+                # (sent again while the store fails: the holder ignores a second one)
+                with contextlib.suppress(StoreError, StoreUnavailable, TimeoutError):
                     async with asyncio.timeout(RELEASE_WAIT_SECONDS):
                         upto = await hold.stop()  # (a frame being written ends first)
                         release = StandaloneRelease(
                             self.session_id, self.remote.server, self.principal, self._token, upto
                         )
-                        await self.remote.replicas.tell(self.owner, release)
+                        await self.remote.replicas.tell(self.owner, release, resend=True)
         finally:  # (kept until the release is sent: a takeover meanwhile gets the same)
             self.remote.replicas.standalone_followers.pop(self._token, None)
 
