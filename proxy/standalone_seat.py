@@ -31,6 +31,7 @@ are refused it, 409), and it is never taken over; it takes the stream from a rem
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
@@ -41,6 +42,7 @@ from proxy.core.session import Session
 from proxy.forwarding_seat import StandaloneStopped, StandaloneTakeover, WsSocket
 from proxy.replicas import Replicas
 from proxy.store.base import StoreError
+from proxy.store.unavailable import patiently
 
 log = structlog.get_logger("proxy.ws")
 
@@ -129,10 +131,14 @@ class StandaloneSeat:
         if replicas is None:
             return None
         try:
-            if not await replicas.owner_alive(old.replica):
+            alive = functools.partial(replicas.owner_alive, old.replica)
+            if not await patiently(replicas.store, "look up a replica", alive):
                 return None
-            reply = await replicas.forward(
-                old.replica, StandaloneTakeover(old.token), timeout=TAKEOVER_WAIT_SECONDS
+            reply = await replicas.forward(  # (again while the store fails: answered alike)
+                old.replica,
+                StandaloneTakeover(old.token),
+                timeout=TAKEOVER_WAIT_SECONDS,
+                resend=True,
             )
         except (ProxyError, StoreError) as exc:
             log.warning("ws_standalone_not_stopped", replica=old.replica, error=str(exc))

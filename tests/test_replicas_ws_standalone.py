@@ -159,3 +159,33 @@ async def test_a_socket_closing_while_the_store_restarts_still_says_how_far_it_w
             await says.read("s3 on A", s3, await says.say(s3))
             await says.settle("s3 on A", s3)
     assert says.got == {"s2 on B": [1, 2, 3], "s3 on A": [4]}
+
+
+async def test_a_takeover_while_the_store_restarts_starts_after_what_the_old_socket_wrote(
+    tmp_path: Path,
+) -> None:
+    """A new socket on A takes the standalone stream from an open one on B while Redis
+    restarts: the takeover is sent once the store is back, B says how far it wrote, and
+    the new socket starts after that, not after B's last acknowledged position."""
+    with RedisServer(tmp_path / "redis", durable=True) as server:
+        store = {"kind": "redis", "url": server.url, "namespace": "take", "lease_seconds": 10}
+        async with (
+            lives(tmp_path, store) as (proxies, _),
+            contextlib.AsyncExitStack() as sockets,
+        ):
+            proxies.command = SERVER
+            a, b = await asyncio.gather(proxies.start(), proxies.start())
+            says = Says()
+            s1 = await sockets.enter_async_context(socket_beside(a.url))
+            session = await initialize(s1)
+            s2 = await sockets.enter_async_context(socket_beside(b.url, session))
+            for _ in range(3):  # (within ACK_SECONDS: only the first is acknowledged)
+                await says.read("s2 on B", s2, await says.say(s2))
+            server.stop()
+            restarted = asyncio.get_running_loop().call_later(0.5, server.start)
+            s3 = await sockets.enter_async_context(socket_beside(a.url, session))
+            await says.read("s3 on A", s3, await says.say(s3))
+            restarted.cancel()
+            for name, c in (("s2 on B", s2), ("s3 on A", s3)):
+                await says.settle(name, c)
+    assert says.got == {"s2 on B": [1, 2, 3], "s3 on A": [4]}
