@@ -87,6 +87,7 @@ import dataclasses
 import json
 import zlib
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
@@ -349,9 +350,16 @@ def _json(value: str | None) -> str:
 
 
 def _ids_json(ids: list[Any]) -> str:
-    """A record's request ids as JSON (a call's: one number, made without the encoder)."""
-    if len(ids) == 1 and type(ids[0]) is int:
-        return f"[{ids[0]:d}]"
+    """A record's request ids as JSON, without the encoder for a call's (none left once
+    it is answered, or one number or string): ``json.dumps``' own output."""
+    if not ids:
+        return "[]"
+    if len(ids) == 1:
+        kind = type(ids[0])
+        if kind is int:
+            return f"[{ids[0]:d}]"
+        if kind is str:
+            return f"[{encode_basestring_ascii(ids[0])}]"
     return json.dumps(ids)
 
 

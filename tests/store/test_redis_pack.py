@@ -108,7 +108,7 @@ def test_a_calls_commit_is_what_hiredis_packs_of_its_arguments(
         key = f"e{rng.randrange(3)}.{n}"
         batch = Batch(fence="f", owner="a")
         if rng.random() < 0.7:
-            ids: list[object] = rng.choice([[n], [], [f"r{n}"], [n, n + 1], [True]])
+            ids: list[object] = rng.choice([[n], [], [f"r{n}"], ['q"\u00e9\n'], [n, n + 1], [True]])
             batch.streams.append(StreamRecord(key, "s1", "a", request_ids=ids, server="default"))
         if rng.random() < 0.8:
             first = rng.randrange(1, 2000)
