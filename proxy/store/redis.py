@@ -401,10 +401,12 @@ class RedisStore(RedisRecords, RedisReads, Store):
     async def sweep(self, now: float) -> int:
         """Redis expires every key itself; what it cannot expire is a member of a
         bucket's live index whose stream expired while LIVE (an abandoned session's
-        call). A commit in that bucket removes such members, and the index key lives as
-        long as its latest member, but a bucket that sees no commit kept them until then.
-        Here: one ``ZREMRANGEBYSCORE`` per bucket, pipelined (a cluster client: one
-        pipeline per master); how many members went."""
+        call). The index key lives as long as its latest member, and :meth:`live_streams`
+        reads only members whose expiry is to come; the sweep alone removes the others
+        (the commit script did, on every commit, before the seventh pass: a call here per
+        commit for what one sweep a minute does). Here: one ``ZREMRANGEBYSCORE`` per
+        bucket, pipelined (a cluster client: one pipeline per master); how many members
+        went."""
 
         async def sweep_live(client: Client) -> list[int]:
             pipe = client.pipeline(transaction=False)

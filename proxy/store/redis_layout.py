@@ -61,8 +61,11 @@ key                              type    what, and its TTL
 ``<ns>:{b<n>}:log:<key>``        stream  its entries, id ``<seq>-1``, fields ``p``
                                          (payload) and ``m`` (mark, absent when 0);
                                          the record's TTL
-``<ns>:{b<n>}:wake:<key>``       stream  one entry per put, completion or drop of the
-                                         stream: wakes blocked tails; 60 s
+``<ns>:{b<n>}:wake:<key>``       stream  one entry per commit that puts, trims,
+                                         completes or drops a stream that had a
+                                         record and adds nothing to its log (an entry
+                                         added to the log wakes its tails): wakes
+                                         blocked tails; 60 s
 ``<ns>:{session:<id>}``          string  a session record, JSON; its ``expires_at``
                                          (30 days when it has none)
 ``<ns>:{lease:<name>}``          string  the owner; ``ttl`` on the Redis server's clock
@@ -84,6 +87,7 @@ import dataclasses
 import json
 import zlib
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord
@@ -178,6 +182,9 @@ def by_bucket(batch: Batch) -> dict[int, Batch]:
         batch.streams or batch.takeovers or batch.trimmed or batch.completed or batch.dropped
     ):  # a burst's commit: one stream's events
         return {bucket_of(next(iter(appends))): batch}
+    one = one_key(batch)
+    if one is not None:  # a call's commit: its record, its answer, its end
+        return {bucket_of(one): batch}
     buckets = {bucket_of(key) for key in batch.touched()}
     if len(buckets) == 1:  # the common case: one session's batch, one part
         return {buckets.pop(): batch}
@@ -204,6 +211,26 @@ def by_bucket(batch: Batch) -> dict[int, Batch]:
             for item in value:
                 getattr(part(item if isinstance(item, str) else item.key), name).append(item)
     return parts
+
+
+def one_key(batch: Batch) -> str | None:
+    """The key of a batch that names one stream and takes over none (a call's commit:
+    its record, its answer and its end), else None."""
+    if batch.takeovers or len(batch.streams) > 1:
+        return None
+    key = batch.streams[0].key if batch.streams else None
+    for named in (batch.appends, batch.trimmed, batch.completed, batch.dropped):
+        if named:
+            if len(named) > 1:
+                return None
+            (only,) = named
+            if key is None:
+                if named is batch.appends and not batch.appends[only]:
+                    continue  # no events: it names nothing (commit_pieces skips it)
+                key = only
+            elif only != key:
+                return None
+    return key
 
 
 def entry_of(item: tuple[bytes, dict[bytes, bytes]]) -> Entry:
@@ -270,12 +297,17 @@ def commit_call(
     """The KEYS and ARGV of ``COMMIT_LUA`` for ``batch``, whose keys are all in ``bucket``
     (:func:`by_bucket`; the script's header comment has the layout)."""
     keys, head, appended, tail = commit_pieces(layout, bucket, batch, now, limits)
-    appends: list[Any] = []
+    return keys, [*head, *appended_args(appended), *tail]
+
+
+def appended_args(appended: list[tuple[int, list[Entry]]]) -> list[Any]:
+    """The runs of appended entries (:func:`commit_pieces`) as the script's arguments."""
+    args: list[Any] = []
     for slot, entries in appended:
-        appends += (slot, len(entries), entries[0].seq, *run_marks(entries))
-        appends += [b"%d-1" % e.seq for e in entries]
-        appends += [e.payload for e in entries]
-    return keys, [*head, *appends, *tail]
+        args += (slot, len(entries), entries[0].seq, *run_marks(entries))
+        args += [b"%d-1" % e.seq for e in entries]
+        args += [e.payload for e in entries]
+    return args
 
 
 def run_marks(entries: list[Entry]) -> list[Any]:
@@ -301,9 +333,52 @@ def runs(entries: list[Entry]) -> list[list[Entry]]:
     return out
 
 
-def _json(value: Any) -> str:
-    """``value`` as JSON (a record's request ids, principal, server)."""
-    return "null" if value is None else json.dumps(value)
+_JSON_KEPT = 1024
+_json_strings: dict[str, str] = {}  # a principal's or a server's name -> its JSON
+
+
+def _json(value: str | None) -> str:
+    """A record's principal or server as JSON (a few names, each made once)."""
+    if value is None:
+        return "null"
+    found = _json_strings.get(value)
+    if found is None:
+        found = json.dumps(value)
+        if len(_json_strings) < _JSON_KEPT:
+            _json_strings[value] = found
+    return found
+
+
+def _ids_json(ids: list[Any]) -> str:
+    """A record's request ids as JSON, without the encoder for a call's (none left once
+    it is answered, or one number or string): ``json.dumps``' own output."""
+    if not ids:
+        return "[]"
+    if len(ids) == 1:
+        kind = type(ids[0])
+        if kind is int:
+            return f"[{ids[0]:d}]"
+        if kind is str:
+            return f"[{encode_basestring_ascii(ids[0])}]"
+    return json.dumps(ids)
+
+
+def _puts(slot: int, r: StreamRecord) -> list[Any]:
+    """A record's fields as the commit script takes a put."""
+    expires = "" if r.expires_at is None else ms(r.expires_at)
+    return [
+        slot,
+        r.session_id,
+        r.owner,
+        r.state,
+        r.first_seq,
+        r.last_seq,
+        _ids_json(r.request_ids),
+        int(r.announced),
+        expires,
+        _json(r.principal),
+        _json(r.server),
+    ]
 
 
 def _burst_pieces(
@@ -321,6 +396,32 @@ def _burst_pieces(
     return keys, head, [(1, entries)], [0, 0, 0]  # no trims, endings, drops
 
 
+def _one_pieces(
+    layout: Layout, bucket: int, key: str, batch: Batch, now: float, limits: StoreLimits
+) -> tuple[list[str], list[Any], list[tuple[int, list[Entry]]], list[Any]]:
+    """:func:`commit_pieces` of a batch that names one stream, ``key`` (:func:`one_key`):
+    every part's slot is 1."""
+    puts = _puts(1, batch.streams[0]) if batch.streams else []
+    entries = batch.appends.get(key)
+    appended: list[tuple[int, list[Entry]]] = []
+    if entries:
+        if entries[-1].seq - entries[0].seq == len(entries) - 1:
+            appended.append((1, entries))
+        else:
+            appended += [(1, run) for run in runs(entries)]
+    tail: list[Any] = [1, 1, batch.trimmed[key]] if batch.trimmed else [0]
+    if batch.completed:
+        tail += (1, 1, ms(batch.completed[key]))
+    else:
+        tail.append(0)
+    tail += (1, 1) if batch.dropped else (0,)
+    names = layout.stream(key)
+    keys = [layout.live(bucket), names.record, names.log, names.wake]
+    head: list[Any] = [ms(now), ms(now + limits.live_ttl), limits.max_events, WAKE_TTL_MS]
+    head += (1, key, batch.fence, batch.owner, 0, len(batch.streams), *puts, len(appended))
+    return keys, head, appended, tail
+
+
 def commit_pieces(
     layout: Layout, bucket: int, batch: Batch, now: float, limits: StoreLimits
 ) -> tuple[list[str], list[Any], list[tuple[int, list[Entry]]], list[Any]]:
@@ -335,6 +436,9 @@ def commit_pieces(
         burst = _burst_pieces(layout, bucket, batch, now, limits)
         if burst is not None:
             return burst
+    one = one_key(batch)
+    if one is not None:
+        return _one_pieces(layout, bucket, one, batch, now, limits)
     slots: dict[str, int] = {}
 
     def slot(key: str) -> int:
@@ -342,10 +446,7 @@ def commit_pieces(
 
     puts: list[Any] = []
     for r in batch.streams:
-        expires = "" if r.expires_at is None else ms(r.expires_at)
-        puts += (slot(r.key), r.session_id, r.owner, r.state, r.first_seq, r.last_seq)
-        puts += (json.dumps(r.request_ids), int(r.announced), expires, _json(r.principal))
-        puts.append(_json(r.server))
+        puts += _puts(slot(r.key), r)
     appended: list[tuple[int, list[Entry]]] = []
     for key, entries in batch.appends.items():
         if not entries:

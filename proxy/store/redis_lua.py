@@ -30,7 +30,11 @@ local function int(n) return string.format('%d', n) end
 -- written once at the end (`dirty`: one HSET per stream), with its wake-up and expiry
 -- (the script is atomic: no reader sees the steps between). `indexed`: the stream was
 -- LIVE when read, so the live index may hold it.
-local recs, dirty, indexed, woken, expiring = {}, {}, {}, {}, {}
+-- `woken`: the stream's tails must look again (its wake key gets an entry), unless the
+-- batch added to its log (`added`: that entry wakes them, and they read the record with
+-- the entries after it) or it had no record when read (`fresh`: a tail reads a record
+-- before it blocks, so none waits on it).
+local recs, dirty, indexed, woken, expiring, added, fresh = {}, {}, {}, {}, {}, {}, {}
 local function wake(i) woken[i] = true end
 local function set(i, field, value)
   local d = dirty[i]
@@ -41,7 +45,7 @@ end
 local function drop(i)
   redis.call('DEL', rec(i), log(i))
   if indexed[i] then redis.call('ZREM', live, name(i)) end
-  recs[i], dirty[i], expiring[i], indexed[i] = false, nil, nil, nil
+  recs[i], dirty[i], expiring[i], indexed[i], added[i], fresh[i] = false, nil, nil, nil, nil, nil
 end
 
 -- Both keys of a stream expire together; a LIVE one is in the index until then. One
@@ -76,9 +80,11 @@ local function settle()
     redis.call('PEXPIREAT', live, latest)
   end
   for i in pairs(woken) do
-    local w = KEYS[3 * i + 1]
-    redis.call('XADD', w, 'MAXLEN', '1', '*', 'w', '1')
-    redis.call('PEXPIRE', w, wake_ttl)
+    if not (added[i] or fresh[i]) then
+      local w = KEYS[3 * i + 1]
+      redis.call('XADD', w, 'MAXLEN', '1', '*', 'w', '1')
+      redis.call('PEXPIRE', w, wake_ttl)
+    end
   end
 end
 
@@ -104,6 +110,7 @@ for i = 1, nkeys do
   local r = redis.call('HMGET', rec(i), 'state', 'first', 'last', 'exp', 'fence')
   recs[i] = r[1] and {state = r[1], first = r[2], last = r[3], exp = r[4]}
   indexed[i] = r[1] == 'live'
+  fresh[i] = not r[1]
   local known = r[1] and tonumber(r[4]) > now
   local t = taking[i]
   local no
@@ -171,6 +178,7 @@ local function append(i, base, count, seq0, marks)
     end
     first = first or seq0 + skip
     last = seq0 + count - 1
+    added[i] = true
   end
   first = first or last + 1
   if last - first + 1 > max_events then
@@ -250,7 +258,6 @@ for _ = 1, tonumber(take()) do
   end
 end
 settle()
-redis.call('ZREMRANGEBYSCORE', live, '-inf', ARGV[1])
 return refused_names
 """
 

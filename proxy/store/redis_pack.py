@@ -22,7 +22,7 @@ from typing import Any
 from hiredis import pack_command
 
 from proxy.store.base import Batch, Entry, StoreLimits
-from proxy.store.redis_layout import Layout, commit_pieces, run_marks
+from proxy.store.redis_layout import Layout, appended_args, commit_pieces, run_marks
 
 _SMALL = [b"%d" % i for i in range(1000)]  # the digits of seqs below 1000
 _LOW = [b"%03d" % i for i in range(1000)]  # the last three digits of the others
@@ -30,6 +30,9 @@ _PAYLOAD = itemgetter(1)
 _MARK = itemgetter(2)
 _CRLF = b"\r\n"
 _HEADS_KEPT = 16384
+FEW = 4
+"""A run of at most this many entries (a call's answer) is packed by ``pack_command``
+with the rest of the commit, its ids formatted one by one."""
 
 
 class _Heads(dict[int, bytes]):
@@ -97,6 +100,12 @@ def pack_commit(
 ) -> bytes:
     """``EVALSHA sha`` of ``COMMIT_LUA`` for ``batch`` (all in ``bucket``), packed."""
     keys, head, appended, tail = commit_pieces(layout, bucket, batch, now, limits)
+    if not appended or (len(appended) == 1 and len(appended[0][1]) <= FEW):
+        # A call's commit (an answer, a few notifications): its few numbers formatted
+        # cost less than the pieces' joins; all of it packed by hiredis in one call.
+        args = appended_args(appended)
+        whole: bytes = pack_command(("EVALSHA", sha, len(keys), *keys, *head, *args, *tail))
+        return whole
     count = 3 + len(keys) + len(head) + len(tail)
     parts = [b"", _args(("EVALSHA", sha, len(keys), *keys, *head))]
     for slot, entries in appended:

@@ -123,6 +123,37 @@ async def test_two_replicas_share_logs_records_sessions_and_leases(
     assert not await a.acquire_lease("s1", "a", 30, now)
 
 
+async def test_a_commit_that_adds_to_a_log_wakes_its_tails_through_the_log_alone(
+    redis_url: str, stores: Stores
+) -> None:
+    """A call's commit (its record, its answer, its end) and a commit of a stream's last
+    events with its end write no wake entry: the log's new entry wakes a blocked tail,
+    which reads the record with the entries after it (two commands fewer, and one key
+    fewer per call, on the server). A completion alone still wakes it."""
+    namespace = stores.namespace()
+    a = await stores.open(redis_url, namespace)
+    b = await stores.open(redis_url, namespace, block=60)  # wake-ups, not timeouts
+    now = time.time()
+    call = "e0e0e0.2"
+    await a.commit(Batch([opened(call)], {call: entries(1, 1)}, completed={call: now + 60}), now)
+    await a.commit(Batch(streams=[opened()], appends={KEY: entries(1, 2)}), now)
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        assert await client.exists(a._stream_keys(call).wake, a._stream_keys(KEY).wake) == 0
+        follower = Follower(b, KEY, 0)
+        try:
+            await follower.has([1, 2])
+            await a.commit(Batch(appends={KEY: entries(3, 4)}, completed={KEY: now + 60}), now)
+            await follower.end()  # woken by entry 4: b blocks 60 s per read
+            assert follower.seqs == [1, 2, 3, 4]
+        finally:
+            follower.stop()
+        assert await client.exists(a._stream_keys(KEY).wake) == 0
+        assert [e.seq for e in await b.read(call, 0, now)] == [1]
+    finally:
+        await client.aclose()
+
+
 async def test_a_tail_wakes_at_once_when_its_stream_is_dropped(
     redis_url: str, stores: Stores
 ) -> None:

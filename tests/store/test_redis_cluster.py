@@ -147,6 +147,9 @@ async def test_every_key_has_a_ttl_on_every_master(
         Batch(streams=[StreamRecord(k, "s", "a") for k in keys], appends={keys[0]: entries(1, 2)}),
         now,
     )
+    # A completion that adds no event wakes tails through the stream's wake key (an
+    # append wakes them through the log: a call's commit makes no wake key).
+    await store.commit(Batch(completed={keys[1]: now + 60}), now)
     await store.put_session(SessionRecord("s1", "ep", "a", None, now + 60))
     await store.acquire_lease("replica:a", "a", 30, now)
     await store.put_task("t1", {"status": "working"}, now + 60)

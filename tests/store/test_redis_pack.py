@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hiredis import pack_command
 
 from proxy.core.stream import Mark
+from proxy.store import redis_layout
 from proxy.store.base import Batch, Entry, StoreLimits, StreamRecord, Takeover
 from proxy.store.redis_layout import Layout, commit_call
 from proxy.store.redis_pack import pack_commit
@@ -90,3 +92,40 @@ def test_a_bursts_commit_is_the_arguments_the_script_takes() -> None:
     head = [1_700_000_000_000, 1_700_000_060_000, 50, 60_000, 1, "e1.1", "f1", "a", 0, 0, 1]
     run = [1, 2, 7, 1, 1, b"%d" % Mark.REQUEST, b"7-1", b"8-1", b"p7", b"p8"]
     assert args == [*head, *run, 0, 0, 0]
+
+
+def test_a_calls_commit_is_what_hiredis_packs_of_its_arguments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch that names one stream (a call's record, its answer, its end; or a few
+    events, a trim, a drop) goes by the short paths (``one_key``, ``FEW`` entries packed
+    in one ``pack_command``): the same bytes as the general path's arguments."""
+    print(f"seed {SEED}")
+    rng = random.Random(SEED)
+    layout = Layout("pack")
+    limits = StoreLimits()
+    for n in range(300):
+        key = f"e{rng.randrange(3)}.{n}"
+        batch = Batch(fence="f", owner="a")
+        if rng.random() < 0.7:
+            ids: list[object] = rng.choice([[n], [], [f"r{n}"], ['q"\u00e9\n'], [n, n + 1], [True]])
+            batch.streams.append(StreamRecord(key, "s1", "a", request_ids=ids, server="default"))
+        if rng.random() < 0.8:
+            first = rng.randrange(1, 2000)
+            batch.appends[key] = [
+                Entry(seq, b'{"n":%d}' % seq, rng.choice(MARKS))
+                for seq in range(first, first + rng.randrange(0, 7))
+            ]
+        if rng.random() < 0.2:
+            batch.trimmed[key] = rng.randrange(1, 100)
+        if rng.random() < 0.5:
+            batch.completed[key] = 1.7e9 + rng.random() * 100
+        if rng.random() < 0.1:
+            batch.dropped.append(key)
+        now = 1.7e9 + rng.random() * 1000
+        bucket = rng.randrange(256)
+        packed = pack_commit(SHA, layout, bucket, batch, now, limits)
+        with monkeypatch.context() as general:  # every key in a slot of its own
+            general.setattr(redis_layout, "one_key", lambda batch: None)
+            keys, args = commit_call(layout, bucket, batch, now, limits)
+        assert packed == pack_command(("EVALSHA", SHA, len(keys), *keys, *args))
