@@ -47,7 +47,7 @@ from typing import Any
 import structlog
 
 from proxy import tracing
-from proxy.core.errors import ProxyError, SessionNotFound
+from proxy.core.errors import ProxyError, SessionNotFound, StoreUnavailable
 from proxy.core.protocol import SERVER_ERROR
 from proxy.forwarding import Forwarded, NotesAhead, Refused, Reply
 from proxy.forwarding_fields import MalformedForward
@@ -390,9 +390,14 @@ class Replicas:
         except StoreError as exc:  # the store failed the holder: the asker's client hears
             refused = unavailable("serve a forwarded request", exc)
             reply = Refused(refused.http_status, refused.to_jsonrpc())
+        # Sent again while the store fails (the asker drops a second reply): the asker
+        # waits up to FORWARD_TIMEOUT_SECONDS, its client with it.
+        send = functools.partial(
+            self.store.send, asker, {**encode_reply(reply), "reply_to": number}
+        )
         try:
-            await self.store.send(asker, {**encode_reply(reply), "reply_to": number})
-        except StoreError as exc:
+            await patiently(self.store, "reply to another replica", send)
+        except StoreUnavailable as exc:
             log.warning("replica_reply_failed", to=asker, error=str(exc))
 
     # ------------------------------------------------------------------ dead replicas

@@ -6,9 +6,11 @@ forwarding timeout. (tests/test_replicas.py runs real replicas on Redis.)"""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
+from proxy.core.errors import StoreUnavailable
 from proxy.forwarding import (
     Acked,
     Answered,
@@ -21,6 +23,7 @@ from proxy.forwarding import (
     Reply,
 )
 from proxy.replicas import OwnerUnreachable, Relay, Replicas
+from proxy.store.base import StoreError
 from proxy.store.memory import MemoryStore
 
 GET = ForwardedGet("s1", "default", "alice")
@@ -130,6 +133,58 @@ async def test_what_a_holder_relays_ahead_comes_before_its_reply(memory_store: M
             )
             assert await a.forward("b", retry, ahead=got.append) == answer
         assert len(got) == 4
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+class Blips(MemoryStore):
+    """A store whose next ``fails`` sends of a kind (replies: ``reply_to``; requests:
+    the rest) fail, as Redis restarting fails them (a fault a real store cannot be made
+    to give at that moment)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unavailable_wait = 2.0
+        self.fails = {"reply": 0, "request": 0}
+
+    async def send(self, to: str, message: dict[str, Any]) -> None:
+        kind = "reply" if "reply_to" in message else "request"
+        if self.fails[kind] > 0:
+            self.fails[kind] -= 1
+            raise StoreError("redis at 127.0.0.1:1: send a message failed: Error 111")
+        await super().send(to, message)
+
+
+async def test_a_reply_is_sent_again_while_the_store_fails() -> None:
+    """The holder's reply meets a store restarting: it is sent again until the store is
+    back (the asker drops a second one), not lost with the asker waiting 30 s."""
+    store = Blips()
+    a, b = await started(store, "a", Holder()), await started(store, "b", Holder())
+    try:
+        store.fails["reply"] = 3
+        async with asyncio.timeout(5):
+            assert await a.forward("b", GET) == Acked()
+        assert store.fails["reply"] == 0
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_only_what_may_arrive_twice_is_sent_again() -> None:
+    """A request the holder drops a second copy of (``resend``) is sent again while the
+    store fails; any other is refused at once (it may have been delivered)."""
+    store = Blips()
+    holder = Holder()
+    a, b = await started(store, "a", Holder()), await started(store, "b", holder)
+    try:
+        store.fails["request"] = 2
+        async with asyncio.timeout(5):
+            assert await a.forward("b", GET, resend=True) == Acked()
+        store.fails["request"] = 1
+        with pytest.raises(StoreUnavailable):
+            await a.forward("b", GET)
+        assert holder.asked == [GET]
     finally:
         await a.stop()
         await b.stop()
