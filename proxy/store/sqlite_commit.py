@@ -71,6 +71,9 @@ def _insert_rows(rows: int) -> str:
     return f"INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES {values}"
 
 
+_INSERT_ONE = _insert_rows(1)
+
+
 def ids_json(ids: list[Any]) -> str:
     """``json.dumps(ids)``, the same text; none (a call answered by the time its record
     is committed: most calls') or one int or str id without the encoder's Python layers,
@@ -249,12 +252,15 @@ def commit(
     refused: list[str] = []
     for key in _touched(batch):
         *columns, oldest = conn.execute(_LOAD, (key,)).fetchone()
-        record = None if columns[0] is None else stream_record(columns)
+        if columns[0] is None:
+            keys[key] = _Key(None, oldest)
+            # (no record and no takeover: nothing to refuse; a new key, a call's, mostly)
+            if takeovers and refused_by(None, key, batch):
+                refused.append(key)
+            continue
+        record = stream_record(columns)
         keys[key] = _Key(record, oldest)
-        # (no record and no takeover: nothing to refuse; a new key, a call's, mostly)
-        if (record is not None or takeovers) and refused_by(
-            record if alive(record, now) else None, key, batch
-        ):
+        if refused_by(record if alive(record, now) else None, key, batch):
             refused.append(key)
     if refused:
         batch = batch.without(set(refused))
@@ -355,21 +361,18 @@ def _write(conn: sqlite3.Cursor, keys: dict[str, _Key], batch: Batch) -> list[st
             conn.execute(_WIPE, (key,))
         elif k.below is not None:
             conn.execute(_CUT, (key, k.below))
-        if k.new:
-            _insert_events(conn, key, k.new)
+        new = k.new
+        if len(new) == 1:  # (a call's answer: one row, no chunking)
+            conn.execute(_INSERT_ONE, (key, *new[0]))
+        elif new:
+            _insert_events(conn, key, new)
         if k.write and k.record is not None:
             rows.append(stream_row(k.record))
-    _many(conn, _PUT_STREAM, rows)
-    return tombstones
-
-
-def _many(conn: sqlite3.Cursor, statement: str, rows: Sequence[Sequence[Any]]) -> None:
-    """``executemany``; one row (a call's commit: most often) with ``execute``, which
-    makes no iterator and no second cursor pass; none, nothing."""
-    if len(rows) == 1:
-        conn.execute(statement, rows[0])
+    if len(rows) == 1:  # (a call's commit: one record; ``execute`` makes no iterator)
+        conn.execute(_PUT_STREAM, rows[0])
     elif rows:
-        conn.executemany(statement, rows)
+        conn.executemany(_PUT_STREAM, rows)
+    return tombstones
 
 
 def _insert_events(conn: sqlite3.Cursor, key: str, new: list[Entry]) -> None:
