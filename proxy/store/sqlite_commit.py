@@ -191,6 +191,70 @@ def plan_append(
     return AppendPlan([e for e in new if e.seq >= cut], clear, cut)
 
 
+_EPOCH_ROWS = (
+    "SELECT EXISTS (SELECT 1 FROM streams WHERE key > ?1 AND key < ?2)"
+    " OR EXISTS (SELECT 1 FROM events WHERE key > ?1 AND key < ?2)"
+)
+FRESH_EPOCHS = 65_536  # sessions whose new keys are known absent, at most (the oldest go)
+STALE_EPOCHS = 4_096  # sessions known to have had rows when first seen, at most
+
+
+class FreshEpochs:
+    """The keys a commit need not read: a new stream's key of a session this store has
+    seen with no row at all (a session made since the file was opened).
+
+    A key is ``epoch.number``, and a session numbers its streams upwards. The store is
+    the file's one writer (:mod:`proxy.store.sqlite_lock`) and only its commits add rows:
+    once an epoch had no stream and no event row when first seen, a key of it with a
+    number above every one a commit of this store has named since has no row either. Its
+    ``SELECT`` (a fifth of a call's commit) would find none; it is skipped. Anything else
+    (a number named before, an epoch that had rows: a session made before a restart, a
+    key not of that form, a takeover) is read as before. What is kept is bounded (the
+    oldest epochs go, and are read again)."""
+
+    __slots__ = ("_high", "_stale")
+
+    def __init__(self) -> None:
+        self._high: dict[str, int] = {}  # fresh epoch -> highest number named since
+        self._stale: set[str] = set()  # epochs that had rows when first seen
+
+    def absent(self, conn: sqlite3.Cursor, key: str) -> bool:
+        """Whether ``key`` certainly has no row (no ``SELECT`` needed); either way, a
+        commit about to write it is noted (called inside that commit's transaction)."""
+        epoch, _, number = key.rpartition(".")
+        high = self._high.get(epoch)
+        if high is None:
+            if epoch in self._stale or not epoch:
+                return False
+            if conn.execute(_EPOCH_ROWS, (epoch + ".", epoch + "/")).fetchone()[0]:
+                if len(self._stale) >= STALE_EPOCHS:
+                    self._stale.clear()
+                self._stale.add(epoch)
+                return False
+            if len(self._high) >= FRESH_EPOCHS:
+                del self._high[next(iter(self._high))]
+            high = -1
+        if not number.isdigit() or (number[0] == "0" and number != "0"):
+            # (not a number as journal_batch writes one: read it, and forget the epoch)
+            self._high.pop(epoch, None)
+            return False
+        n = int(number)
+        if n <= high:
+            return False
+        self._high[epoch] = n
+        return True
+
+    def named(self, key: str) -> None:
+        """A commit that reads every key (a takeover's) is about to write ``key``."""
+        epoch, _, number = key.rpartition(".")
+        high = self._high.get(epoch)
+        if high is not None:
+            if number.isdigit():
+                self._high[epoch] = max(high, int(number))
+            else:
+                del self._high[epoch]
+
+
 class _Key:
     """One key while its part of a batch is worked out (a plain class: a slots
     dataclass with a list default made its ``__init__`` a tenth of a call's commit)."""
@@ -243,14 +307,25 @@ def _touched(batch: Batch) -> list[str]:
 
 
 def commit(
-    conn: sqlite3.Cursor, batch: Batch, limits: StoreLimits, now: float
+    conn: sqlite3.Cursor,
+    batch: Batch,
+    limits: StoreLimits,
+    now: float,
+    fresh: FreshEpochs | None = None,
 ) -> tuple[list[str], list[str]]:
     """Apply ``batch`` inside the caller's transaction: the keys fencing refused (nothing
-    of the batch applied to them) and the keys that became tombstones."""
+    of the batch applied to them) and the keys that became tombstones. ``fresh``: the
+    keys known to have no row (:class:`FreshEpochs`: the store's, as its one writer)."""
     keys: dict[str, _Key] = {}
     takeovers = batch.takeovers
     refused: list[str] = []
     for key in _touched(batch):
+        if fresh is not None:
+            if takeovers:  # (a reaper's batch: every key read)
+                fresh.named(key)
+            elif fresh.absent(conn, key):
+                keys[key] = _Key(None, None)  # (what its SELECT would have found)
+                continue
         *columns, oldest = conn.execute(_LOAD, (key,)).fetchone()
         if columns[0] is None:
             keys[key] = _Key(None, oldest)
