@@ -349,7 +349,8 @@ def commit(
         r = k.record
         if r is None or (r.expires_at is not None and r.expires_at <= now):
             # An expired record is gone as if never made.
-            k.start_over()
+            if k.oldest is not None or k.below is not None or k.new:
+                k.start_over()
             expires = live_until if given.expires_at is None else given.expires_at
             k.record = _copy(given, expires, batch.fence)
         else:
@@ -375,12 +376,23 @@ def _append(
     k: _Key, key: str, entries: list[Entry], batch: Batch, limits: StoreLimits, now: float
 ) -> None:
     live_until = now + limits.live_ttl
-    if not alive(k.record, now):
+    record = k.record
+    if record is None or (record.expires_at is not None and record.expires_at <= now):
         # No record (never made, expired, or its history lost): keep what comes.
         k.start_over()
-        k.record = StreamRecord(key, "", batch.owner, first_seq=entries[0].seq, fence=batch.fence)
-    record = k.record
-    assert record is not None
+        k.record = record = StreamRecord(
+            key, "", batch.owner, first_seq=entries[0].seq, fence=batch.fence
+        )
+    if len(entries) == 1 and k.oldest is None and limits.max_events > 0:
+        entry = entries[0]
+        if entry.seq == record.last_seq + 1:
+            # (a call's answer on a log with nothing stored: what plan_append works out)
+            record.last_seq = record.first_seq = k.oldest = entry.seq
+            k.new.append(entry)
+            if record.state == LIVE:
+                record.expires_at = live_until
+            k.write = True
+            return
     plan = plan_append(record, k.oldest, entries, limits.max_events)
     if plan.clear:
         k.start_over()
