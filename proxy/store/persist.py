@@ -263,14 +263,6 @@ class Persister(Gathering):
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def _changes(self) -> None:
-        """Return at the next :meth:`_wake`."""
-        self._waiting += 1
-        try:
-            await self._changed.wait()
-        finally:
-            self._waiting -= 1
-
     def _discard(self, stale: str) -> None:
         """The sessions that noted what is gathered are lost: drop it, and let go whoever
         waits for it (their connections are fenced: they write none of it)."""
@@ -325,7 +317,11 @@ class Persister(Gathering):
             self._schedule(urgent=True)
         self._commit_open_for(ticket)
         while not self.landed(ticket, lane):
-            await self._changes()
+            self._waiting += 1  # (counted here, not in a coroutine of its own per wait)
+            try:
+                await self._changed.wait()
+            finally:
+                self._waiting -= 1
 
     async def drain(self, timeout: float) -> bool:
         """Commit what is gathered; False if the store did not take it within ``timeout``."""
@@ -337,7 +333,11 @@ class Persister(Gathering):
                     if self._inflight is not None:
                         await asyncio.shield(self._inflight)
                     elif self._busy:  # slices committed at once, a loop turn apart
-                        await self._changes()
+                        self._waiting += 1
+                        try:
+                            await self._changed.wait()
+                        finally:
+                            self._waiting -= 1
         except TimeoutError:
             return False
         return True
