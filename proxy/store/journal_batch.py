@@ -9,8 +9,6 @@ applies before the entries.
 from __future__ import annotations
 
 import time
-from itertools import groupby, repeat
-from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from proxy.store.base import Batch, Entry, StreamRecord
@@ -21,9 +19,6 @@ if TYPE_CHECKING:
 
 _new_entry = tuple.__new__
 """An :class:`Entry` made without its Python-level ``__new__``: half the time per event."""
-_ENTRY = repeat(Entry)  # (what ``map`` passes ``_new_entry`` first, for every entry)
-_stream = itemgetter(0)  # a journal append's stream number
-_fields = itemgetter(1, 2, 3)  # its seq, payload and mark: an Entry's fields
 
 
 def journal_into(
@@ -40,14 +35,21 @@ def journal_into(
         j.opened, j.announced = [], []
     if j.appends:
         appends = batch.appends
-        # Each run of one stream's entries (a burst: one run) made into Entries in C: no
-        # bytecode per event (``groupby``, ``itemgetter`` and ``tuple.__new__`` by ``map``).
-        for number, run in groupby(j.appends, _stream):
-            key = f"{epoch}.{number}"
-            got = appends.get(key)
-            if got is None:
-                got = appends[key] = []
-            got.extend(map(_new_entry, _ENTRY, map(_fields, run)))
+        lists: dict[int, list[Entry]] = {}  # stream number -> its list in the batch
+        number = -1
+        found: list[Entry] = []
+        for stream, seq, payload, mark in j.appends:
+            if stream != number:  # (a burst: one stream, looked up once)
+                number = stream
+                got = lists.get(number)
+                if got is None:
+                    key = f"{epoch}.{number}"
+                    got = appends.get(key)
+                    if got is None:
+                        got = appends[key] = []
+                    lists[number] = got
+                found = got
+            found.append(_new_entry(Entry, (seq, payload, mark)))
         j.appends = []
     if j.trimmed:
         for number, first in j.trimmed.items():
