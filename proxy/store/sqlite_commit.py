@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -195,7 +196,7 @@ _EPOCH_ROWS = (
     "SELECT EXISTS (SELECT 1 FROM streams WHERE key > ?1 AND key < ?2)"
     " OR EXISTS (SELECT 1 FROM events WHERE key > ?1 AND key < ?2)"
 )
-FRESH_EPOCHS = 65_536  # sessions whose new keys are known absent, at most (the oldest go)
+FRESH_EPOCHS = 16_384  # sessions whose new keys are known absent, at most (the oldest go)
 STALE_EPOCHS = 4_096  # sessions known to have had rows when first seen, at most
 
 
@@ -215,7 +216,9 @@ class FreshEpochs:
     __slots__ = ("_high", "_stale")
 
     def __init__(self) -> None:
-        self._high: dict[str, int] = {}  # fresh epoch -> highest number named since
+        # fresh epoch -> highest number named since; first seen first (``popitem`` of the
+        # oldest in O(1): a dict's first key is found past every one deleted before it)
+        self._high: OrderedDict[str, int] = OrderedDict()
         self._stale: set[str] = set()  # epochs that had rows when first seen
 
     def absent(self, conn: sqlite3.Cursor, key: str) -> bool:
@@ -232,7 +235,7 @@ class FreshEpochs:
                 self._stale.add(epoch)
                 return False
             if len(self._high) >= FRESH_EPOCHS:
-                del self._high[next(iter(self._high))]
+                self._high.popitem(last=False)
             high = -1
         if not number.isdigit() or (number[0] == "0" and number != "0"):
             # (not a number as journal_batch writes one: read it, and forget the epoch)

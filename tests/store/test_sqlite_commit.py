@@ -5,13 +5,16 @@ every batch as the memory store does is in test_random_batches.py."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core.errors import ResumeError
+from proxy.store import sqlite_commit
 from proxy.store.base import Batch, Entry, StreamRecord, Takeover
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_commit import DROP_AT_ONCE
@@ -287,3 +290,22 @@ def test_request_ids_are_written_as_json_dumps_writes_them(ids: list[object]) ->
 
     assert ids_json(ids) == json.dumps(ids)
     assert ids_json(['é"\\\n\u2028']) == json.dumps(['é"\\\n\u2028'])
+
+
+def test_fresh_epochs_are_bounded_and_a_forgotten_one_is_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The oldest epoch goes when the bound is reached; asked again, it is looked up
+    again (here: it has rows, so its keys are read from then on)."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE streams (key TEXT PRIMARY KEY)")
+    conn.execute("CREATE TABLE events (key TEXT, seq INTEGER, PRIMARY KEY (key, seq))")
+    cursor = conn.cursor()
+    fresh = sqlite_commit.FreshEpochs()
+    monkeypatch.setattr(sqlite_commit, "FRESH_EPOCHS", 3)
+    assert fresh.absent(cursor, "a.1")
+    conn.execute("INSERT INTO streams VALUES ('a.1')")  # (what that commit wrote)
+    assert all(fresh.absent(cursor, f"{e}.1") for e in "bcd")  # (a goes)
+    assert not fresh.absent(cursor, "a.2")  # looked up again: it has rows
+    assert not fresh.absent(cursor, "a.3")  # and is read from then on
+    assert fresh.absent(cursor, "d.2") and not fresh.absent(cursor, "d.2")
