@@ -2,11 +2,12 @@
 with as few statements as the batch allows (:func:`commit`).
 
 Each key the batch touches is read once (its record, alive or not, and its oldest stored
-seq: one ``SELECT``); fencing is decided from that read, every change of the batch is
-then worked out in Python, and each key's record is written once. A call's commit (a new
-record, its answer, its ending) is ``BEGIN``, one ``SELECT``, one ``INSERT`` of events,
-one of the record, ``COMMIT``; events are deleted only when a record needs it (a trim,
-``max_events``, a lost history, a key made again after it expired).
+seq: one ``SELECT``), unless it is known to have no row (:class:`FreshEpochs`: a new
+stream of a session first seen without rows); fencing is decided from that read, every
+change of the batch is then worked out in Python, and each key's record is written once.
+A call's commit (a new record, its answer, its ending) is ``BEGIN``, one ``INSERT`` of
+events, one of the record, ``COMMIT``; events are deleted only when a record needs it (a
+trim, ``max_events``, a lost history, a key made again after it expired).
 
 A dropped stream of at most :data:`DROP_AT_ONCE` stored events (a call's) goes in the
 commit, row and events: its pages are the ones the commit writes anyway. A larger one's
