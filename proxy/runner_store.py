@@ -35,7 +35,9 @@ class StoreHandoff:
     def hand_off(self, conns: Mapping[ConnId, ClientConn]) -> None:
         """Hand what the core noted to the group commit; hold ``conns`` behind it."""
         persister = self.persister
-        if self._journal:
+        j = self._journal
+        # (an answer's appends, a request's new stream: no ``Journal.__bool__`` call)
+        if j.appends or j.opened or j:
             # Named, not copied: the persister takes the journal once per loop turn.
             ticket = persister.noted(self._lane, self._source)
         else:

@@ -2,9 +2,10 @@
 
 The core decides; the runtime persists (DESIGN.md §9). A session with a journal notes
 every change a store must know of, in the order it made them; the runtime names the
-journal to its persister after each event that noted something, and the persister takes
-it (:meth:`Journal.take`) once per loop turn and commits it before any event it names
-reaches a client. Without a journal (the memory store) nothing is noted and nothing costs.
+journal to its persister after each event that noted something, and the persister adds
+what it holds to its batch and empties it (``proxy.store.journal_batch.journal_into``)
+once per loop turn, and commits it before any event it names reaches a client. Without
+a journal (the memory store) nothing is noted and nothing costs.
 """
 
 from __future__ import annotations

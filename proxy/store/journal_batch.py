@@ -24,12 +24,15 @@ _new_entry = tuple.__new__
 def journal_into(
     batch: Batch, session: Session, j: Journal, server: str, owner: str, retention: float
 ) -> None:
-    """Add what ``session`` noted (``j``, taken) to ``batch``; ``server``: the name of the
-    server its streams were made at; ``owner``: this replica; ``retention``: how long an
-    ended stream stays resumable."""
+    """Add what ``session`` noted (``j``) to ``batch`` and empty ``j`` (what
+    :meth:`Journal.take` and adding the taken copy did, without a new journal per
+    gathering); ``server``: the name of the server its streams were made at; ``owner``:
+    this replica; ``retention``: how long an ended stream stays resumable. Only the parts
+    that held something are replaced (a call's journal: two of seven)."""
     epoch = session.epoch
     if j.opened or j.announced:
         _records_into(batch, session, j, server, owner)
+        j.opened, j.announced = [], []
     if j.appends:
         appends = batch.appends
         lists: dict[int, list[Entry]] = {}  # stream number -> its list in the batch
@@ -47,27 +50,46 @@ def journal_into(
                     lists[number] = got
                 found = got
             found.append(_new_entry(Entry, (seq, payload, mark)))
-    for number, first in j.trimmed.items():
-        batch.trimmed[f"{epoch}.{number}"] = first
+        j.appends = []
+    if j.trimmed:
+        for number, first in j.trimmed.items():
+            batch.trimmed[f"{epoch}.{number}"] = first
+        j.trimmed = {}
     if j.completed:
         until = time.time() + retention
         for number in j.completed:
             batch.completed[f"{epoch}.{number}"] = until
-    for number in j.dropped:
-        batch.dropped.append(f"{epoch}.{number}")
+        j.completed = []
+    if j.dropped:
+        for number in j.dropped:
+            batch.dropped.append(f"{epoch}.{number}")
+        j.dropped = []
+    j.ended = None
 
 
 def _records_into(batch: Batch, session: Session, j: Journal, server: str, owner: str) -> None:
     """The new streams' records (and the announced seeds') of what ``session`` noted."""
-    sid, epoch = session.session_id, session.epoch
-    for number, announced in [(n, False) for n in j.opened] + [(n, True) for n in j.announced]:
+    sid, epoch, principal = session.session_id, session.epoch, session.principal
+    streams = batch.streams
+    for number in j.opened:
+        streams.append(
+            StreamRecord(
+                f"{epoch}.{number}",
+                sid,
+                owner,
+                request_ids=session.client_ids(number),
+                principal=principal,
+                server=server,
+            )
+        )
+    for number in j.announced:
         record = StreamRecord(
             f"{epoch}.{number}",
             sid,
             owner,
             request_ids=session.client_ids(number),
-            principal=session.principal,
+            principal=principal,
             server=server,
         )
-        record.announced = announced
-        batch.streams.append(record)
+        record.announced = True
+        streams.append(record)

@@ -100,6 +100,7 @@ class Persister(Gathering):
         self._cap = cap
         self._closed = False
         self._changed = asyncio.Event()
+        self._waiting = 0  # tasks waiting on :attr:`_changed` (none: it need not be set)
         self.last_error: str | None = None
         self.events = 0  # committed, in all
         self.commits = 0  # store commits (slices), in all
@@ -146,7 +147,10 @@ class Persister(Gathering):
             # goes on at the loop's next turn, not after a task's first step and the
             # commit behind it (the first event of a burst waited for two commits).
             try:
-                with tracing.commit(traced, part.batch.events(), self.store.kind):
+                if traced:
+                    with tracing.commit(traced, part.batch.events(), self.store.kind):
+                        refused = self.store.commit_now(part.batch, time.time())
+                else:  # (no span: no context manager's two calls per commit)
                     refused = self.store.commit_now(part.batch, time.time())
             except StoreError as exc:
                 self._failed(exc)  # the task below retries it, with backoff
@@ -254,6 +258,8 @@ class Persister(Gathering):
         self._wake()
 
     def _wake(self) -> None:
+        if not self._waiting:  # (most commits: their writers asked :meth:`landed` first)
+            return
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
@@ -311,7 +317,11 @@ class Persister(Gathering):
             self._schedule(urgent=True)
         self._commit_open_for(ticket)
         while not self.landed(ticket, lane):
-            await self._changed.wait()
+            self._waiting += 1  # (counted here, not in a coroutine of its own per wait)
+            try:
+                await self._changed.wait()
+            finally:
+                self._waiting -= 1
 
     async def drain(self, timeout: float) -> bool:
         """Commit what is gathered; False if the store did not take it within ``timeout``."""
@@ -323,7 +333,11 @@ class Persister(Gathering):
                     if self._inflight is not None:
                         await asyncio.shield(self._inflight)
                     elif self._busy:  # slices committed at once, a loop turn apart
-                        await self._changed.wait()
+                        self._waiting += 1
+                        try:
+                            await self._changed.wait()
+                        finally:
+                            self._waiting -= 1
         except TimeoutError:
             return False
         return True

@@ -79,7 +79,7 @@ class Gathering:
         return self._open
 
     def note(self, session: Session, j: Journal, server: str) -> None:
-        """Add what ``session`` noted (a :meth:`Journal.take`) to the open batch now;
+        """Add what ``session`` noted (``j``, emptied) to the open batch now;
         ``server``: the name of the server it was made at (its streams' records say so)."""
         tracing.gather(self._traced)
         self._gather()  # what was noted before, first
@@ -96,7 +96,7 @@ class Gathering:
         self._sources = {}
         for session, journal, server in sources.values():
             if journal:
-                self._take_in(session, journal.take(), server)
+                self._take_in(session, journal, server)  # (emptied as it is added)
 
     def _take_in(self, session: Session, j: Journal, server: str) -> None:
         epoch = session.epoch

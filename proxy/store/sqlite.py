@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -98,7 +99,7 @@ class SqliteStore(Store):
         self._now = 0.0  # the latest ``now`` seen: tails have no clock of their own
         # Writes on the loop (synchronous normal: no fsync per commit), else on the thread.
         self._inline = self.commits_at_once = synchronous == "normal"
-        self._next_checkpoint = 0.0  # loop time: no checkpoint is asked before it
+        self._next_checkpoint = 0.0  # time.monotonic(): no checkpoint is asked before it
         self._checkpoint: asyncio.Future[None] | None = None  # asked, not yet done
         self._tidy: asyncio.Task[None] | None = None  # deleting dropped streams' events
         # What the tidy awaits before each piece (a test holds it on a condition).
@@ -131,8 +132,10 @@ class SqliteStore(Store):
     def _checkpoint_soon(self) -> None:
         """After a commit on the loop: have the thread copy the WAL into the database,
         unless it is doing so or did within :data:`CHECKPOINT_SECONDS`."""
-        now = asyncio.get_running_loop().time()
-        if self._checkpoint is not None or now < self._next_checkpoint:
+        if self._checkpoint is not None:
+            return
+        now = time.monotonic()  # (not the loop's ``time()``: a Python call per commit)
+        if now < self._next_checkpoint:
             return
         db, executor = self._db, self._executor
         if db is None or executor is None or self._closed:

@@ -2,11 +2,12 @@
 with as few statements as the batch allows (:func:`commit`).
 
 Each key the batch touches is read once (its record, alive or not, and its oldest stored
-seq: one ``SELECT``); fencing is decided from that read, every change of the batch is
-then worked out in Python, and each key's record is written once. A call's commit (a new
-record, its answer, its ending) is ``BEGIN``, one ``SELECT``, one ``INSERT`` of events,
-one of the record, ``COMMIT``; events are deleted only when a record needs it (a trim,
-``max_events``, a lost history, a key made again after it expired).
+seq: one ``SELECT``), unless it is known to have no row (:class:`FreshEpochs`: a new
+stream of a session first seen without rows); fencing is decided from that read, every
+change of the batch is then worked out in Python, and each key's record is written once.
+A call's commit (a new record, its answer, its ending) is ``BEGIN``, one ``INSERT`` of
+events, one of the record, ``COMMIT``; events are deleted only when a record needs it (a
+trim, ``max_events``, a lost history, a key made again after it expired).
 
 A dropped stream of at most :data:`DROP_AT_ONCE` stored events (a call's) goes in the
 commit, row and events: its pages are the ones the commit writes anyway. A larger one's
@@ -23,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -69,6 +71,9 @@ def _insert_rows(rows: int) -> str:
     each event's seq, payload and mark, as an :class:`Entry` holds them."""
     values = ",".join(f"(?1,?{3 * n + 2},?{3 * n + 3},?{3 * n + 4})" for n in range(rows))
     return f"INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES {values}"
+
+
+_INSERT_ONE = _insert_rows(1)
 
 
 def ids_json(ids: list[Any]) -> str:
@@ -188,6 +193,72 @@ def plan_append(
     return AppendPlan([e for e in new if e.seq >= cut], clear, cut)
 
 
+_EPOCH_ROWS = (
+    "SELECT EXISTS (SELECT 1 FROM streams WHERE key > ?1 AND key < ?2)"
+    " OR EXISTS (SELECT 1 FROM events WHERE key > ?1 AND key < ?2)"
+)
+FRESH_EPOCHS = 16_384  # sessions whose new keys are known absent, at most (the oldest go)
+STALE_EPOCHS = 4_096  # sessions known to have had rows when first seen, at most
+
+
+class FreshEpochs:
+    """The keys a commit need not read: a new stream's key of a session this store has
+    seen with no row at all (a session made since the file was opened).
+
+    A key is ``epoch.number``, and a session numbers its streams upwards. The store is
+    the file's one writer (:mod:`proxy.store.sqlite_lock`) and only its commits add rows:
+    once an epoch had no stream and no event row when first seen, a key of it with a
+    number above every one a commit of this store has named since has no row either. Its
+    ``SELECT`` (a fifth of a call's commit) would find none; it is skipped. Anything else
+    (a number named before, an epoch that had rows: a session made before a restart, a
+    key not of that form, a takeover) is read as before. What is kept is bounded (the
+    oldest epochs go, and are read again)."""
+
+    __slots__ = ("_high", "_stale")
+
+    def __init__(self) -> None:
+        # fresh epoch -> highest number named since; first seen first (``popitem`` of the
+        # oldest in O(1): a dict's first key is found past every one deleted before it)
+        self._high: OrderedDict[str, int] = OrderedDict()
+        self._stale: set[str] = set()  # epochs that had rows when first seen
+
+    def absent(self, conn: sqlite3.Cursor, key: str) -> bool:
+        """Whether ``key`` certainly has no row (no ``SELECT`` needed); either way, a
+        commit about to write it is noted (called inside that commit's transaction)."""
+        epoch, _, number = key.rpartition(".")
+        high = self._high.get(epoch)
+        if high is None:
+            if epoch in self._stale or not epoch:
+                return False
+            if conn.execute(_EPOCH_ROWS, (epoch + ".", epoch + "/")).fetchone()[0]:
+                if len(self._stale) >= STALE_EPOCHS:
+                    self._stale.clear()
+                self._stale.add(epoch)
+                return False
+            if len(self._high) >= FRESH_EPOCHS:
+                self._high.popitem(last=False)
+            high = -1
+        if not number.isdigit() or (number[0] == "0" and number != "0"):
+            # (not a number as journal_batch writes one: read it, and forget the epoch)
+            self._high.pop(epoch, None)
+            return False
+        n = int(number)
+        if n <= high:
+            return False
+        self._high[epoch] = n
+        return True
+
+    def named(self, key: str) -> None:
+        """A commit that reads every key (a takeover's) is about to write ``key``."""
+        epoch, _, number = key.rpartition(".")
+        high = self._high.get(epoch)
+        if high is not None:
+            if number.isdigit():
+                self._high[epoch] = max(high, int(number))
+            else:
+                del self._high[epoch]
+
+
 class _Key:
     """One key while its part of a batch is worked out (a plain class: a slots
     dataclass with a list default made its ``__init__`` a tenth of a call's commit)."""
@@ -240,21 +311,35 @@ def _touched(batch: Batch) -> list[str]:
 
 
 def commit(
-    conn: sqlite3.Cursor, batch: Batch, limits: StoreLimits, now: float
+    conn: sqlite3.Cursor,
+    batch: Batch,
+    limits: StoreLimits,
+    now: float,
+    fresh: FreshEpochs | None = None,
 ) -> tuple[list[str], list[str]]:
     """Apply ``batch`` inside the caller's transaction: the keys fencing refused (nothing
-    of the batch applied to them) and the keys that became tombstones."""
+    of the batch applied to them) and the keys that became tombstones. ``fresh``: the
+    keys known to have no row (:class:`FreshEpochs`: the store's, as its one writer)."""
     keys: dict[str, _Key] = {}
     takeovers = batch.takeovers
     refused: list[str] = []
     for key in _touched(batch):
+        if fresh is not None:
+            if takeovers:  # (a reaper's batch: every key read)
+                fresh.named(key)
+            elif fresh.absent(conn, key):
+                keys[key] = _Key(None, None)  # (what its SELECT would have found)
+                continue
         *columns, oldest = conn.execute(_LOAD, (key,)).fetchone()
-        record = None if columns[0] is None else stream_record(columns)
+        if columns[0] is None:
+            keys[key] = _Key(None, oldest)
+            # (no record and no takeover: nothing to refuse; a new key, a call's, mostly)
+            if takeovers and refused_by(None, key, batch):
+                refused.append(key)
+            continue
+        record = stream_record(columns)
         keys[key] = _Key(record, oldest)
-        # (no record and no takeover: nothing to refuse; a new key, a call's, mostly)
-        if (record is not None or takeovers) and refused_by(
-            record if alive(record, now) else None, key, batch
-        ):
+        if refused_by(record if alive(record, now) else None, key, batch):
             refused.append(key)
     if refused:
         batch = batch.without(set(refused))
@@ -268,7 +353,8 @@ def commit(
         r = k.record
         if r is None or (r.expires_at is not None and r.expires_at <= now):
             # An expired record is gone as if never made.
-            k.start_over()
+            if k.oldest is not None or k.below is not None or k.new:
+                k.start_over()
             expires = live_until if given.expires_at is None else given.expires_at
             k.record = _copy(given, expires, batch.fence)
         else:
@@ -294,12 +380,23 @@ def _append(
     k: _Key, key: str, entries: list[Entry], batch: Batch, limits: StoreLimits, now: float
 ) -> None:
     live_until = now + limits.live_ttl
-    if not alive(k.record, now):
+    record = k.record
+    if record is None or (record.expires_at is not None and record.expires_at <= now):
         # No record (never made, expired, or its history lost): keep what comes.
         k.start_over()
-        k.record = StreamRecord(key, "", batch.owner, first_seq=entries[0].seq, fence=batch.fence)
-    record = k.record
-    assert record is not None
+        k.record = record = StreamRecord(
+            key, "", batch.owner, first_seq=entries[0].seq, fence=batch.fence
+        )
+    if len(entries) == 1 and k.oldest is None and limits.max_events > 0:
+        entry = entries[0]
+        if entry.seq == record.last_seq + 1:
+            # (a call's answer on a log with nothing stored: what plan_append works out)
+            record.last_seq = record.first_seq = k.oldest = entry.seq
+            k.new.append(entry)
+            if record.state == LIVE:
+                record.expires_at = live_until
+            k.write = True
+            return
     plan = plan_append(record, k.oldest, entries, limits.max_events)
     if plan.clear:
         k.start_over()
@@ -355,21 +452,18 @@ def _write(conn: sqlite3.Cursor, keys: dict[str, _Key], batch: Batch) -> list[st
             conn.execute(_WIPE, (key,))
         elif k.below is not None:
             conn.execute(_CUT, (key, k.below))
-        if k.new:
-            _insert_events(conn, key, k.new)
+        new = k.new
+        if len(new) == 1:  # (a call's answer: one row, no chunking)
+            conn.execute(_INSERT_ONE, (key, *new[0]))
+        elif new:
+            _insert_events(conn, key, new)
         if k.write and k.record is not None:
             rows.append(stream_row(k.record))
-    _many(conn, _PUT_STREAM, rows)
-    return tombstones
-
-
-def _many(conn: sqlite3.Cursor, statement: str, rows: Sequence[Sequence[Any]]) -> None:
-    """``executemany``; one row (a call's commit: most often) with ``execute``, which
-    makes no iterator and no second cursor pass; none, nothing."""
-    if len(rows) == 1:
-        conn.execute(statement, rows[0])
+    if len(rows) == 1:  # (a call's commit: one record; ``execute`` makes no iterator)
+        conn.execute(_PUT_STREAM, rows[0])
     elif rows:
-        conn.executemany(statement, rows)
+        conn.executemany(_PUT_STREAM, rows)
+    return tombstones
 
 
 def _insert_events(conn: sqlite3.Cursor, key: str, new: list[Entry]) -> None:

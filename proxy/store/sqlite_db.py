@@ -170,6 +170,8 @@ class Database:
         self._cursor = self.conn.cursor()
         self.reader: sqlite3.Connection | None = None
         self.tombstones: list[str] = []  # dropped streams whose events are still stored
+        # New keys a commit need not read (the store is the file's one writer).
+        self.fresh = sqlite_commit.FreshEpochs()
         try:
             self.epoch = self._migrate()
             self.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
@@ -264,7 +266,7 @@ class Database:
         # outside SQLite.)
         cursor.execute("BEGIN IMMEDIATE")
         try:
-            refused, tombstones = sqlite_commit.commit(cursor, batch, self.limits, now)
+            refused, tombstones = sqlite_commit.commit(cursor, batch, self.limits, now, self.fresh)
             cursor.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

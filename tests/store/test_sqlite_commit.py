@@ -5,14 +5,17 @@ every batch as the memory store does is in test_random_batches.py."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core.errors import ResumeError
-from proxy.store.base import Batch, Entry, StreamRecord
+from proxy.store import sqlite_commit
+from proxy.store.base import Batch, Entry, StreamRecord, Takeover
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_commit import DROP_AT_ONCE
 from tests.store.sqlite_support import entries, opened, stored_events, stored_streams
@@ -29,35 +32,105 @@ async def tidied(store: SqliteStore) -> None:
             await asyncio.sleep(0.01)
 
 
-async def test_a_calls_commit_is_one_read_and_two_writes(tmp_path: Path) -> None:
-    """A new record, its answer and its ending: BEGIN, one SELECT, the event, the record,
-    COMMIT (the fencing read is the append's read; a new key deletes nothing)."""
+def call_batch(key: str, fence: str = "f") -> Batch:
+    """A call's commit: a new record, its answer, its ending."""
+    return Batch(
+        streams=[StreamRecord(key, "s1", "a")],
+        appends={key: entries(1, 1)},
+        completed={key: time.time() + 60},
+        fence=fence,
+        owner="a",
+    )
+
+
+async def verbs_of(store: SqliteStore, batch: Batch) -> list[str]:
+    """The first words of each statement ``batch``'s commit ran."""
+    assert store._db is not None
+    statements: list[str] = []
+    store._db.conn.set_trace_callback(statements.append)
+    try:
+        assert await store.commit(batch, time.time()) == []
+    finally:
+        store._db.conn.set_trace_callback(None)
+    return [" ".join(s.split()[:3]) for s in statements]
+
+
+async def test_a_calls_commit_is_two_writes_and_at_most_one_read(tmp_path: Path) -> None:
+    """A new record, its answer and its ending: BEGIN, the event, the record, COMMIT. The
+    session's first commit reads once whether its epoch has any row (a session made before
+    a restart); a later call's new key (numbered above every one written since) is known
+    to have none: no SELECT (the store is the file's one writer)."""
     store = await opened(tmp_path / "s.db")
     try:
-        assert store._db is not None
-        statements: list[str] = []
-        store._db.conn.set_trace_callback(statements.append)
-        batch = Batch(
-            streams=[StreamRecord(KEY, "s1", "a")],
-            appends={KEY: entries(1, 1)},
-            completed={KEY: time.time() + 60},
-            fence="f",
-            owner="a",
-        )
-        assert await store.commit(batch, time.time()) == []
-        store._db.conn.set_trace_callback(None)
-        verbs = [" ".join(s.split()[:3]) for s in statements]
-        assert verbs == [
+        first = await verbs_of(store, call_batch(KEY))
+        assert first == [
             "BEGIN IMMEDIATE",
-            "SELECT key, session_id,",
+            "SELECT EXISTS (SELECT",
             "INSERT OR REPLACE",
             "INSERT OR REPLACE",
             "COMMIT",
         ]
-        assert "INTO events" in statements[2] and "INTO streams" in statements[3]
-        record = await store.get_stream(KEY, time.time())
-        assert record is not None and record.state == "completed" and record.fence == "f"
-        assert await store.read(KEY, 0, time.time()) == entries(1, 1)
+        second = await verbs_of(store, call_batch("e0e0e0.2"))
+        assert second == ["BEGIN IMMEDIATE", "INSERT OR REPLACE", "INSERT OR REPLACE", "COMMIT"]
+        for key in (KEY, "e0e0e0.2"):
+            record = await store.get_stream(key, time.time())
+            assert record is not None and record.state == "completed" and record.fence == "f"
+            assert await store.read(key, 0, time.time()) == entries(1, 1)
+    finally:
+        await store.close()
+
+
+async def test_a_key_named_before_or_of_a_session_with_rows_is_read(tmp_path: Path) -> None:
+    """The load is skipped only when it would find nothing: a key numbered at or below
+    one written since (made again) is read, and so is every key of a session that had
+    rows when the store opened (made before a restart)."""
+    store = await opened(tmp_path / "s.db")
+    try:
+        await store.commit(call_batch("e0e0e0.5"), time.time())
+        assert "SELECT key, session_id," in await verbs_of(store, call_batch("e0e0e0.3"))
+        again = Batch(appends={"e0e0e0.5": entries(2, 3)}, fence="f", owner="a")
+        assert "SELECT key, session_id," in await verbs_of(store, again)
+        assert await store.read("e0e0e0.5", 0, time.time()) == entries(1, 3)
+    finally:
+        await store.close()
+    store = await opened(tmp_path / "s.db")  # (a restart: the session has rows)
+    try:
+        verbs = await verbs_of(store, call_batch("e0e0e0.6"))
+        assert verbs[1:3] == ["SELECT EXISTS (SELECT", "SELECT key, session_id,"]
+        verbs = await verbs_of(store, call_batch("e0e0e0.7"))
+        assert verbs[1] == "SELECT key, session_id,"  # (known to have rows: not asked again)
+        other = await verbs_of(store, call_batch("f1f1f1.1"))
+        assert other[1] == "SELECT EXISTS (SELECT"  # (a session of its own: no row)
+    finally:
+        await store.close()
+
+
+async def test_a_takeovers_new_key_is_read_by_the_next_commit(tmp_path: Path) -> None:
+    """A batch with takeovers reads every key, and a new key it writes is not taken for
+    absent afterwards: the next commit reads it and continues its log."""
+    store = await opened(tmp_path / "s.db")
+    try:
+        await store.commit(call_batch(KEY), time.time())
+        live = Batch(
+            streams=[StreamRecord("e0e0e0.2", "s1", "a")],
+            appends={"e0e0e0.2": entries(1, 1)},
+            fence="f",
+            owner="a",
+        )
+        await store.commit(live, time.time())
+        taken = Batch(
+            streams=[StreamRecord("e0e0e0.9", "s1", "b")],
+            appends={"e0e0e0.2": entries(2, 2), "e0e0e0.9": entries(1, 2)},
+            fence="g",
+            owner="b",
+            takeovers={"e0e0e0.2": Takeover("f", 1)},
+        )
+        assert await store.commit(taken, time.time()) == []
+        more = Batch(appends={"e0e0e0.9": entries(3, 3)}, fence="g", owner="b")
+        assert "SELECT key, session_id," in await verbs_of(store, more)
+        assert await store.read("e0e0e0.9", 0, time.time()) == entries(1, 3)
+        record = await store.get_stream("e0e0e0.9", time.time())
+        assert record is not None and (record.first_seq, record.last_seq) == (1, 3)
     finally:
         await store.close()
 
@@ -217,3 +290,22 @@ def test_request_ids_are_written_as_json_dumps_writes_them(ids: list[object]) ->
 
     assert ids_json(ids) == json.dumps(ids)
     assert ids_json(['é"\\\n\u2028']) == json.dumps(['é"\\\n\u2028'])
+
+
+def test_fresh_epochs_are_bounded_and_a_forgotten_one_is_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The oldest epoch goes when the bound is reached; asked again, it is looked up
+    again (here: it has rows, so its keys are read from then on)."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE streams (key TEXT PRIMARY KEY)")
+    conn.execute("CREATE TABLE events (key TEXT, seq INTEGER, PRIMARY KEY (key, seq))")
+    cursor = conn.cursor()
+    fresh = sqlite_commit.FreshEpochs()
+    monkeypatch.setattr(sqlite_commit, "FRESH_EPOCHS", 3)
+    assert fresh.absent(cursor, "a.1")
+    conn.execute("INSERT INTO streams VALUES ('a.1')")  # (what that commit wrote)
+    assert all(fresh.absent(cursor, f"{e}.1") for e in "bcd")  # (a goes)
+    assert not fresh.absent(cursor, "a.2")  # looked up again: it has rows
+    assert not fresh.absent(cursor, "a.3")  # and is read from then on
+    assert fresh.absent(cursor, "d.2") and not fresh.absent(cursor, "d.2")
