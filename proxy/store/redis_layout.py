@@ -11,33 +11,6 @@ index of live streams, share one slot, so one script applies everything a batch 
 a session, and a cluster spreads the sessions over its masters. Every other key has a
 tag of its own. Every key has a TTL, so nothing grows without bound:
 
-key                      type    what, and its TTL
-=======================  ======  ====================================================
-``<ns>:epoch``           string  the epoch (see :mod:`proxy.store.base`); 30 days,
-                                 refreshed by ``open``, ``commit``, ``current_epoch``
-``<ns>:live``            zset    keys of LIVE streams scored by their expiry (unix
-                                 ms), for :meth:`RedisStore.live_streams`; until the
-                                 latest score
-``<ns>:rec:<key>``       hash    a stream's record: ``session owner state first last
-                                 rids`` (JSON) ``ann`` (0/1) ``exp`` (unix ms) ``who``
-                                 (the principal, JSON: ``null`` or a string; absent
-                                 in records written before it existed: ``null``)
-                                 ``srv`` (the server, JSON: ``null`` or a string;
-                                 absent in records written before it: ``null``);
-                                 ``fence`` (its writer's fencing token; absent: "");
-                                 until ``exp``: now + ``live_ttl`` on every append
-                                 while LIVE, the given ``expires_at`` once COMPLETED
-``<ns>:log:<key>``       stream  its entries, id ``<seq>-1``, fields ``p`` (payload)
-                                 and ``m`` (mark, absent when 0); the record's TTL
-``<ns>:wake:<key>``      stream  one entry per put, completion or drop of the stream:
-                                 wakes blocked tails; 60 s
-``<ns>:session:<id>``    string  a session record, JSON; its ``expires_at`` (30 days
-                                 when it has none)
-``<ns>:lease:<name>``    string  the owner; ``ttl`` on the Redis server's clock
-``<ns>:task:<id>``       string  a task record, JSON; its ``expires_at``
-``<ns>:inbox:<owner>``   list    messages for a replica, JSON; 60 s after the last
-=======================  ======  ====================================================
-=======
 ===============================  ======  ============================================
 key                              type    what, and its TTL
 ===============================  ======  ============================================
