@@ -21,11 +21,13 @@ run) commits it itself, unless a burst's batch may wait for more: it goes on in 
 turn instead of a wake-up in the next. With a store that starts a commit without a task
 (:meth:`~proxy.store.base.Store.commit_soon`: Redis on one server), the slice is written
 in the flush and lands in the store's reply callback, which lets its writers go and
-writes the next slice: no task started before the write nor woken after the reply. A batch that
-fails is retried (commits are idempotent) with backoff until it lands: clients wait, no
-event is skipped, and ``/healthz`` shows the store's error meanwhile. A batch of new
-stream records, trims or drops alone (a request just forwarded upstream) waits a few
-milliseconds for the events that usually follow, unless a replica waits for it.
+writes the next slice: no task started before the write nor woken after the reply; a
+writer holding a whole answer may ask to be called there (:meth:`Persister.when_landed`)
+instead of waiting in a task. A batch that fails is retried (commits are idempotent)
+with backoff until it lands: clients wait, no event is skipped, and ``/healthz`` shows
+the store's error meanwhile. A batch of new stream records, trims or drops alone (a
+request just forwarded upstream) waits a few milliseconds for the events that usually
+follow, unless a replica waits for it.
 
 What a session noted goes into the open batch, and when that batch goes, in
 :mod:`proxy.store.persist_gather`; committing it, here.
