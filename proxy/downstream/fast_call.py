@@ -10,6 +10,7 @@ import asyncio
 import contextvars
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
@@ -192,8 +193,9 @@ class FastCall:
             return self._hand_off(finish, lambda: runner.conn_gone(conn))
         gate = conn.gate
         if gate is not None and not conn.fenced and not gate.land_now(conn.ticket, conn.lane):
-            task = asyncio.get_running_loop().create_task(self._write_when_stored(whole))
-            task.add_done_callback(_retrieved)
+            # Written from the commit's landing (the wire never runs ahead of the store),
+            # not by a task waiting for it: no wake-up turn, task step or done callback.
+            gate.when_landed(conn.ticket, conn.lane, partial(self._landed, whole))
             return None
         return self._write(whole)
 
@@ -227,18 +229,23 @@ class FastCall:
             self.endpoint.metrics.request_seconds(self.method, "legacy").observe(seconds)
             self._done(True)
 
-    async def _write_when_stored(self, whole: bytes) -> None:
-        conn = self.conn
-        assert conn is not None
-        try:
-            await conn.stored()  # the wire never runs ahead of the store
-        except ConnectionError:  # (fenced)
-            return self._fenced()
-        except BaseException:
+    def _landed(self, whole: bytes, stored: bool) -> None:
+        """The answer's batch is in the store (:meth:`Persister.when_landed`): write it,
+        in the request's log context; fenced meanwhile, nothing of it (:meth:`_write`).
+        Not ``stored``: the persister closed first; the call ends unanswered."""
+        self.context.run(self._write_landed, whole, stored)
+
+    def _write_landed(self, whole: bytes, stored: bool) -> None:
+        if not stored:
+            conn = self.conn
+            assert conn is not None
             self.runner.conn_gone(conn)
             self._done(True)
-            raise
-        self._write(whole)
+            return
+        try:
+            self._write(whole)
+        except Exception as exc:  # (as a task's fault would be: logged, not raised)
+            log.debug("fast_post_ended", error=repr(exc))
 
     def _write(self, whole: bytes) -> None:
         conn = self.conn

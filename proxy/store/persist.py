@@ -21,11 +21,13 @@ run) commits it itself, unless a burst's batch may wait for more: it goes on in 
 turn instead of a wake-up in the next. With a store that starts a commit without a task
 (:meth:`~proxy.store.base.Store.commit_soon`: Redis on one server), the slice is written
 in the flush and lands in the store's reply callback, which lets its writers go and
-writes the next slice: no task started before the write nor woken after the reply. A batch that
-fails is retried (commits are idempotent) with backoff until it lands: clients wait, no
-event is skipped, and ``/healthz`` shows the store's error meanwhile. A batch of new
-stream records, trims or drops alone (a request just forwarded upstream) waits a few
-milliseconds for the events that usually follow, unless a replica waits for it.
+writes the next slice: no task started before the write nor woken after the reply; a
+writer holding a whole answer may ask to be called there (:meth:`Persister.when_landed`)
+instead of waiting in a task. A batch that fails is retried (commits are idempotent)
+with backoff until it lands: clients wait, no event is skipped, and ``/healthz`` shows
+the store's error meanwhile. A batch of new stream records, trims or drops alone (a
+request just forwarded upstream) waits a few milliseconds for the events that usually
+follow, unless a replica waits for it.
 
 What a session noted goes into the open batch, and when that batch goes, in
 :mod:`proxy.store.persist_gather`; committing it, here.
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -105,6 +108,10 @@ class Persister(Gathering):
         self.events = 0  # committed, in all
         self.commits = 0  # store commits (slices), in all
         self._traced: list[Any] = []  # the traced requests of the open batch (tracing)
+        # (ticket, lane, then): called once that part is in the store (:meth:`when_landed`)
+        self._when: list[tuple[int, str, Callable[[bool], None]]] = []
+        self._losing = False  # inside :meth:`_discard` (the sessions not yet fenced)
+        self._when_later: asyncio.Handle | None = None  # those callbacks, after it
 
     # ------------------------------------------------------------------ gathering
     @property
@@ -258,6 +265,11 @@ class Persister(Gathering):
         self._wake()
 
     def _wake(self) -> None:
+        if self._when:
+            if not self._losing:
+                self._call_landed()
+            elif self._when_later is None:  # once every session of the old token is fenced
+                self._when_later = asyncio.get_running_loop().call_soon(self._call_landed)
         if not self._waiting:  # (most commits: their writers asked :meth:`landed` first)
             return
         changed, self._changed = self._changed, asyncio.Event()
@@ -265,7 +277,16 @@ class Persister(Gathering):
 
     def _discard(self, stale: str) -> None:
         """The sessions that noted what is gathered are lost: drop it, and let go whoever
-        waits for it (their connections are fenced: they write none of it)."""
+        waits for it (their connections are fenced: they write none of it). The callbacks
+        of :meth:`when_landed` go in the next loop turn, as a woken writer would: the other
+        ``on_lost`` callbacks, which fence the connections, have not run yet."""
+        self._losing = True
+        try:
+            self._drop_gathered()
+        finally:
+            self._losing = False
+
+    def _drop_gathered(self) -> None:
         self._batch = Batch()
         for _, journal, _ in self._sources.values():
             journal.take()  # what they noted since is dropped too
@@ -294,6 +315,28 @@ class Persister(Gathering):
         step) waiting in :meth:`wait`."""
         self._commit_open_for(ticket)
         return self.landed(ticket, lane)
+
+    def when_landed(self, ticket: int, lane: str, then: Callable[[bool], None]) -> None:
+        """Call ``then(True)`` once :meth:`landed` ``(ticket, lane)``: from the commit's
+        landing (:meth:`_wake`; with Redis, the store's reply callback), not by a task
+        waiting in :meth:`wait` (a loop turn to wake it, its step, its done callback).
+        ``then(False)`` if the persister closes first (what a waiting task's cancellation
+        would do). Only for a ticket not landed yet (ask :meth:`land_now` first). A
+        fenced connection is let go like a waiter: ``then`` must check it (never write
+        what fencing dropped). ``then`` must not raise: if it does, that is logged."""
+        self._when.append((ticket, lane, then))
+
+    def _call_landed(self) -> None:
+        """Call the :meth:`when_landed` callbacks whose part is in the store."""
+        self._when_later = None
+        if self._closed:
+            return
+        pending, self._when = self._when, []
+        for entry in pending:
+            if self.landed(entry[0], entry[1]):
+                _call(entry[2], True)
+            else:  # (a later ticket; or a callback's own commit added one: kept too)
+                self._when.append(entry)
 
     def _commit_open_for(self, ticket: int) -> None:
         """A writer waits for the batch this turn's end would commit: commit it now, so
@@ -357,3 +400,18 @@ class Persister(Gathering):
             self._inflight.cancel()
             await asyncio.gather(self._inflight, return_exceptions=True)
             self._inflight = None
+        if self._when_later is not None:
+            self._when_later.cancel()
+            self._when_later = None
+        pending, self._when = self._when, []
+        for _, _, then in pending:  # never stored: nothing of theirs is written
+            _call(then, False)
+
+
+def _call(then: Callable[[bool], None], landed: bool) -> None:
+    """A :meth:`Persister.when_landed` callback: its fault is logged, not raised into
+    the commit's landing (a store's reply callback, another writer's turn)."""
+    try:
+        then(landed)
+    except Exception:
+        log.exception("landed_callback_failed")

@@ -70,6 +70,7 @@ class Store:
         self.committed = 0
         self._changed = asyncio.Event()
         self.at_once = False  # land_now commits the batch asked for (a store on the loop)
+        self.when: list[tuple[int, Callable[[bool], None]]] = []  # Persister.when_landed
 
     def landed(self, ticket: int, lane: str = "") -> bool:
         return self.committed >= ticket
@@ -83,10 +84,25 @@ class Store:
         while not self.landed(ticket):
             await self._changed.wait()
 
+    def when_landed(self, ticket: int, lane: str, then: Callable[[bool], None]) -> None:
+        assert not self.landed(ticket)
+        self.when.append((ticket, then))
+
     def land(self, ticket: int) -> None:
         self.committed = ticket
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+        pending, self.when = self.when, []
+        for entry in pending:  # (as Persister._wake: at once, in the landing's turn)
+            if self.landed(entry[0]):
+                entry[1](True)
+            else:
+                self.when.append(entry)
+
+    def close(self) -> None:
+        pending, self.when = self.when, []
+        for _, then in pending:
+            then(False)
 
 
 class Runner:
@@ -307,3 +323,44 @@ async def test_an_answer_whose_commit_at_once_was_refused_is_not_written() -> No
     await call.ended()
     assert call.done == [False] and not call.transport.data
     assert call.runner.gone == [call.conn] and list(call.handoffs) == [call.transport]
+
+
+async def test_a_whole_answer_is_written_in_the_turn_its_batch_lands() -> None:
+    # A store that commits off the loop (Redis): the answer waits for its batch by a
+    # callback (Persister.when_landed), and is written when the batch lands, in that
+    # callback, not by a task woken a loop turn later.
+    call = Call(lambda conn: queue(conn, 1, PRIMING, ANSWER, CloseMarker(None)), Wire())
+    await turns()
+    assert not call.done and not call.transport.data  # not in the store: not on the wire
+    assert [ticket for ticket, _ in call.store.when] == [1]
+    call.store.land(1)
+    assert call.done == [True] and not call.handoffs  # (no loop turn has run)
+    head, body = head_and_body(call.transport.data)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and ANSWER in body
+    assert call.runner.gone == [call.conn] and not call.store.when
+
+
+async def test_an_answer_whose_commit_is_refused_is_not_written() -> None:
+    # The commit holding the answer is refused (another replica took the stream): the
+    # persister's fencing fences the session's connections before the batch counts as
+    # landed; the callback then writes nothing and hands the call off as an empty 200,
+    # as the task that awaited the store did.
+    call = Call(lambda conn: queue(conn, 1, PRIMING, ANSWER, CloseMarker(None)), Wire())
+    await turns()
+    assert not call.transport.data
+    call.conn.fence()  # (Fence.lost -> SessionRunner.lose, before the landing lets go)
+    call.store.land(1)
+    assert call.done == [False] and not call.transport.data
+    assert call.runner.gone == [call.conn] and list(call.handoffs) == [call.transport]
+    response = await call.handoffs[call.transport].finish(object())  # type: ignore[arg-type]
+    assert isinstance(response, web.Response) and response.status == 200
+
+
+async def test_an_answer_never_stored_is_not_written_when_the_store_closes() -> None:
+    # The store never took the batch (it failed until the proxy stopped): closing the
+    # persister calls the callback with False; nothing is written, the call ends.
+    call = Call(lambda conn: queue(conn, 1, PRIMING, ANSWER, CloseMarker(None)), Wire())
+    await turns()
+    call.store.close()
+    assert call.done == [True] and not call.transport.data and not call.handoffs
+    assert call.runner.gone == [call.conn]

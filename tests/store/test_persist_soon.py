@@ -130,3 +130,85 @@ async def test_a_refused_key_loses_the_fence_before_the_writer_goes_on() -> None
         await flushed(persister)
         store.reply([KEY])
         assert len(lost) == 1 and persister.landed(ticket)
+
+
+async def test_when_landed_is_called_in_the_reply_callback_once_stored() -> None:
+    """A writer's callback (:meth:`Persister.when_landed`): called when its batch lands, in
+    the store's reply callback; not on an error reply (the batch is not stored), but once
+    ``commit`` has stored it."""
+    store = SoonStore()
+    await store.open()
+    async with persisting(store) as persister:
+        called: list[tuple[bool, bool]] = []
+        persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 2)), "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        persister.when_landed(ticket, "", lambda ok: called.append((ok, persister.landed(ticket))))
+        await flushed(persister)
+        store.reply(StoreError("NOSCRIPT"))
+        assert called == []  # not stored: not let go
+        async with asyncio.timeout(5):
+            await persister.wait(ticket)
+        assert called == [(True, True)] and store.awaited
+        persister.note(NotingSession(), Journal(appends=appends(1, 3, 3)), "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        persister.when_landed(ticket, "", lambda ok: called.append((ok, persister.landed(ticket))))
+        await flushed(persister)
+        assert len(called) == 1
+        store.reply()
+        assert called[1:] == [(True, True)]  # in the reply callback, no loop turn
+
+
+async def test_when_landed_after_a_refused_commit_runs_once_the_sessions_are_fenced() -> None:
+    """A refused commit: the token goes stale (every ``on_lost`` callback, the registry's
+    fencing of the connections, runs) before the callback; the same when the lease
+    lapses with the batch not yet committed (the callbacks go a loop turn later)."""
+    store = SoonStore()
+    await store.open()
+    async with persisting(store) as persister:
+        lost: list[str] = []
+        persister.fence.on_lost(lost.append)  # (after the persister's own, as the registry)
+        seen: list[int] = []
+        persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 1)), "default")  # type: ignore[arg-type]
+        persister.when_landed(persister.ticket, "", lambda ok: seen.append(len(lost)))
+        await flushed(persister)
+        store.reply([KEY])
+        assert seen == [1]
+        persister.note(NotingSession(), Journal(opened=[2], appends=appends(2, 1, 1)), "default")  # type: ignore[arg-type]
+        persister.when_landed(persister.ticket, "", lambda ok: seen.append(len(lost)))
+        persister.fence.lost("lease_lapsed")  # in the same turn: nothing committed
+        assert seen == [1] and len(lost) == 2
+        await asyncio.sleep(0)
+        assert seen == [1, 2]
+
+
+async def test_when_landed_never_stored_is_called_with_false_on_close() -> None:
+    store = SoonStore()
+    await store.open()
+    persister = Persister(store, "a", 60.0)
+    called: list[bool] = []
+    persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 1)), "default")  # type: ignore[arg-type]
+    persister.when_landed(persister.ticket, "", called.append)
+    await flushed(persister)
+    await persister.close()
+    assert called == [False]
+    store.reply()  # (a reply after close changes nothing)
+    assert called == [False]
+    await store.close()
+
+
+async def test_a_when_landed_callback_that_raises_is_logged_not_raised() -> None:
+    store = SoonStore()
+    await store.open()
+    async with persisting(store) as persister:
+        called: list[bool] = []
+
+        def fails(ok: bool) -> None:
+            raise RuntimeError("a writer's bug")
+
+        persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 1)), "default")  # type: ignore[arg-type]
+        ticket = persister.ticket
+        persister.when_landed(ticket, "", fails)
+        persister.when_landed(ticket, "", called.append)
+        await flushed(persister)
+        store.reply()  # (the store's reply callback: nothing raised into it)
+        assert called == [True] and persister.landed(ticket)
