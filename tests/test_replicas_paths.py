@@ -468,3 +468,32 @@ async def test_ws_resume_of_another_sessions_stream_the_store_cannot_read_is_ans
     assert again[-1] == {"jsonrpc": "2.0", "id": 3, "result": {}}
     answers = [m for m in again if m.get("id") == 1]
     assert [m["result"]["content"][0]["text"] for m in answers] == ["done 3"], again
+
+
+async def test_frames_a_socket_on_b_wrote_but_its_client_lost_are_resumed_on_a(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A socket on B follows A's call and writes frames its client never reads (the
+    socket is cut with them in flight); resumed on A from the last frame the client had,
+    the call's stream goes on from there: B's writes are no acknowledgement (a write
+    proves nothing), so A has not moved past them. Nemesis seed 3020932248 (ws-0#2)."""
+    steps = 30
+    async with lives(tmp_path, shared(redis_url), event_id_in_meta=True) as (proxies, _):
+        a, b = await asyncio.gather(proxies.start(), proxies.start())
+        async with socket_beside(a.url) as c:
+            session_id = await initialize(c, "2025-06-18", caps={"streams": {}})
+        async with socket_beside(b.url, session_id) as c:
+            params = tool("slow", {"steps": steps, "delay": 0.05}, "p")
+            await c.send(request(1, "tools/call", params))
+            got = [await c.recv() for _ in range(4)]  # create, then progress 1..3
+            await asyncio.sleep(1.5)  # B writes more (and would tell A) while unread
+            c.ws.transport.abort()  # cut, the unread frames with it
+        create = got[0]["params"]["stream"]
+        ref = {"streamId": create["streamId"], "resumeToken": create["resumeToken"]}
+        async with socket_beside(a.url, session_id) as c:
+            await c.send(request(2, "stream/resume", {**ref, "lastEventId": meta_id(got[-1])}))
+            rest = await _until(c, 2)
+    got += [m for m in rest[:-1] if _stream_of(m) == ref["streamId"]]
+    progress = [m["params"]["progress"] for m in got if m.get("method") == "notifications/progress"]
+    assert progress == list(range(1, steps + 1))
+    assert got[-2]["id"] == 1 and got[-2]["result"]["content"][0]["text"] == f"done {steps}"

@@ -18,8 +18,11 @@ replica, or before a restart) made. Both are served as Streamable HTTP serves th
   holder how far it wrote it, so the next socket goes on from there. A
   refusal is an error frame, as on a local socket; the holder saying the session is not
   found (it ended, or is another principal's) closes the socket with 4404, as a local
-  socket does. Frames written are acknowledged to the holder (``overflow: block``), at
-  most once per :data:`ACK_SECONDS` per stream.
+  socket does. A request stream's frames written are not acknowledged to the holder (a
+  write proves nothing: the client's ``stream/resume`` says what it has, as on a local
+  socket); the standalone stream's are, at most once per :data:`ACK_SECONDS` (the
+  position a newer socket starts from if this one's release is lost, as a local
+  socket's standalone stream goes on from what it was sent).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from proxy.store.unavailable import patiently, unavailable
 log = structlog.get_logger("proxy.ws")
 
 ACK_SECONDS = 1.0
-"""How often a followed stream tells the holder how far its client has it."""
+"""How often a followed standalone stream tells the holder how far it was written."""
 
 RELEASE_WAIT_SECONDS = 5.0
 """How long a closing socket tries to tell the holder how far it wrote the standalone
@@ -272,8 +275,11 @@ class RemoteSocket:
                 raise ProxyError("the replica holding this session answered out of turn")
 
     async def _follow(self, key: str, after: int) -> None:
+        # Not acknowledged as written: a write proves nothing (the client may never read
+        # it), and the holder resumes a request stream after what it was told the client
+        # has. The client's own stream/resume lastEventId tells it (_client_messages).
         try:
-            await self.frames.follow(key, after, self._acknowledge)
+            await self.frames.follow(key, after)
         except ResumeError as exc:  # gone while followed: like a local stream lost
             self.log.info("ws_remote_stream_lost", stream=key, reason=exc.reason)
         except StoreError as exc:
