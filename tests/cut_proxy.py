@@ -30,6 +30,7 @@ import contextlib
 import re
 import socket
 import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 _CHUNK = 64 * 1024
@@ -59,6 +60,7 @@ class CutProxy:
         self._count_after: bytes | None = None  # schedule_cuts(after=...) not seen yet
         self._cut_before_reply = False
         self._drop_next_post = False
+        self._before: tuple[bytes, Callable[[], Awaitable[None]]] | None = None
         self._links: set[_Link] = set()
         self._server: asyncio.Server | None = None
         self._closed: list[asyncio.Server] = []
@@ -123,6 +125,12 @@ class CutProxy:
         bytes arrive (a replica killed with the request on its way)."""
         self._drop_next_post = True
 
+    def before_forwarding(self, marker: bytes, hook: Callable[[], Awaitable[None]]) -> None:
+        """The next client bytes holding ``marker`` (in one read) wait for ``hook`` to
+        run before they are forwarded (once): something happens at the server between a
+        request's sending and its arrival."""
+        self._before = (marker, hook)
+
     def _cut(self, link: _Link, *, reset: bool) -> None:
         if link not in self._links:
             return
@@ -183,6 +191,9 @@ class CutProxy:
                     self._drop_next_post = False
                     self._cut(link, reset=True)
                     return
+                if self._before is not None and self._before[0] in data:
+                    hook, self._before = self._before[1], None
+                    await hook()
                 self.sent_to_server += data
                 if self._cut_before_reply and not link.got_request and data.startswith(b"POST"):
                     link.got_request = True

@@ -195,6 +195,10 @@ class ShimSession:
         while True:
             if not fresh and self._needs_reinit:
                 failure = await self._reinitialize(deadline)
+                if failure is None and self._needs_reinit:  # it ended as it started
+                    if time.monotonic() < deadline:
+                        continue  # start one more, within the request's deadline
+                    failure = "it ended as it started"
                 if failure is not None:
                     message = f"{SESSION_EXPIRED}; a new one could not be started: {failure}"
                     self.answer_error(call, SESSION_EXPIRED_CODE, message, "session_expired")
@@ -400,6 +404,8 @@ class ShimSession:
         if self._host_initialized:
             note = jsonrpc.classify({"jsonrpc": "2.0", "method": "notifications/initialized"})
             await self._send_other(note)
+        if self._needs_reinit:  # a 404 meanwhile: the new session is gone already
+            return None  # (the caller looks again)
         log.info("session_reinitialized", session=self.link.session_label)
         self.ensure_standalone()
         return None

@@ -299,6 +299,32 @@ async def test_session_deleted_under_the_shim(tmp_path: Path) -> None:
     assert shim_log(tmp_path).count("session_deleted") == 1, "the new session was deleted"
 
 
+async def test_a_session_that_ends_as_it_is_started_again_is_started_once_more(
+    tmp_path: Path,
+) -> None:
+    """The shim starts a new session after a 404, and that one ends too before its
+    ``notifications/initialized`` lands (its replica lost it): the request waiting is
+    sent to a third session, never without a session id (nemesis seed 1820776908:
+    ``400 missing_session``)."""
+    async with rig(tmp_path) as (proxy, cut, host):
+        assert text_of(await asyncio.wait_for(host.call_tool("echo", {"text": "a"}), DEADLINE))
+
+        async def delete(session_id: str) -> None:
+            headers = {"Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"}
+            async with aiohttp.ClientSession() as http, http.delete(proxy.url, headers=headers):
+                pass
+
+        async def end_the_new_one() -> None:
+            await delete(cut.session_ids[-1])
+
+        cut.before_forwarding(b"notifications/initialized", end_the_new_one)
+        await delete(cut.session_ids[0])
+        result = await asyncio.wait_for(host.call_tool("echo", {"text": "b"}), DEADLINE)
+        assert text_of(result) == "b"
+        assert len(cut.session_ids) == 3, cut.session_ids
+    assert "missing_session" not in shim_log(tmp_path)
+
+
 @pytest.mark.parametrize("ending", ["stdin EOF", "SIGTERM"])
 async def test_shim_ends_by_deleting_its_session(tmp_path: Path, ending: str) -> None:
     async with run_proxy(tmp_path, FIXTURE) as proxy, forwarder(proxy) as cut:
