@@ -12,8 +12,8 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import aiohttp
 import yaml
 
 from proxy.core.sse import SSEDecoder
+from tests.redis_server import RedisServer
 from tests.support import (
     FIXTURE,
     ROOT,
@@ -160,6 +161,15 @@ def progress_of(received: list[dict[str, Any]]) -> list[int]:
 
 
 _namespaces = itertools.count()
+
+
+@contextmanager
+def restartable_redis(tmp_path: Path, **extra: Any) -> Iterator[tuple[RedisServer, dict[str, Any]]]:
+    """A ``redis-server`` of the test's own that keeps its data when restarted (a test
+    stops and starts it under the replicas), and the store config of replicas on it:
+    :func:`shared`'s, with ``extra`` (``unavailable_wait_seconds``, say)."""
+    with RedisServer(tmp_path / "redis", durable=True) as server:
+        yield server, {**shared(server.url), **extra}
 
 
 def shared(redis_url: str, lease: float = 10.0) -> dict[str, Any]:

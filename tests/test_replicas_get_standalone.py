@@ -25,8 +25,7 @@ import aiohttp
 from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession
 from tests.modern.support import SERVER
-from tests.proxy_lives import Proxy, lives, shared
-from tests.redis_server import RedisServer
+from tests.proxy_lives import Proxy, lives, restartable_redis, shared
 from tests.support import eventually, log_events
 
 ROOTS_CHANGED = {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}
@@ -217,8 +216,7 @@ async def test_a_listen_get_ending_while_the_store_restarts_still_says_how_far_i
     """B's listen GET ends while Redis restarts: its release (how far it wrote) is sent
     once the store is back, so the next listen GET, on A, starts after it, not after the
     last position B acknowledged (which would say 2 and 3 again)."""
-    with RedisServer(tmp_path / "redis", durable=True) as server:
-        store = {"kind": "redis", "url": server.url, "namespace": "relget", "lease_seconds": 10}
+    with restartable_redis(tmp_path) as (server, store):
         async with lives(tmp_path, store) as (proxies, http):
             proxies.command = SERVER
             a, b = await asyncio.gather(proxies.start(), proxies.start())

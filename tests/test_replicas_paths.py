@@ -26,7 +26,7 @@ from tests.downstream.sse_client import RawSession, live_messages
 from tests.downstream.ws_client import Client, initialize, request, socket_beside, tool
 from tests.modern.client import Answer, Modern, body, read_answer, request_headers
 from tests.modern.support import SERVER
-from tests.proxy_lives import lives, shared
+from tests.proxy_lives import lives, restartable_redis, shared
 from tests.redis_server import RedisServer
 from tests.support import ROOT, eventually
 
@@ -350,8 +350,7 @@ async def test_an_answer_sent_through_the_other_replica_outlives_a_store_restart
     """A client on B answers a question of A's server (over ``/ws``, then by ``POST``)
     while Redis restarts: the answer is sent on until the store is back (the holder drops
     one it already had), and each call ends with it. Nemesis seed 3697101155 lost one."""
-    with RedisServer(tmp_path / "redis", durable=True) as server:
-        store = {"kind": "redis", "url": server.url, "namespace": "blip", "lease_seconds": 10}
+    with restartable_redis(tmp_path) as (server, store):
         async with lives(tmp_path, store) as (proxies, http):
             a, b = await asyncio.gather(proxies.start(), proxies.start())
             on_a = await legacy(http, a.url, {"elicitation": {}})
@@ -403,11 +402,7 @@ async def test_ws_following_a_stream_the_store_cannot_read_is_closed_1013(
     ``unavailable_wait_seconds``: the socket is closed 1013 (try again later), not left
     silent, and once Redis is back a socket on B resumes the rest, once each."""
     steps = 40
-    with RedisServer(tmp_path / "redis", durable=True) as server:
-        store = {
-            **{"kind": "redis", "url": server.url, "namespace": "gone", "lease_seconds": 10},
-            "unavailable_wait_seconds": 0.5,
-        }
+    with restartable_redis(tmp_path, unavailable_wait_seconds=0.5) as (server, store):
         async with lives(tmp_path, store, event_id_in_meta=True) as (proxies, _):
             a, b = await asyncio.gather(proxies.start(), proxies.start())
             async with socket_beside(a.url) as c:
@@ -438,11 +433,7 @@ async def test_ws_resume_of_another_sessions_stream_the_store_cannot_read_is_ans
     """A ``stream/resume`` over ``/ws`` naming another session's stream while Redis is
     down past ``unavailable_wait_seconds`` is answered (its id, ``store_unavailable``),
     not left without an answer; once Redis is back the same request replays it."""
-    with RedisServer(tmp_path / "redis", durable=True) as server:
-        store = {
-            **{"kind": "redis", "url": server.url, "namespace": "seedws", "lease_seconds": 10},
-            "unavailable_wait_seconds": 0.3,
-        }
+    with restartable_redis(tmp_path, unavailable_wait_seconds=0.3) as (server, store):
         async with (
             lives(tmp_path, store, event_id_in_meta=True) as (proxies, _),
             contextlib.AsyncExitStack() as sockets,

@@ -20,8 +20,7 @@ from pathlib import Path
 
 from tests.downstream.ws_client import Client, initialize, socket_beside
 from tests.modern.support import SERVER
-from tests.proxy_lives import Proxy, lives, shared
-from tests.redis_server import RedisServer
+from tests.proxy_lives import Proxy, lives, restartable_redis, shared
 from tests.support import eventually, log_events
 
 ROOTS_CHANGED = {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}
@@ -136,8 +135,7 @@ async def test_a_socket_closing_while_the_store_restarts_still_says_how_far_it_w
     """A socket on B closes while Redis restarts: its release (how far it wrote the
     standalone stream) is sent once the store is back, so the next socket, on A, starts
     after it, not after the last position B acknowledged (which would say 2 and 3 again)."""
-    with RedisServer(tmp_path / "redis", durable=True) as server:
-        store = {"kind": "redis", "url": server.url, "namespace": "rel", "lease_seconds": 10}
+    with restartable_redis(tmp_path) as (server, store):
         async with (
             lives(tmp_path, store) as (proxies, _),
             contextlib.AsyncExitStack() as sockets,
@@ -167,8 +165,7 @@ async def test_a_takeover_while_the_store_restarts_starts_after_what_the_old_soc
     """A new socket on A takes the standalone stream from an open one on B while Redis
     restarts: the takeover is sent once the store is back, B says how far it wrote, and
     the new socket starts after that, not after B's last acknowledged position."""
-    with RedisServer(tmp_path / "redis", durable=True) as server:
-        store = {"kind": "redis", "url": server.url, "namespace": "take", "lease_seconds": 10}
+    with restartable_redis(tmp_path) as (server, store):
         async with (
             lives(tmp_path, store) as (proxies, _),
             contextlib.AsyncExitStack() as sockets,

@@ -9,6 +9,7 @@ applies before the entries.
 from __future__ import annotations
 
 import time
+from itertools import chain, repeat
 from typing import TYPE_CHECKING
 
 from proxy.store.base import Batch, Entry, StreamRecord
@@ -71,18 +72,8 @@ def _records_into(batch: Batch, session: Session, j: Journal, server: str, owner
     """The new streams' records (and the announced seeds') of what ``session`` noted."""
     sid, epoch, principal = session.session_id, session.epoch, session.principal
     streams = batch.streams
-    for number in j.opened:
-        streams.append(
-            StreamRecord(
-                f"{epoch}.{number}",
-                sid,
-                owner,
-                request_ids=session.client_ids(number),
-                principal=principal,
-                server=server,
-            )
-        )
-    for number in j.announced:
+    marked = chain(zip(j.opened, repeat(False)), zip(j.announced, repeat(True)))
+    for number, announced in marked:  # (no list made: a call's is one opened stream)
         record = StreamRecord(
             f"{epoch}.{number}",
             sid,
@@ -91,5 +82,5 @@ def _records_into(batch: Batch, session: Session, j: Journal, server: str, owner
             principal=principal,
             server=server,
         )
-        record.announced = True
+        record.announced = announced
         streams.append(record)
