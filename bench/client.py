@@ -5,6 +5,7 @@ phase scripts (``load.py``, ``memory.py``) share: their command line and their o
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
 import json
 import os
@@ -34,6 +35,20 @@ async def sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[SseEvent]:
     async for chunk in resp.content.iter_any():
         for event in splitter.feed(chunk):
             yield event
+
+
+async def until_healthy(http: aiohttp.ClientSession, port: int, tries: int = 600) -> None:
+    """Wait until the proxy on ``port`` answers ``/healthz`` with 200 (``tries`` looks,
+    0.2 s apart); RuntimeError if it never does."""
+    for _ in range(tries):
+        try:
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                if resp.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"no proxy answered /healthz on port {port}")
 
 
 def http_client(total_s: float) -> aiohttp.ClientSession:

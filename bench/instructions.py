@@ -22,10 +22,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import aiohttp
 import stores
 from callgrind import control, end, ir, proxy_code
-from client import McpSession, http_client
+from client import McpSession, http_client, until_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 _parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -78,13 +77,7 @@ async def main(setup: stores.StoreSetup, config: str | None):
     url = f"http://127.0.0.1:{p}/mcp"
     try:
         async with http_client(600) as http:
-            for _ in range(600):
-                try:
-                    async with http.get(f"http://127.0.0.1:{p}/healthz") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.5)
+            await until_healthy(http, p)
             s = McpSession(http, url)
             await s.initialize()
             for i in range(30):

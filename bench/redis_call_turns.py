@@ -25,10 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
 import redis
 from callgrind import proxy_code
-from client import McpSession, http_client
+from client import McpSession, http_client, until_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = str(ROOT / ".venv" / "bin" / "python")
@@ -115,13 +114,7 @@ async def main(args: argparse.Namespace) -> None:
         admin = redis.Redis.from_url(args.store) if args.store else None
         try:
             async with http_client(600) as http:
-                for _ in range(100):
-                    try:
-                        async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
-                            if r.status == 200:
-                                break
-                    except aiohttp.ClientError:
-                        await asyncio.sleep(0.2)
+                await until_healthy(http, port, tries=100)
                 s = McpSession(http, f"http://127.0.0.1:{port}/mcp")
                 await s.initialize()
                 for i in range(30):

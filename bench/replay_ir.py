@@ -21,11 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import aiohttp
 import resume as R
 import stores
 from callgrind import control, end, ir, proxy_code
-from client import McpSession, http_client
+from client import McpSession, http_client, until_healthy
 from contenders import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,18 +32,6 @@ PY = str(ROOT / ".venv" / "bin" / "python")
 FLOOD = str(ROOT / "tests" / "fixtures" / "flood_server.py")
 SRC = sys.argv[1]
 RESUMES = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-
-
-async def ready(http: aiohttp.ClientSession, port: int) -> None:
-    for _ in range(600):
-        try:
-            async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
-                if resp.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.5)
-    raise RuntimeError(f"no proxy on port {port}")
 
 
 async def main(setup: stores.StoreSetup, config: str) -> None:
@@ -71,7 +58,7 @@ async def main(setup: stores.StoreSetup, config: str) -> None:
         b_pid = str(procs[1].pid)
         async with http_client(600) as http:
             for port in ports:
-                await ready(http, port)
+                await until_healthy(http, port)
             opts = R.Options(a, b, setup.probe, "flood", 10_000, 200, RESUMES)
             session = McpSession(http, a)
             await session.initialize()

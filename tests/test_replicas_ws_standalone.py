@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from tests.downstream.ws_client import Client, initialize, socket_beside
 from tests.modern.support import SERVER
@@ -44,6 +46,21 @@ async def until_closed(proxy: Proxy, before: int) -> None:
     """Wait until ``proxy`` is done with one more socket than ``before`` (a client's
     close reaches the proxy a moment after the client is done with it)."""
     await eventually(lambda: closed(proxy) > before, what="the proxy to close the socket")
+
+
+@contextlib.asynccontextmanager
+async def two_replicas(
+    tmp_path: Path, store: dict[str, Any]
+) -> AsyncIterator[tuple[Proxy, Proxy, contextlib.AsyncExitStack]]:
+    """Replicas A and B on ``store`` in front of the task fixture, and a stack the test's
+    sockets are closed by (before the replicas stop)."""
+    async with (
+        lives(tmp_path, store) as (proxies, _),
+        contextlib.AsyncExitStack() as sockets,
+    ):
+        proxies.command = SERVER
+        a, b = await asyncio.gather(proxies.start(), proxies.start())
+        yield a, b, sockets
 
 
 class Says:
@@ -79,12 +96,7 @@ class Says:
 async def test_the_newest_socket_takes_the_standalone_stream_on_any_replica(
     tmp_path: Path, redis_url: str
 ) -> None:
-    async with (
-        lives(tmp_path, shared(redis_url)) as (proxies, _),
-        contextlib.AsyncExitStack() as sockets,
-    ):
-        proxies.command = SERVER
-        a, b = await asyncio.gather(proxies.start(), proxies.start())
+    async with two_replicas(tmp_path, shared(redis_url)) as (a, b, sockets):
         says = Says()
 
         async def open_socket(url: str, session: str | None = None) -> Client:
@@ -136,12 +148,7 @@ async def test_a_socket_closing_while_the_store_restarts_still_says_how_far_it_w
     standalone stream) is sent once the store is back, so the next socket, on A, starts
     after it, not after the last position B acknowledged (which would say 2 and 3 again)."""
     with restartable_redis(tmp_path) as (server, store):
-        async with (
-            lives(tmp_path, store) as (proxies, _),
-            contextlib.AsyncExitStack() as sockets,
-        ):
-            proxies.command = SERVER
-            a, b = await asyncio.gather(proxies.start(), proxies.start())
+        async with two_replicas(tmp_path, store) as (a, b, sockets):
             says = Says()
             s1 = await sockets.enter_async_context(socket_beside(a.url))
             session = await initialize(s1)
@@ -166,12 +173,7 @@ async def test_a_takeover_while_the_store_restarts_starts_after_what_the_old_soc
     restarts: the takeover is sent once the store is back, B says how far it wrote, and
     the new socket starts after that, not after B's last acknowledged position."""
     with restartable_redis(tmp_path) as (server, store):
-        async with (
-            lives(tmp_path, store) as (proxies, _),
-            contextlib.AsyncExitStack() as sockets,
-        ):
-            proxies.command = SERVER
-            a, b = await asyncio.gather(proxies.start(), proxies.start())
+        async with two_replicas(tmp_path, store) as (a, b, sockets):
             says = Says()
             s1 = await sockets.enter_async_context(socket_beside(a.url))
             session = await initialize(s1)
