@@ -286,14 +286,10 @@ class Replicas:
             with tracing.forward(owner, request) as carrier:  # the trace goes along
                 envelope = {"id": number, "from": self.owner, **carrier}
                 message = {**encode_request(request), **envelope}
-                if resend:
-                    send = functools.partial(self.store.send, owner, message)
-                    await patiently(self.store, "forward answers", send)
-                else:
-                    try:
-                        await self.store.send(owner, message)
-                    except StoreError as exc:
-                        raise unavailable("forward a request", exc) from exc
+                try:
+                    await self._send(owner, message, "forward a request", resend)
+                except StoreError as exc:  # (sent once: it may have been delivered)
+                    raise unavailable("forward a request", exc) from exc
                 async with asyncio.timeout(timeout):
                     # A caller bounding the wait itself (timeout None) watches the holder too.
                     wire = await (
@@ -337,11 +333,17 @@ class Replicas:
         one that may reach it twice (``resend``) is sent again while the store fails, for
         up to ``store.unavailable_wait`` (then StoreUnavailable), as :meth:`forward`."""
         message = {**encode_request(request), "id": 0, "from": self.owner}
+        await self._send(owner, message, "tell another replica", resend)
+
+    async def _send(self, to: str, message: dict[str, Any], doing: str, resend: bool) -> None:
+        """Put ``message`` in ``to``'s inbox. One that may arrive twice (``resend``) is
+        sent again while the store fails, for up to ``store.unavailable_wait``
+        (:func:`~proxy.store.unavailable.patiently`: then StoreUnavailable); any other is
+        sent once (StoreError: it may have been delivered)."""
         if resend:
-            send = functools.partial(self.store.send, owner, message)
-            await patiently(self.store, "tell another replica", send)
+            await patiently(self.store, doing, functools.partial(self.store.send, to, message))
         else:
-            await self.store.send(owner, message)
+            await self.store.send(to, message)
 
     async def _listen(self) -> None:
         while True:
@@ -392,11 +394,9 @@ class Replicas:
             reply = Refused(refused.http_status, refused.to_jsonrpc())
         # Sent again while the store fails (the asker drops a second reply): the asker
         # waits up to FORWARD_TIMEOUT_SECONDS, its client with it.
-        send = functools.partial(
-            self.store.send, asker, {**encode_reply(reply), "reply_to": number}
-        )
+        message = {**encode_reply(reply), "reply_to": number}
         try:
-            await patiently(self.store, "reply to another replica", send)
+            await self._send(asker, message, "reply to another replica", resend=True)
         except StoreUnavailable as exc:
             log.warning("replica_reply_failed", to=asker, error=str(exc))
 

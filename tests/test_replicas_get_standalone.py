@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +142,20 @@ class Says:
         return self.count
 
 
+@asynccontextmanager
+async def session_on_a(
+    tmp_path: Path, store: dict[str, Any]
+) -> AsyncIterator[tuple[Proxy, Proxy, RawSession, Says]]:
+    """Replicas A and B on ``store`` in front of the task fixture, a client's session on
+    A, and the messages its server says."""
+    async with lives(tmp_path, store) as (proxies, http):
+        proxies.command = SERVER
+        a, b = await asyncio.gather(proxies.start(), proxies.start())
+        client = RawSession(http, a.url)
+        await client.initialize()
+        yield a, b, client, Says(client)
+
+
 async def ended(proxy: Proxy, listener: Listener) -> None:
     """Cut ``listener`` and wait until ``proxy`` is done with it (its remote listen GET
     told the holder how far it wrote)."""
@@ -154,12 +170,7 @@ async def ended(proxy: Proxy, listener: Listener) -> None:
 async def test_a_new_listen_get_starts_after_what_a_listener_on_another_replica_wrote(
     tmp_path: Path, redis_url: str
 ) -> None:
-    async with lives(tmp_path, shared(redis_url)) as (proxies, http):
-        proxies.command = SERVER
-        a, b = await asyncio.gather(proxies.start(), proxies.start())
-        client = RawSession(http, a.url)
-        await client.initialize()
-        says = Says(client)
+    async with session_on_a(tmp_path, shared(redis_url)) as (a, b, client, says):
         async with asyncio.timeout(60):
             on_b = await listen(client, b.url)
             n = await says.say()
@@ -182,12 +193,7 @@ async def test_a_new_listen_get_starts_after_what_a_listener_on_another_replica_
 async def test_a_newer_listen_get_takes_the_stream_from_one_on_another_replica(
     tmp_path: Path, redis_url: str
 ) -> None:
-    async with lives(tmp_path, shared(redis_url)) as (proxies, http):
-        proxies.command = SERVER
-        a, b = await asyncio.gather(proxies.start(), proxies.start())
-        client = RawSession(http, a.url)
-        await client.initialize()
-        says = Says(client)
+    async with session_on_a(tmp_path, shared(redis_url)) as (a, b, client, says):
         async with asyncio.timeout(60):
             first = await listen(client, b.url)
             n = await says.say()
@@ -203,7 +209,7 @@ async def test_a_newer_listen_get_takes_the_stream_from_one_on_another_replica(
             # The holder's own GET keeps it: a later one anywhere is refused, 409.
             for url in (a.url, b.url):
                 headers = client.headers(Accept="text/event-stream")
-                async with http.get(url, headers=headers) as refused:
+                async with client.http.get(url, headers=headers) as refused:
                     assert refused.status == 409, await refused.text()
                     body = await refused.json()
                     assert body["error"]["data"] == {"reason": "conflict"}
@@ -217,12 +223,7 @@ async def test_a_listen_get_ending_while_the_store_restarts_still_says_how_far_i
     once the store is back, so the next listen GET, on A, starts after it, not after the
     last position B acknowledged (which would say 2 and 3 again)."""
     with restartable_redis(tmp_path) as (server, store):
-        async with lives(tmp_path, store) as (proxies, http):
-            proxies.command = SERVER
-            a, b = await asyncio.gather(proxies.start(), proxies.start())
-            client = RawSession(http, a.url)
-            await client.initialize()
-            says = Says(client)
+        async with session_on_a(tmp_path, store) as (a, b, client, says):
             async with asyncio.timeout(60):
                 on_b = await listen(client, b.url)
                 for _ in range(3):  # (within a second: only the first is acknowledged)

@@ -188,6 +188,21 @@ async def test_legacy_tasks_of_a_session_on_a_are_served_by_b(
         assert b.upstream_pids() == []
 
 
+def the_whole_call(got: list[dict[str, Any]], steps: int) -> None:
+    """``got`` is call 1's stream of ``slow`` with ``steps``: every progress once, in
+    order, then its answer (then the stream's end)."""
+    progress = [m["params"]["progress"] for m in got if m.get("method") == "notifications/progress"]
+    assert progress == list(range(1, steps + 1))
+    assert got[-2]["id"] == 1 and got[-2]["result"]["content"][0]["text"] == f"done {steps}"
+
+
+async def streams_session(url: str) -> str:
+    """A ``/ws`` session (the seed's streams declared) on the replica at ``url``; its
+    socket closed, the session goes on."""
+    async with socket_beside(url) as c:
+        return await initialize(c, "2025-06-18", caps={"streams": {}})
+
+
 def meta_id(msg: dict[str, Any]) -> str:
     body = msg.get("params") if "method" in msg else msg.get("result")
     assert isinstance(body, dict), msg
@@ -235,11 +250,7 @@ async def test_ws_on_the_other_replica_continues_the_session_and_its_streams(
         assert rest[-1] == {"jsonrpc": "2.0", "id": 3, "result": {}}
         # (the echo's stream ends on this socket too: only the call's stream is compared)
         got = first + [m for m in rest[:-1] if _stream_of(m) == ref["streamId"]]
-        progress = [
-            m["params"]["progress"] for m in got if m.get("method") == "notifications/progress"
-        ]
-        assert progress == list(range(1, steps + 1))
-        assert got[-2]["id"] == 1 and got[-2]["result"]["content"][0]["text"] == f"done {steps}"
+        the_whole_call(got, steps)
         seqs = [int(meta_id(m).rsplit(".", 1)[1]) for m in got]
         assert seqs == list(range(1, len(got) + 1))
         assert len(b.upstream_pids()) == 1  # B's own session's: A's answered through B
@@ -405,8 +416,7 @@ async def test_ws_following_a_stream_the_store_cannot_read_is_closed_1013(
     with restartable_redis(tmp_path, unavailable_wait_seconds=0.5) as (server, store):
         async with lives(tmp_path, store, event_id_in_meta=True) as (proxies, _):
             a, b = await asyncio.gather(proxies.start(), proxies.start())
-            async with socket_beside(a.url) as c:
-                session_id = await initialize(c, "2025-06-18", caps={"streams": {}})
+            session_id = await streams_session(a.url)
             async with socket_beside(b.url, session_id) as c:
                 params = tool("slow", {"steps": steps, "delay": 0.1}, "p")
                 await c.send(request(1, "tools/call", params))
@@ -422,9 +432,7 @@ async def test_ws_following_a_stream_the_store_cannot_read_is_closed_1013(
                 rest = await _until(c, 2)
     assert rest[-1] == {"jsonrpc": "2.0", "id": 2, "result": {}}
     got += [m for m in rest[:-1] if _stream_of(m) == ref["streamId"]]
-    progress = [m["params"]["progress"] for m in got if m.get("method") == "notifications/progress"]
-    assert progress == list(range(1, steps + 1))
-    assert got[-2]["id"] == 1 and got[-2]["result"]["content"][0]["text"] == f"done {steps}"
+    the_whole_call(got, steps)
 
 
 async def test_ws_resume_of_another_sessions_stream_the_store_cannot_read_is_answered(
@@ -471,8 +479,7 @@ async def test_frames_a_socket_on_b_wrote_but_its_client_lost_are_resumed_on_a(
     steps = 30
     async with lives(tmp_path, shared(redis_url), event_id_in_meta=True) as (proxies, _):
         a, b = await asyncio.gather(proxies.start(), proxies.start())
-        async with socket_beside(a.url) as c:
-            session_id = await initialize(c, "2025-06-18", caps={"streams": {}})
+        session_id = await streams_session(a.url)
         async with socket_beside(b.url, session_id) as c:
             params = tool("slow", {"steps": steps, "delay": 0.05}, "p")
             await c.send(request(1, "tools/call", params))
@@ -485,6 +492,4 @@ async def test_frames_a_socket_on_b_wrote_but_its_client_lost_are_resumed_on_a(
             await c.send(request(2, "stream/resume", {**ref, "lastEventId": meta_id(got[-1])}))
             rest = await _until(c, 2)
     got += [m for m in rest[:-1] if _stream_of(m) == ref["streamId"]]
-    progress = [m["params"]["progress"] for m in got if m.get("method") == "notifications/progress"]
-    assert progress == list(range(1, steps + 1))
-    assert got[-2]["id"] == 1 and got[-2]["result"]["content"][0]["text"] == f"done {steps}"
+    the_whole_call(got, steps)

@@ -193,7 +193,7 @@ class RemoteSessions:
         try:
             if hold is not None and not hold.stopped:
                 # (sent again while the store fails: the holder ignores a second one)
-                with contextlib.suppress(StoreError, StoreUnavailable, TimeoutError):
+                with contextlib.suppress(StoreUnavailable, TimeoutError):
                     async with asyncio.timeout(RELEASE_WAIT_SECONDS):
                         upto = await hold.stop()
                         release = StandaloneRelease(session_id, self.server, principal, token, upto)

@@ -313,7 +313,7 @@ class RemoteSocket:
         try:
             if hold is not None and not hold.stopped:
                 # (sent again while the store fails: the holder ignores a second one)
-                with contextlib.suppress(StoreError, StoreUnavailable, TimeoutError):
+                with contextlib.suppress(StoreUnavailable, TimeoutError):
                     async with asyncio.timeout(RELEASE_WAIT_SECONDS):
                         upto = await hold.stop()  # (a frame being written ends first)
                         release = StandaloneRelease(

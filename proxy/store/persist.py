@@ -332,11 +332,11 @@ class Persister(Gathering):
         if self._closed:
             return
         pending, self._when = self._when, []
-        for entry in pending:
-            if self.landed(entry[0], entry[1]):
-                _call(entry[2], True)
+        for ticket, lane, then in pending:
+            if self.landed(ticket, lane):
+                _call(then, True)
             else:  # (a later ticket; or a callback's own commit added one: kept too)
-                self._when.append(entry)
+                self._when.append((ticket, lane, then))
 
     def _commit_open_for(self, ticket: int) -> None:
         """A writer waits for the batch this turn's end would commit: commit it now, so

@@ -49,6 +49,7 @@ from proxy.store.base import (
     check_read,
 )
 from proxy.store.sqlite_commit import STREAM_COLUMNS, stream_record
+from proxy.store.sqlite_fresh import FreshEpochs
 
 T = TypeVar("T")
 
@@ -171,7 +172,7 @@ class Database:
         self.reader: sqlite3.Connection | None = None
         self.tombstones: list[str] = []  # dropped streams whose events are still stored
         # New keys a commit need not read (the store is the file's one writer).
-        self.fresh = sqlite_commit.FreshEpochs()
+        self.fresh = FreshEpochs()
         try:
             self.epoch = self._migrate()
             self.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core.errors import ResumeError
-from proxy.store import sqlite_commit
+from proxy.store import sqlite_fresh
 from proxy.store.base import Batch, Entry, StreamRecord, Takeover
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_commit import DROP_AT_ONCE
@@ -301,8 +301,8 @@ def test_fresh_epochs_are_bounded_and_a_forgotten_one_is_read_again(
     conn.execute("CREATE TABLE streams (key TEXT PRIMARY KEY)")
     conn.execute("CREATE TABLE events (key TEXT, seq INTEGER, PRIMARY KEY (key, seq))")
     cursor = conn.cursor()
-    fresh = sqlite_commit.FreshEpochs()
-    monkeypatch.setattr(sqlite_commit, "FRESH_EPOCHS", 3)
+    fresh = sqlite_fresh.FreshEpochs()
+    monkeypatch.setattr(sqlite_fresh, "FRESH_EPOCHS", 3)
     assert fresh.absent(cursor, "a.1")
     conn.execute("INSERT INTO streams VALUES ('a.1')")  # (what that commit wrote)
     assert all(fresh.absent(cursor, f"{e}.1") for e in "bcd")  # (a goes)
