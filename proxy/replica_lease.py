@@ -15,9 +15,12 @@ renews it, every third of ``lease_seconds``. So:
 - **Another replica** (:meth:`LeaseClock.note`, :meth:`LeaseClock.missing_long`): a
   holder whose key was lost takes it again within a third of a lease. So a lease found
   missing is *presumed alive* for :attr:`LeaseClock.grace` (half a lease) if this replica
-  saw it held shortly before, and it is reaped (its streams ended with ``owner_lost``)
-  only once it was missing at two looks at least :attr:`grace` apart, never seen held in
-  between.
+  saw it held shortly before, or found the store unreachable itself less than a lease
+  before (an outage longer than the lease's rest lets every key lapse, and their holders
+  take them again at their first renewal after it: a long outage also keeps this
+  replica from seeing them held meanwhile); and it is reaped (its streams ended with
+  ``owner_lost``) only once it was missing at two looks at least :attr:`grace` apart,
+  never seen held in between.
 
 Times are this process's monotonic clock (injected, for the tests); the store's clock is
 never compared with it, only durations, which run at the same rate.
@@ -43,6 +46,7 @@ class LeaseClock:
         self.clock = clock
         self._renewed_at: float | None = None  # the last renewal that held: when sent
         self._outage = False  # the last renewal could not reach the store
+        self._unreachable_at: float | None = None  # … when one last could not
         self._seen_held: dict[str, float] = {}  # another owner's lease: last seen held
         self._missing_since: dict[str, float] = {}  # … first seen missing since then
 
@@ -55,6 +59,7 @@ class LeaseClock:
     def unreachable(self) -> None:
         """A renewal could not reach the store."""
         self._outage = True
+        self._unreachable_at = self.clock()
 
     def lost_not_lapsed(self) -> bool:
         """A renewal just found the lease missing: was its key lost rather than lapsed?
@@ -68,7 +73,9 @@ class LeaseClock:
     def note(self, owner: str, held: bool) -> bool:
         """Note what a look at ``owner``'s lease found; whether ``owner`` is (presumed)
         alive: held, or missing for less than :attr:`grace` after it was seen held
-        within a lease (its key may have been lost; its holder takes it again)."""
+        within a lease, or less than a lease after this replica found the store
+        unreachable (its key may have been lost, or lapsed in the outage: its holder
+        takes it again)."""
         now = self.clock()
         if held:
             self._seen_held[owner] = now
@@ -77,7 +84,12 @@ class LeaseClock:
         since = self._missing_since.setdefault(owner, now)
         seen = self._seen_held.get(owner)
         self._forget(now)
-        return seen is not None and since - seen < self.lease_seconds and now - since < self.grace
+        if now - since >= self.grace:
+            return False
+        outage = self._unreachable_at
+        return (seen is not None and since - seen < self.lease_seconds) or (
+            outage is not None and since - outage < self.lease_seconds
+        )
 
     def missing_long(self, owner: str) -> bool:
         """``owner``'s lease was found missing at least :attr:`grace` ago and never held

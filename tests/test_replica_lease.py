@@ -187,7 +187,28 @@ async def test_a_lease_never_seen_held_is_not_presumed_alive(
     memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
     """A request for a long-gone replica's session is refused at once (404), not after
-    half a lease: only a lease seen held shortly before is presumed alive."""
+    half a lease: only a lease seen held shortly before (or missing just after an outage,
+    below) is presumed alive."""
     clock = Clock()
     b = await Replica(memory_store, "b", clock).join(started)
     assert not await b.replicas.owner_alive("gone")
+
+
+async def test_a_lease_missing_just_after_an_outage_is_presumed_alive_for_half_a_lease(
+    memory_store: MemoryStore, started: list[Replicas]
+) -> None:
+    """The store was down longer than a lease: every lease key lapsed meanwhile, and this
+    replica saw none held for over a lease. One found missing less than a lease after
+    this replica found the store unreachable may be taken again by its holder (its first
+    renewal after the outage): presumed alive for half a lease, then not; a lease after
+    the outage, a missing lease is taken for gone at once again."""
+    clock = Clock()
+    b = await Replica(memory_store, "b", clock).join(started)
+    assert await b.replicas.owner_alive("a") is False  # never held: gone
+    b.replicas.leases.unreachable()  # b's renewal failed: the store is down
+    clock.now += LEASE / 3
+    assert await b.replicas.owner_alive("late")  # missing, just after the outage
+    clock.now += LEASE / 2
+    assert not await b.replicas.owner_alive("late")  # still missing half a lease on
+    clock.now += LEASE
+    assert not await b.replicas.owner_alive("later")  # a lease after the outage

@@ -13,12 +13,13 @@ shows the reaper's side with a hand-turned clock.)
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import redis.asyncio as aioredis
 
 from tests.downstream.sse_client import RawSession, messages, read_events
-from tests.proxy_lives import lives, progress_of, read_some, shared
+from tests.proxy_lives import lives, progress_of, read_some, restartable_redis, shared
 from tests.support import eventually, log_events, tool_call
 
 STEPS = 100  # 5 s: A renews its lease (3 s) every second meanwhile
@@ -65,3 +66,38 @@ async def test_a_lost_lease_key_is_taken_again_and_the_call_ends_with_its_result
         assert echo[0]["result"]["content"][0]["text"] == "k"
         assert not log_events(a.log_path.read_text(), "lease_lost")
         assert taken_again()[0]["lost"] is True
+
+
+async def test_a_lease_that_lapsed_while_the_store_was_down_is_not_taken_for_a_dead_holder(
+    tmp_path: Path,
+) -> None:
+    """Redis down for longer than a lease: A's lease key expires meanwhile (its renewals
+    cannot reach the store), and A takes it again at its first renewal after the store is
+    back, keeping its sessions (it cannot tell a lapse from a loss after an outage). A
+    request sent through B in that time is for a live session: B, which found the store
+    unreachable itself, presumes A alive for half a lease, and the request reaches A.
+    Was: 404 session_not_found at B's first look, while A went on serving the session
+    (nemesis seed 2029525767: the answer to a question refused, the call left waiting)."""
+    lease = 2.0
+    with restartable_redis(tmp_path, lease_seconds=lease, unavailable_wait_seconds=10.0) as (
+        server,
+        store,
+    ):
+        async with lives(tmp_path, store) as (proxies, http):
+            a, b = await asyncio.gather(proxies.start(), proxies.start())
+            client = RawSession(http, a.url)
+            await client.initialize()
+            on_b = RawSession(http, b.url, session_id=client.session_id)
+            echo = tool_call(1, "echo", {"text": "before"})["params"]
+            assert messages(await on_b.request(1, "tools/call", echo))  # B saw A's lease held
+            server.stop()
+            await asyncio.sleep(lease * 1.5)  # A's lease key outlives no renewal
+            body = tool_call(2, "echo", {"text": "after"})
+            posting = asyncio.ensure_future(http.post(b.url, json=body, headers=on_b.headers()))
+            await asyncio.sleep(0.3)  # B waits for the store
+            server.start()
+            resp = await posting
+            assert resp.status == 200, await resp.text()
+            got = messages(await read_events(resp))
+            assert got[-1]["result"]["content"][0]["text"] == "after"
+            assert not log_events(a.log_path.read_text(), "lease_lost")
