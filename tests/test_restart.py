@@ -21,6 +21,8 @@ from pathlib import Path
 import yaml
 
 from tests.downstream.sse_client import RawSession, messages, read_events
+from tests.modern.client import Modern
+from tests.modern.support import SERVER as MODERN_SERVER
 from tests.proxy_lives import lives, progress_of, read_some
 from tests.support import (
     ROOT,
@@ -204,3 +206,27 @@ async def test_children_die_with_a_sigkilled_proxy_even_if_they_ignore_eof(
         await client.initialize()
         assert len(first.upstream_pids()) == 1
         await proxies.kill(first)  # fails unless the server process is gone
+
+
+async def test_an_mrtr_retry_after_a_restart_gets_proxy_restarted(tmp_path: Path) -> None:
+    """A 2026-07-28 call waiting for its client's input dies with the proxy (SIGKILL); the
+    client's retry reaches the proxy started again on the same file (the same secret, so
+    its ``requestState`` verifies): ``-32000 proxy_restarted``, as a task of that life
+    gets, and the request sent anew is served. Was: ``-32602`` (the nemesis on SQLite)."""
+    async with lives(tmp_path) as (proxies, http):
+        proxies.command = MODERN_SERVER
+        first = await proxies.start()
+        asked = await Modern(http, first.url).call("ask_twice")
+        (key,) = asked.result["inputRequests"]
+        await proxies.kill(first)
+        second = await proxies.start()
+        again = Modern(http, second.url)
+        answer = {key: {"action": "accept", "content": {"answer": "A"}}}
+        retry = {"name": "ask_twice", "arguments": {}, "inputResponses": answer}
+        retry["requestState"] = asked.result["requestState"]
+        lost = await again.send("tools/call", retry)
+        assert lost.error["code"] == -32000, lost.body
+        assert lost.error["data"] == {"reason": "proxy_restarted"}
+        assert "mrtr_holder_restarted" in second.log_path.read_text()
+        anew = await again.call("ask_twice")
+        assert anew.result["resultType"] == "input_required", anew.body

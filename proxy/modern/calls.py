@@ -24,7 +24,7 @@ from proxy.core.era import (
     tasks_capability_missing,
     upstream_params,
 )
-from proxy.core.errors import Overloaded, answer_with_error, error_object
+from proxy.core.errors import LostReason, Overloaded, answer_with_error, error_object, lost_answer
 from proxy.core.jsonrpc import Message
 from proxy.core.modern_errors import modern_error
 from proxy.core.modern_results import final_answer, input_required_result
@@ -157,6 +157,16 @@ class ModernCalls:
                 replicas, self.server_name, holder, call, msg, principal, headers, reply
             )
         run = self.parked.pop(parked.call_id, None)
+        if run is None and parked.holder not in (None, self.shared.owner):
+            # Minted by an earlier life of this proxy (on a store that outlives it, with
+            # its secret): the call died with it, as a task's does (proxy_restarted).
+            log.info("mrtr_holder_restarted", holder=parked.holder)
+            lost = lost_answer(
+                msg.id,
+                LostReason.PROXY_RESTARTED,
+                "the proxy restarted while this request waited for input; send it anew",
+            )
+            return await reply.finish(lost)
         if run is None:
             raise invalid_params(
                 "Invalid params: the request this requestState continues is gone "
@@ -259,7 +269,7 @@ class ModernCalls:
         expires = time.time() + ttl
         method = msg.method or ""
         name = msg.params.get("uri" if method == "resources/read" else "name")
-        holder = self.shared.owner if self.shared.replicas is not None else None
+        holder = self.shared.owner  # this process: another replica, or a later life
         state = reqstate.mint(self.secret, run.id, method, name, run.principal, expires, holder)
         run.call.parked_until = expires
         self.parked[run.id] = run

@@ -62,6 +62,11 @@ class Settings:
     lease: float = 2.0
     bound: float = 25.0  # every call ends within this (s)
     drain_seconds: float = 5.0
+    store: str = "redis"  # or "sqlite": one replica on a SQLite file (no redis fault)
+
+    @property
+    def replicas(self) -> int:
+        return 3 if self.store == "redis" else 1
 
 
 @dataclass
@@ -120,7 +125,7 @@ class FaultRunner:
     def __init__(
         self,
         c: Cluster,
-        redis: RedisServer,
+        redis: RedisServer | None,
         cutters: list[CutProxy],
         log: Log,
         timeline: Timeline,
@@ -159,6 +164,7 @@ class FaultRunner:
             finally:
                 replica.resume()
         elif fault.kind == "redis":
+            assert self.redis is not None, "a redis fault needs the redis store"
             self.redis.stop()
             await asyncio.sleep(fault.value)
             await asyncio.to_thread(self.redis.start)
@@ -172,7 +178,7 @@ class FaultRunner:
             replica.resume()
             if not replica.running:
                 await replica.start()
-        if not self.redis.running:
+        if self.redis is not None and not self.redis.running:
             await asyncio.to_thread(self.redis.start)
         await self.c.lb.wait_up()
 
@@ -193,6 +199,7 @@ async def run_nemesis(
         seconds=settings.seconds,
         count=settings.faults,
         kinds=settings.kinds,
+        replicas=settings.replicas,
         lease=settings.lease,
     )
     log(f"nemesis: seed={seed}; schedule:\n  " + "\n  ".join(f.describe() for f in schedule))
@@ -200,33 +207,41 @@ async def run_nemesis(
     audits: dict[str, Audit] = {}
     leftovers: list[str] = []
     loose_keys: list[str] = []
-    # A restart keeps the keys (an append-only file synced on every write), as a Redis
-    # deployed with persistence does; one that loses them is test_replicas' flush.
+    env = {DRAIN_ENV: f"{settings.drain_seconds:g}"}
+    sections: dict[str, dict[str, Any]] = {
+        "tasks": {"mode": "after_ms", "after_ms": 300},
+        "streams": {"event_id_in_meta": True},
+        "sse": {"keepalive_seconds": 1.0},
+    }
     # What ran before (another test's session-wide Redis on this worker) is not ours.
     before = descendants(os.getpid())
-    with RedisServer(directory / "redis", durable=True) as redis:
-        store = {
-            "kind": "redis",
-            "url": redis.url,
-            "namespace": "nemesis",
-            "lease_seconds": settings.lease,
-        }
-        env = {DRAIN_ENV: f"{settings.drain_seconds:g}"}
-        sections: dict[str, dict[str, Any]] = {
-            "tasks": {"mode": "after_ms", "after_ms": 300},
-            "streams": {"event_id_in_meta": True},
-            "sse": {"keepalive_seconds": 1.0},
-        }
+    async with contextlib.AsyncExitStack() as outer:
+        redis: RedisServer | None = None
+        if settings.store == "redis":
+            # A restart keeps the keys (an append-only file synced on every write), as a
+            # Redis deployed with persistence does; one that loses them is test_replicas'
+            # flush.
+            redis = outer.enter_context(RedisServer(directory / "redis", durable=True))
+            store: dict[str, Any] = {
+                "kind": "redis",
+                "url": redis.url,
+                "namespace": "nemesis",
+                "lease_seconds": settings.lease,
+            }
+        else:  # one replica: a SQLite file has one writer; a kill restarts it on the file
+            store = {"kind": "sqlite", "path": str(directory / "store.db")}
         async with contextlib.AsyncExitStack() as stack:
             with timeline.phase("starting the replicas and the balancer"):
-                c = await stack.enter_async_context(cluster(directory, store, 3, env, **sections))
+                c = await stack.enter_async_context(
+                    cluster(directory, store, settings.replicas, env, **sections)
+                )
             calls, audits, faults, crashed = await drive(
                 c, redis, directory, rng, schedule, settings, log, timeline
             )
             with timeline.phase("stopping the replicas and the balancer"):
                 await stack.aclose()
-        loose_keys = await keys_without_ttl(redis.url)
-        process = redis._process
+        loose_keys = await keys_without_ttl(redis.url) if redis is not None else []
+        process = redis._process if redis is not None else None
         leftovers = leftover_processes(before | ({process.pid} if process is not None else set()))
     violations = [Violation("client_crashed", name, "see the log") for name in crashed]
     violations += check_run(
@@ -241,7 +256,7 @@ async def run_nemesis(
 
 async def drive(
     c: Cluster,
-    redis: RedisServer,
+    redis: RedisServer | None,
     directory: Path,
     rng: random.Random,
     schedule: list[Fault],

@@ -360,10 +360,13 @@ class ModernClient:
         deadline = call.started + self.bound
         try:
             args = {"steps": steps, "delay": 0.05}
+            call.notes.append("tools/call")
             first = await self.send("tools/call", {"name": "slow", "arguments": args}, deadline)
-        except (aiohttp.ClientError, ValueError, AssertionError):
+        except (aiohttp.ClientError, ValueError, AssertionError) as exc:
+            call.notes.append(f"tools/call broke: {exc!r}"[:120])
             call.answer("error", "lost_before_id", self.clock())
             return
+        call.notes.append(f"tools/call: {first.status} {reason_of(first.body, first.status)}")
         if first.status != 200 or "result" not in first.body:
             call.answer("error", reason_of(first.body or None, first.status), self.clock())
             return
@@ -377,8 +380,11 @@ class ModernClient:
             await asyncio.sleep(0.2)
             try:
                 got = await self.send("tasks/get", {"taskId": task_id}, deadline)
-            except (aiohttp.ClientError, ValueError, AssertionError):
+            except (aiohttp.ClientError, ValueError, AssertionError) as exc:
+                call.notes.append(f"tasks/get broke: {exc!r}"[:120])
                 continue
+            status = got.body.get("result", {}).get("status") if "result" in got.body else None
+            call.notes.append(f"tasks/get: {got.status} {status or reason_of(got.body)}")
             if (got.status in BALANCER_GAVE_UP and not got.body) or poll_again(
                 got.status, got.body
             ):

@@ -26,11 +26,13 @@ from tests.nemesis.timeline import HANG_S, Timeline
 
 
 def settings_from_env() -> Settings:
+    store = os.environ.get("NEMESIS_STORE", "redis")
     return Settings(
         seconds=30.0,
         faults=int(os.environ.get("NEMESIS_FAULTS", "5")),
-        kinds=parse_kinds(os.environ.get("NEMESIS_KINDS", "all")),
+        kinds=parse_kinds(os.environ.get("NEMESIS_KINDS", "all"), store),
         bound=20.0,
+        store=store,
     )
 
 
