@@ -52,6 +52,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--kinds", default="all", help=f"fault kinds: all or of {','.join(KINDS)}")
     parser.add_argument(
+        "--store",
+        choices=("redis", "sqlite"),
+        default="redis",
+        help="redis: three replicas on one Redis (default); sqlite: one replica on a file",
+    )
+    parser.add_argument(
         "--clients",
         type=parse_clients,
         default=parse_clients("legacy=3,modern=2,ws=1,shim=1"),
@@ -89,9 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(
         seconds=seconds,
         faults=round(args.minutes * args.faults_per_minute),
-        kinds=parse_kinds(args.kinds),
+        kinds=parse_kinds(args.kinds, args.store),
         clients=args.clients,
         bound=args.bound,
+        store=args.store,
     )
     print(f"nemesis: seed={seed} minutes={args.minutes:g} faults={settings.faults}", flush=True)
     directory = Path(tempfile.mkdtemp(prefix="nemesis-"))

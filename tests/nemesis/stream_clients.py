@@ -84,12 +84,14 @@ class WsClient:
                 async with self._connect(resume=bool(self.session_id)) as ws:
                     if first:
                         first = False
+                        call.notes.append(f"connected{' (session)' if self.session_id else ''}")
                         if not self.session_id and (refused := await self.initialize(ws)):
                             call.answer("error", refused, self.clock())
                             return
                         params: dict[str, Any] = {"name": tool, "arguments": args}
                         params["_meta"] = {"progressToken": f"p{rid}"}
                         await send(ws, {"id": rid, "method": "tools/call", "params": params})
+                        call.notes.append("sent")
                     elif ref is None or last is None:
                         call.answer("error", "lost_before_id", self.clock())
                         return
@@ -116,6 +118,7 @@ class WsClient:
                         elif msg.get("method") == "elicitation/create":
                             answer = {"action": "accept", "content": {"answer": f"answer {rid}"}}
                             await send(ws, {"id": msg["id"], "result": answer})
+                            call.notes.append("answered a question")
                         elif msg.get("id") == rid and "method" not in msg:
                             if "result" in msg:
                                 text = (msg["result"].get("content") or [{}])[0].get("text")
@@ -132,6 +135,7 @@ class WsClient:
                 call.answer("error", f"http{status}", self.clock())
             except ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd is not None else None
+                call.notes.append(f"closed {code}")
                 if code == 4404 and ref is not None and last is not None:
                     # The session ended (its replica lost it): the call's stream outlives
                     # it; a new session resumes it with its token (on any replica).
@@ -148,7 +152,8 @@ class WsClient:
                     self.session_id = ""
                     return
                 await asyncio.sleep(RETRY_S)
-            except (OSError, TimeoutError, WebSocketException):
+            except (OSError, TimeoutError, WebSocketException) as exc:
+                call.notes.append(f"broke: {exc!r}"[:100])
                 await asyncio.sleep(RETRY_S)
         if call.answers and call.answers[0][0] == "error":
             self.session_id = ""  # a fresh session for the next call
