@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -67,6 +68,12 @@ async def callers_role(url: str, n: int, stop_file: str) -> dict[str, Any]:
         for s in sessions:
             await s.initialize()
             await s.call("echo", {"text": "warm-up"})
+        # The started heap (aiohttp, the sessions) out of the collector's full passes, as
+        # the proxy does its own (cli_serve.settle_heap): a full pass over it stopped this
+        # process 20-45 ms once a run, which its lag timer saw and every call then open
+        # counted as the proxy's (the measuring client must not be what is measured).
+        gc.collect()
+        gc.freeze()
 
         async def caller(s: McpSession) -> None:
             while not stop.is_set():
