@@ -18,6 +18,7 @@ import pytest
 
 LONGEST_FIRST: tuple[str, ...] = (
     "tests/test_config_hostile.py",
+    "tests/nemesis/test_nemesis.py",  # two runs: Redis, then SQLite (~80 s)
     "tests/conformance/test_modern.py",
     "tests/test_balancer.py",
     "tests/clients/test_matrix_node.py",
@@ -38,7 +39,6 @@ LONGEST_FIRST: tuple[str, ...] = (
     "tests/downstream/test_http.py",
     "tests/upstream/test_idle_stop.py",
     "tests/test_tracing_paths.py",
-    "tests/nemesis/test_nemesis.py",
     "tests/test_principal_streams.py",
     "tests/test_restart.py",
     "tests/test_check.py",
