@@ -9,10 +9,9 @@ applies before the entries.
 from __future__ import annotations
 
 import time
-from itertools import chain, repeat
 from typing import TYPE_CHECKING
 
-from proxy.store.base import Batch, Entry, StreamRecord
+from proxy.store.base import LIVE, Batch, Entry, StreamRecord
 
 if TYPE_CHECKING:
     from proxy.core.journal import Journal
@@ -72,15 +71,34 @@ def _records_into(batch: Batch, session: Session, j: Journal, server: str, owner
     """The new streams' records (and the announced seeds') of what ``session`` noted."""
     sid, epoch, principal = session.session_id, session.epoch, session.principal
     streams = batch.streams
-    marked = chain(zip(j.opened, repeat(False)), zip(j.announced, repeat(True)))
-    for number, announced in marked:  # (no list made: a call's is one opened stream)
+    for number in j.opened:  # (positional: keywords cost a third of the record's make)
+        streams.append(
+            StreamRecord(
+                f"{epoch}.{number}",
+                sid,
+                owner,
+                LIVE,
+                1,
+                0,
+                session.client_ids(number),
+                False,
+                None,
+                principal,
+                server,
+            )
+        )
+    for number in j.announced:
         record = StreamRecord(
             f"{epoch}.{number}",
             sid,
             owner,
-            request_ids=session.client_ids(number),
-            principal=principal,
-            server=server,
+            LIVE,
+            1,
+            0,
+            session.client_ids(number),
+            True,
+            None,
+            principal,
+            server,
         )
-        record.announced = announced
         streams.append(record)

@@ -5,16 +5,18 @@ every batch as the memory store does is in test_random_batches.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core.errors import ResumeError
-from proxy.store import sqlite_fresh
+from proxy.store import sqlite_commit, sqlite_fresh
 from proxy.store.base import Batch, Entry, StreamRecord, Takeover
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite_commit import DROP_AT_ONCE
@@ -309,3 +311,71 @@ def test_fresh_epochs_are_bounded_and_a_forgotten_one_is_read_again(
     assert not fresh.absent(cursor, "a.2")  # looked up again: it has rows
     assert not fresh.absent(cursor, "a.3")  # and is read from then on
     assert fresh.absent(cursor, "d.2") and not fresh.absent(cursor, "d.2")
+
+
+def _rows(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        streams = conn.execute("SELECT * FROM streams ORDER BY key").fetchall()
+        events = conn.execute("SELECT key, seq, mark, payload FROM events ORDER BY key, seq")
+        return streams, events.fetchall()
+
+
+@pytest.mark.parametrize(
+    ("ended", "ids", "principal", "server", "announced", "seq"),
+    [
+        (True, [], None, "default", False, 1),
+        (False, [], None, "default", False, 1),
+        (True, [7], "alice", None, True, 1),
+        (False, ["r-1", 2], "", "other", False, 1),
+        (True, [], None, "default", False, 2),  # not a call's answer: worked out
+    ],
+)
+async def test_a_calls_batch_is_written_as_the_worked_out_commit_writes_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    ended: bool,
+    ids: list[object],
+    principal: str | None,
+    server: str | None,
+    announced: bool,
+    seq: int,
+) -> None:
+    """A call's batch on a key known to have no row is written without working the keys
+    out (``sqlite_commit._a_call``): the same rows as the worked-out commit (a store
+    that reads every key) writes, for the session's first call and a later one."""
+    written: list[bool] = []
+
+    def spied(*args: Any) -> bool:
+        written.append(a_call(*args))
+        return written[-1]
+
+    a_call = sqlite_commit._a_call
+    monkeypatch.setattr(sqlite_commit, "_a_call", spied)
+    fast, slow = await opened(tmp_path / "fast.db"), await opened(tmp_path / "slow.db")
+    assert slow._db is not None
+    slow._db.fresh = None  # type: ignore[assignment]  # every key read and worked out
+    now = time.time()
+    try:
+        for number in (1, 2):
+            key = f"e0e0e0.{number}"
+
+            def batch(key: str = key) -> Batch:
+                record = StreamRecord(key, "s1", "a", request_ids=list(ids), server=server)
+                record.principal, record.announced = principal, announced
+                return Batch(
+                    streams=[record],
+                    appends={key: [Entry(seq, b'{"id":1}', 2)]},
+                    completed={key: now + 60} if ended else {},
+                    fence="f",
+                    owner="b",  # (a record names its own owner)
+                )
+
+            assert await fast.commit(batch(), now) == []
+            assert await slow.commit(batch(), now) == []
+    finally:
+        await fast.close()
+        await slow.close()
+    assert _rows(tmp_path / "fast.db") == _rows(tmp_path / "slow.db")
+    streams, events = _rows(tmp_path / "fast.db")
+    assert len(streams) == 2 and len(events) == 2
+    assert written == ([True, True] if seq == 1 else [False, False])
