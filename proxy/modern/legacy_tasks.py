@@ -116,7 +116,10 @@ class LegacyTasks:
             pooled.begin(call, params)
             ttl = msg.params["task"].get("ttl")
             record = await self.keeper.adopt(
-                call, "legacy", ttl_ms=ttl if isinstance(ttl, int) and ttl > 0 else None
+                call,
+                "legacy",
+                ttl_ms=ttl if isinstance(ttl, int) and ttl > 0 else None,
+                patient=True,  # the call has begun: wait for the store, not refuse at once
             )
         except BaseException:  # no task: nothing may run on for it
             call.cancel("the task could not be created")

@@ -96,9 +96,15 @@ class TaskKeeper:
         return round(self.settings.ttl_seconds * 1000)
 
     # ------------------------------------------------------------------ creation
-    async def adopt(self, call: CallRun, era: str, ttl_ms: int | None = None) -> dict[str, Any]:
+    async def adopt(
+        self, call: CallRun, era: str, ttl_ms: int | None = None, patient: bool = False
+    ) -> dict[str, Any]:
         """Make ``call`` a task; return its record once the store holds it. A requested
-        ``ttl_ms`` (2025-11-25 ``params.task.ttl``) may shorten the configured one."""
+        ``ttl_ms`` (2025-11-25 ``params.task.ttl``) may shorten the configured one.
+        ``patient``: a store that fails is tried again for ``store.unavailable_wait``
+        (then StoreUnavailable), for a call that cannot go on without its task (a
+        2025-11-25 task request); else the first StoreError is raised (the caller lets
+        the call go on plain). Writing the same record twice is harmless."""
         task_id = new_task_id()
         now = time.time()
         ttl = self.ttl_ms if ttl_ms is None else min(ttl_ms, self.ttl_ms)
@@ -113,7 +119,14 @@ class TaskKeeper:
             server=self.server,
         )
         refresh(record, call.call, now)
-        await self.store.put_task(task_id, record, record["expiresAt"])  # StoreError: no task
+
+        def put() -> Awaitable[bool]:
+            return self.store.put_task(task_id, record, record["expiresAt"])
+
+        if patient:
+            await patiently(self.store, "create a task", put)
+        else:
+            await put()  # StoreError: no task
         call.call.task_id = task_id
         self.calls[task_id] = call
         self.records[task_id] = record

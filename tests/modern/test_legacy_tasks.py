@@ -13,7 +13,8 @@ import aiohttp
 
 from tests.downstream.sse_client import RawSession, live_messages
 from tests.modern.client import Answer, read_answer
-from tests.modern.support import modern_proxy, received
+from tests.modern.support import SERVER, modern_proxy, received
+from tests.proxy_lives import lives, restartable_redis
 
 
 async def send(client: RawSession, message: dict[str, Any]) -> Answer:
@@ -165,3 +166,28 @@ async def test_task_augmented_calls_follow_the_tool_rules(tmp_path: Path) -> Non
         assert result.result["content"][0]["text"] == "waited R"
     calls = [m["params"]["name"] for m in received(log) if m.get("method") == "tools/call"]
     assert calls == ["wait"]
+
+
+async def test_a_task_request_while_the_store_restarts_waits_for_it(tmp_path: Path) -> None:
+    """Redis is down for a moment when a 2025-11-25 task request comes: the call has
+    begun upstream, so its record is written once the store is back (within
+    ``store.unavailable_wait_seconds``), and the task runs to its answer. Was: refused at
+    once with 503 ``store_unavailable``, the begun call cancelled upstream."""
+    with restartable_redis(tmp_path, unavailable_wait_seconds=10.0) as (server, store):
+        async with lives(tmp_path, store) as (proxies, http):
+            proxies.command = SERVER
+            proxy = await proxies.start()
+            client = await legacy(http, proxy.url, {"tasks": {}})
+            server.stop()
+            args = {"seconds": 0.2, "label": "L"}
+            asking = asyncio.ensure_future(
+                ask(client, 3, "tools/call", name="wait", arguments=args, task={})
+            )
+            await asyncio.sleep(0.5)  # the request waits for the store
+            assert not asking.done()
+            server.start()
+            created = await asking
+            assert created.status == 200, created.body
+            task = created.result["task"]
+            result = await ask(client, 4, "tasks/result", taskId=task["taskId"])
+            assert result.result["content"][0]["text"] == "waited L"
