@@ -21,7 +21,9 @@ from proxy.forwarding import (
     NotesAhead,
     Refused,
     Reply,
+    RetryCancel,
 )
+from proxy.modern import retry_forward
 from proxy.replicas import OwnerUnreachable, Relay, Replicas
 from proxy.store.base import StoreError
 from proxy.store.memory import MemoryStore
@@ -185,6 +187,26 @@ async def test_only_what_may_arrive_twice_is_sent_again() -> None:
         with pytest.raises(StoreUnavailable):
             await a.forward("b", GET)
         assert holder.asked == [GET]
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_a_retrys_cancel_is_sent_again_while_the_store_fails() -> None:
+    """A forwarded MRTR retry's client left: the cancel for the holder meets a store
+    restarting and is sent again until it lands (the holder ignores a second one), not
+    dropped with the call running on unread."""
+    store = Blips()
+    holder = Holder()
+    a, b = await started(store, "a", Holder()), await started(store, "b", holder)
+    cancel = RetryCancel("default", "alice", "call-1")
+    try:
+        store.fails["request"] = 2
+        async with asyncio.timeout(5):
+            await retry_forward._tell(a, "b", cancel)
+            while not holder.asked:
+                await asyncio.sleep(0.01)
+        assert holder.asked == [cancel] and store.fails["request"] == 0
     finally:
         await a.stop()
         await b.stop()

@@ -39,7 +39,7 @@ from aiohttp import web
 
 from proxy.core import jsonrpc
 from proxy.core.era import METHOD_HEADER, NAME_HEADER
-from proxy.core.errors import LostReason, ProxyError, lost_answer
+from proxy.core.errors import LostReason, ProxyError, StoreUnavailable, lost_answer
 from proxy.core.jsonrpc import Message
 from proxy.forwarding import (
     Answered,
@@ -171,8 +171,11 @@ async def forward_retry(
 
 
 async def _tell(replicas: Replicas, holder: str, cancel: RetryCancel) -> None:
-    with contextlib.suppress(StoreError):  # the call then runs to its end, unread
-        await replicas.tell(holder, cancel)
+    """Cancel the call on its holder; sent again while the store fails (a second copy
+    finds the call cancelled or gone: nothing); past that, the call runs to its end
+    unread (wasted work, nothing lost)."""
+    with contextlib.suppress(StoreError, StoreUnavailable):
+        await replicas.tell(holder, cancel, resend=True)
 
 
 class _NotesWriter:
