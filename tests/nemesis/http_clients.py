@@ -303,12 +303,17 @@ class LegacyClient:
         elif msg.get("method") == "elicitation/create" and "id" in msg:
             answer = {"action": "accept", "content": {"answer": f"answer {rid}"}}
             reply = {"jsonrpc": "2.0", "id": msg["id"], "result": answer}
-            call.notes.append("answer POST")
-            try:
-                async with self.http.post(self.url, json=reply, headers=self.headers()) as r:
-                    call.notes.append(f"answer POST: {r.status}")
-            except aiohttp.ClientError:
-                call.notes.append("answer not delivered")
+            # A POST that broke may or may not have arrived: sent again (the proxy drops a
+            # second copy of an answer it already has), a few times.
+            for _ in range(3):
+                call.notes.append("answer POST")
+                try:
+                    async with self.http.post(self.url, json=reply, headers=self.headers()) as r:
+                        call.notes.append(f"answer POST: {r.status}")
+                        break
+                except aiohttp.ClientError:
+                    call.notes.append("answer not delivered")
+                    await asyncio.sleep(RETRY_S)
         elif msg.get("id") == rid and "method" not in msg:
             if "result" in msg:
                 content = msg["result"].get("content") or [{}]

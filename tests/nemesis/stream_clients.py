@@ -79,6 +79,9 @@ class WsClient:
         ref: dict[str, str] | None = None
         last: str | None = None
         first = True
+        # An answer written to a socket that broke before anything else came may not have
+        # arrived: a client sends it again after resuming (the proxy drops a second copy).
+        unconfirmed: dict[str, Any] | None = None
         while not call.answers and self.clock() < deadline:
             try:
                 async with self._connect(resume=bool(self.session_id)) as ws:
@@ -104,9 +107,14 @@ class WsClient:
                         await send(
                             ws, {"id": f"r{rid}", "method": "stream/resume", "params": resume}
                         )
+                        if unconfirmed is not None:
+                            await send(ws, unconfirmed)
+                            call.notes.append("answer sent again")
                     while not call.answers:
                         msg = await recv(ws)
                         last = event_id_of(msg) or last
+                        if msg.get("id") != f"r{rid}":  # the call went on: it had the answer
+                            unconfirmed = None
                         if msg.get("method") == "notifications/stream/create":
                             stream = msg["params"]["stream"]
                             ref = {k: stream[k] for k in ("streamId", "resumeToken")}
@@ -117,7 +125,8 @@ class WsClient:
                             call.progress.append(int(msg["params"]["progress"]))
                         elif msg.get("method") == "elicitation/create":
                             answer = {"action": "accept", "content": {"answer": f"answer {rid}"}}
-                            await send(ws, {"id": msg["id"], "result": answer})
+                            unconfirmed = {"id": msg["id"], "result": answer}
+                            await send(ws, unconfirmed)
                             call.notes.append("answered a question")
                         elif msg.get("id") == rid and "method" not in msg:
                             if "result" in msg:
