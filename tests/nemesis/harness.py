@@ -1,5 +1,6 @@
-"""The nemesis run (issue 19): three replicas behind HAProxy on one Redis, clients of
-every kind, a seeded schedule of faults, then the audit and the checker.
+"""The nemesis run (issue 19): three replicas behind HAProxy on one Redis (or, with
+``Settings.store = "sqlite"``, one replica on a SQLite file), clients of every kind, a
+seeded schedule of faults, then the audit and the checker.
 
 :func:`run_nemesis` starts a Redis of its own, the replicas (each life with
 ``MCP_RESUME_PROXY_DRAIN_SECONDS`` set, so SIGTERM drains where drain is built), the
