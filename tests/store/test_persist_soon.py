@@ -45,6 +45,13 @@ class SoonStore(MemoryStore):
         landed(outcome)
 
 
+def note_opened(persister: Persister, stream: int = 1, events: int = 1) -> int:
+    """Note a journal that opens ``stream`` with its events 1 to ``events``; its ticket."""
+    journal = Journal(opened=[stream], appends=appends(stream, 1, events))
+    persister.note(NotingSession(), journal, "default")  # type: ignore[arg-type]
+    return persister.ticket
+
+
 async def flushed(persister: Persister) -> None:
     """Let the turn's end (the flush, which starts the commit) run."""
     await asyncio.sleep(0)
@@ -55,8 +62,7 @@ async def test_a_commit_lands_in_the_reply_callback_without_a_task() -> None:
     store = SoonStore()
     await store.open()
     async with persisting(store) as persister:
-        persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 3)), "default")  # type: ignore[arg-type]
-        ticket = persister.ticket
+        ticket = note_opened(persister, 1, 3)
         await flushed(persister)
         assert len(store.started) == 1 and persister._inflight is None
         assert not persister.landed(ticket)
@@ -72,8 +78,7 @@ async def test_an_error_is_committed_again_by_commit() -> None:
     store = SoonStore()
     await store.open()
     async with persisting(store) as persister:
-        persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 2)), "default")  # type: ignore[arg-type]
-        ticket = persister.ticket
+        ticket = note_opened(persister, 1, 2)
         await flushed(persister)
         ((batch, _),) = store.started
         store.reply(StoreError("NOSCRIPT"))
@@ -92,8 +97,7 @@ async def test_slices_follow_one_another_from_the_callback() -> None:
     await store.open()
     persister = Persister(store, "a", 60.0, cap=4)
     try:
-        persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 10)), "default")  # type: ignore[arg-type]
-        ticket = persister.ticket
+        ticket = note_opened(persister, 1, 10)
         await flushed(persister)
         sizes = []
         while store.started:
@@ -110,8 +114,7 @@ async def test_a_reply_after_close_changes_nothing() -> None:
     store = SoonStore()
     await store.open()
     persister = Persister(store, "a", 60.0)
-    persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 1)), "default")  # type: ignore[arg-type]
-    ticket = persister.ticket
+    ticket = note_opened(persister)
     await flushed(persister)
     await persister.close()
     store.reply(StoreError("closed"))
@@ -125,8 +128,7 @@ async def test_a_refused_key_loses_the_fence_before_the_writer_goes_on() -> None
     async with persisting(store) as persister:
         lost: list[str] = []
         persister.fence.on_lost(lost.append)
-        persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 1)), "default")  # type: ignore[arg-type]
-        ticket = persister.ticket
+        ticket = note_opened(persister)
         await flushed(persister)
         store.reply([KEY])
         assert len(lost) == 1 and persister.landed(ticket)
@@ -140,8 +142,7 @@ async def test_when_landed_is_called_in_the_reply_callback_once_stored() -> None
     await store.open()
     async with persisting(store) as persister:
         called: list[tuple[bool, bool]] = []
-        persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 2)), "default")  # type: ignore[arg-type]
-        ticket = persister.ticket
+        ticket = note_opened(persister, 1, 2)
         persister.when_landed(ticket, "", lambda ok: called.append((ok, persister.landed(ticket))))
         await flushed(persister)
         store.reply(StoreError("NOSCRIPT"))
@@ -168,12 +169,12 @@ async def test_when_landed_after_a_refused_commit_runs_once_the_sessions_are_fen
         lost: list[str] = []
         persister.fence.on_lost(lost.append)  # (after the persister's own, as the registry)
         seen: list[int] = []
-        persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 1)), "default")  # type: ignore[arg-type]
+        note_opened(persister)
         persister.when_landed(persister.ticket, "", lambda ok: seen.append(len(lost)))
         await flushed(persister)
         store.reply([KEY])
         assert seen == [1]
-        persister.note(NotingSession(), Journal(opened=[2], appends=appends(2, 1, 1)), "default")  # type: ignore[arg-type]
+        note_opened(persister, 2, 1)
         persister.when_landed(persister.ticket, "", lambda ok: seen.append(len(lost)))
         persister.fence.lost("lease_lapsed")  # in the same turn: nothing committed
         assert seen == [1] and len(lost) == 2
@@ -186,7 +187,7 @@ async def test_when_landed_never_stored_is_called_with_false_on_close() -> None:
     await store.open()
     persister = Persister(store, "a", 60.0)
     called: list[bool] = []
-    persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 1)), "default")  # type: ignore[arg-type]
+    note_opened(persister)
     persister.when_landed(persister.ticket, "", called.append)
     await flushed(persister)
     await persister.close()
@@ -205,8 +206,7 @@ async def test_a_when_landed_callback_that_raises_is_logged_not_raised() -> None
         def fails(ok: bool) -> None:
             raise RuntimeError("a writer's bug")
 
-        persister.note(NotingSession(), Journal(opened=[1], appends=appends(1, 1, 1)), "default")  # type: ignore[arg-type]
-        ticket = persister.ticket
+        ticket = note_opened(persister)
         persister.when_landed(ticket, "", fails)
         persister.when_landed(ticket, "", called.append)
         await flushed(persister)
