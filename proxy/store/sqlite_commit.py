@@ -21,41 +21,31 @@ other (the sweep deletes it with its events; a key made again starts without a l
 
 from __future__ import annotations
 
-import functools
-import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
-from json.encoder import encode_basestring_ascii
 from operator import attrgetter, itemgetter
 from typing import Any
 
 from proxy.store.base import COMPLETED, LIVE, Batch, Entry, StoreLimits, StreamRecord, refused_by
 from proxy.store.sqlite_fresh import FreshEpochs
-
-STREAM_COLUMNS = (
-    "key, session_id, owner, state, first_seq, last_seq, request_ids, announced, expires_at,"
-    " principal, server, fence"
+from proxy.store.sqlite_rows import (
+    INSERT_ONE,
+    PUT_STREAM,
+    STREAM_COLUMNS,
+    ids_json,
+    insert_rows,
+    stream_record,
+    stream_row,
 )
-_PUT_STREAM = f"INSERT OR REPLACE INTO streams ({STREAM_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+
 # Always one row: the record's columns (NULL: no record) and the key's oldest stored seq
 # (NULL: no events), whether or not a record holds them.
 _LOAD = (
     f"SELECT {STREAM_COLUMNS}, (SELECT min(seq) FROM events WHERE events.key = ?1)"
     " FROM (SELECT 1) LEFT JOIN streams ON streams.key = ?1"
 )
-# sqlite3 binds an exact int, float, str or bytearray as it is, but an event's payload,
-# bytes, is first looked up as an object to adapt: the adapter registry, then
-# ``__adapt__`` on the protocol (an AttributeError raised and cleared), then
-# ``__conform__`` on it: ~3,300 instructions per event inserted (callgrind, CPython 3.11).
-# With ``bytes`` registered the first look-up finds it: about a fifth off a multi-row
-# INSERT per event. The adapter is ``bytes.__bytes__`` (a method descriptor: an exact
-# bytes object back as it is) rather than the type ``bytes`` (a type call that looks
-# ``__bytes__`` up and calls it): ~730 fewer instructions per event bound. Process-wide,
-# and a no-op for every value it sees (the registry is keyed by exact type).
-sqlite3.register_adapter(bytes, bytes.__bytes__)
-
 _KEY_OF = attrgetter("key")
 _SEQ_OF = itemgetter(0)  # an :class:`Entry`'s seq
 
@@ -67,68 +57,6 @@ TOMBSTONE_EXPIRES = 0.0  # a dropped record's ``expires_at``: expired at any ``n
 DROP_AT_ONCE = 64
 """A dropped stream with at most this many stored events is deleted in its commit (a
 call's stream evicted by the next call: no tombstone, no later transaction for it)."""
-
-
-@functools.cache
-def _insert_rows(rows: int) -> str:
-    """An INSERT of ``rows`` events of one key: the key is bound once (``?1``), then
-    each event's seq, payload and mark, as an :class:`Entry` holds them."""
-    values = ",".join(f"(?1,?{3 * n + 2},?{3 * n + 3},?{3 * n + 4})" for n in range(rows))
-    return f"INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES {values}"
-
-
-_INSERT_ONE = _insert_rows(1)
-
-
-def ids_json(ids: list[Any]) -> str:
-    """``json.dumps(ids)``, the same text; none (a call answered by the time its record
-    is committed: most calls') or one int or str id without the encoder's Python layers,
-    which showed in a call's commit."""
-    if not ids:
-        return "[]"
-    if len(ids) == 1:
-        only = ids[0]
-        if type(only) is int:
-            return f"[{only}]"
-        if type(only) is str:
-            return f"[{encode_basestring_ascii(only)}]"
-    return json.dumps(ids)
-
-
-def stream_row(record: StreamRecord) -> tuple[Any, ...]:
-    return (
-        record.key,
-        record.session_id,
-        record.owner,
-        record.state,
-        record.first_seq,
-        record.last_seq,
-        ids_json(record.request_ids),
-        int(record.announced),
-        record.expires_at,
-        record.principal,
-        record.server,
-        record.fence,
-    )
-
-
-def stream_record(row: Sequence[Any]) -> StreamRecord:
-    key, session_id, owner, state, first, last, request_ids, announced, expires, *rest = row
-    principal, server, fence = rest
-    return StreamRecord(
-        key,
-        session_id,
-        owner,
-        state,
-        first,
-        last,
-        [] if request_ids == "[]" else json.loads(request_ids),  # (most: see ids_json)
-        bool(announced),
-        expires,
-        principal,
-        server,
-        fence=fence or "",
-    )
 
 
 def _copy(given: StreamRecord, expires_at: float | None, fence: str) -> StreamRecord:
@@ -363,9 +291,9 @@ def _a_call(
     state, expires = LIVE, now + limits.live_ttl
     if completed:
         state, expires = COMPLETED, completed[key]
-    conn.execute(_INSERT_ONE, (key, *entry))
+    conn.execute(INSERT_ONE, (key, *entry))
     conn.execute(
-        _PUT_STREAM,
+        PUT_STREAM,
         (
             key,
             given.session_id,
@@ -462,15 +390,15 @@ def _write(conn: sqlite3.Cursor, keys: dict[str, _Key], batch: Batch) -> list[st
             conn.execute(_CUT, (key, k.below))
         new = k.new
         if len(new) == 1:  # (a call's answer: one row, no chunking)
-            conn.execute(_INSERT_ONE, (key, *new[0]))
+            conn.execute(INSERT_ONE, (key, *new[0]))
         elif new:
             _insert_events(conn, key, new)
         if k.write and k.record is not None:
             rows.append(stream_row(k.record))
     if len(rows) == 1:  # (a call's commit: one record; ``execute`` makes no iterator)
-        conn.execute(_PUT_STREAM, rows[0])
+        conn.execute(PUT_STREAM, rows[0])
     elif rows:
-        conn.executemany(_PUT_STREAM, rows)
+        conn.executemany(PUT_STREAM, rows)
     return tombstones
 
 
@@ -481,5 +409,5 @@ def _insert_events(conn: sqlite3.Cursor, key: str, new: list[Entry]) -> None:
     done, rows = 0, len(new)
     while done < rows:
         size = min(INSERT_ROWS, 1 << ((rows - done).bit_length() - 1))
-        conn.execute(_insert_rows(size), [key, *chain.from_iterable(new[done : done + size])])
+        conn.execute(insert_rows(size), [key, *chain.from_iterable(new[done : done + size])])
         done += size

@@ -48,8 +48,8 @@ from proxy.store.base import (
     StreamRecord,
     check_read,
 )
-from proxy.store.sqlite_commit import STREAM_COLUMNS, stream_record
 from proxy.store.sqlite_fresh import FreshEpochs
+from proxy.store.sqlite_rows import STREAM_COLUMNS, stream_record
 
 T = TypeVar("T")
 
