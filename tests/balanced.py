@@ -33,12 +33,13 @@ class Cluster:
 @contextlib.asynccontextmanager
 async def cluster(
     directory: Path,
-    store: dict[str, Any],
+    store: dict[str, Any] | list[dict[str, Any]],
     count: int = 3,
     env: dict[str, str] | None = None,
     **sections: dict[str, Any],
 ) -> AsyncIterator[Cluster]:
-    """``count`` replicas on ``store`` behind haproxy, every replica in rotation."""
+    """``count`` replicas on ``store`` (or replica i on ``store[i]``) behind haproxy,
+    every replica in rotation."""
     async with (
         replica_set(directory, count, store, env, **sections) as replicas,
         balancer(directory / "haproxy", replicas.ports) as lb,

@@ -187,15 +187,17 @@ class ReplicaSet:
 async def replica_set(
     directory: Path,
     count: int,
-    store: dict[str, Any],
+    store: dict[str, Any] | list[dict[str, Any]],
     env: dict[str, str] | None = None,
     **sections: dict[str, Any],
 ) -> AsyncIterator[ReplicaSet]:
-    """``count`` replicas on ``store``, started; stopped (and their ports released) on
-    the way out, with their server processes checked gone."""
+    """``count`` replicas on ``store`` (or replica i on ``store[i]``: one store reached
+    by each through its own link), started; stopped (and their ports released) on the
+    way out, with their server processes checked gone."""
     directory.mkdir(parents=True, exist_ok=True)
+    stores = store if isinstance(store, list) else [store] * count
     replicas = [
-        Replica(i, directory, replica_config(0, store, **sections), dict(env or {}))
+        Replica(i, directory, replica_config(0, stores[i], **sections), dict(env or {}))
         for i in range(count)
     ]
     made = ReplicaSet(directory, replicas)

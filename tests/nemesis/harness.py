@@ -42,6 +42,7 @@ from tests.nemesis.audit import (
 from tests.nemesis.checker import Violation, check_run
 from tests.nemesis.history import Audit, Call
 from tests.nemesis.http_clients import LegacyClient, ModernClient
+from tests.nemesis.links import RedisLink
 from tests.nemesis.schedule import KINDS, Fault, make_schedule
 from tests.nemesis.stream_clients import ShimClient, WsClient
 from tests.nemesis.timeline import Timeline
@@ -130,8 +131,10 @@ class FaultRunner:
         cutters: list[CutProxy],
         log: Log,
         timeline: Timeline,
+        links: list[RedisLink] | None = None,
     ):
         self.c, self.redis, self.cutters, self.log = c, redis, cutters, log
+        self.links = links or []  # replica i's own link to Redis
         self.timeline = timeline
         self.done: Counter[str] = Counter()
         self.spans: list[tuple[float, float, str]] = []
@@ -172,6 +175,13 @@ class FaultRunner:
         elif fault.kind == "drain":
             await replica.stop()
             await replica.start()
+        elif fault.kind == "partition":
+            link = self.links[fault.target]
+            link.down()
+            try:
+                await asyncio.sleep(fault.value)
+            finally:
+                await link.up()
 
     async def heal(self) -> None:
         """Every replica running and not paused, Redis up, every replica in rotation."""
@@ -181,6 +191,8 @@ class FaultRunner:
                 await replica.start()
         if self.redis is not None and not self.redis.running:
             await asyncio.to_thread(self.redis.start)
+        for link in self.links:
+            await link.up()
         await self.c.lb.wait_up()
 
 
@@ -218,26 +230,36 @@ async def run_nemesis(
     before = descendants(os.getpid())
     async with contextlib.AsyncExitStack() as outer:
         redis: RedisServer | None = None
+        links: list[RedisLink] = []
         if settings.store == "redis":
             # A restart keeps the keys (an append-only file synced on every write), as a
             # Redis deployed with persistence does; one that loses them is test_replicas'
             # flush.
             redis = outer.enter_context(RedisServer(directory / "redis", durable=True))
-            store: dict[str, Any] = {
-                "kind": "redis",
-                "url": redis.url,
-                "namespace": "nemesis",
-                "lease_seconds": settings.lease,
-            }
+            # Each replica reaches Redis through a link of its own (a partition cuts one).
+            for _ in range(settings.replicas):
+                link = RedisLink(redis.port)
+                await link.up()
+                outer.push_async_callback(link.close)
+                links.append(link)
+            stores: list[dict[str, Any]] = [
+                {
+                    "kind": "redis",
+                    "url": link.url(),
+                    "namespace": "nemesis",
+                    "lease_seconds": settings.lease,
+                }
+                for link in links
+            ]
         else:  # one replica: a SQLite file has one writer; a kill restarts it on the file
-            store = {"kind": "sqlite", "path": str(directory / "store.db")}
+            stores = [{"kind": "sqlite", "path": str(directory / "store.db")}]
         async with contextlib.AsyncExitStack() as stack:
             with timeline.phase("starting the replicas and the balancer"):
                 c = await stack.enter_async_context(
-                    cluster(directory, store, settings.replicas, env, **sections)
+                    cluster(directory, stores, settings.replicas, env, **sections)
                 )
             calls, audits, faults, crashed = await drive(
-                c, redis, directory, rng, schedule, settings, log, timeline
+                c, redis, directory, rng, schedule, settings, log, timeline, links
             )
             with timeline.phase("stopping the replicas and the balancer"):
                 await stack.aclose()
@@ -264,6 +286,7 @@ async def drive(
     settings: Settings,
     log: Log,
     timeline: Timeline,
+    links: list[RedisLink],
 ) -> tuple[list[Call], dict[str, Audit], FaultRunner, list[str]]:
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -301,7 +324,7 @@ async def drive(
                         clients.append(
                             ShimClient(name, cutter.url(), shim_log, child, clock, settings.bound)
                         )
-            faults = FaultRunner(c, redis, cutters, log, timeline)
+            faults = FaultRunner(c, redis, cutters, log, timeline, links)
             running = [asyncio.create_task(client.run(settings.seconds)) for client in clients]
             with timeline.phase(f"the {len(schedule)} faults (and healing)"):
                 await faults.run(schedule, clock)

@@ -16,7 +16,10 @@ Kinds (the harness carries them out, tests/nemesis/harness.py):
 - ``pause``: SIGSTOP a replica for ``value`` seconds (past its lease), then SIGCONT;
 - ``redis``: restart Redis (it keeps its keys: an append-only file), down ``value`` seconds;
 - ``drain``: SIGTERM a replica whose env sets ``MCP_RESUME_PROXY_DRAIN_SECONDS``, and
-  start it again once it has exited.
+  start it again once it has exited;
+- ``partition``: cut one replica off Redis (its own link reset and refused,
+  tests/nemesis/links.py) for ``value`` seconds, from half a lease to one and a half:
+  the others and the clients still reach it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-KINDS: tuple[str, ...] = ("cut", "kill", "pause", "redis", "drain")
+KINDS: tuple[str, ...] = ("cut", "kill", "pause", "redis", "drain", "partition")
+REDIS_ONLY = ("redis", "partition")  # faults of the Redis store's links
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class Fault:
     at: float  # seconds from the start of the run
     kind: str
     target: int  # replica index (unused by cut and redis)
-    value: float  # cut: byte offset; kill/redis: seconds down; pause: seconds paused
+    value: float  # cut: byte offset; kill/redis/partition: seconds down; pause: paused
 
     def describe(self) -> str:
         what = {
@@ -41,14 +45,15 @@ class Fault:
             "pause": f"SIGSTOP replica {self.target} for {self.value:.1f}s",
             "redis": f"restart Redis ({self.value:.1f}s down)",
             "drain": f"drain replica {self.target} (SIGTERM), then restart it",
+            "partition": f"cut replica {self.target} off Redis for {self.value:.1f}s",
         }[self.kind]
         return f"t={self.at:5.1f}s {what}"
 
 
 def parse_kinds(text: str, store: str = "redis") -> tuple[str, ...]:
     """``"cut,kill"`` -> ``("cut", "kill")``; ``"all"`` or ``""`` -> every kind the
-    store has (``redis``: a restart of the Redis store, so not with ``sqlite``)."""
-    known = KINDS if store == "redis" else tuple(k for k in KINDS if k != "redis")
+    store has (``redis``, ``partition``: the Redis store's, so not with ``sqlite``)."""
+    known = KINDS if store == "redis" else tuple(k for k in KINDS if k not in REDIS_ONLY)
     if text.strip() in ("", "all"):
         return known
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
@@ -79,12 +84,16 @@ def make_schedule(
     for i, kind in enumerate(chosen):
         at = start + span * i + rng.uniform(0, span * 0.5)
         target = rng.randrange(replicas)
-        value = {
+        values = {
             "cut": float(rng.randrange(1, 6000)),
             "kill": rng.uniform(0.5, 2.0),
             "pause": lease * rng.uniform(1.5, 2.5),
             "redis": rng.uniform(0.2, 1.5),
             "drain": 0.0,
-        }[kind]
+        }
+        # Half a lease to one and a half (as many draws as before partitions were added:
+        # a seed of a run without them draws the same schedule).
+        values["partition"] = values["pause"] - lease
+        value = values[kind]
         faults.append(Fault(round(at, 2), kind, target, round(value, 2)))
     return faults
