@@ -31,7 +31,10 @@ and ending what a dead replica left running (DESIGN.md §9).
   again once it holds ``reaper:<owner>``, and the holder checks ``reaper:<owner>`` once it
   holds its lease again, so one of the two always sees the other. Other replicas
   presume a lease found missing alive for half a lease, and reap it only once it was
-  missing at two looks that far apart.
+  missing at two looks that far apart. One that takes an owner for gone and acts on it
+  (a client told its session is gone, a call ended ``owner_lost``) holds
+  ``reaper:<owner>`` first (:meth:`Replicas.owner_alive`): an owner only cut off from
+  the store, back, finds it and loses its sessions, so what the client was told holds.
 """
 
 from __future__ import annotations
@@ -240,10 +243,34 @@ class Replicas:
     # ------------------------------------------------------------------ owners
     async def owner_alive(self, owner: str) -> bool:
         """Whether ``owner`` holds its lease, or is presumed to (found missing just now
-        after it was seen held: its key may have been lost, and it takes it again)."""
+        after it was seen held: its key may have been lost, and it takes it again).
+
+        False only once this replica holds ``reaper:<owner>`` (or another does), since a
+        caller acts on it (a client told its session is gone, a call ended
+        ``owner_lost``): ``owner``, were it only cut off from the store and back, finds
+        itself reaped when it takes its lease again and loses its sessions too, so what
+        the client was told stays true (:meth:`_declare_gone`)."""
+        return await self._presumed_alive(owner) or not await self._declare_gone(owner)
+
+    async def _presumed_alive(self, owner: str) -> bool:
+        """``owner`` holds its lease or is presumed to (:meth:`LeaseClock.note`); no claim."""
         if owner == self.owner:
             return True
         return self.leases.note(owner, await self._holds_lease(owner))
+
+    async def _declare_gone(self, owner: str) -> bool:
+        """Take ``reaper:<owner>`` (kept: the reaper's own claim, :meth:`reap_once`), then
+        look at ``owner``'s lease once more, as the reaper does: held again, ``owner``
+        came back before the claim and keeps its sessions (False, the claim let go);
+        otherwise it finds the claim when it takes its lease again (True)."""
+        reaper = f"reaper:{owner}"
+        mine = await self.store.acquire_lease(reaper, self.owner, REAPER_LEASE_SECONDS, time.time())
+        if not await self._holds_lease(owner):
+            return True
+        self.leases.note(owner, True)
+        if mine:
+            await self.store.release_lease(reaper, self.owner)
+        return False
 
     async def _holds_lease(self, owner: str) -> bool:
         return await self.store.lease_owner(f"replica:{owner}", time.time()) == owner
@@ -421,7 +448,8 @@ class Replicas:
         owners = {r.owner for r in await self.store.live_streams(None, now)}
         ended = 0
         for owner in sorted(owners - {self.owner}):
-            if await self.owner_alive(owner) or not self.leases.missing_long(owner):
+            # (Not owner_alive: the reaper claims its owner once it was missing long.)
+            if await self._presumed_alive(owner) or not self.leases.missing_long(owner):
                 continue
             reaper = f"reaper:{owner}"
             if not await self.store.acquire_lease(reaper, self.owner, REAPER_LEASE_SECONDS, now):

@@ -183,6 +183,55 @@ async def test_a_lease_missing_at_two_looks_half_a_lease_apart_is_reaped(
     assert len(a.lost) == 1
 
 
+async def test_a_holder_another_replica_took_for_gone_loses_its_sessions_when_back(
+    memory_store: MemoryStore, started: list[Replicas]
+) -> None:
+    """b finds a's lease missing a lease after it saw it held (a cut off from the store
+    past its lease): a is gone, and b's client is told so (404). a, back, cannot tell a
+    lapse from a loss after its outage, but it finds ``reaper:a`` held by b (claimed
+    before b answered), so it loses its sessions: the session b called gone is gone
+    through a too. Was: a took its lease again and kept them (no live stream of a's for
+    b's reaper to end, or a back before it ended them)."""
+    clock = Clock()
+    a = await Replica(memory_store, "a", clock).join(started)
+    b = await Replica(memory_store, "b", clock).join(started)
+    token = a.fence.token
+    assert await b.replicas.owner_alive("a")  # seen held
+    a.replicas.leases.unreachable()  # a's renewals fail: cut off from the store
+    clock.now += LEASE + 1
+    await lose_lease(memory_store, "a")  # lapsed meanwhile
+    assert not await b.replicas.owner_alive("a")
+    assert await memory_store.lease_owner("reaper:a", time.time()) == "b"
+    await a.replicas.renew_once()
+    assert a.lost == [token]
+
+
+async def test_a_holder_back_before_the_claim_is_alive_and_the_claim_let_go(
+    memory_store: MemoryStore, started: list[Replicas]
+) -> None:
+    """b took a for gone at its look, but a holds its lease again by the time b has
+    claimed ``reaper:a`` (b looks once more after the claim, as its reaper does): a is
+    alive, the claim is let go, and a keeps its sessions."""
+    clock = Clock()
+    a = await Replica(memory_store, "a", clock).join(started)
+    b = await Replica(memory_store, "b", clock).join(started)
+    assert await b.replicas.owner_alive("a")
+    clock.now += LEASE + 1
+    await lose_lease(memory_store, "a")
+    acquire = memory_store.acquire_lease
+
+    async def a_back_first(name: str, owner: str, ttl: float, now: float) -> bool:
+        if name == "reaper:a":  # a's renewal lands between b's look and b's claim
+            a.replicas.leases.unreachable()
+            await a.replicas.renew_once()
+        return await acquire(name, owner, ttl, now)
+
+    memory_store.acquire_lease = a_back_first  # type: ignore[method-assign]
+    assert await b.replicas.owner_alive("a")
+    assert await memory_store.lease_owner("reaper:a", time.time()) is None
+    assert a.lost == []
+
+
 async def test_a_lease_never_seen_held_is_not_presumed_alive(
     memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
