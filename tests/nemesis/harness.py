@@ -175,9 +175,12 @@ class FaultRunner:
         elif fault.kind == "drain":
             await replica.stop()
             await replica.start()
-        elif fault.kind == "partition":
+        elif fault.kind in ("partition", "blackhole"):
             link = self.links[fault.target]
-            link.down()
+            if fault.kind == "partition":
+                link.down()
+            else:
+                link.hang()
             try:
                 await asyncio.sleep(fault.value)
             finally:

@@ -5,8 +5,13 @@ still reach it.
 
 ``down()`` resets every connection through the relay (RST: the replica's reads and writes
 fail at once, as when a partition is noticed) and closes its listening socket, so new
-connections are refused until ``up()`` opens it again on the same port. A Redis restart
-behind the relay ends the relayed connections too, as it would direct ones.
+connections are refused until ``up()`` opens it again on the same port. ``hang()`` is
+the other kind of partition, where packets go nowhere and nothing says so: nothing
+flows either way, on the connections made and on new ones (accepted, then held), until
+``up()``, when what was sent meanwhile arrives late, in order (a command may reach Redis
+after the replica gave up waiting for its reply and closed the connection: TCP delivers
+what was sent before the close). A Redis restart behind the relay ends the relayed
+connections too, as it would direct ones.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class RedisLink:
         self._closed: list[asyncio.Server] = []
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._flowing = asyncio.Event()  # cleared by hang(): nothing is forwarded
+        self._flowing.set()
 
     @property
     def is_up(self) -> bool:
@@ -36,7 +43,9 @@ class RedisLink:
         return f"redis://127.0.0.1:{self.port}/0"
 
     async def up(self) -> None:
-        """(Re)open the listening socket, on the same port after the first time."""
+        """(Re)open the listening socket, on the same port after the first time; let
+        what a hang held through."""
+        self._flowing.set()
         if self._server is None:
             self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
             self.port = int(self._server.sockets[0].getsockname()[1])
@@ -51,6 +60,10 @@ class RedisLink:
         for pair in pairs:
             self._reset(pair)
         return len(pairs)
+
+    def hang(self) -> None:
+        """Forward nothing, either way, on any connection, until :meth:`up`."""
+        self._flowing.clear()
 
     async def close(self) -> None:
         self.down()
@@ -75,6 +88,7 @@ class RedisLink:
         assert task is not None
         self._tasks.add(task)
         try:
+            await self._flowing.wait()  # a hang holds a new connection too
             try:
                 up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
             except OSError:  # Redis itself is down: refused, as a direct connection is
@@ -94,10 +108,10 @@ class RedisLink:
         finally:
             self._tasks.discard(task)
 
-    @staticmethod
-    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while data := await reader.read(_CHUNK):
+                await self._flowing.wait()
                 writer.write(data)
                 await writer.drain()
         # One side ended: so does the other (a Redis restart, a replica's close).

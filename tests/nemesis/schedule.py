@@ -19,7 +19,10 @@ Kinds (the harness carries them out, tests/nemesis/harness.py):
   start it again once it has exited;
 - ``partition``: cut one replica off Redis (its own link reset and refused,
   tests/nemesis/links.py) for ``value`` seconds, from half a lease to one and a half:
-  the others and the clients still reach it.
+  the others and the clients still reach it;
+- ``blackhole``: the same, but nothing says so: nothing flows on that link either way
+  for ``value`` seconds (the replica's commands wait out their timeout), then what was
+  sent arrives late.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-KINDS: tuple[str, ...] = ("cut", "kill", "pause", "redis", "drain", "partition")
-REDIS_ONLY = ("redis", "partition")  # faults of the Redis store's links
+KINDS: tuple[str, ...] = ("cut", "kill", "pause", "redis", "drain", "partition", "blackhole")
+REDIS_ONLY = ("redis", "partition", "blackhole")  # faults of the Redis store's links
 
 
 @dataclass(frozen=True)
@@ -46,13 +49,14 @@ class Fault:
             "redis": f"restart Redis ({self.value:.1f}s down)",
             "drain": f"drain replica {self.target} (SIGTERM), then restart it",
             "partition": f"cut replica {self.target} off Redis for {self.value:.1f}s",
+            "blackhole": f"blackhole replica {self.target}'s link to Redis for {self.value:.1f}s",
         }[self.kind]
         return f"t={self.at:5.1f}s {what}"
 
 
 def parse_kinds(text: str, store: str = "redis") -> tuple[str, ...]:
     """``"cut,kill"`` -> ``("cut", "kill")``; ``"all"`` or ``""`` -> every kind the
-    store has (``redis``, ``partition``: the Redis store's, so not with ``sqlite``)."""
+    store has (``redis``, ``partition``, ``blackhole``: the Redis store's, not ``sqlite``'s)."""
     known = KINDS if store == "redis" else tuple(k for k in KINDS if k not in REDIS_ONLY)
     if text.strip() in ("", "all"):
         return known
@@ -93,7 +97,7 @@ def make_schedule(
         }
         # Half a lease to one and a half (as many draws as before partitions were added:
         # a seed of a run without them draws the same schedule).
-        values["partition"] = values["pause"] - lease
+        values["partition"] = values["blackhole"] = values["pause"] - lease
         value = values[kind]
         faults.append(Fault(round(at, 2), kind, target, round(value, 2)))
     return faults
