@@ -157,7 +157,9 @@ class RedisStore(RedisRecords, RedisReads, Store):
             self._wire = wire_for(self.url, self.timeout)
             self._reads = wire_for(self.url, self.timeout)
         with self._failing("open"):
-            await check_server(self.url, self.timeout, cluster=self.cluster)
+            evicts = await check_server(self.url, self.timeout, cluster=self.cluster)
+        if evicts is not None:
+            log.warning("redis_evicts_keys", redis=self._where, note=evicts)
         await self._run("open", self._load_scripts)
         self._epoch = await self.current_epoch()
         if await self._run("open", lambda r: r.exists(self._layout.old_epoch)):

@@ -54,14 +54,16 @@ def connect(url: str, socket_timeout: float, connect_timeout: float, *, cluster:
     )
 
 
-async def check_server(url: str, timeout: float, *, cluster: bool) -> None:
+async def check_server(url: str, timeout: float, *, cluster: bool) -> str | None:
     """The node ``url`` names (one connection of its own) is Redis >= 7 (or Valkey), and
     a cluster node exactly when ``cluster`` is set; else StoreError saying what to set.
-    Redis' own errors (unreachable, refused) pass through."""
+    Redis' own errors (unreachable, refused) pass through. Returns what to warn of: the
+    node may evict the store's keys (:func:`eviction_warning`)."""
     probe = connect(url, timeout, timeout, cluster=False)
     try:
         info = await probe.info("server")
         enabled = (await probe.info("cluster")).get("cluster_enabled", 0)
+        memory = await probe.info("memory")
     finally:
         await probe.aclose()
     version = str(info.get("redis_version", "0"))
@@ -75,3 +77,24 @@ async def check_server(url: str, timeout: float, *, cluster: bool) -> None:
         if cluster:
             said = "is not in cluster mode (cluster_enabled:0): set store.cluster: false"
         raise StoreError(f"redis at {where(url)} {said}")
+    return eviction_warning(memory)
+
+
+def eviction_warning(memory: dict[str, object]) -> str | None:
+    """What to warn of when a node's ``INFO memory`` says it evicts keys once full: every
+    key of the store has a TTL, so any ``maxmemory-policy`` but ``noeviction`` (the
+    ``volatile-*`` ones too) may drop a stream's events, a session or a lease, and the
+    proxy could no longer replay what it stored. None: ``noeviction`` (a full Redis
+    refuses writes instead: the proxy waits for it, then answers 503 store_unavailable),
+    or a server that does not say."""
+    policy = str(memory.get("maxmemory_policy", "noeviction"))
+    if policy == "noeviction":
+        return None
+    limit = int(str(memory.get("maxmemory", 0)) or 0)
+    when = f"once it holds maxmemory {limit} bytes" if limit else "if maxmemory is ever set"
+    return (
+        f"maxmemory-policy is {policy}: Redis evicts keys {when}, and may drop a stream's "
+        "events, a session or a lease the proxy relies on to replay what it stored; set "
+        "maxmemory-policy noeviction (a full Redis then refuses writes, and the proxy "
+        "answers 503 store_unavailable until it has room)"
+    )
