@@ -50,7 +50,7 @@ from typing import Any, TypeVar, cast
 
 import structlog
 from hiredis import pack_command
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, ReadOnlyError, RedisError
 
 from proxy.core.stream import Unacknowledged
 from proxy.store.base import (
@@ -135,6 +135,7 @@ class RedisStore(RedisRecords, RedisReads, Store):
         self._client: Client | None = None
         self._blocking: Client | None = None  # tails' XREAD BLOCK, longer timeout
         self._closed = False
+        self._replica = False  # a READONLY reply came: redis-py's pools connect anew first
         self._commands = Commands()  # in flight
         # One server: commits and stream reads on connections of their own (a commit
         # never waits behind a read's reply); None for a cluster or TLS.
@@ -209,12 +210,38 @@ class RedisStore(RedisRecords, RedisReads, Store):
         :attr:`_commands` (a cancelled caller ends at once; its command is left to end);
         Redis' errors come out as StoreError, and so does a command :meth:`close` ended."""
         with self._failing(doing):
+            if self._replica:
+                await self._connect_anew()
             client = self._blocking if blocking else self._client
             assert client is not None, "_failing checked that the store is open"
             try:
                 return await self._commands.run(call(client))
             except Ended:
                 raise StoreError(f"the redis store ({self._where}) is closed") from None
+            except ReadOnlyError:
+                self._became_replica()
+                raise
+
+    def _became_replica(self) -> None:
+        """A READONLY reply: the server this store reaches was made a replica (a failover
+        moved the master behind the same name, and these connections still reach the old
+        one). Every connection is dropped, so that the next command of each connects
+        anew, to whatever the URL names now (the failed command fails: its caller's
+        retry goes there). A cluster never says READONLY to a write (MOVED instead)."""
+        if not self._replica:
+            log.warning("redis_server_became_replica", redis=self._where)
+        self._replica = True
+        for wire in (self._wire, self._reads):
+            if wire is not None:
+                wire.drop()
+
+    async def _connect_anew(self) -> None:
+        """Drop redis-py's pooled connections (after :meth:`_became_replica`)."""
+        self._replica = False
+        for client in (self._client, self._blocking):
+            pool = getattr(client, "connection_pool", None)
+            if pool is not None:
+                await pool.disconnect()
 
     async def _wired(
         self, doing: str, wire: Wire, packed: bytes, count: int = 1, *, scripts: bool = False
@@ -225,6 +252,8 @@ class RedisStore(RedisRecords, RedisReads, Store):
         with self._failing(doing):
             try:
                 replies = await wire.call(packed, count)
+                if any(type(reply) is ReadOnlyError for reply in replies):
+                    self._became_replica()  # (the wire's link is closed already)
                 if scripts and any(isinstance(reply, NoScriptError) for reply in replies):
                     await self._run(doing, self._load_scripts)
                     replies = await wire.call(packed, count)
@@ -299,6 +328,8 @@ class RedisStore(RedisRecords, RedisReads, Store):
                 if error is None:
                     landed([text(key) for reply in replies for key in cast(list[bytes], reply)])
                     return
+                if type(error) is ReadOnlyError:
+                    self._became_replica()
                 replies = error
             landed(StoreError(f"redis at {self._where}: commit failed: {replies}"))
 

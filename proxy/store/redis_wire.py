@@ -17,6 +17,10 @@ whatever its callers do: a caller cancelled (or timed out) while waiting leaves 
 future cancelled and its reply, when it comes, is read and dropped. A cancelled caller
 ends at once with :class:`~asyncio.CancelledError`; nothing of it runs on.
 
+A ``READONLY`` error reply (the server was made a replica: a failover moved the master
+behind the same name) closes the connection once it is read, so the next command
+connects anew, to whatever the URL names now; the command that got it fails.
+
 As the redis-py client is configured (:func:`proxy.store.redis_client.connect`): a
 command that finds its connection broken (a restarted Redis) is sent once more on a new
 one (the store's commands are idempotent: a commit retried applies once); a command
@@ -42,7 +46,7 @@ from hiredis import Reader, pack_command
 from redis._parsers.base import BaseParser
 from redis.asyncio.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, ResponseError
+from redis.exceptions import InvalidResponse, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 Arg = bytes | str | int
@@ -119,6 +123,12 @@ class _Link(asyncio.Protocol):
                 if len(request.replies) == request.count:
                     waiting.popleft()
                     request.settle(request.replies)
+                if type(reply) is ReadOnlyError:  # (an error reply: the rare path)
+                    # The server is a replica now (a failover moved the master, and this
+                    # connection still reaches the old one): the next command connects
+                    # anew, to whatever the URL names now.
+                    self.fail(RedisConnectionError("the server became a replica (READONLY)"))
+                    return
         except InvalidResponse as exc:
             self.fail(RedisConnectionError(f"the server's reply cannot be read: {exc}"))
 
@@ -277,6 +287,12 @@ class Wire:
         except OSError as exc:
             raise RedisConnectionError(f"cannot connect: {exc}") from exc
         return link
+
+    def drop(self) -> None:
+        """Close the connection now (every command waiting on it fails with a broken
+        connection, retried once as such); the next command connects anew."""
+        if self._link is not None:
+            self._link.fail(RedisConnectionError("connecting anew: the server became a replica"))
 
     def close(self) -> None:
         """Close the connection; every command still waiting raises :class:`Closed`."""
