@@ -40,6 +40,7 @@ from tests.nemesis.audit import (
     leftover_processes,
 )
 from tests.nemesis.checker import Violation, check_run
+from tests.nemesis.failover import RedisPair
 from tests.nemesis.history import Audit, Call
 from tests.nemesis.http_clients import LegacyClient, ModernClient
 from tests.nemesis.links import RedisLink
@@ -127,14 +128,13 @@ class FaultRunner:
     def __init__(
         self,
         c: Cluster,
-        redis: RedisServer | None,
+        pair: RedisPair | None,
         cutters: list[CutProxy],
         log: Log,
         timeline: Timeline,
-        links: list[RedisLink] | None = None,
     ):
-        self.c, self.redis, self.cutters, self.log = c, redis, cutters, log
-        self.links = links or []  # replica i's own link to Redis
+        self.c, self.pair, self.cutters, self.log = c, pair, cutters, log
+        self.links = pair.links if pair is not None else []  # replica i's link to Redis
         self.timeline = timeline
         self.done: Counter[str] = Counter()
         self.spans: list[tuple[float, float, str]] = []
@@ -167,11 +167,15 @@ class FaultRunner:
                 await asyncio.sleep(fault.value)
             finally:
                 replica.resume()
-        elif fault.kind == "redis":
-            assert self.redis is not None, "a redis fault needs the redis store"
-            self.redis.stop()
+        elif fault.kind == "redis":  # the master (its replica goes on replicating after)
+            assert self.pair is not None, "a redis fault needs the redis store"
+            master = self.pair.current
+            master.stop()
             await asyncio.sleep(fault.value)
-            await asyncio.to_thread(self.redis.start)
+            await asyncio.to_thread(master.start)
+        elif fault.kind == "failover":
+            assert self.pair is not None, "a failover needs the redis store"
+            await self.pair.failover(self.log)
         elif fault.kind == "drain":
             await replica.stop()
             await replica.start()
@@ -192,8 +196,8 @@ class FaultRunner:
             replica.resume()
             if not replica.running:
                 await replica.start()
-        if self.redis is not None and not self.redis.running:
-            await asyncio.to_thread(self.redis.start)
+        if self.pair is not None and not self.pair.current.running:
+            await asyncio.to_thread(self.pair.current.start)
         for link in self.links:
             await link.up()
         await self.c.lb.wait_up()
@@ -232,19 +236,24 @@ async def run_nemesis(
     # What ran before (another test's session-wide Redis on this worker) is not ours.
     before = descendants(os.getpid())
     async with contextlib.AsyncExitStack() as outer:
-        redis: RedisServer | None = None
+        pair: RedisPair | None = None
         links: list[RedisLink] = []
         if settings.store == "redis":
             # A restart keeps the keys (an append-only file synced on every write), as a
             # Redis deployed with persistence does; one that loses them is test_replicas'
-            # flush.
-            redis = outer.enter_context(RedisServer(directory / "redis", durable=True))
+            # flush. The master has a replica, for failovers (tests/nemesis/failover.py).
+            servers = [
+                outer.enter_context(RedisServer(directory / name, durable=True))
+                for name in ("redis", "redis-replica")
+            ]
             # Each replica reaches Redis through a link of its own (a partition cuts one).
             for _ in range(settings.replicas):
-                link = RedisLink(redis.port)
+                link = RedisLink(servers[0].port)
                 await link.up()
                 outer.push_async_callback(link.close)
                 links.append(link)
+            pair = RedisPair(servers, links)
+            await pair.replicate()
             stores: list[dict[str, Any]] = [
                 {
                     "kind": "redis",
@@ -262,13 +271,13 @@ async def run_nemesis(
                     cluster(directory, stores, settings.replicas, env, **sections)
                 )
             calls, audits, faults, crashed = await drive(
-                c, redis, directory, rng, schedule, settings, log, timeline, links
+                c, pair, directory, rng, schedule, settings, log, timeline
             )
             with timeline.phase("stopping the replicas and the balancer"):
                 await stack.aclose()
-        loose_keys = await keys_without_ttl(redis.url) if redis is not None else []
-        process = redis._process if redis is not None else None
-        leftovers = leftover_processes(before | ({process.pid} if process is not None else set()))
+        loose_keys = await keys_without_ttl(pair.current.url) if pair is not None else []
+        ours = [s._process.pid for s in pair.servers if s._process] if pair is not None else []
+        leftovers = leftover_processes(before | set(ours))
     violations = [Violation("client_crashed", name, "see the log") for name in crashed]
     violations += check_run(
         calls,
@@ -282,14 +291,13 @@ async def run_nemesis(
 
 async def drive(
     c: Cluster,
-    redis: RedisServer | None,
+    pair: RedisPair | None,
     directory: Path,
     rng: random.Random,
     schedule: list[Fault],
     settings: Settings,
     log: Log,
     timeline: Timeline,
-    links: list[RedisLink],
 ) -> tuple[list[Call], dict[str, Audit], FaultRunner, list[str]]:
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -327,7 +335,7 @@ async def drive(
                         clients.append(
                             ShimClient(name, cutter.url(), shim_log, child, clock, settings.bound)
                         )
-            faults = FaultRunner(c, redis, cutters, log, timeline, links)
+            faults = FaultRunner(c, pair, cutters, log, timeline)
             running = [asyncio.create_task(client.run(settings.seconds)) for client in clients]
             with timeline.phase(f"the {len(schedule)} faults (and healing)"):
                 await faults.run(schedule, clock)

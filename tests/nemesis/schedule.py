@@ -22,7 +22,10 @@ Kinds (the harness carries them out, tests/nemesis/harness.py):
   the others and the clients still reach it;
 - ``blackhole``: the same, but nothing says so: nothing flows on that link either way
   for ``value`` seconds (the replica's commands wait out their timeout), then what was
-  sent arrives late.
+  sent arrives late;
+- ``failover``: Redis' master and its replica swap (``FAILOVER TO``: writes paused until
+  the replica has them all), and the replicas' links move to the new master for new
+  connections (tests/nemesis/failover.py).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-KINDS: tuple[str, ...] = ("cut", "kill", "pause", "redis", "drain", "partition", "blackhole")
-REDIS_ONLY = ("redis", "partition", "blackhole")  # faults of the Redis store's links
+KINDS: tuple[str, ...] = (
+    *("cut", "kill", "pause", "redis", "drain", "partition", "blackhole", "failover"),
+)
+REDIS_ONLY = ("redis", "partition", "blackhole", "failover")  # the Redis store's faults
 
 
 @dataclass(frozen=True)
@@ -50,13 +55,14 @@ class Fault:
             "drain": f"drain replica {self.target} (SIGTERM), then restart it",
             "partition": f"cut replica {self.target} off Redis for {self.value:.1f}s",
             "blackhole": f"blackhole replica {self.target}'s link to Redis for {self.value:.1f}s",
+            "failover": "fail Redis over to its replica",
         }[self.kind]
         return f"t={self.at:5.1f}s {what}"
 
 
 def parse_kinds(text: str, store: str = "redis") -> tuple[str, ...]:
     """``"cut,kill"`` -> ``("cut", "kill")``; ``"all"`` or ``""`` -> every kind the
-    store has (``redis``, ``partition``, ``blackhole``: the Redis store's, not ``sqlite``'s)."""
+    store has (``redis``, ``partition``, ``blackhole``, ``failover``: the Redis store's)."""
     known = KINDS if store == "redis" else tuple(k for k in KINDS if k not in REDIS_ONLY)
     if text.strip() in ("", "all"):
         return known
@@ -98,6 +104,7 @@ def make_schedule(
         # Half a lease to one and a half (as many draws as before partitions were added:
         # a seed of a run without them draws the same schedule).
         values["partition"] = values["blackhole"] = values["pause"] - lease
+        values["failover"] = 0.0
         value = values[kind]
         faults.append(Fault(round(at, 2), kind, target, round(value, 2)))
     return faults
