@@ -6,6 +6,12 @@ gave them, a nested mapping flattened to dotted keys (``servers.default=http://.
 a Python dict), a list joined with commas, and a value quoted (JSON-style, control
 characters escaped) only when it holds a space, a quote, ``=`` or a control character,
 so that no value can break a line or pass for another key.
+
+A line that cannot be written (stderr's reader gone: a closed pipe, a log shipper that
+died; a full disk under a file) is dropped and counted (:func:`dropped_lines`, in
+``/metrics`` as ``mcp_resume_proxy_log_lines_dropped``), never raised into the code that
+logged it: the proxy's sessions go on without their log, and it resumes once stderr
+takes lines again.
 """
 
 from __future__ import annotations
@@ -68,6 +74,32 @@ def render_console(_logger: Any, _name: str, event_dict: MutableMapping[str, Any
     return f"{line}\n{exception}" if exception else line
 
 
+_dropped = 0
+
+
+def dropped_lines() -> int:
+    """Log lines this process could not write since it started."""
+    return _dropped
+
+
+class _DroppingLogger(structlog.PrintLogger):
+    """structlog's PrintLogger, but a write that fails drops its line (module doc)."""
+
+    def msg(self, message: str) -> None:
+        global _dropped
+        try:
+            super().msg(message)
+        except (OSError, ValueError):  # (ValueError: stderr was closed)
+            _dropped += 1
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+def _logger(*_args: Any) -> _DroppingLogger:
+    return _DroppingLogger(sys.stderr)
+
+
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
     renderers: list[structlog.typing.Processor]
     if fmt == "json":
@@ -84,6 +116,6 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_logger,
         cache_logger_on_first_use=False,
     )

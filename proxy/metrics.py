@@ -31,7 +31,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from proxy import __version__
+from proxy import __version__, logs
 from proxy.metrics_batch import BatchedHistogram
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -86,6 +86,12 @@ class Metrics:
             registry=r,
         )
         build.labels(__version__, platform.python_version()).set(1)
+        Gauge(
+            prefix + "log_lines_dropped",
+            "Log lines that could not be written since the start (stderr's reader gone, a "
+            "full disk): the proxy goes on without them.",
+            registry=r,
+        ).set_function(lambda: float(logs.dropped_lines()))
         self.sessions = Gauge(
             prefix + "sessions",
             "Live client sessions (legacy era), by upstream.",
