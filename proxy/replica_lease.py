@@ -6,12 +6,14 @@ failover to a replica that had not yet received it).
 A lease key's expiry runs on the store's clock and only moves forward while its holder
 renews it, every third of ``lease_seconds``. So:
 
-- **The holder** (:meth:`LeaseClock.lost_not_lapsed`): a renewal that finds its lease
-  missing less than a lease after the last renewal that held was *sent* cannot be a
-  lapse (the key had at least that long to live): the key was lost. After a renewal that
-  could not reach the store (an outage) the holder cannot tell, and treats it as lost
-  too. Either way it takes the lease again only if nobody reaped it meanwhile
-  (:mod:`proxy.replicas`); a lapse still loses its sessions, as fencing says.
+- **The holder** (:meth:`LeaseClock.lost_not_lapsed`): a renewal *sent* less than a
+  lease after the last renewal that held was sent that finds its lease missing cannot be
+  a lapse of this replica (the key had at least that long to live when it was sent): the
+  key was lost, or Redis itself stalled past its expiry before it took the renewal.
+  After a renewal that could not reach the store (an outage) the holder cannot tell,
+  and treats it as lost too. Either way it takes the lease again only if nobody reaped
+  it meanwhile (:mod:`proxy.replicas`); a lapse still loses its sessions, as fencing
+  says.
 - **Another replica** (:meth:`LeaseClock.note`, :meth:`LeaseClock.missing_long`): a
   holder whose key was lost takes it again within a third of a lease. So a lease found
   missing is *presumed alive* for :attr:`LeaseClock.grace` (half a lease) if this replica
@@ -61,13 +63,15 @@ class LeaseClock:
         self._outage = True
         self._unreachable_at = self.clock()
 
-    def lost_not_lapsed(self) -> bool:
-        """A renewal just found the lease missing: was its key lost rather than lapsed?
-        (Less than a lease since the last renewal that held was sent, or the store was
-        unreachable at the last renewal.)"""
+    def lost_not_lapsed(self, sent: float) -> bool:
+        """A renewal sent at ``sent`` just found the lease missing: was its key lost
+        rather than lapsed? (It was sent less than a lease after the last renewal that
+        held was sent, or the store was unreachable at the last renewal.) The send time,
+        not the reply's: a renewal sent on time that Redis took late (Redis itself
+        stalled, its clock expiring the key meanwhile) is no lapse of this replica."""
         outage, self._outage = self._outage, False
         at = self._renewed_at
-        return outage or (at is not None and self.clock() - at < self.lease_seconds)
+        return outage or (at is not None and sent - at < self.lease_seconds)
 
     # ------------------------------------------------------------------ the others'
     def note(self, owner: str, held: bool) -> bool:

@@ -189,7 +189,7 @@ class Replicas:
         if held:
             self.leases.renewed(sent)
         else:
-            lost = self._flushed_lately() or self.leases.lost_not_lapsed()
+            lost = self._flushed_lately() or self.leases.lost_not_lapsed(sent)
             if not lost and not self._orphaned:
                 self.fence.lost("lease_lapsed")  # another replica may be reaping it
             if not await self.store.acquire_lease(

@@ -101,6 +101,28 @@ async def test_a_lease_found_missing_after_an_outage_is_taken_again(
     assert await memory_store.lease_owner("replica:a", time.time()) == "a"
 
 
+async def test_a_renewal_sent_on_time_that_the_store_took_late_is_no_lapse(
+    memory_store: MemoryStore, started: list[Replicas]
+) -> None:
+    """The renewal is sent a third of a lease after the last that held, and the store
+    (stalled) takes it a lease and a half later, its key expired meanwhile: not this
+    replica's lapse, so it takes the lease again and keeps its sessions."""
+    clock = Clock()
+    a = await Replica(memory_store, "a", clock).join(started)
+    clock.now += LEASE / 3
+    renew = memory_store.renew_lease
+
+    async def stalled(name: str, owner: str, ttl: float, now: float) -> bool:
+        clock.now += LEASE * 1.5  # Redis frozen with the renewal in its socket
+        await lose_lease(memory_store, "a")  # expired by the store's own clock
+        return await renew(name, owner, ttl, now)
+
+    memory_store.renew_lease = stalled  # type: ignore[method-assign]
+    await a.replicas.renew_once()
+    assert a.lost == []
+    assert await memory_store.lease_owner("replica:a", time.time()) == "a"
+
+
 async def test_a_lease_that_lapsed_loses_the_sessions(
     memory_store: MemoryStore, started: list[Replicas]
 ) -> None:

@@ -101,3 +101,41 @@ async def test_a_lease_that_lapsed_while_the_store_was_down_is_not_taken_for_a_d
             got = messages(await read_events(resp))
             assert got[-1]["result"]["content"][0]["text"] == "after"
             assert not log_events(a.log_path.read_text(), "lease_lost")
+
+
+async def test_a_lease_that_expired_while_redis_itself_stalled_is_taken_again(
+    tmp_path: Path,
+) -> None:
+    """Redis frozen (SIGSTOP: a fork's stall, a starved VM) for a lease and a half, less
+    than the store's timeout: A's renewal, sent on time, waits the stall out and reaches
+    Redis after its lease key expired by Redis' own clock. A was not paused (it sent the
+    renewal less than a lease after the last one that held), so its key was not its to
+    lose: it takes it again (nobody could reap it meanwhile, and it checks
+    ``reaper:<A>``) and keeps its sessions. Was: taken for a lapse, A lost every session."""
+    lease = 2.0
+    with restartable_redis(tmp_path, lease_seconds=lease, unavailable_wait_seconds=10.0) as (
+        server,
+        store,
+    ):
+        async with lives(tmp_path, store) as (proxies, http):
+            a = await proxies.start()
+            client = RawSession(http, a.url)
+            await client.initialize()
+            echo = tool_call(1, "echo", {"text": "before"})["params"]
+            assert messages(await client.request(1, "tools/call", echo))
+            await asyncio.sleep(lease)  # renewals that held
+            server.pause()
+            try:
+                await asyncio.sleep(lease * 1.5)
+            finally:
+                server.resume()
+
+            def back() -> list[dict[str, object]]:
+                return log_events(a.log_path.read_text(), "replica_lease_taken_again")
+
+            await eventually(back, what="A to take its lease again")
+            echo = tool_call(2, "echo", {"text": "after"})["params"]
+            got = messages(await client.request(2, "tools/call", echo))
+            assert got[-1]["result"]["content"][0]["text"] == "after"
+            assert not log_events(a.log_path.read_text(), "lease_lost")
+            assert back()[0]["lost"] is True
