@@ -17,10 +17,11 @@ renews it, every third of ``lease_seconds``. So:
 - **Another replica** (:meth:`LeaseClock.note`, :meth:`LeaseClock.missing_long`): a
   holder whose key was lost takes it again within a third of a lease. So a lease found
   missing is *presumed alive* for :attr:`LeaseClock.grace` (half a lease) if this replica
-  saw it held shortly before, or found the store unreachable itself less than a lease
-  before (an outage longer than the lease's rest lets every key lapse, and their holders
-  take them again at their first renewal after it: a long outage also keeps this
-  replica from seeing them held meanwhile); and it is reaped (its streams ended with
+  saw it held shortly before, or found the store unreachable (or stalled: a command
+  that waited a third of a lease) itself less than a lease before (an outage longer
+  than the lease's rest lets every key lapse, and their holders take them again at their
+  first renewal after it: a long outage also keeps this replica from seeing them held
+  meanwhile); and it is reaped (its streams ended with
   ``owner_lost``) only once it was missing at two looks at least :attr:`grace` apart,
   never seen held in between.
 
@@ -62,6 +63,15 @@ class LeaseClock:
         """A renewal could not reach the store."""
         self._outage = True
         self._unreachable_at = self.clock()
+
+    def answered(self, sent: float) -> None:
+        """A store command sent at ``sent`` was answered just now. Waiting a third of a
+        lease or more (the renewals' period) means the store stalled (a fork, a starved
+        VM) or could not be reached: noted as an outage, since lease keys may have
+        expired in it by the store's clock while no holder could renew them."""
+        now = self.clock()
+        if now - sent >= self.lease_seconds / 3:
+            self._unreachable_at = now
 
     def lost_not_lapsed(self, sent: float) -> bool:
         """A renewal sent at ``sent`` just found the lease missing: was its key lost

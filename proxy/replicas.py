@@ -185,6 +185,7 @@ class Replicas:
         lease = f"replica:{self.owner}"
         sent = self.leases.clock()
         held = await self.store.renew_lease(lease, self.owner, self.lease_seconds, time.time())
+        self.leases.answered(sent)
         await self._check_epoch()
         if held:
             self.leases.renewed(sent)
@@ -256,7 +257,10 @@ class Replicas:
         """``owner`` holds its lease or is presumed to (:meth:`LeaseClock.note`); no claim."""
         if owner == self.owner:
             return True
-        return self.leases.note(owner, await self._holds_lease(owner))
+        sent = self.leases.clock()
+        held = await self._holds_lease(owner)
+        self.leases.answered(sent)  # (a stalled store: the lease may have expired in it)
+        return self.leases.note(owner, held)
 
     async def _declare_gone(self, owner: str) -> bool:
         """Take ``reaper:<owner>`` (kept: the reaper's own claim, :meth:`reap_once`), then

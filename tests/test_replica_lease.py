@@ -254,6 +254,34 @@ async def test_a_holder_back_before_the_claim_is_alive_and_the_claim_let_go(
     assert a.lost == []
 
 
+async def test_a_lease_found_missing_by_a_look_the_store_stalled_is_presumed_alive(
+    memory_store: MemoryStore, started: list[Replicas]
+) -> None:
+    """b's look at a's lease waits a lease and a half in a stalled store (a fork, a
+    starved VM), a's key expiring meanwhile by the store's clock while a could not renew
+    it either: b presumes a alive (a takes its key again at its first renewal after the
+    stall), claims nothing, and a keeps its sessions. Was: a lease seen held more than a
+    lease before was gone at once: b claimed ``reaper:a``, and a, back, lost them all."""
+    clock = Clock()
+    a = await Replica(memory_store, "a", clock).join(started)
+    b = await Replica(memory_store, "b", clock).join(started)
+    assert await b.replicas.owner_alive("a")  # seen held
+    owner = memory_store.lease_owner
+
+    async def stalled(name: str, now: float) -> str | None:
+        clock.now += LEASE * 1.5
+        await lose_lease(memory_store, "a")  # expired in the stall
+        return await owner(name, now)
+
+    memory_store.lease_owner = stalled  # type: ignore[method-assign]
+    assert await b.replicas.owner_alive("a")
+    memory_store.lease_owner = owner  # type: ignore[method-assign]
+    assert await memory_store.lease_owner("reaper:a", time.time()) is None
+    a.replicas.leases.unreachable()  # a's renewal waited the stall out too
+    await a.replicas.renew_once()
+    assert a.lost == []
+
+
 async def test_a_lease_never_seen_held_is_not_presumed_alive(
     memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
