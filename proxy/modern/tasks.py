@@ -26,6 +26,7 @@ from typing import Any, assert_never
 import structlog
 
 from proxy import tracing
+from proxy.backoff import Backoff
 from proxy.config_sections import TasksConfig
 from proxy.core.era import invalid_params
 from proxy.core.errors import LostReason, lost_error
@@ -155,26 +156,38 @@ class TaskKeeper:
             self.on_end(record["status"])
 
     async def _write(self, task_id: str) -> None:
+        """Write the task's record while it changes, its latest state each time; a store
+        that fails is tried again with backoff until the record lands or the task
+        expires (its final state must reach the store: another replica answers
+        ``tasks/get`` from it)."""
         final = False
+        backoff = Backoff(0.2, 2.0)
         try:
-            while task_id in self._dirty:
+            while task_id in self._dirty and task_id in self.records:
                 self._dirty.discard(task_id)
                 record = dict(self.records[task_id])
                 final = record["status"] in TERMINAL
-                for attempt in range(5):
-                    try:
-                        if not await self.store.put_task(task_id, record, record["expiresAt"]):
-                            # Ended elsewhere (orphaned while this replica's lease had
-                            # lapsed): that outcome stands; this one is not given.
-                            log.warning("task_ended_elsewhere", task=task_id[:8])
-                            final = True
-                            call = self.calls.get(task_id)
-                            if call is not None and not call.done:
-                                call.cancel("the task was ended by another replica")
+                try:
+                    if not await self.store.put_task(task_id, record, record["expiresAt"]):
+                        # Ended elsewhere (orphaned while this replica's lease had
+                        # lapsed): that outcome stands; this one is not given.
+                        log.warning("task_ended_elsewhere", task=task_id[:8])
+                        final = True
+                        call = self.calls.get(task_id)
+                        if call is not None and not call.done:
+                            call.cancel("the task was ended by another replica")
                         break
-                    except StoreError as exc:
+                except StoreError as exc:
+                    if backoff.attempt == 0:
                         log.warning("task_record_not_written", task=task_id[:8], error=str(exc))
-                        await asyncio.sleep(0.2 * (attempt + 1))
+                    if time.time() >= record["expiresAt"]:
+                        break  # expired meanwhile: nothing of it is kept anywhere
+                    self._dirty.add(task_id)  # again, with whatever it is by then
+                    await asyncio.sleep(backoff.next_delay())
+                    continue
+                if backoff.attempt:
+                    log.info("task_record_written", task=task_id[:8], tries=backoff.attempt + 1)
+                    backoff.reset()
             if final:
                 # Its last state is in the store: this process holds nothing more of it.
                 self.calls.pop(task_id, None)

@@ -191,3 +191,35 @@ async def test_a_task_request_while_the_store_restarts_waits_for_it(tmp_path: Pa
             task = created.result["task"]
             result = await ask(client, 4, "tasks/result", taskId=task["taskId"])
             assert result.result["content"][0]["text"] == "waited L"
+
+
+async def test_a_task_that_ends_while_the_store_is_down_is_recorded_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """Redis goes down under a running 2025-11-25 task and stays down past its end (five
+    seconds): the task's final record is written once the store is back, so ``tasks/get``
+    (answered from the store once this replica has handed the task over) says
+    ``completed``. Was: the write was given up after five tries over three seconds, and
+    the store kept saying ``working`` until the task expired."""
+    with restartable_redis(tmp_path, unavailable_wait_seconds=10.0) as (server, store):
+        async with lives(tmp_path, store) as (proxies, http):
+            proxies.command = SERVER
+            proxy = await proxies.start()
+            client = await legacy(http, proxy.url, {"tasks": {}})
+            args = {"seconds": 0.5, "label": "L"}
+            created = await ask(client, 3, "tools/call", name="wait", arguments=args, task={})
+            assert created.status == 200, created.body
+            task_id = created.result["task"]["taskId"]
+            server.stop()
+            await asyncio.sleep(5.0)  # the task ends meanwhile; its record cannot land
+            server.start()
+            status = ""
+            for rid in range(100, 200):
+                got = await ask(client, rid, "tasks/get", taskId=task_id)
+                status = got.result["status"] if got.result else str(got.body)
+                if status == "completed":
+                    break
+                await asyncio.sleep(0.1)
+            assert status == "completed"
+            result = await ask(client, 300, "tasks/result", taskId=task_id)
+            assert result.result["content"][0]["text"] == "waited L"
