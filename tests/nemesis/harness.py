@@ -173,6 +173,14 @@ class FaultRunner:
             master.stop()
             await asyncio.sleep(fault.value)
             await asyncio.to_thread(master.start)
+        elif fault.kind == "stall":
+            assert self.pair is not None, "a stall needs the redis store"
+            master = self.pair.current
+            master.pause()
+            try:
+                await asyncio.sleep(fault.value)
+            finally:
+                master.resume()
         elif fault.kind == "failover":
             assert self.pair is not None, "a failover needs the redis store"
             await self.pair.failover(self.log)
@@ -196,6 +204,9 @@ class FaultRunner:
             replica.resume()
             if not replica.running:
                 await replica.start()
+        if self.pair is not None:
+            for server in self.pair.servers:
+                server.resume()
         if self.pair is not None and not self.pair.current.running:
             await asyncio.to_thread(self.pair.current.start)
         for link in self.links:

@@ -25,7 +25,10 @@ Kinds (the harness carries them out, tests/nemesis/harness.py):
   sent arrives late;
 - ``failover``: Redis' master and its replica swap (``FAILOVER TO``: writes paused until
   the replica has them all), and the replicas' links move to the new master for new
-  connections (tests/nemesis/failover.py).
+  connections (tests/nemesis/failover.py);
+- ``stall``: Redis' master frozen (SIGSTOP: a fork's stall, a starved VM) for half a
+  lease to one and a half, less than the store's timeout: every command waits it out,
+  and lease keys expire by Redis' own clock meanwhile.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ import random
 from dataclasses import dataclass
 
 KINDS: tuple[str, ...] = (
-    *("cut", "kill", "pause", "redis", "drain", "partition", "blackhole", "failover"),
+    *("cut", "kill", "pause", "redis", "drain", "partition", "blackhole", "failover", "stall"),
 )
-REDIS_ONLY = ("redis", "partition", "blackhole", "failover")  # the Redis store's faults
+REDIS_ONLY = ("redis", "partition", "blackhole", "failover", "stall")  # the Redis store's
 
 
 @dataclass(frozen=True)
@@ -56,13 +59,14 @@ class Fault:
             "partition": f"cut replica {self.target} off Redis for {self.value:.1f}s",
             "blackhole": f"blackhole replica {self.target}'s link to Redis for {self.value:.1f}s",
             "failover": "fail Redis over to its replica",
+            "stall": f"freeze Redis (SIGSTOP) for {self.value:.1f}s",
         }[self.kind]
         return f"t={self.at:5.1f}s {what}"
 
 
 def parse_kinds(text: str, store: str = "redis") -> tuple[str, ...]:
     """``"cut,kill"`` -> ``("cut", "kill")``; ``"all"`` or ``""`` -> every kind the
-    store has (``redis``, ``partition``, ``blackhole``, ``failover``: the Redis store's)."""
+    store has (those of :data:`REDIS_ONLY` are the Redis store's)."""
     known = KINDS if store == "redis" else tuple(k for k in KINDS if k not in REDIS_ONLY)
     if text.strip() in ("", "all"):
         return known
@@ -103,7 +107,7 @@ def make_schedule(
         }
         # Half a lease to one and a half (as many draws as before partitions were added:
         # a seed of a run without them draws the same schedule).
-        values["partition"] = values["blackhole"] = values["pause"] - lease
+        values["partition"] = values["blackhole"] = values["stall"] = values["pause"] - lease
         values["failover"] = 0.0
         value = values[kind]
         faults.append(Fault(round(at, 2), kind, target, round(value, 2)))

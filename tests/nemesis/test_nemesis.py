@@ -2,16 +2,16 @@
 Redis; legacy, 2026-07-28, WebSocket and shim clients running calls that stream
 progress, ask questions and become tasks; a seeded schedule of faults (cuts at random
 bytes, SIGKILL and restart, SIGSTOP past the lease, a Redis restart, a drain, one replica
-cut off Redis alone, noticed or blackholed, Redis failed over to its replica); then the
-checker over every client's history and the store's audit, and nothing left behind
-(tests/nemesis/harness.py, checker.py).
+cut off Redis alone, noticed or blackholed, Redis failed over to its replica, Redis
+frozen); then the checker over every client's history and the store's audit, and
+nothing left behind (tests/nemesis/harness.py, checker.py).
 
 Replay a run with ``pytest --seed N tests/nemesis/test_nemesis.py`` (the seed is
 printed). Choose the faults with ``NEMESIS_KINDS`` (some of ``cut``, ``kill``, ``pause``,
-``redis``, ``drain``, ``partition``, ``blackhole``, ``failover``; default: all) and their
-number with ``NEMESIS_FAULTS`` (default 8: each kind once), to see which fault causes which
-violation. The longer run is bench/nemesis.py. The figures end with where the time
-went, phase by phase and fault by fault.
+``redis``, ``drain``, ``partition``, ``blackhole``, ``failover``, ``stall``; default: all)
+and their number with ``NEMESIS_FAULTS`` (default 9: each kind once), to see which fault
+causes which violation. The longer run is bench/nemesis.py. The figures end with where
+the time went, phase by phase and fault by fault.
 
 On SQLite (``-k sqlite``): one replica on a file behind the balancer (a file has one
 writer), killed and started again on it, paused, drained, its clients cut; the same
@@ -35,7 +35,7 @@ from tests.nemesis.timeline import HANG_S, Timeline
 def settings_from_env(store: str) -> Settings:
     return Settings(
         seconds=30.0,
-        faults=int(os.environ.get("NEMESIS_FAULTS", "8" if store == "redis" else "4")),
+        faults=int(os.environ.get("NEMESIS_FAULTS", "9" if store == "redis" else "4")),
         kinds=parse_kinds(os.environ.get("NEMESIS_KINDS", "all"), store),
         bound=20.0,
         store=store,
