@@ -231,8 +231,7 @@ class TaskKeeper:
                 and may_be_orphaned(record, self.owner)
                 and not await self._owner_alive(record)
             ):
-                record = orphaned_by(record, shared=self.shared, now=now)
-                await self._put_quietly(task_id, record)
+                record = await self._orphan(task_id, record, now)
         if (
             record is None
             or record.get("principal") != principal
@@ -247,11 +246,23 @@ class TaskKeeper:
             return False
         return await self._alive(owner)
 
-    async def _put_quietly(self, task_id: str, record: dict[str, Any]) -> None:
-        try:
-            await self.store.put_task(task_id, record, record["expiresAt"])
-        except StoreError as exc:
-            log.warning("task_record_not_written", task=task_id[:8], error=str(exc))
+    async def _orphan(self, task_id: str, record: dict[str, Any], now: float) -> dict[str, Any]:
+        """The record of a task whose owner is gone, ended (``owner_lost``) in the store
+        before a client is told so; if its owner's final record landed first, that one
+        (the store refuses to end an ended task twice). A store that fails is waited for
+        (bounded), then 503 store_unavailable: a client is never told an end the store
+        does not hold."""
+        orphaned = orphaned_by(record, shared=self.shared, now=now)
+
+        def put() -> Awaitable[bool]:
+            return self.store.put_task(task_id, orphaned, orphaned["expiresAt"])
+
+        if await patiently(self.store, "end an orphaned task", put):
+            return orphaned
+        stored = await patiently(
+            self.store, "read a task record", lambda: self.store.get_task(task_id, now)
+        )
+        return stored if stored is not None else orphaned
 
     async def update(self, task_id: Any, responses: Any, principal: str | None) -> None:
         record = await self.record(task_id, principal)
