@@ -55,7 +55,13 @@ class LeaseClock:
 
     # ------------------------------------------------------------------ its own lease
     def renewed(self, sent: float) -> None:
-        """A renewal (or acquisition) sent at ``sent`` found the lease held."""
+        """A renewal (or acquisition) sent at ``sent`` found the lease held. Sent a lease
+        or more after the last that held, this replica was away (paused, or the store
+        down) and saw nothing of the others meanwhile: noted as an outage, so that a
+        lease it finds missing now gets its grace (:meth:`note`)."""
+        at = self._renewed_at
+        if at is not None and sent - at >= self.lease_seconds:
+            self._unreachable_at = self.clock()
         self._renewed_at = sent
         self._outage = False
 
@@ -95,7 +101,7 @@ class LeaseClock:
             self._seen_held[owner] = now
             self._missing_since.pop(owner, None)
             return True
-        since = self._missing_since.setdefault(owner, now)
+        since = self._since(owner, now)
         seen = self._seen_held.get(owner)
         self._forget(now)
         if now - since >= self.grace:
@@ -105,11 +111,24 @@ class LeaseClock:
             outage is not None and since - outage < self.lease_seconds
         )
 
+    def _since(self, owner: str, now: float) -> float:
+        """Since when ``owner``'s lease is missing, for this look: a lease found missing
+        before an outage (or a stall, or this replica's own absence) is looked at afresh
+        after it, since its holder could renew it no more than this replica could see
+        it."""
+        since = self._missing_since.setdefault(owner, now)
+        outage = self._unreachable_at
+        if outage is not None and outage > since:
+            since = self._missing_since[owner] = outage
+        return since
+
     def missing_long(self, owner: str) -> bool:
         """``owner``'s lease was found missing at least :attr:`grace` ago and never held
         since: its holder, had it only lost the key, would have taken it again."""
-        since = self._missing_since.get(owner)
-        return since is not None and self.clock() - since >= self.grace
+        if owner not in self._missing_since:
+            return False
+        now = self.clock()
+        return now - self._since(owner, now) >= self.grace
 
     def _forget(self, now: float) -> None:
         horizon = now - FORGET_AFTER_LEASES * self.lease_seconds

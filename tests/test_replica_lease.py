@@ -282,6 +282,58 @@ async def test_a_lease_found_missing_by_a_look_the_store_stalled_is_presumed_ali
     assert a.lost == []
 
 
+async def test_a_replica_back_from_its_own_absence_gives_a_missing_lease_its_grace(
+    memory_store: MemoryStore, started: list[Replicas]
+) -> None:
+    """b itself was away past its lease (paused: its renewals stopped); a lease it finds
+    missing right after is presumed alive for half a lease, as after an outage (b could
+    not see it renewed meanwhile). Was: seen held more than a lease before, it was gone
+    at once, and b's claim cost its holder every session (nemesis: a replica paused,
+    then Redis frozen)."""
+    clock = Clock()
+    a = await Replica(memory_store, "a", clock).join(started)
+    b = await Replica(memory_store, "b", clock).join(started)
+    assert await b.replicas.owner_alive("a")
+    clock.now += LEASE * 1.5  # b paused
+    await b.replicas.renew_once()  # b back: its lease lapsed, taken again
+    await lose_lease(memory_store, "a")  # expired meanwhile (a Redis stall, say)
+    assert await b.replicas.owner_alive("a")
+    assert await memory_store.lease_owner("reaper:a", time.time()) is None
+    clock.now += LEASE / 2
+    assert not await b.replicas.owner_alive("a")  # still missing half a lease on
+    assert a.lost == []
+
+
+async def test_a_lease_missing_since_before_an_outage_is_looked_at_afresh(
+    memory_store: MemoryStore, started: list[Replicas]
+) -> None:
+    """b found a's lease missing, then the store stalled (b's renewal waited it out):
+    what b saw before the stall says nothing of a after it (a renews at its first
+    renewal after), so the lease gets half a lease from the stall's end. Was: missing
+    since before the stall, it was gone at once."""
+    clock = Clock()
+    a = await Replica(memory_store, "a", clock).join(started)
+    b = await Replica(memory_store, "b", clock).join(started)
+    assert await b.replicas.owner_alive("a")
+    await lose_lease(memory_store, "a")
+    assert await b.replicas.owner_alive("a")  # missing: presumed alive
+    renew = memory_store.renew_lease
+
+    async def stalled(name: str, owner: str, ttl: float, now: float) -> bool:
+        clock.now += LEASE  # the store frozen with b's renewal in it
+        return await renew(name, owner, ttl, now)
+
+    memory_store.renew_lease = stalled  # type: ignore[method-assign]
+    await b.replicas.renew_once()
+    memory_store.renew_lease = renew  # type: ignore[method-assign]
+    assert await b.replicas.owner_alive("a")  # afresh after the stall
+    assert await memory_store.lease_owner("reaper:a", time.time()) is None
+    assert not b.replicas.leases.missing_long("a")
+    clock.now += LEASE / 2
+    assert b.replicas.leases.missing_long("a")
+    assert a.lost == []
+
+
 async def test_a_lease_never_seen_held_is_not_presumed_alive(
     memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
