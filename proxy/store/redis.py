@@ -155,8 +155,8 @@ class RedisStore(RedisRecords, RedisReads, Store):
         self._renew_script = self._client.register_script(RENEW_LUA)
         self._put_task_script = self._client.register_script(PUT_TASK_LUA)
         if not self.cluster:
-            self._wire = wire_for(self.url, self.timeout)
-            self._reads = wire_for(self.url, self.timeout)
+            self._wire = wire_for(self.url, self.timeout, self._became_replica)
+            self._reads = wire_for(self.url, self.timeout, self._became_replica)
         with self._failing("open"):
             evicts = await check_server(self.url, self.timeout, cluster=self.cluster)
         if evicts is not None:
@@ -223,7 +223,8 @@ class RedisStore(RedisRecords, RedisReads, Store):
                 raise
 
     def _became_replica(self) -> None:
-        """A READONLY reply: the server this store reaches was made a replica (a failover
+        """A READONLY reply (from redis-py here, or told by a wire, whose link is closed
+        already): the server this store reaches was made a replica (a failover
         moved the master behind the same name, and these connections still reach the old
         one). Every connection is dropped, so that the next command of each connects
         anew, to whatever the URL names now (the failed command fails: its caller's
@@ -252,8 +253,6 @@ class RedisStore(RedisRecords, RedisReads, Store):
         with self._failing(doing):
             try:
                 replies = await wire.call(packed, count)
-                if any(type(reply) is ReadOnlyError for reply in replies):
-                    self._became_replica()  # (the wire's link is closed already)
                 if scripts and any(isinstance(reply, NoScriptError) for reply in replies):
                     await self._run(doing, self._load_scripts)
                     replies = await wire.call(packed, count)
@@ -328,8 +327,6 @@ class RedisStore(RedisRecords, RedisReads, Store):
                 if error is None:
                     landed([text(key) for reply in replies for key in cast(list[bytes], reply)])
                     return
-                if type(error) is ReadOnlyError:
-                    self._became_replica()
                 replies = error
             landed(StoreError(f"redis at {self._where}: commit failed: {replies}"))
 

@@ -19,7 +19,8 @@ ends at once with :class:`~asyncio.CancelledError`; nothing of it runs on.
 
 A ``READONLY`` error reply (the server was made a replica: a failover moved the master
 behind the same name) closes the connection once it is read, so the next command
-connects anew, to whatever the URL names now; the command that got it fails.
+connects anew, to whatever the URL names now; the command that got it fails, and the
+wire's ``on_replica`` callback is told (the store drops its other connections).
 
 As the redis-py client is configured (:func:`proxy.store.redis_client.connect`): a
 command that finds its connection broken (a restarted Redis) is sent once more on a new
@@ -100,7 +101,8 @@ class _Request:
 class _Link(asyncio.Protocol):
     """One connection: commands written in order, replies matched to them in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_replica: Callable[[], None] | None = None) -> None:
+        self._on_replica = on_replica
         # An error reply is an exception instance in the replies (redis-py's classes:
         # NoScriptError, ResponseError, ...), never raised by the reader.
         self._reader = Reader(protocolError=InvalidResponse, replyError=BaseParser.parse_error)
@@ -128,6 +130,8 @@ class _Link(asyncio.Protocol):
                     # connection still reaches the old one): the next command connects
                     # anew, to whatever the URL names now.
                     self.fail(RedisConnectionError("the server became a replica (READONLY)"))
+                    if self._on_replica is not None:
+                        self._on_replica()
                     return
         except InvalidResponse as exc:
             self.fail(RedisConnectionError(f"the server's reply cannot be read: {exc}"))
@@ -176,8 +180,11 @@ class Wire:
     """A connection to the server ``url`` names, made on the first command and again
     after it broke; each command's replies or its error."""
 
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(
+        self, url: str, timeout: float, on_replica: Callable[[], None] | None = None
+    ) -> None:
         self._options = parse_url(url)
+        self._on_replica = on_replica  # a READONLY reply came (see the module doc)
         self.timeout = timeout
         self._link: _Link | None = None
         self._connecting = asyncio.Lock()
@@ -262,6 +269,10 @@ class Wire:
     async def _connect(self) -> _Link:
         loop = asyncio.get_running_loop()
         options = self._options
+
+        def made() -> _Link:
+            return _Link(self._on_replica)
+
         hello: list[tuple[Arg, ...]] = []
         if options.get("password") is not None:
             user = options.get("username")
@@ -271,10 +282,10 @@ class Wire:
         try:
             async with asyncio.timeout(self.timeout):
                 if "path" in options:
-                    _, link = await loop.create_unix_connection(_Link, options["path"])
+                    _, link = await loop.create_unix_connection(made, options["path"])
                 else:
                     host, port = options.get("host", "localhost"), options.get("port", 6379)
-                    _, link = await loop.create_connection(_Link, host, port)
+                    _, link = await loop.create_connection(made, host, port)
                 if hello:
                     packed = b"".join(pack_command(command) for command in hello)  # type: ignore[arg-type]
                     replies = await link.send(packed, len(hello))
@@ -306,11 +317,11 @@ def _retrieved(future: asyncio.Future[list[Any]]) -> None:
         future.exception()  # (read: a read sent ahead may be left by its tail)
 
 
-def wire_for(url: str, timeout: float) -> Wire | None:
+def wire_for(url: str, timeout: float, on_replica: Callable[[], None] | None = None) -> Wire | None:
     """The wire for a ``redis://`` or ``unix://`` URL; None for ``rediss://`` (TLS)."""
     if url.lower().startswith("rediss://"):
         return None
-    return Wire(url, timeout)
+    return Wire(url, timeout, on_replica)
 
 
 def checked(replies: list[Any]) -> list[Any]:
