@@ -37,6 +37,16 @@ _CHUNK = 64 * 1024
 _SESSION_ID = re.compile(rb"(?i)\r\nmcp-session-id: *([!-~]+)\r\n")
 
 
+def abort(writer: asyncio.StreamWriter, *, reset: bool = True) -> None:
+    """Close ``writer``'s connection now; ``reset``: with an RST (``SO_LINGER`` 0: the
+    peer loses what it had not read yet), else a plain close."""
+    sock = writer.get_extra_info("socket")
+    if reset and sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
 @dataclass(eq=False)
 class _Link:
     client: asyncio.StreamWriter
@@ -137,13 +147,8 @@ class CutProxy:
         self._links.discard(link)
         self.cuts += 1
         for writer in (link.client, link.server):
-            if writer is None:
-                continue
-            sock = writer.get_extra_info("socket")
-            if reset and sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.transport.abort()
+            if writer is not None:
+                abort(writer, reset=reset)
         current = asyncio.current_task()
         for task in link.tasks:
             if task is not current:

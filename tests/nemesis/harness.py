@@ -134,7 +134,6 @@ class FaultRunner:
         timeline: Timeline,
     ):
         self.c, self.pair, self.cutters, self.log = c, pair, cutters, log
-        self.links = pair.links if pair is not None else []  # replica i's link to Redis
         self.timeline = timeline
         self.done: Counter[str] = Counter()
         self.spans: list[tuple[float, float, str]] = []
@@ -188,7 +187,8 @@ class FaultRunner:
             await replica.stop()
             await replica.start()
         elif fault.kind in ("partition", "blackhole"):
-            link = self.links[fault.target]
+            assert self.pair is not None, "a partition needs the redis store"
+            link = self.pair.links[fault.target]  # replica i's own link to Redis
             if fault.kind == "partition":
                 link.down()
             else:
@@ -209,7 +209,7 @@ class FaultRunner:
                 server.resume()
         if self.pair is not None and not self.pair.current.running:
             await asyncio.to_thread(self.pair.current.start)
-        for link in self.links:
+        for link in self.pair.links if self.pair is not None else []:
             await link.up()
         await self.c.lb.wait_up()
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import struct
+
+from tests.cut_proxy import abort
 
 _CHUNK = 256 * 1024
 
@@ -77,11 +77,7 @@ class RedisLink:
     def _reset(self, pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter]) -> None:
         self._pairs.discard(pair)
         for writer in pair:
-            sock = writer.get_extra_info("socket")
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.transport.abort()
+            abort(writer)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
