@@ -63,6 +63,7 @@ from proxy.forwarding_wire import (
     encode_request,
 )
 from proxy.replica_lease import Clock, LeaseClock
+from proxy.replica_reaper import Reaping
 from proxy.store.base import Store, StoreError
 from proxy.store.fencing import Fence
 from proxy.store.open import end_orphans
@@ -71,9 +72,6 @@ from proxy.store.unavailable import patiently, unavailable
 log = structlog.get_logger("proxy.replicas")
 
 FORWARD_TIMEOUT_SECONDS = 30.0
-REAPER_LEASE_SECONDS = 60.0
-"""How long ``reaper:<owner>`` stays held: while it does, a replica that finds its lease
-missing knows its streams were ended and loses its sessions."""
 
 # Sends the asker of a request served here a part of the reply ahead of it (NotesAhead).
 Relay = Callable[[NotesAhead], Awaitable[None]]
@@ -96,7 +94,7 @@ class OwnerUnreachable(ProxyError):
     reason = "owner_unreachable"
 
 
-class Replicas:
+class Replicas(Reaping):
     """Owns this replica's lease, inbox listener and reaper (three tasks), and the
     replies it waits for."""
 
@@ -263,18 +261,10 @@ class Replicas:
         return self.leases.note(owner, held)
 
     async def _declare_gone(self, owner: str) -> bool:
-        """Take ``reaper:<owner>`` (kept: the reaper's own claim, :meth:`reap_once`), then
-        look at ``owner``'s lease once more, as the reaper does: held again, ``owner``
-        came back before the claim and keeps its sessions (False, the claim let go);
-        otherwise it finds the claim when it takes its lease again (True)."""
-        reaper = f"reaper:{owner}"
-        mine = await self.store.acquire_lease(reaper, self.owner, REAPER_LEASE_SECONDS, time.time())
-        if not await self._holds_lease(owner):
-            return True
-        self.leases.note(owner, True)
-        if mine:
-            await self.store.release_lease(reaper, self.owner)
-        return False
+        """Claim ``owner`` (:meth:`Reaping._claim`, kept: the reaper's own claim): False
+        if it came back before the claim (it keeps its sessions), else True (it finds
+        the claim when it takes its lease again)."""
+        return await self._claim(owner) != "back"
 
     async def _holds_lease(self, owner: str) -> bool:
         return await self.store.lease_owner(f"replica:{owner}", time.time()) == owner
@@ -430,40 +420,3 @@ class Replicas:
             await self._send(asker, message, "reply to another replica", resend=True)
         except StoreUnavailable as exc:
             log.warning("replica_reply_failed", to=asker, error=str(exc))
-
-    # ------------------------------------------------------------------ dead replicas
-    async def _reap(self) -> None:
-        while True:
-            await asyncio.sleep(self.lease_seconds / 2)
-            try:
-                await self.reap_once()
-            except StoreError as exc:
-                log.warning("replica_reap_failed", error=str(exc))
-
-    async def reap_once(self) -> int:
-        """End the live streams of every replica whose lease lapsed; how many ended.
-
-        Not for one lease after the store lost its data: the leases went with it, and
-        their holders take them again within a third of one."""
-        await self._check_epoch()
-        if self._flushed_lately():
-            return 0
-        now = time.time()
-        owners = {r.owner for r in await self.store.live_streams(None, now)}
-        ended = 0
-        for owner in sorted(owners - {self.owner}):
-            # (Not owner_alive: the reaper claims its owner once it was missing long.)
-            if await self._presumed_alive(owner) or not self.leases.missing_long(owner):
-                continue
-            reaper = f"reaper:{owner}"
-            if not await self.store.acquire_lease(reaper, self.owner, REAPER_LEASE_SECONDS, now):
-                continue  # another replica is at it
-            if await self._holds_lease(owner):  # it took its lost lease again just now
-                self.leases.note(owner, True)
-                await self.store.release_lease(reaper, self.owner)
-                continue
-            log.info("replica_lost", owner=owner)
-            ended += await end_orphans(
-                self.store, owner, self._retention, "owner_lost", fence=self.fence.token
-            )
-        return ended

@@ -211,6 +211,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proxy.servers",
             "proxy.replicas",
             "proxy.replica_lease",
+            "proxy.replica_reaper",
             "proxy.forwarding",
             "proxy.forwarding_fields",
             "proxy.forwarding_seat",
