@@ -9,7 +9,9 @@ renews it, every third of ``lease_seconds``. So:
 - **The holder** (:meth:`LeaseClock.lost_not_lapsed`): a renewal *sent* less than a
   lease after the last renewal that held was sent that finds its lease missing cannot be
   a lapse of this replica (the key had at least that long to live when it was sent): the
-  key was lost, or Redis itself stalled past its expiry before it took the renewal.
+  key was lost, or Redis itself stalled past its expiry before it took the renewal (or
+  before it answered the epoch read that ends each round of renewal: a renewal sent
+  less than a lease after that round ended is no lapse either).
   After a renewal that could not reach the store (an outage) the holder cannot tell,
   and treats it as lost too. Either way it takes the lease again only if nobody reaped
   it meanwhile (:mod:`proxy.replicas`); a lapse still loses its sessions, as fencing
@@ -48,6 +50,7 @@ class LeaseClock:
         self.grace = lease_seconds / 2
         self.clock = clock
         self._renewed_at: float | None = None  # the last renewal that held: when sent
+        self._round_ended_at = 0.0  # … when its round (the epoch read after it) ended
         self._outage = False  # the last renewal could not reach the store
         self._unreachable_at: float | None = None  # … when one last could not
         self._seen_held: dict[str, float] = {}  # another owner's lease: last seen held
@@ -63,6 +66,7 @@ class LeaseClock:
         if at is not None and sent - at >= self.lease_seconds:
             self._unreachable_at = self.clock()
         self._renewed_at = sent
+        self._round_ended_at = self.clock()
         self._outage = False
 
     def unreachable(self) -> None:
@@ -82,12 +86,18 @@ class LeaseClock:
     def lost_not_lapsed(self, sent: float) -> bool:
         """A renewal sent at ``sent`` just found the lease missing: was its key lost
         rather than lapsed? (It was sent less than a lease after the last renewal that
-        held was sent, or the store was unreachable at the last renewal.) The send time,
-        not the reply's: a renewal sent on time that Redis took late (Redis itself
-        stalled, its clock expiring the key meanwhile) is no lapse of this replica."""
+        held was sent, or after that renewal's round ended, or the store was unreachable
+        at the last renewal.) The send time, not the reply's: a renewal sent on time that
+        Redis took late (Redis itself stalled, its clock expiring the key meanwhile) is
+        no lapse of this replica; nor is one sent late because the round before waited
+        out such a stall."""
         outage, self._outage = self._outage, False
         at = self._renewed_at
-        return outage or (at is not None and sent - at < self.lease_seconds)
+        if outage or at is None:
+            return outage
+        # Or within a lease of the end of that renewal's round (its epoch read, which
+        # the store may have stalled on: this replica waited on the store, not away).
+        return sent - max(at, self._round_ended_at) < self.lease_seconds
 
     # ------------------------------------------------------------------ the others'
     def note(self, owner: str, held: bool) -> bool:

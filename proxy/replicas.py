@@ -224,7 +224,9 @@ class Replicas(Reaping):
     async def _check_epoch(self) -> None:
         """Read the store's epoch; note when it changed (flushed or replaced: resumes
         into what was held get explicit errors, and every lease went with the data)."""
+        sent = self.leases.clock()
         epoch = await self.store.current_epoch()
+        self.leases.answered(sent)  # (stalled: the lease may have expired meanwhile)
         if epoch == self._epoch_seen:
             return
         log.error("store_history_lost", epoch_was=self._epoch_seen, epoch=epoch)

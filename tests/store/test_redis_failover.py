@@ -26,6 +26,7 @@ from proxy.store.base import Batch, Entry, StoreError, StreamRecord
 from proxy.store.redis import RedisStore
 from tests.nemesis.links import RedisLink
 from tests.redis_server import RedisServer
+from tests.support import eventually
 
 
 def events(first: int, last: int) -> list[Entry]:
@@ -60,6 +61,11 @@ async def test_after_a_failover_the_store_reaches_the_new_master(tmp_path: Path)
             await first.replicaof("127.0.0.1", two.port)
             link.target_port = two.port
             assert (await first.info("replication"))["role"] == "slave"
+
+            async def synced() -> bool:  # (while it loads the new master's data: LOADING)
+                return (await first.info("replication")).get("master_link_status") == "up"
+
+            await eventually(synced, what="the old master to sync from the new one")
 
             with capture_logs() as logged, pytest.raises(StoreError, match="read only replica"):
                 await store.commit(Batch(appends={key: events(4, 6)}), now)
