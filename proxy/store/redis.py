@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
@@ -84,6 +85,7 @@ from proxy.store.redis_lua import (
     PUT_TASK_LUA,
     RELEASE_LUA,
     RENEW_LUA,
+    TAKEN_LUA,
 )
 from proxy.store.redis_pack import pack_commit, pack_per_bucket
 from proxy.store.redis_reads import RedisReads
@@ -105,6 +107,9 @@ SUMMARY_CHUNK = 1000
 reply parsed (and 50,000 entries made) in one step of the event loop."""
 CLOSE_WAIT_SECONDS = 2.0
 """How long :meth:`RedisStore.close` waits for the commands it cancelled."""
+
+
+LEASE_SCRIPTS = (ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA)
 
 
 class RedisStore(RedisRecords, RedisReads, Store):
@@ -141,6 +146,7 @@ class RedisStore(RedisRecords, RedisReads, Store):
         # never waits behind a read's reply); None for a cluster or TLS.
         self._wire: Wire | None = None
         self._reads: Wire | None = None
+        self._given: dict[str, Counter[bytes]] = {}  # inbox messages given, not yet removed
 
     # ------------------------------------------------------------------ lifetime
     async def open(self) -> None:
@@ -154,6 +160,7 @@ class RedisStore(RedisRecords, RedisReads, Store):
         self._release_script = self._client.register_script(RELEASE_LUA)
         self._renew_script = self._client.register_script(RENEW_LUA)
         self._put_task_script = self._client.register_script(PUT_TASK_LUA)
+        self._taken_script = self._client.register_script(TAKEN_LUA)
         if not self.cluster:
             self._wire = wire_for(self.url, self.timeout, self._became_replica)
             self._reads = wire_for(self.url, self.timeout, self._became_replica)
@@ -174,7 +181,7 @@ class RedisStore(RedisRecords, RedisReads, Store):
 
     async def _load_scripts(self, client: Client) -> None:
         """SCRIPT LOAD each script (a cluster client sends it to every master)."""
-        for script in (COMMIT_LUA, EPOCH_LUA, ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA, PUT_TASK_LUA):
+        for script in (*LEASE_SCRIPTS, COMMIT_LUA, EPOCH_LUA, PUT_TASK_LUA, TAKEN_LUA):
             await client.script_load(script)
 
     async def close(self) -> None:

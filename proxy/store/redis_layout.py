@@ -45,6 +45,9 @@ key                              type    what, and its TTL
 ``<ns>:{task:<id>}``             string  a task record, JSON; its ``expires_at``
 ``<ns>:{inbox:<owner>}``         list    messages for a replica, JSON; 60 s after the
                                          last
+``<ns>:{inbox:<owner>}:taking``  list    ``.``, then the messages read from the inbox
+                                         and not yet removed (taken); 60 s after the
+                                         replica's last read
 ===============================  ======  ============================================
 
 Before this layout every key was ``mrp:{<namespace>}:…`` (one slot). This one does not

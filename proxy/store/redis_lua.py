@@ -287,6 +287,20 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
+# A replica's inbox, the messages it was given (KEYS[1], ``<inbox>:taking``): remove
+# ARGV[2] once (unless ''), keep the '.' mark at its head (so the list always exists with
+# a TTL: BLMOVE keeps it), refresh the TTL (ARGV[1] ms); how many were removed, then the
+# messages still there (given but not yet removed, or moved by a read whose reply was lost).
+TAKEN_LUA = """#!lua
+local removed = 0
+if ARGV[2] ~= '' then removed = redis.call('LREM', KEYS[1], 1, ARGV[2]) end
+if redis.call('LINDEX', KEYS[1], 0) ~= '.' then redis.call('LPUSH', KEYS[1], '.') end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+local left = redis.call('LRANGE', KEYS[1], 1, -1)
+table.insert(left, 1, removed)
+return left
+"""
+
 RELEASE_LUA = """#!lua
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 0

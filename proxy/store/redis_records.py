@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
+import structlog
 from redis.commands.core import AsyncScript
 
 from proxy.core.taskrecord import TERMINAL
 from proxy.store.base import SessionRecord
 from proxy.store.redis_client import Client
 from proxy.store.redis_layout import DEFAULT_TTL_S, INBOX_TTL_MS, ms, text
+
+log = structlog.get_logger("proxy.store")
 
 T = TypeVar("T")
 
@@ -29,6 +33,8 @@ class RedisRecords:
     _release_script: AsyncScript
     _renew_script: AsyncScript
     _put_task_script: AsyncScript
+    _taken_script: AsyncScript
+    _given: dict[str, Counter[bytes]]
 
     async def _run(
         self, doing: str, call: Callable[[Client], Awaitable[T]], *, blocking: bool = False
@@ -51,13 +57,55 @@ class RedisRecords:
         await self._run("send a message", push)
 
     async def receive(self, owner: str) -> AsyncIterator[dict[str, Any]]:
+        """``owner``'s messages, in order, each once. A message is moved (``BLMOVE``) from
+        the inbox into ``<inbox>:taking`` as it is read, and removed from there only once
+        the caller took it (asked for the next), so one whose read a broken connection
+        lost (Redis moved it, its reply never came) is read from there instead of lost;
+        one given by this store and not yet removed (the removal failed) is removed, not
+        given again, even by a later call (the counts live on the store)."""
         inbox = self._key("inbox", owner)
+        taking = f"{inbox}:taking"
+        given = self._given.setdefault(taking, Counter())
+        drop = b""
         while True:
-            popped = await self._run(
-                "receive messages", lambda r: r.blpop([inbox], timeout=self.block), blocking=True
-            )
-            if popped is not None:
-                yield json.loads(popped[1])
+            removed, *left = await self._taken(taking, drop)
+            if drop:
+                given[drop] -= int(removed)
+            drop = b""
+            held = Counter(left)
+            for raw in [raw for raw in given if given[raw] > held[raw]]:
+                given[raw] = held[raw]  # (removed, the reply lost)
+            given += Counter()  # (no counts of zero kept)
+            again = next((raw for raw in left if given[raw] > 0), None)
+            if again is not None:
+                drop = again
+                continue
+            raw = left[0] if left else await self._read_inbox(inbox, taking)
+            if raw is None:
+                continue
+            given[raw] += 1
+            drop = raw
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                log.error("replica_message_unreadable", size=len(raw))
+                continue
+            yield message
+
+    async def _taken(self, taking: str, drop: bytes) -> list[Any]:
+        """Remove ``drop`` from ``taking`` (TAKEN_LUA): how many, then what is left."""
+        return await self._run(
+            "receive messages", lambda _: self._taken_script([taking], [INBOX_TTL_MS, drop])
+        )
+
+    async def _read_inbox(self, inbox: str, taking: str) -> Any:
+        """The inbox's next message (moved to ``taking``), or None after ``block`` s."""
+        block: Any = self.block  # (seconds, a float: redis-py's hint says int)
+        return await self._run(
+            "receive messages",
+            lambda r: r.blmove(inbox, taking, block, "LEFT", "RIGHT"),
+            blocking=True,
+        )
 
     # ------------------------------------------------------------------ sessions, leases
     async def put_session(self, record: SessionRecord) -> None:

@@ -107,7 +107,7 @@ async def test_one_batch_of_many_sessions_spreads_over_the_masters_one_slot_per_
 async def test_tails_wake_and_inboxes_deliver_across_replicas_through_the_cluster(
     stores: Stores,
 ) -> None:
-    """Blocking reads (XREAD BLOCK, BLPOP) routed by their keys' slot: woken by writes,
+    """Blocking reads (XREAD BLOCK, BLMOVE) routed by their keys' slot: woken by writes,
     not by timeouts (the reader blocks 60 s per read)."""
     a = await stores.open()
     b = await stores.open(block=60)
