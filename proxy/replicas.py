@@ -50,6 +50,7 @@ from typing import Any
 import structlog
 
 from proxy import tracing
+from proxy.backoff import Backoff
 from proxy.core.errors import ProxyError, SessionNotFound, StoreUnavailable
 from proxy.core.protocol import SERVER_ERROR
 from proxy.forwarding import Forwarded, NotesAhead, Refused, Reply
@@ -72,6 +73,8 @@ from proxy.store.unavailable import patiently, unavailable
 log = structlog.get_logger("proxy.replicas")
 
 FORWARD_TIMEOUT_SECONDS = 30.0
+REPLY_PATIENCE_SECONDS = 300.0
+"""How long a holder goes on sending a reply the store would not take (then drops it)."""
 
 # Sends the asker of a request served here a part of the reply ahead of it (NotesAhead).
 Relay = Callable[[NotesAhead], Awaitable[None]]
@@ -415,10 +418,28 @@ class Replicas(Reaping):
         except StoreError as exc:  # the store failed the holder: the asker's client hears
             refused = unavailable("serve a forwarded request", exc)
             reply = Refused(refused.http_status, refused.to_jsonrpc())
-        # Sent again while the store fails (the asker drops a second reply): the asker
-        # waits up to FORWARD_TIMEOUT_SECONDS, its client with it.
+        # Sent again while the store fails (the asker drops a second reply), then on
+        # with backoff: the asker waits for it (an MRTR retry's, for as long as the call
+        # runs here), and nothing else would tell it the request's fate.
         message = {**encode_reply(reply), "reply_to": number}
         try:
             await self._send(asker, message, "reply to another replica", resend=True)
         except StoreUnavailable as exc:
-            log.warning("replica_reply_failed", to=asker, error=str(exc))
+            log.warning("replica_reply_delayed", to=asker, error=str(exc))
+            await self._reply_late(asker, message)
+
+    async def _reply_late(self, asker: str, message: dict[str, Any]) -> None:
+        """Send a reply the store did not take within its wait, again and again with
+        backoff, until it lands or :data:`REPLY_PATIENCE_SECONDS` passed."""
+        loop, backoff = asyncio.get_running_loop(), Backoff(first=0.5, cap=5.0)
+        deadline, error = loop.time() + REPLY_PATIENCE_SECONDS, ""
+        while loop.time() < deadline:
+            await asyncio.sleep(backoff.next_delay())
+            try:
+                await self.store.send(asker, message)
+            except StoreError as exc:
+                error = str(exc)
+                continue
+            log.info("replica_reply_sent_late", to=asker)
+            return
+        log.warning("replica_reply_failed", to=asker, error=error)

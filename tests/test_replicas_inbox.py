@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from proxy.core.errors import StoreUnavailable
 from proxy.forwarding import (
@@ -168,6 +169,40 @@ async def test_a_reply_is_sent_again_while_the_store_fails() -> None:
         async with asyncio.timeout(5):
             assert await a.forward("b", GET) == Acked()
         assert store.fails["reply"] == 0
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+class Outage(MemoryStore):
+    """A store that refuses replies until :attr:`back` (loop time): a partition between
+    the holder and Redis longer than the store's wait."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unavailable_wait = 0.2
+        self.back = 0.0
+
+    async def send(self, to: str, message: dict[str, Any]) -> None:
+        if "reply_to" in message and asyncio.get_running_loop().time() < self.back:
+            raise StoreError("redis at 127.0.0.1:1: send a message failed: Error 111")
+        await super().send(to, message)
+
+
+async def test_a_reply_the_store_refuses_past_its_wait_is_sent_once_it_is_back() -> None:
+    """The holder cannot reach the store for longer than its wait when it replies: the
+    reply is sent again with backoff until it lands, and the asker, waiting with no
+    bound of its own (an MRTR retry's wait), gets it. Was: dropped after the wait
+    (``replica_reply_failed``), and the asker's client waited until it gave up."""
+    store = Outage()
+    a, b = await started(store, "a", Holder()), await started(store, "b", Holder())
+    try:
+        store.back = asyncio.get_running_loop().time() + 1.5
+        with capture_logs() as logged:
+            async with asyncio.timeout(10):
+                assert await a.forward("b", GET, timeout=None) == Acked()
+        events = [e["event"] for e in logged]
+        assert events[-2:] == ["replica_reply_delayed", "replica_reply_sent_late"], events
     finally:
         await a.stop()
         await b.stop()
