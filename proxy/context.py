@@ -36,6 +36,7 @@ from proxy.replicas import Relay, Replicas, Serve
 from proxy.servers import Server, servers_of
 from proxy.store.base import Store, StoreLimits
 from proxy.store.fencing import Fence
+from proxy.store.log_tail import Tails
 from proxy.store.open import end_orphans, make_store
 from proxy.store.persist import Persister
 from proxy.store.sweeper import Sweeper
@@ -118,6 +119,7 @@ class ProxyContext:
         self.loop_lag = LoopLag()  # sampled from open() to close()
         metrics.watch(metrics.event_loop_lag, self.loop_lag.worst)
         self._closers: list[Callable[[], Awaitable[None]]] = []
+        self.tails = Tails()  # the responses following streams from the store
 
     @staticmethod
     def counter(server: Server) -> Callable[[], float]:
@@ -179,9 +181,11 @@ class ProxyContext:
         self.loop_lag.start()
 
     async def close(self) -> None:
-        """Once the sessions have ended: run the closers (each server's modern side),
-        leave the other replicas, commit what is gathered, stop sampling the loop's lag
-        and sweeping the store, close it."""
+        """Once the sessions have ended: end the responses that follow streams from the
+        store (their clients resume on another replica), run the closers (each server's
+        modern side), leave the other replicas, commit what is gathered, stop sampling
+        the loop's lag and sweeping the store, close it."""
+        self.tails.stop()
         for close in self._closers:
             await close()
         if self.replicas is not None:

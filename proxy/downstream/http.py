@@ -120,6 +120,7 @@ class StreamableHttp:
             context.settings.token_secret,
             server,
             sole_server=len(context.servers) == 1,
+            tails=context.tails,
         )
         self.remote = (
             RemoteSessions(context.replicas, self.stored, server)

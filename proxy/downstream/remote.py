@@ -64,6 +64,7 @@ class RemoteSessions:
         self.server = server.name  # the name of the server whose endpoint this serves
         # Acknowledgements on their way (see acknowledge): ended before the replicas stop.
         self._acks: set[asyncio.Task[None]] = set()
+        self._listens: set[asyncio.Event] = set()  # set once each has told its holder
         replicas.on_stop(self.close)
 
     async def post(
@@ -133,11 +134,19 @@ class RemoteSessions:
             log.exception("remote_ack_failed")
 
     async def close(self) -> None:
-        """Cancel the acknowledgements still on their way, and wait until they are gone."""
+        """Cancel the acknowledgements still on their way, and wait until they are gone;
+        wait (for up to ``RELEASE_WAIT_SECONDS``) for the listen ``GET`` requests that follow a
+        stream here to tell their holders how far they wrote (the proxy stopping ended
+        them: :meth:`Tails.stop <proxy.store.log_tail.Tails.stop>`)."""
         acks = list(self._acks)
         for task in acks:
             task.cancel()
         await asyncio.gather(*acks, return_exceptions=True)
+        listens = list(self._listens)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(RELEASE_WAIT_SECONDS):
+                for released in listens:
+                    await released.wait()
 
     async def get(self, request: web.Request, session_id: str) -> web.StreamResponse:
         """The session's standalone stream (a listen ``GET``), held as a remote socket
@@ -160,6 +169,7 @@ class RemoteSessions:
             return upto
 
         self.replicas.standalone_followers[token] = stop
+        released = asyncio.Event()
         socket = WsSocket(self.replicas.owner, token)
         try:
             reply = await self.replicas.forward(
@@ -170,6 +180,7 @@ class RemoteSessions:
             if hold is not None:  # taken over before it began
                 return web.Response(status=409, headers={SESSION_HEADER: session_id})
             hold = StandaloneHold(reply.after)
+            self._listens.add(released)  # (its release is waited for when the proxy stops)
             opening = b""
             if reply.priming is not None:
                 opening = encode_event(None, event_id=reply.priming, retry_ms=reply.retry_ms)
@@ -177,7 +188,11 @@ class RemoteSessions:
                 request, session_id, reply.stream, reply.after, opening, listen=hold
             )
         finally:
-            await self._release(owner, session_id, principal, token, hold)
+            try:
+                await self._release(owner, session_id, principal, token, hold)
+            finally:
+                self._listens.discard(released)
+                released.set()
 
     async def _release(
         self,

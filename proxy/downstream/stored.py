@@ -19,7 +19,7 @@ exist (404, ``unknown_stream``), before anything else is looked at: nothing tell
 
 The errors are the core's: 404 for a session id the stream does not belong to,
 ``unknown_stream`` / ``history_truncated`` / ``unknown_position`` otherwise. Nothing here
-writes to the store; a handler owns its tail (:mod:`proxy.downstream.log_tail`) and ends it
+writes to the store; a handler owns its tail (:mod:`proxy.store.log_tail`) and ends it
 when its client goes. A store that does not answer is waited for a bounded time, then the
 request is refused with 503 ``store_unavailable`` (:mod:`proxy.store.unavailable`).
 """
@@ -51,11 +51,11 @@ from proxy.core.sse import encode_event
 from proxy.core.stream_access import may_read
 from proxy.core.tokens import token_matches
 from proxy.downstream.auth import principal_of
-from proxy.downstream.log_tail import END, LogTail, ends_tail
 from proxy.servers import Server
 from proxy.sse_writer import SseWriter
 from proxy.standalone_seat import StandaloneHold
 from proxy.store.base import COMPLETED, Entry, Store, StoreError, StreamRecord
+from proxy.store.log_tail import END, LogTail, Tails, ends_tail
 from proxy.store.unavailable import patiently
 
 log = structlog.get_logger("proxy.stored")
@@ -83,9 +83,16 @@ class StoredStreams:
     """Serves what the store holds of streams whose session is not in this process."""
 
     def __init__(
-        self, store: Store, token_secret: bytes, server: Server, *, sole_server: bool
+        self,
+        store: Store,
+        token_secret: bytes,
+        server: Server,
+        *,
+        sole_server: bool,
+        tails: Tails | None = None,
     ) -> None:
         self.store = store
+        self.tails = tails  # the process's (ended when it stops)
         self._secret = token_secret
         self._settings = server  # its config is read at each response: a reload replaces it
         self.server = server.name  # the server whose path this serves
@@ -171,7 +178,7 @@ class StoredStreams:
             return await self._serve(
                 request, session_id, record, after, entries, None, opening, listen=listen
             )
-        tail = LogTail(self.store, key, entries[-1].seq if entries else after)
+        tail = LogTail(self.store, key, entries[-1].seq if entries else after, self.tails)
         try:
             answer = await self._hold(record, entries, tail, hold)
         except BaseException:
@@ -317,7 +324,9 @@ class StoredStreams:
         if tail is None:
             # The rest, in chunks as read (a tail of a completed stream ends at its end),
             # read from now on: its first read is on its way while ``entries`` are written.
-            tail = LogTail(self.store, record.key, entries[-1].seq if entries else after)
+            tail = LogTail(
+                self.store, record.key, entries[-1].seq if entries else after, self.tails
+            )
         try:
             await writer.open()
             with contextlib.suppress(ConnectionError):

@@ -42,7 +42,6 @@ from proxy.core.errors import InvalidMessage, ProxyError, ResumeError, StoreUnav
 from proxy.core.eventid import format_event_id
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.socket_route import CLOSE_SESSION_NOT_FOUND, CLOSE_TRY_AGAIN_LATER
-from proxy.downstream.log_tail import LogTail
 from proxy.downstream.remote import RemoteSessions
 from proxy.downstream.stored import StoredStreams
 from proxy.forwarding import (
@@ -58,6 +57,7 @@ from proxy.forwarding_seat import StandaloneRelease, WsSocket
 from proxy.replicas import OwnerUnreachable
 from proxy.standalone_seat import StandaloneHold
 from proxy.store.base import COMPLETED, Store, StoreError
+from proxy.store.log_tail import LogTail
 from proxy.store.unavailable import patiently, unavailable
 
 log = structlog.get_logger("proxy.ws")
@@ -98,7 +98,7 @@ class LogFrames:
         if record is None or not self.stored.readable(record, self.principal):
             raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
         told = 0.0
-        tail = LogTail(self.store, key, after)  # (a store that fails is tailed again)
+        tail = LogTail(self.store, key, after, self.stored.tails)  # (a failing store: again)
         try:
             while isinstance(entries := await tail.queue.get(), list):
                 for entry in entries:

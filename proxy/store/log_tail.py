@@ -26,19 +26,61 @@ END = object()
 Item = list[Entry] | object  # a batch of entries, END, a ResumeError or a StoreError
 
 
+class Stopping(StoreError):
+    """The last item of every tail's queue once the proxy stops (:meth:`Tails.stop`):
+    the response ends as after a store that failed, and the client resumes from its last
+    event on another replica."""
+
+
+class Tails:
+    """The log tails open in this process (one per response that follows a stream from
+    the store; the context owns it), so that a stopping proxy ends those responses
+    before its store closes (:meth:`stop`), instead of each retrying a closed store."""
+
+    def __init__(self) -> None:
+        self._open: set[LogTail] = set()
+        self.stopping = False
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def add(self, tail: LogTail) -> None:
+        self._open.add(tail)
+        if self.stopping:
+            tail.stop()
+
+    def discard(self, tail: LogTail) -> None:
+        self._open.discard(tail)
+
+    def stop(self) -> None:
+        """End every response that follows a tail, now and from now on."""
+        self.stopping = True
+        for tail in self._open:
+            tail.stop()
+
+
 class LogTail:
     """The one reader of a stream's log for one response: :func:`read_tail` in a task,
     filling :attr:`queue` with batches of entries, then :data:`END`, the
-    ``ResumeError`` that ended it or the ``StoreError`` it gave up on. Its holder ends
-    it (:meth:`end`)."""
+    ``ResumeError`` that ended it or the ``StoreError`` it gave up on (or
+    :class:`Stopping`). Its holder ends it (:meth:`end`); ``tails`` knows it meanwhile."""
 
-    def __init__(self, store: Store, key: str, after: int) -> None:
+    def __init__(self, store: Store, key: str, after: int, tails: Tails | None = None) -> None:
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
         self._task = asyncio.create_task(read_tail(store, key, after, self.queue))
+        self._tails = tails
+        if tails is not None:
+            tails.add(self)
+
+    def stop(self) -> None:
+        """The proxy stops: the response ends after what the queue holds."""
+        self.queue.put_nowait(Stopping("the proxy is stopping: resume on another replica"))
 
     async def end(self) -> None:
         """Cancel the reader and wait until it is gone (at once: a cancelled tail of the
         store ends with its cancellation, :mod:`proxy.store.redis_commands`)."""
+        if self._tails is not None:
+            self._tails.discard(self)
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
 
