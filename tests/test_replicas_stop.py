@@ -14,7 +14,11 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+from websockets.exceptions import ConnectionClosed
+
 from tests.downstream.sse_client import RawSession, read_events
+from tests.downstream.ws_client import socket_beside
 from tests.proxy_lives import lives, read_some, shared
 from tests.support import log_events, stop_proxy, tool_call
 
@@ -51,3 +55,28 @@ async def test_a_stopping_replica_ends_what_it_follows_from_the_log_and_exits_at
         assert not log_events(logged, "stored_stream_tail_failed"), "tails outlived the store"
         assert stopped < 5.0, f"the stop took {stopped:.1f} s"
         assert log_events(logged, "remote_listen_ended")
+
+
+async def test_a_stopping_replica_closes_a_socket_following_the_log_with_going_away(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A ``/ws`` socket on B continuing A's session follows its standalone stream from
+    the log: B stopping closes it 1001 (as every socket at shutdown), not 1013 ``store
+    unavailable`` once its store closed."""
+    async with lives(tmp_path, shared(redis_url), env={"MCP_RESUME_PROXY_DRAIN_SECONDS": "0"}) as (
+        proxies,
+        http,
+    ):
+        a, b = await asyncio.gather(proxies.start(), proxies.start())
+        client = RawSession(http, a.url)
+        await client.initialize()
+        async with socket_beside(b.url, client.session_id) as socket:
+            answer, _ = await socket.call(1, "ping")
+            assert answer["result"] == {}
+            await asyncio.sleep(0.5)  # B follows the standalone stream from the log
+            assert await stop_proxy(b.process) == 0
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    await socket.ws.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+        assert not log_events(b.log_path.read_text(), "ws_remote_stream_store_lost")

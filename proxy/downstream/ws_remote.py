@@ -35,10 +35,17 @@ import time
 from collections.abc import Awaitable, Callable
 
 import structlog
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from proxy.core import jsonrpc, seed
-from proxy.core.errors import InvalidMessage, ProxyError, ResumeError, StoreUnavailable
+from proxy.core.errors import (
+    InvalidMessage,
+    LostReason,
+    ProxyError,
+    ResumeError,
+    StoreUnavailable,
+    lost_answer,
+)
 from proxy.core.eventid import format_event_id
 from proxy.core.jsonrpc import Kind, Message
 from proxy.core.socket_route import CLOSE_SESSION_NOT_FOUND, CLOSE_TRY_AGAIN_LATER
@@ -57,7 +64,7 @@ from proxy.forwarding_seat import StandaloneRelease, WsSocket
 from proxy.replicas import OwnerUnreachable
 from proxy.standalone_seat import StandaloneHold
 from proxy.store.base import COMPLETED, Store, StoreError
-from proxy.store.log_tail import LogTail
+from proxy.store.log_tail import LogTail, Stopping
 from proxy.store.unavailable import patiently, unavailable
 
 log = structlog.get_logger("proxy.ws")
@@ -140,6 +147,11 @@ class LogFrames:
             await self.follow(record.key, after)
         except ProxyError as exc:  # a ResumeError, or the store past its wait
             await self.send(jsonrpc.encode(exc.to_jsonrpc(msg.id)))
+            return
+        except Stopping:  # the proxy stops: resumed on another replica
+            said = "the proxy is shutting down: resume on another replica"
+            stopped = lost_answer(msg.id, LostReason.PROXY_SHUTDOWN, said)
+            await self.send(jsonrpc.encode(stopped))
             return
         except StoreError as exc:  # (the tail, past store.unavailable_wait_seconds)
             await self.send(jsonrpc.encode(unavailable("resume a stream", exc).to_jsonrpc(msg.id)))
@@ -300,11 +312,16 @@ class RemoteSocket:
         """A stream followed here cannot be read on (the store failed for longer than
         ``store.unavailable_wait_seconds``): close 1013 now, as an upgrade the store
         cannot place is closed; the client reconnects and resumes from what it has."""
-        self.log.warning("ws_remote_stream_store_lost", stream=key, error=str(exc))
+        stopping = isinstance(exc, Stopping)  # (the proxy stops: 1001, as every socket)
+        if not stopping:
+            self.log.warning("ws_remote_stream_store_lost", stream=key, error=str(exc))
         if self._closer is None:
-            self._closer = asyncio.create_task(self._close_try_again())
+            self._closer = asyncio.create_task(self._close_try_again(stopping))
 
-    async def _close_try_again(self) -> None:
+    async def _close_try_again(self, stopping: bool = False) -> None:
+        if stopping:
+            await self.ws.close(code=WSCloseCode.GOING_AWAY, message=b"proxy shutting down")
+            return
         await self.ws.close(code=CLOSE_TRY_AGAIN_LATER, message=b"store unavailable")
 
     async def _release_standalone(self) -> None:
