@@ -11,7 +11,9 @@ took ten seconds more (a nemesis drain: 17 s).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,20 +21,29 @@ from websockets.exceptions import ConnectionClosed
 
 from tests.downstream.sse_client import RawSession, read_events
 from tests.downstream.ws_client import socket_beside
-from tests.proxy_lives import lives, read_some, shared
+from tests.proxy_lives import Proxy, lives, read_some, shared
 from tests.support import log_events, stop_proxy, tool_call
+
+
+@contextlib.asynccontextmanager
+async def two_replicas(
+    tmp_path: Path, redis_url: str
+) -> AsyncIterator[tuple[Proxy, Proxy, RawSession]]:
+    """Replicas A and B on Redis (SIGTERM stops them at once: no drain), and a session of
+    A's."""
+    drain = {"MCP_RESUME_PROXY_DRAIN_SECONDS": "0"}
+    async with lives(tmp_path, shared(redis_url), env=drain) as (proxies, http):
+        a, b = await asyncio.gather(proxies.start(), proxies.start())
+        client = RawSession(http, a.url)
+        await client.initialize()
+        yield a, b, client
 
 
 async def test_a_stopping_replica_ends_what_it_follows_from_the_log_and_exits_at_once(
     tmp_path: Path, redis_url: str
 ) -> None:
-    async with lives(tmp_path, shared(redis_url), env={"MCP_RESUME_PROXY_DRAIN_SECONDS": "0"}) as (
-        proxies,
-        http,
-    ):
-        a, b = await asyncio.gather(proxies.start(), proxies.start())
-        client = RawSession(http, a.url)
-        await client.initialize()
+    async with two_replicas(tmp_path, redis_url) as (a, b, client):
+        http = client.http
         on_b = RawSession(http, b.url, session_id=client.session_id)
         listen = await http.get(b.url, headers=on_b.headers())
         assert listen.status == 200, await listen.text()
@@ -63,13 +74,7 @@ async def test_a_stopping_replica_closes_a_socket_following_the_log_with_going_a
     """A ``/ws`` socket on B continuing A's session follows its standalone stream from
     the log: B stopping closes it 1001 (as every socket at shutdown), not 1013 ``store
     unavailable`` once its store closed."""
-    async with lives(tmp_path, shared(redis_url), env={"MCP_RESUME_PROXY_DRAIN_SECONDS": "0"}) as (
-        proxies,
-        http,
-    ):
-        a, b = await asyncio.gather(proxies.start(), proxies.start())
-        client = RawSession(http, a.url)
-        await client.initialize()
+    async with two_replicas(tmp_path, redis_url) as (_, b, client):
         async with socket_beside(b.url, client.session_id) as socket:
             answer, _ = await socket.call(1, "ping")
             assert answer["result"] == {}
