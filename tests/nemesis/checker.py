@@ -75,7 +75,8 @@ def check_call(
     if len(call.answers) > 1:
         bad("one_answer", f"told {call.answers}")
     if not call.answers:
-        bad("ended", f"{call.tool} never ended; its last steps: {call.notes[-4:]}")
+        started = f"started t={call.started:.1f}s"
+        bad("ended", f"{call.tool} never ended ({started}); its steps: {call.notes[-12:]}")
     else:
         kind, value = call.answers[0]
         if kind == "result" and value != call.expect:

@@ -139,12 +139,13 @@ class WsClient:
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 if status in (502, 503, 504):
+                    call.notes.append(f"http{status} t={self.clock():.1f}")
                     await asyncio.sleep(RETRY_S)
                     continue
                 call.answer("error", f"http{status}", self.clock())
             except ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd is not None else None
-                call.notes.append(f"closed {code}")
+                call.notes.append(f"closed {code} t={self.clock():.1f}")
                 if code == 4404 and ref is not None and last is not None:
                     # The session ended (its replica lost it): the call's stream outlives
                     # it; a new session resumes it with its token (on any replica).
@@ -162,7 +163,7 @@ class WsClient:
                     return
                 await asyncio.sleep(RETRY_S)
             except (OSError, TimeoutError, WebSocketException) as exc:
-                call.notes.append(f"broke: {exc!r}"[:100])
+                call.notes.append(f"broke t={self.clock():.1f}: {exc!r}"[:100])
                 await asyncio.sleep(RETRY_S)
         if call.answers and call.answers[0][0] == "error":
             self.session_id = ""  # a fresh session for the next call
