@@ -18,6 +18,7 @@ from proxy.core.taskrecord import TERMINAL
 from proxy.store.base import SessionRecord
 from proxy.store.redis_client import Client
 from proxy.store.redis_layout import DEFAULT_TTL_S, INBOX_TTL_MS, ms, text
+from proxy.store.redis_lua import TAKEN_LUA
 
 log = structlog.get_logger("proxy.store")
 
@@ -62,13 +63,17 @@ class RedisRecords:
         the caller took it (asked for the next), so one whose read a broken connection
         lost (Redis moved it, its reply never came) is read from there instead of lost;
         one given by this store and not yet removed (the removal failed) is removed, not
-        given again, even by a later call (the counts live on the store)."""
+        given again, even by a later call (the counts live on the store). The removal and
+        the next read go in one round trip (a pipeline), as one ``BLPOP`` did."""
         inbox = self._key("inbox", owner)
         taking = f"{inbox}:taking"
         given = self._given.setdefault(taking, Counter())
-        drop = b""
+        drop, look = b"", True  # look: list ``taking`` alone (at first, and while it holds more)
         while True:
-            removed, *left = await self._taken(taking, drop)
+            if look:
+                (removed, *left), read = await self._taken(taking, drop), None
+            else:
+                (removed, *left), read = await self._taken_then_read(inbox, taking, drop)
             if drop:
                 given[drop] -= int(removed)
             drop = b""
@@ -76,13 +81,16 @@ class RedisRecords:
             for raw in [raw for raw in given if given[raw] > held[raw]]:
                 given[raw] = held[raw]  # (removed, the reply lost)
             given += Counter()  # (no counts of zero kept)
+            if read is not None:
+                left.append(read)  # (moved after the listing: last in ``taking``)
             again = next((raw for raw in left if given[raw] > 0), None)
             if again is not None:
-                drop = again
+                drop, look = again, True
                 continue
-            raw = left[0] if left else await self._read_inbox(inbox, taking)
-            if raw is None:
+            if not left:  # the read timed out
+                look = False
                 continue
+            raw, look = left[0], len(left) > 1
             given[raw] += 1
             drop = raw
             try:
@@ -98,14 +106,21 @@ class RedisRecords:
             "receive messages", lambda _: self._taken_script([taking], [INBOX_TTL_MS, drop])
         )
 
-    async def _read_inbox(self, inbox: str, taking: str) -> Any:
-        """The inbox's next message (moved to ``taking``), or None after ``block`` s."""
+    async def _taken_then_read(self, inbox: str, taking: str, drop: bytes) -> tuple[list[Any], Any]:
+        """:meth:`_taken`, then the inbox's next message (moved to ``taking``; None after
+        ``block`` s), in one pipeline on a blocking read's connection."""
         block: Any = self.block  # (seconds, a float: redis-py's hint says int)
-        return await self._run(
-            "receive messages",
-            lambda r: r.blmove(inbox, taking, block, "LEFT", "RIGHT"),
-            blocking=True,
-        )
+
+        async def both(client: Client) -> tuple[list[Any], Any]:
+            async with client.pipeline(transaction=False) as pipe:
+                # EVAL, not the script object: redis-py checks a pipeline's scripts with
+                # SCRIPT EXISTS first, a round trip more per message (Redis caches it).
+                pipe.eval(TAKEN_LUA, 1, taking, INBOX_TTL_MS, drop)
+                pipe.blmove(inbox, taking, block, "LEFT", "RIGHT")
+                listed, read = await pipe.execute()
+            return listed, read
+
+        return await self._run("receive messages", both, blocking=True)
 
     # ------------------------------------------------------------------ sessions, leases
     async def put_session(self, record: SessionRecord) -> None:
