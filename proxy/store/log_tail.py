@@ -41,9 +41,6 @@ class Tails:
         self._open: set[LogTail] = set()
         self.stopping = False
 
-    def __len__(self) -> int:
-        return len(self._open)
-
     def add(self, tail: LogTail) -> None:
         self._open.add(tail)
         if self.stopping:
