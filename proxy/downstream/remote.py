@@ -135,9 +135,9 @@ class RemoteSessions:
 
     async def close(self) -> None:
         """Cancel the acknowledgements still on their way, and wait until they are gone;
-        wait (for up to ``RELEASE_WAIT_SECONDS``) for the listen ``GET`` requests that follow a
-        stream here to tell their holders how far they wrote (the proxy stopping ended
-        them: :meth:`Tails.stop <proxy.store.log_tail.Tails.stop>`)."""
+        wait (for up to ``RELEASE_WAIT_SECONDS``) for the standalone streams followed here
+        to tell their holders how far they wrote (:meth:`following`; the proxy stopping
+        ended them: :meth:`Tails.stop <proxy.store.log_tail.Tails.stop>`)."""
         acks = list(self._acks)
         for task in acks:
             task.cancel()
@@ -147,6 +147,19 @@ class RemoteSessions:
             async with asyncio.timeout(RELEASE_WAIT_SECONDS):
                 for released in listens:
                     await released.wait()
+
+    def following(self) -> asyncio.Event:
+        """A standalone stream of another replica's session begins to be followed here
+        (a listen ``GET``, a ``/ws`` socket): the proxy, stopping, waits for the event
+        (:meth:`released`) before it leaves the replicas (:meth:`close`)."""
+        released = asyncio.Event()
+        self._listens.add(released)
+        return released
+
+    def released(self, released: asyncio.Event) -> None:
+        """That follower told the holder how far it wrote (or gave up)."""
+        self._listens.discard(released)
+        released.set()
 
     async def get(self, request: web.Request, session_id: str) -> web.StreamResponse:
         """The session's standalone stream (a listen ``GET``), held as a remote socket
@@ -169,7 +182,7 @@ class RemoteSessions:
             return upto
 
         self.replicas.standalone_followers[token] = stop
-        released = asyncio.Event()
+        released: asyncio.Event | None = None
         socket = WsSocket(self.replicas.owner, token)
         try:
             reply = await self.replicas.forward(
@@ -180,7 +193,7 @@ class RemoteSessions:
             if hold is not None:  # taken over before it began
                 return web.Response(status=409, headers={SESSION_HEADER: session_id})
             hold = StandaloneHold(reply.after)
-            self._listens.add(released)  # (its release is waited for when the proxy stops)
+            released = self.following()
             opening = b""
             if reply.priming is not None:
                 opening = encode_event(None, event_id=reply.priming, retry_ms=reply.retry_ms)
@@ -191,8 +204,8 @@ class RemoteSessions:
             try:
                 await self._release(owner, session_id, principal, token, hold)
             finally:
-                self._listens.discard(released)
-                released.set()
+                if released is not None:
+                    self.released(released)
 
     async def _release(
         self,

@@ -182,6 +182,7 @@ class RemoteSocket:
         self._closer: asyncio.Task[None] | None = None
         self._token = secrets.token_urlsafe(12)  # this socket, to the holder
         self._hold: StandaloneHold | None = None  # the standalone stream, while it has it
+        self._following: asyncio.Event | None = None  # … its release, for a stopping proxy
 
     async def serve(self) -> None:
         self.log.info("ws_opened_remote", protocol=self.ws.ws_protocol)
@@ -271,6 +272,7 @@ class RemoteSocket:
             case StreamOpened(key, after) if standalone:
                 if self._hold is None:  # (else taken over before it began)
                     self._hold = StandaloneHold(after)
+                    self._following = self.remote.following()
                     self._spawn(self._follow_standalone(key, self._hold))
             case StreamOpened(key, after):
                 self._spawn(self._follow(key, after))
@@ -339,6 +341,8 @@ class RemoteSocket:
                         await self.remote.replicas.tell(self.owner, release, resend=True)
         finally:  # (kept until the release is sent: a takeover meanwhile gets the same)
             self.remote.replicas.standalone_followers.pop(self._token, None)
+            if self._following is not None:
+                self.remote.released(self._following)
 
     async def _acknowledge(self, event_id: str) -> None:
         await self.remote.acknowledge(self.session_id, event_id, self.principal)

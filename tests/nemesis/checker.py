@@ -76,7 +76,8 @@ def check_call(
         bad("one_answer", f"told {call.answers}")
     if not call.answers:
         started = f"started t={call.started:.1f}s"
-        bad("ended", f"{call.tool} never ended ({started}); its steps: {call.notes[-12:]}")
+        steps = folded(call.notes)[-12:]
+        bad("ended", f"{call.tool} never ended ({started}); its steps: {steps}")
     else:
         kind, value = call.answers[0]
         if kind == "result" and value != call.expect:
@@ -140,3 +141,17 @@ def check_run(
     found += [Violation("leftover_key", key, "no TTL after the run") for key in keys_without_ttl]
     found += [Violation("leftover_process", p, "still running") for p in leftover_processes]
     return found
+
+
+def folded(notes: list[str]) -> list[str]:
+    """``notes`` with each run of retries of one kind (``http503 t=…``) as one step."""
+    out: list[str] = []
+    run: list[str] = []
+    for note in [*notes, ""]:
+        kind = note.split(" ", 1)[0]
+        if run and kind != run[0].split(" ", 1)[0]:
+            out.append(run[0] if len(run) == 1 else f"{run[0]} .. {run[-1]} ({len(run)}x)")
+            run = []
+        if note:
+            run.append(note)
+    return out
