@@ -16,7 +16,8 @@ the time went, phase by phase and fault by fault.
 On SQLite (``-k sqlite``): one replica on a file behind the balancer (a file has one
 writer), killed and started again on it, paused, drained, its clients cut; the same
 checker. Its faults (``NEMESIS_FAULTS``, default 4: each kind once) leave the only replica
-down for seconds each, so fewer of them fit a call's bound than with three replicas.
+down for seconds each, so fewer of them fit a call's bound than with three replicas, and
+a call's bound is longer (:data:`SQLITE_BOUND_S`).
 """
 
 from __future__ import annotations
@@ -31,13 +32,20 @@ from tests.nemesis.harness import Settings, run_nemesis
 from tests.nemesis.schedule import parse_kinds
 from tests.nemesis.timeline import HANG_S, Timeline
 
+SQLITE_BOUND_S = 40.0
+"""A call's bound on SQLite: each fault there takes the only replica out, and on a loaded
+2-core box a drain and restart is 9 s, a kill's restart 5 s, then the balancer's checks
+bring it back: a call begun in one fault and met by the next had less than 20 s of
+service (the CI box's runs of seed 3757748807 and 261015563: ws-0#2 retried 503s for
+12.5 s, then met a pause)."""
+
 
 def settings_from_env(store: str) -> Settings:
     return Settings(
         seconds=30.0,
         faults=int(os.environ.get("NEMESIS_FAULTS", "9" if store == "redis" else "4")),
         kinds=parse_kinds(os.environ.get("NEMESIS_KINDS", "all"), store),
-        bound=20.0,
+        bound=20.0 if store == "redis" else SQLITE_BOUND_S,
         store=store,
     )
 
