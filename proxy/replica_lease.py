@@ -95,9 +95,9 @@ class LeaseClock:
         at = self._renewed_at
         if outage or at is None:
             return outage
-        # Or within a lease of the end of that renewal's round (its epoch read, which
-        # the store may have stalled on: this replica waited on the store, not away).
-        return sent - max(at, self._round_ended_at) < self.lease_seconds
+        # Within a lease of the end of that renewal's round (never before its send; its
+        # epoch read, which the store may have stalled on: waited on, not away).
+        return sent - self._round_ended_at < self.lease_seconds
 
     # ------------------------------------------------------------------ the others'
     def note(self, owner: str, held: bool) -> bool:

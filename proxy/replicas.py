@@ -50,7 +50,6 @@ from typing import Any
 import structlog
 
 from proxy import tracing
-from proxy.backoff import Backoff
 from proxy.core.errors import ProxyError, SessionNotFound, StoreUnavailable
 from proxy.core.protocol import SERVER_ERROR
 from proxy.forwarding import Forwarded, NotesAhead, Refused, Reply
@@ -422,24 +421,16 @@ class Replicas(Reaping):
         # with backoff: the asker waits for it (an MRTR retry's, for as long as the call
         # runs here), and nothing else would tell it the request's fate.
         message = {**encode_reply(reply), "reply_to": number}
+        doing = "reply to another replica"
         try:
-            await self._send(asker, message, "reply to another replica", resend=True)
+            await self._send(asker, message, doing, resend=True)
+            return
         except StoreUnavailable as exc:
             log.warning("replica_reply_delayed", to=asker, error=str(exc))
-            await self._reply_late(asker, message)
-
-    async def _reply_late(self, asker: str, message: dict[str, Any]) -> None:
-        """Send a reply the store did not take within its wait, again and again with
-        backoff, until it lands or :data:`REPLY_PATIENCE_SECONDS` passed."""
-        loop, backoff = asyncio.get_running_loop(), Backoff(first=0.5, cap=5.0)
-        deadline, error = loop.time() + REPLY_PATIENCE_SECONDS, ""
-        while loop.time() < deadline:
-            await asyncio.sleep(backoff.next_delay())
-            try:
-                await self.store.send(asker, message)
-            except StoreError as exc:
-                error = str(exc)
-                continue
-            log.info("replica_reply_sent_late", to=asker)
+        send = functools.partial(self.store.send, asker, message)
+        try:
+            await patiently(self.store, doing, send, wait=REPLY_PATIENCE_SECONDS)
+        except StoreUnavailable as exc:
+            log.warning("replica_reply_failed", to=asker, error=str(exc))
             return
-        log.warning("replica_reply_failed", to=asker, error=error)
+        log.info("replica_reply_sent_late", to=asker)

@@ -12,8 +12,10 @@ lease and reaps it only once it was missing at two looks that far apart.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -75,6 +77,24 @@ async def lose_lease(memory_store: MemoryStore, owner: str) -> None:
     await memory_store.release_lease(f"replica:{owner}", owner)
 
 
+@contextlib.contextmanager
+def stalled(memory_store: MemoryStore, method: str, clock: Clock) -> Iterator[None]:
+    """Redis frozen for a lease and a half with ``method``'s command in its socket: a's
+    lease key expires meanwhile by the store's own clock; then the command runs."""
+    original = getattr(memory_store, method)
+
+    async def late(*args: Any) -> Any:
+        clock.now += LEASE * 1.5
+        await lose_lease(memory_store, "a")
+        return await original(*args)
+
+    setattr(memory_store, method, late)
+    try:
+        yield
+    finally:
+        setattr(memory_store, method, original)
+
+
 async def test_a_lease_lost_soon_after_its_renewal_is_taken_again_keeping_the_sessions(
     memory_store: MemoryStore, started: list[Replicas]
 ) -> None:
@@ -110,15 +130,8 @@ async def test_a_renewal_sent_on_time_that_the_store_took_late_is_no_lapse(
     clock = Clock()
     a = await Replica(memory_store, "a", clock).join(started)
     clock.now += LEASE / 3
-    renew = memory_store.renew_lease
-
-    async def stalled(name: str, owner: str, ttl: float, now: float) -> bool:
-        clock.now += LEASE * 1.5  # Redis frozen with the renewal in its socket
-        await lose_lease(memory_store, "a")  # expired by the store's own clock
-        return await renew(name, owner, ttl, now)
-
-    memory_store.renew_lease = stalled  # type: ignore[method-assign]
-    await a.replicas.renew_once()
+    with stalled(memory_store, "renew_lease", clock):  # the renewal in Redis' socket
+        await a.replicas.renew_once()
     assert a.lost == []
     assert await memory_store.lease_owner("replica:a", time.time()) == "a"
 
@@ -136,16 +149,8 @@ async def test_a_lease_that_expired_while_the_store_stalled_after_its_renewal_is
     a = await Replica(memory_store, "a", clock).join(started)
     token = a.fence.token
     clock.now += LEASE / 3
-    epoch = memory_store.current_epoch
-
-    async def stalled() -> str:
-        clock.now += LEASE * 1.5  # Redis frozen with the epoch read in its socket
-        await lose_lease(memory_store, "a")  # expired by the store's own clock
-        return await epoch()
-
-    memory_store.current_epoch = stalled  # type: ignore[method-assign]
-    await a.replicas.renew_once()
-    memory_store.current_epoch = epoch  # type: ignore[method-assign]
+    with stalled(memory_store, "current_epoch", clock):  # the epoch read in its socket
+        await a.replicas.renew_once()
     clock.now += LEASE / 3
     await a.replicas.renew_once()
     assert a.lost == [] and a.fence.token == token

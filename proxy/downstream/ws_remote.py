@@ -314,17 +314,16 @@ class RemoteSocket:
         """A stream followed here cannot be read on (the store failed for longer than
         ``store.unavailable_wait_seconds``): close 1013 now, as an upgrade the store
         cannot place is closed; the client reconnects and resumes from what it has."""
-        stopping = isinstance(exc, Stopping)  # (the proxy stops: 1001, as every socket)
-        if not stopping:
+        if isinstance(exc, Stopping):  # the proxy stops: 1001, as every socket
+            code, why = int(WSCloseCode.GOING_AWAY), b"proxy shutting down"
+        else:
             self.log.warning("ws_remote_stream_store_lost", stream=key, error=str(exc))
+            code, why = CLOSE_TRY_AGAIN_LATER, b"store unavailable"
         if self._closer is None:
-            self._closer = asyncio.create_task(self._close_try_again(stopping))
+            self._closer = asyncio.create_task(self._close(code, why))
 
-    async def _close_try_again(self, stopping: bool = False) -> None:
-        if stopping:
-            await self.ws.close(code=WSCloseCode.GOING_AWAY, message=b"proxy shutting down")
-            return
-        await self.ws.close(code=CLOSE_TRY_AGAIN_LATER, message=b"store unavailable")
+    async def _close(self, code: int, why: bytes) -> None:
+        await self.ws.close(code=code, message=why)
 
     async def _release_standalone(self) -> None:
         """Closing: tell the holder how far this socket wrote the standalone stream."""

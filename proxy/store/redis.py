@@ -85,7 +85,6 @@ from proxy.store.redis_lua import (
     PUT_TASK_LUA,
     RELEASE_LUA,
     RENEW_LUA,
-    TAKEN_LUA,
 )
 from proxy.store.redis_pack import pack_commit, pack_per_bucket
 from proxy.store.redis_reads import RedisReads
@@ -107,9 +106,6 @@ SUMMARY_CHUNK = 1000
 reply parsed (and 50,000 entries made) in one step of the event loop."""
 CLOSE_WAIT_SECONDS = 2.0
 """How long :meth:`RedisStore.close` waits for the commands it cancelled."""
-
-
-LEASE_SCRIPTS = (ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA)
 
 
 class RedisStore(RedisRecords, RedisReads, Store):
@@ -160,7 +156,6 @@ class RedisStore(RedisRecords, RedisReads, Store):
         self._release_script = self._client.register_script(RELEASE_LUA)
         self._renew_script = self._client.register_script(RENEW_LUA)
         self._put_task_script = self._client.register_script(PUT_TASK_LUA)
-        self._taken_script = self._client.register_script(TAKEN_LUA)
         if not self.cluster:
             self._wire = wire_for(self.url, self.timeout, self._became_replica)
             self._reads = wire_for(self.url, self.timeout, self._became_replica)
@@ -181,7 +176,7 @@ class RedisStore(RedisRecords, RedisReads, Store):
 
     async def _load_scripts(self, client: Client) -> None:
         """SCRIPT LOAD each script (a cluster client sends it to every master)."""
-        for script in (*LEASE_SCRIPTS, COMMIT_LUA, EPOCH_LUA, PUT_TASK_LUA, TAKEN_LUA):
+        for script in (COMMIT_LUA, EPOCH_LUA, ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA, PUT_TASK_LUA):
             await client.script_load(script)
 
     async def close(self) -> None:

@@ -34,7 +34,6 @@ class RedisRecords:
     _release_script: AsyncScript
     _renew_script: AsyncScript
     _put_task_script: AsyncScript
-    _taken_script: AsyncScript
     _given: dict[str, Counter[bytes]]
 
     async def _run(
@@ -103,7 +102,7 @@ class RedisRecords:
     async def _taken(self, taking: str, drop: bytes) -> list[Any]:
         """Remove ``drop`` from ``taking`` (TAKEN_LUA): how many, then what is left."""
         return await self._run(
-            "receive messages", lambda _: self._taken_script([taking], [INBOX_TTL_MS, drop])
+            "receive messages", lambda r: r.eval(TAKEN_LUA, 1, taking, INBOX_TTL_MS, drop)
         )
 
     async def _taken_then_read(self, inbox: str, taking: str, drop: bytes) -> tuple[list[Any], Any]:
@@ -113,8 +112,8 @@ class RedisRecords:
 
         async def both(client: Client) -> tuple[list[Any], Any]:
             async with client.pipeline(transaction=False) as pipe:
-                # EVAL, not the script object: redis-py checks a pipeline's scripts with
-                # SCRIPT EXISTS first, a round trip more per message (Redis caches it).
+                # EVAL (Redis caches the script), not a script object: redis-py checks a
+                # pipeline's scripts with SCRIPT EXISTS first, a round trip more.
                 pipe.eval(TAKEN_LUA, 1, taking, INBOX_TTL_MS, drop)
                 pipe.blmove(inbox, taking, block, "LEFT", "RIGHT")
                 listed, read = await pipe.execute()

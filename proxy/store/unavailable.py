@@ -42,11 +42,14 @@ def unavailable(doing: str, exc: StoreError) -> StoreUnavailable:
     )
 
 
-async def patiently(store: Store, doing: str, call: Callable[[], Awaitable[T]]) -> T:
-    """``await call()``, retried on StoreError for up to ``store.unavailable_wait``
-    seconds; then :class:`StoreUnavailable` (``doing`` names the call in its message)."""
+async def patiently(
+    store: Store, doing: str, call: Callable[[], Awaitable[T]], wait: float | None = None
+) -> T:
+    """``await call()``, retried on StoreError for up to ``wait`` seconds (default
+    ``store.unavailable_wait``); then :class:`StoreUnavailable` (``doing`` names the call
+    in its message)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + store.unavailable_wait
+    deadline = loop.time() + (store.unavailable_wait if wait is None else wait)
     backoff = Backoff(first=0.05, cap=1.0)
     while True:
         try:
