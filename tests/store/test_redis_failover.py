@@ -33,6 +33,11 @@ def events(first: int, last: int) -> list[Entry]:
     return [Entry(seq, b'{"n":%d}' % seq) for seq in range(first, last + 1)]
 
 
+async def synced(replica: aioredis.Redis) -> bool:
+    """``replica`` is in step with its master (not still syncing or loading: LOADING)."""
+    return (await replica.info("replication")).get("master_link_status") == "up"
+
+
 async def test_after_a_failover_the_store_reaches_the_new_master(tmp_path: Path) -> None:
     with (
         RedisServer(tmp_path / "one") as one,
@@ -45,6 +50,7 @@ async def test_after_a_failover_the_store_reaches_the_new_master(tmp_path: Path)
         store = RedisStore(link.url(), f"f{secrets.token_hex(4)}")
         try:
             await second.replicaof("127.0.0.1", one.port)
+            await eventually(lambda: synced(second), what="the replica's first sync")
             await store.open()
             now = time.time()
             key = f"{secrets.token_hex(6)}.1"
@@ -54,18 +60,14 @@ async def test_after_a_failover_the_store_reaches_the_new_master(tmp_path: Path)
             )
             assert await store.acquire_lease("replica:o", "o", 30.0, now)
 
-            assert await first.wait(1, 5000) == 1  # the replica has every write
+            assert await first.wait(1, 2000) == 1  # the replica (in step) has every write
             # The failover: the replica promoted, the old master made its replica, the
             # name (the relay) pointing at the new master for new connections.
             await second.replicaof("NO", "ONE")
             await first.replicaof("127.0.0.1", two.port)
             link.target_port = two.port
             assert (await first.info("replication"))["role"] == "slave"
-
-            async def synced() -> bool:  # (while it loads the new master's data: LOADING)
-                return (await first.info("replication")).get("master_link_status") == "up"
-
-            await eventually(synced, what="the old master to sync from the new one")
+            await eventually(lambda: synced(first), what="the old master to sync from the new")
 
             with capture_logs() as logged, pytest.raises(StoreError, match="read only replica"):
                 await store.commit(Batch(appends={key: events(4, 6)}), now)
