@@ -2,7 +2,8 @@
 # apt-install.sh TAG PACKAGE: install one Debian package for the test suite, quietly, as
 # root or through sudo, starting no service (policy-rc.d 101 while it installs: a
 # container may lack systemd, and the tests start their own servers). apt-get's output is
-# shown only when it fails. Used by install-redis.sh and install-chromium.sh.
+# shown only when it fails. Used by install-redis.sh, install-haproxy.sh and
+# install-chromium.sh.
 set -euo pipefail
 tag=$1
 package=$2
@@ -18,7 +19,13 @@ else
 fi
 
 echo "$tag: installing the Debian package $package (apt-get)"
-"${as_root[@]}" apt-get update -qq
+# One `apt-get update` serves the installs that follow it (scripts/test runs three): a
+# stamp younger than 30 minutes means this machine's lists were just refreshed.
+stamp="${TMPDIR:-/tmp}/mcp-resume-proxy-apt-updated"
+if [[ -z "$(find "$stamp" -mmin -30 2>/dev/null)" ]]; then
+    "${as_root[@]}" apt-get update -qq
+    touch "$stamp"
+fi
 policy=/usr/sbin/policy-rc.d
 added_policy=0
 if [[ ! -e "$policy" ]]; then

@@ -32,7 +32,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ReservedPort, eventually, reserved_port, tail, wait_accepting
+from tests.support import (
+    STARTUP_S,
+    ReservedPort,
+    eventually,
+    reserved_port,
+    tail,
+    wait_accepting,
+)
 
 MISSING = "haproxy is not installed: run scripts/install-haproxy.sh (scripts/test does)"
 CHECK_MS = 300  # health-check interval: a dead or draining replica leaves within ~2 checks
@@ -134,6 +141,18 @@ class Balancer:
                 stdin=subprocess.DEVNULL,
             )
         await wait_accepting(self._process, self.port, self.log_path, "haproxy")
+        # haproxy binds its stats socket as admin.sock.<pid>.tmp and renames it once bound:
+        # its frontend's port may accept first (seen: `show stat` met no socket).
+        process = self._process
+
+        def stats_ready() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(
+                    f"haproxy exited ({process.returncode}):\n{tail(self.log_path)}"
+                )
+            return self.stats_socket.exists()
+
+        await eventually(stats_ready, timeout=STARTUP_S, what=f"haproxy's {self.stats_socket}")
 
     async def stop(self) -> None:
         """End haproxy (SIGTERM, then SIGKILL), reap it and release its port."""
