@@ -54,7 +54,7 @@ from proxy.downstream.auth import principal_of
 from proxy.servers import Server
 from proxy.sse_writer import SseWriter
 from proxy.standalone_seat import StandaloneHold
-from proxy.store.base import COMPLETED, Entry, Store, StoreError, StreamRecord
+from proxy.store.base import COMPLETED, Entry, Store, StoreError, StreamRecord, read_to_end
 from proxy.store.log_tail import END, LogTail, Tails, ends_tail
 from proxy.store.unavailable import patiently
 
@@ -178,7 +178,7 @@ class StoredStreams:
             return await self._serve(
                 request, session_id, record, after, entries, None, opening, listen=listen
             )
-        tail = LogTail(self.store, key, entries[-1].seq if entries else after, self.tails)
+        tail = self._tail(record, entries[-1].seq if entries else after)
         try:
             answer = await self._hold(record, entries, tail, hold)
         except BaseException:
@@ -290,6 +290,13 @@ class StoredStreams:
             self.store, "read a stream", lambda: self.store.read(key, after, now, REPLAY_CHUNK)
         )
 
+    def _tail(self, record: StreamRecord, after: int) -> LogTail:
+        """The log's tail after ``after``, the last entry read; nothing to read when
+        ``record``, read before those entries, says the stream ended there (completed:
+        its last entry is final)."""
+        ended = read_to_end(record, after)
+        return LogTail(self.store, record.key, after, self.tails, ended=ended)
+
     # ------------------------------------------------------------------ writing
     def _writer(self, request: web.Request, session_id: str) -> SseWriter:
         return SseWriter(request, self.keepalive, {SESSION_HEADER: session_id})
@@ -324,9 +331,7 @@ class StoredStreams:
         if tail is None:
             # The rest, in chunks as read (a tail of a completed stream ends at its end),
             # read from now on: its first read is on its way while ``entries`` are written.
-            tail = LogTail(
-                self.store, record.key, entries[-1].seq if entries else after, self.tails
-            )
+            tail = self._tail(record, entries[-1].seq if entries else after)
         try:
             await writer.open()
             with contextlib.suppress(ConnectionError):

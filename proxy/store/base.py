@@ -366,6 +366,14 @@ def check_read(record: StreamRecord | None, after: int) -> StreamRecord:
     return record
 
 
+def read_to_end(record: StreamRecord, after: int) -> bool:
+    """Whether a reader at ``after`` has the whole of ``record``'s stream: it completed
+    (its last entry is final) and nothing is left after ``after``. A tail that yielded
+    up to there ends without reading again (a round trip less for each stream followed
+    to its end from Redis: a forwarded call, a resume on another replica)."""
+    return record.state == COMPLETED and after >= record.last_seq
+
+
 def count_marks(entries: Sequence[Entry]) -> Unacknowledged:
     requests = sum(1 for e in entries if e.mark & Mark.REQUEST)
     errors = sum(1 for e in entries if e.mark & Mark.ERROR)

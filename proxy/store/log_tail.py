@@ -62,10 +62,24 @@ class LogTail:
     ``ResumeError`` that ended it or the ``StoreError`` it gave up on (or
     :class:`Stopping`). Its holder ends it (:meth:`end`); ``tails`` knows it meanwhile."""
 
-    def __init__(self, store: Store, key: str, after: int, tails: Tails | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        key: str,
+        after: int,
+        tails: Tails | None = None,
+        *,
+        ended: bool = False,
+    ) -> None:
+        """``ended``: the reader already has the whole stream (:func:`read_to_end`):
+        nothing is read, the queue holds :data:`END`."""
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
+        self._tails = None if ended else tails
+        self._task: asyncio.Task[None] | None = None
+        if ended:
+            self.queue.put_nowait(END)
+            return
         self._task = asyncio.create_task(read_tail(store, key, after, self.queue))
-        self._tails = tails
         if tails is not None:
             tails.add(self)
 
@@ -78,8 +92,9 @@ class LogTail:
         store ends with its cancellation, :mod:`proxy.store.redis_commands`)."""
         if self._tails is not None:
             self._tails.discard(self)
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
 
 
 async def read_tail(store: Store, key: str, after: int, queue: asyncio.Queue[Item]) -> None:

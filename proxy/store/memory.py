@@ -31,6 +31,7 @@ from proxy.store.base import (
     StreamRecord,
     check_read,
     count_marks,
+    read_to_end,
     refused_by,
 )
 from proxy.store.wakeup import Wakeups
@@ -161,6 +162,8 @@ class MemoryStore(Store):
                 if entries:
                     after = entries[-1].seq
                     yield entries
+                    if record is not None and read_to_end(record, after):
+                        return
                     continue
                 if self._wakeups.closed:
                     raise StoreError("the store is closed")

@@ -13,7 +13,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from proxy.store.base import COMPLETED, Entry, StoreError, StreamRecord, check_read
+from proxy.store.base import (
+    COMPLETED,
+    Entry,
+    StoreError,
+    StreamRecord,
+    check_read,
+    read_to_end,
+)
 from proxy.store.redis_client import Client
 from proxy.store.redis_layout import StreamKeys, entries_of, entry_of, ms, pairs, record_of
 from proxy.store.redis_wire import Arg, Closed, Wire, executed, pack_transaction
@@ -135,6 +142,9 @@ class RedisReads:
                 )
             if entries:
                 after = entries[-1].seq
+                if read_to_end(record, after):
+                    yield entries
+                    return
                 if len(entries) == TAIL_BATCH:  # (a replay: more is likely there)
                     ahead = self._read_ahead(key, after)
                 yield entries

@@ -56,6 +56,7 @@ from proxy.store.base import (
     StoreError,
     StoreLimits,
     StreamRecord,
+    read_to_end,
 )
 from proxy.store.sqlite_db import SYNCHRONOUS, Database
 from proxy.store.sqlite_lock import StoreLock, lock_store_file
@@ -266,14 +267,16 @@ class SqliteStore(Store):
         while True:
             wakeup = self._wakeups.watch(key)  # before reading: no commit is missed
             try:
-                entries, state = await self._call(Database.tail_step, key, after, self._now)
+                entries, record = await self._call(Database.tail_step, key, after, self._now)
                 if entries:
                     after = entries[-1].seq
                     yield entries
+                    if read_to_end(record, after):
+                        return
                     continue
                 if self._wakeups.closed:
                     raise StoreError(f"the sqlite store {self.path} is closed")
-                if state == COMPLETED:
+                if record.state == COMPLETED:
                     return
                 await wakeup.wait()
             finally:

@@ -314,11 +314,11 @@ class Database:
         )
         return list(map(Entry._make, rows))  # rows are (seq, payload, mark)
 
-    def tail_step(self, key: str, after: int, now: float) -> tuple[list[Entry], str]:
-        """The next entries after ``after`` and the stream's state, read together."""
+    def tail_step(self, key: str, after: int, now: float) -> tuple[list[Entry], StreamRecord]:
+        """The next entries after ``after`` and the stream's record, read together."""
         with self._snapshot():
             record = check_read(self.stream(key, now), after)
-            return self._entries(key, after, TAIL_CHUNK), record.state
+            return self._entries(key, after, TAIL_CHUNK), record
 
     def summary(self, key: str, after: int, now: float) -> Unacknowledged:
         with self._snapshot():

@@ -15,7 +15,7 @@ from proxy.config import Config
 from proxy.config_sections import SseConfig
 from proxy.core.errors import StoreUnavailable
 from proxy.core.sse import SSEDecoder, encode_event
-from proxy.downstream.stored import REPLAY_CHUNK, StoredStreams
+from proxy.downstream.stored import REPLAY_CHUNK, JsonHold, StoredStreams
 from proxy.servers import Server
 from proxy.store.base import Batch, Entry, StoreError, StoreLimits, StreamRecord
 from proxy.store.memory import MemoryStore
@@ -124,3 +124,46 @@ async def test_the_rest_is_read_while_the_first_chunk_is_written(aiohttp_client:
         body = await resp.read()
     events = SSEDecoder().feed(body)
     assert [e.id for e in events] == [f"{KEY}.{seq}" for seq in range(1, REPLAY_CHUNK + 6)]
+
+
+async def test_a_stream_read_to_its_end_before_the_response_starts_no_tail(
+    aiohttp_client: Any,
+) -> None:
+    """A stream that had completed when its record was read, and whose first read took
+    it to its last entry (a forwarded call answered before its holder replied), is
+    served without a tail: nothing is left to read (``read_to_end``). A stream still live,
+    or longer than the first read, is tailed; each response is the whole stream."""
+    store = TailWatched(StoreLimits())
+    await store.open()
+    now = time.time()
+    done, live = "e1e1.4", "e1e1.5"
+    events = [Entry(1, b'{"a":1}'), Entry(2, b'{"b":2}')]
+    await store.commit(Batch([StreamRecord(done, "s1", server="default")], {done: events}), now)
+    await store.commit(Batch(completed={done: now + 60}), now)
+    await store.commit(Batch([StreamRecord(live, "s1", server="default")], {live: events}), now)
+    server = Server("default", Config(sse=SseConfig(keepalive_seconds=10.0)))
+    stored = StoredStreams(store, b"secret", server, sole_server=True)
+    hold = JsonHold(window_seconds=0.05, min_bytes=1 << 20)  # as a JSON-accepting client's
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        key = request.query["key"]
+        return await stored.follow(
+            request, "s1", key, 0, hold=hold if "hold" in request.query else None
+        )
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    client = await aiohttp_client(app)
+    for query in ("", "&hold=1"):
+        async with client.get(f"/?key={done}{query}") as resp:
+            ids = [e.id for e in SSEDecoder().feed(await resp.read())]
+        assert ids == [f"{done}.1", f"{done}.2"]
+    assert store.tails == []
+    async with client.get(f"/?key={live}") as resp:
+        await eventually(lambda: store.tails, what="the live stream's tail")
+        await store.commit(
+            Batch(appends={live: [Entry(3, b'{"c":3}')]}, completed={live: now + 60}), now
+        )
+        ids = [e.id for e in SSEDecoder().feed(await resp.read())]
+    assert ids == [f"{live}.1", f"{live}.2", f"{live}.3"]
+    assert store.tails == [2]
