@@ -54,7 +54,15 @@ from proxy.downstream.auth import principal_of
 from proxy.servers import Server
 from proxy.sse_writer import SseWriter
 from proxy.standalone_seat import StandaloneHold
-from proxy.store.base import COMPLETED, Entry, Store, StoreError, StreamRecord, read_to_end
+from proxy.store.base import (
+    COMPLETED,
+    Entry,
+    Store,
+    StoreError,
+    StreamRecord,
+    check_read,
+    read_to_end,
+)
 from proxy.store.log_tail import END, LogTail, Tails, ends_tail
 from proxy.store.unavailable import patiently
 
@@ -163,12 +171,18 @@ class StoredStreams:
         any replica, after ``retry:``) than an error for a call that goes on."""
         now = time.time()
         try:
-            record = await self._record(key, now)
+            # The record and the first entries in one read (the holder names the stream
+            # and where its client starts); the entries are used once the record allows.
+            record, entries = await patiently(
+                self.store,
+                "read a stream",
+                lambda: self.store.snapshot(key, after, now, REPLAY_CHUNK),
+            )
             if record is None or not self.readable(record, principal_of(request)):
                 raise ResumeError(
                     "the stream has expired or never existed", reason="unknown_stream"
                 )
-            entries = await self._read(key, after, now)
+            check_read(record, after)
         except (StoreError, StoreUnavailable) as exc:
             if not opening:
                 raise

@@ -276,6 +276,19 @@ class Store(abc.ABC):
         first_seq``).
         """
 
+    async def snapshot(
+        self, key: str, after: int, now: float, limit: int | None = None
+    ) -> tuple[StreamRecord | None, list[Entry]]:
+        """The record (None: there is none) and the entries after ``after`` (at most
+        ``limit``) as :meth:`read` gives them, read together where the store can (Redis:
+        one MULTI; here the record, then the entries). A position the record refuses
+        comes with no entries: the caller, once it knows from the record that this
+        reader may have the stream, asks :func:`check_read` why."""
+        record = await self.get_stream(key, now)
+        if record is None or not readable_after(record, after):
+            return record, []
+        return record, await self.read(key, after, now, limit)
+
     @abc.abstractmethod
     def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
         """Entries after ``after`` as they are committed, in order, in batches.
@@ -364,6 +377,15 @@ def check_read(record: StreamRecord | None, after: int) -> StreamRecord:
         raise ResumeError("the stream has expired or never existed", reason="unknown_stream")
     check_position(after, first_kept=record.first_seq, last=record.last_seq, held_in=HeldIn.STORE)
     return record
+
+
+def readable_after(record: StreamRecord, after: int) -> bool:
+    """Whether :func:`check_read` lets a reader at ``after`` read ``record``'s stream."""
+    try:
+        check_read(record, after)
+    except ResumeError:
+        return False
+    return True
 
 
 def read_to_end(record: StreamRecord, after: int) -> bool:

@@ -20,6 +20,7 @@ from proxy.store.base import (
     StreamRecord,
     check_read,
     read_to_end,
+    readable_after,
 )
 from proxy.store.redis_client import Client
 from proxy.store.redis_layout import StreamKeys, entries_of, entry_of, ms, pairs, record_of
@@ -58,17 +59,33 @@ class RedisReads:
     def _stream_keys(self, key: str) -> StreamKeys:
         raise NotImplementedError
 
+    async def snapshot(
+        self, key: str, after: int, now: float, limit: int | None = None
+    ) -> tuple[StreamRecord | None, list[Entry]]:
+        """:meth:`~proxy.store.base.Store.snapshot` in one MULTI (:meth:`_found`)."""
+        record, entries, _ = await self._found(key, after, now, limit)
+        if record is None or not readable_after(record, after):
+            return record, []
+        return record, entries
+
     async def _snapshot(
         self, key: str, after: int, now: float, limit: int | None, wake: bool = False
     ) -> tuple[StreamRecord, list[Entry], str]:
         """The record, the entries after ``after`` and (``wake``) the wake key's newest
         id, read in one MULTI; raises what :func:`check_read` raises."""
+        found, entries, newest = await self._found(key, after, now, limit, wake)
+        return check_read(found, after), entries, newest
+
+    async def _found(
+        self, key: str, after: int, now: float, limit: int | None, wake: bool = False
+    ) -> tuple[StreamRecord | None, list[Entry], str]:
+        """:meth:`_snapshot`'s MULTI, the record as found (None: there is none)."""
         names = self._stream_keys(key)
 
         if self._reads is not None:  # one server: raw replies, parsed here
             packed, count = self._read_packed(key, after, limit, wake)
             replies = await self._wired("read a stream", self._reads, packed, count)
-            return self._read_parsed(key, after, now, replies, wake)
+            return self._read_parsed(key, now, replies, wake)
 
         async def snapshot(client: Client) -> tuple[dict[bytes, bytes], list[Entry], list[Any]]:
             pipe = client.pipeline(transaction=True)
@@ -80,9 +97,8 @@ class RedisReads:
             return results[0], [entry_of(item) for item in results[1]], results[2] if wake else []
 
         fields, entries, woken = await self._run("read a stream", snapshot)
-        record = check_read(record_of(key, fields, now), after)
         newest = woken[0][0].decode() if woken else "0-0"
-        return record, entries, newest
+        return record_of(key, fields, now), entries, newest
 
     def _read_packed(
         self, key: str, after: int, limit: int | None, wake: bool
@@ -98,11 +114,11 @@ class RedisReads:
         return pack_transaction(commands), len(commands) + 2
 
     def _read_parsed(
-        self, key: str, after: int, now: float, replies: list[Any], wake: bool
-    ) -> tuple[StreamRecord, list[Entry], str]:
+        self, key: str, now: float, replies: list[Any], wake: bool
+    ) -> tuple[StreamRecord | None, list[Entry], str]:
         with self._failing("read a stream"):
             raw = executed(replies)
-        record = check_read(record_of(key, pairs(raw[0]), now), after)
+        record = record_of(key, pairs(raw[0]), now)
         woken = raw[2] if wake else []
         return record, entries_of(raw[1]), woken[0][0].decode() if woken else "0-0"
 
@@ -128,7 +144,8 @@ class RedisReads:
                 replies = await self._reads.replies(*ahead)
             except Closed:
                 raise StoreError(f"the redis store ({self._where}) is closed") from None
-        return self._read_parsed(key, after, time.time(), replies, True)
+        found, entries, newest = self._read_parsed(key, time.time(), replies, True)
+        return check_read(found, after), entries, newest
 
     async def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
         ahead: Ahead | None = None  # the next read, sent before these entries were yielded

@@ -68,6 +68,22 @@ async def test_append_then_read_after_any_position(maker: Maker) -> None:
     assert (record.first_seq, record.last_seq, record.number, record.epoch) == (1, 3, 1, "e0e0e0")
 
 
+async def test_a_snapshot_is_the_record_and_the_read_or_no_entries_where_the_read_refuses(
+    maker: Maker,
+) -> None:
+    """``snapshot``: the record and what ``read`` gives, in one read where the store can;
+    no record, or a position the record refuses, comes with no entries (never an error:
+    the caller decides from the record whether to say why)."""
+    store = await maker.make()
+    now = await fill(store, last=3)
+    record = await store.get_stream(KEY, now)
+    assert await store.snapshot(KEY, 1, now) == (record, entries(2, 3))
+    assert await store.snapshot(KEY, 0, now, limit=2) == (record, entries(1, 2))
+    assert await store.snapshot(KEY, 3, now) == (record, [])
+    assert await store.snapshot(KEY, 4, now) == (record, [])
+    assert await store.snapshot("e0e0e0.9", 0, now) == (None, [])
+
+
 async def test_positions_never_reached_and_unknown_streams_are_refused(maker: Maker) -> None:
     store = await maker.make()
     now = await fill(store, last=3)
