@@ -128,7 +128,9 @@ class StoredStreams:
         pos = parse_event_id(last_event_id)
         key = f"{pos.epoch}.{pos.stream}"
         now = time.time()
-        record = await self._record(key, now)
+        # The record and the first entries in one read; a position check_resume lets
+        # through is one the snapshot read entries for (it checks that and more).
+        record, entries = await self._snapshot(key, pos.seq, now)
         if (
             record is None
             or record.session_id != session_id
@@ -143,7 +145,6 @@ class StoredStreams:
             completed=record.state == COMPLETED,
             standalone=pos.stream == STANDALONE,
         )
-        entries = await self._read(key, pos.seq, now)
         log.info("stored_stream_resumed", stream=key, after=pos.seq, state=record.state)
         return await self._serve(request, session_id, record, pos.seq, entries, None)
 
@@ -173,11 +174,7 @@ class StoredStreams:
         try:
             # The record and the first entries in one read (the holder names the stream
             # and where its client starts); the entries are used once the record allows.
-            record, entries = await patiently(
-                self.store,
-                "read a stream",
-                lambda: self.store.snapshot(key, after, now, REPLAY_CHUNK),
-            )
+            record, entries = await self._snapshot(key, after, now)
             if record is None or not self.readable(record, principal_of(request)):
                 raise ResumeError(
                     "the stream has expired or never existed", reason="unknown_stream"
@@ -297,6 +294,16 @@ class StoredStreams:
     async def _record(self, key: str, now: float) -> StreamRecord | None:
         return await patiently(
             self.store, "read a stream record", lambda: self.store.get_stream(key, now)
+        )
+
+    async def _snapshot(
+        self, key: str, after: int, now: float
+    ) -> tuple[StreamRecord | None, list[Entry]]:
+        """The record and the first chunk after ``after``, in one read (Store.snapshot)."""
+        return await patiently(
+            self.store,
+            "read a stream",
+            lambda: self.store.snapshot(key, after, now, REPLAY_CHUNK),
         )
 
     async def _read(self, key: str, after: int, now: float) -> list[Entry]:
