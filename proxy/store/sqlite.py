@@ -263,6 +263,11 @@ class SqliteStore(Store):
     async def read(self, key: str, after: int, now: float, limit: int | None = None) -> list[Entry]:
         return await self._call(Database.read, key, after, now, limit)
 
+    async def snapshot(
+        self, key: str, after: int, now: float, limit: int | None = None
+    ) -> tuple[StreamRecord | None, list[Entry]]:
+        return await self._call(Database.snapshot, key, after, now, limit)
+
     async def tail(self, key: str, after: int) -> AsyncIterator[list[Entry]]:
         while True:
             wakeup = self._wakeups.watch(key)  # before reading: no commit is missed

@@ -47,6 +47,7 @@ from proxy.store.base import (
     StoreLimits,
     StreamRecord,
     check_read,
+    readable_after,
 )
 from proxy.store.sqlite_fresh import FreshEpochs
 from proxy.store.sqlite_rows import STREAM_COLUMNS, stream_record
@@ -306,6 +307,16 @@ class Database:
         with self._snapshot():
             check_read(self.stream(key, now), after)
             return self._entries(key, after, limit)
+
+    def snapshot(
+        self, key: str, after: int, now: float, limit: int | None
+    ) -> tuple[StreamRecord | None, list[Entry]]:
+        """:meth:`~proxy.store.base.Store.snapshot` in one read transaction."""
+        with self._snapshot():
+            record = self.stream(key, now)
+            if record is None or not readable_after(record, after):
+                return record, []
+            return record, self._entries(key, after, limit)
 
     def _entries(self, key: str, after: int, limit: int | None) -> list[Entry]:
         rows = self._reads.execute(
