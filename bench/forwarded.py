@@ -121,12 +121,13 @@ def main() -> int:
     extra: list[float] = []
     print("| run | path | calls | p50 ms | p90 ms | p99 ms | mean ms |")
     print("|---|---|--:|--:|--:|--:|--:|")
-    for rep in range(args.reps):
-        times = run_once(args.calls, args.commands and rep == 0)
-        for path in PATHS:
-            every[path] += times[path]
-            print(f"| {rep + 1} " + row(path, times[path]))
-        extra.append(statistics.median(times["forwarded"]) - statistics.median(times["held"]))
+    with stores.backends():  # the bench's redis-server, stopped at the end
+        for rep in range(args.reps):
+            times = run_once(args.calls, args.commands and rep == 0)
+            for path in PATHS:
+                every[path] += times[path]
+                print(f"| {rep + 1} " + row(path, times[path]))
+            extra.append(statistics.median(times["forwarded"]) - statistics.median(times["held"]))
     for path in PATHS:
         print("| all " + row(path, every[path]))
     print(f"forwarded p50 over held p50, per run: {', '.join(f'+{x:.3f}' for x in extra)} ms")

@@ -73,6 +73,7 @@ log = structlog.get_logger("proxy.replicas")
 
 FORWARD_TIMEOUT_SECONDS = 30.0
 REPLY_PATIENCE_SECONDS = 300.0
+HOLDERS_KEPT = 10_000  # sessions whose last holder is remembered (Replicas._holders)
 """How long a holder goes on sending a reply the store would not take (then drops it)."""
 
 # Sends the asker of a request served here a part of the reply ahead of it (NotesAhead).
@@ -130,6 +131,10 @@ class Replicas(Reaping):
         # how to stop one (a newer socket takes it: StandaloneTakeover).
         self.standalone_followers: dict[str, Follower] = {}
         self._ids = itertools.count(1)
+        # Session -> the replica last seen holding it (the newest HOLDERS_KEPT): where a
+        # request for it is likely to go, so that its holder's lease is read with its
+        # record (:meth:`_owner_of`). A guess only: both are read fresh each time.
+        self._holders: dict[str, str] = {}
         self._on_stop: list[Stop] = []  # what uses the replicas, stopped before they are
         self.history_lost_at: float | None = None  # the store's epoch changed (a flush)
 
@@ -260,8 +265,12 @@ class Replicas(Reaping):
         if owner == self.owner:
             return True
         sent = self.leases.clock()
-        held = await self._holds_lease(owner)
-        self.leases.answered(sent)  # (a stalled store: the lease may have expired in it)
+        return self._noted(owner, await self._holds_lease(owner), sent)
+
+    def _noted(self, owner: str, held: bool, sent: float) -> bool:
+        """:meth:`_presumed_alive`, from whether ``owner`` held its lease in a read sent
+        at ``sent`` (a stalled store: the lease may have expired in it)."""
+        self.leases.answered(sent)
         return self.leases.note(owner, held)
 
     async def _declare_gone(self, owner: str) -> bool:
@@ -279,11 +288,31 @@ class Replicas(Reaping):
         return await patiently(self.store, "find a session", lambda: self._owner_of(session_id))
 
     async def _owner_of(self, session_id: str) -> str:
-        record = await self.store.get_session(session_id, time.time())
+        last = self._holders.pop(session_id, None)  # (put back last: the newest stay)
+        if last is None or last == self.owner:
+            record = await self.store.get_session(session_id, time.time())
+            alive = record is not None and await self.owner_alive(record.owner)
+        else:
+            # The record and the lease of the replica last seen holding it, in one round
+            # trip; what decides is the fresh record's owner and that owner's fresh lease,
+            # as below (a session taken over since: its new holder's lease is read then).
+            sent = self.leases.clock()
+            record, held = await self.store.session_and_lease(
+                session_id, f"replica:{last}", time.time()
+            )
+            if record is None:
+                alive = False
+            elif record.owner == last:
+                alive = self._noted(last, held == last, sent) or not await self._declare_gone(last)
+            else:
+                alive = await self.owner_alive(record.owner)
         if record is None:
             raise SessionNotFound("Session not found")
-        if not await self.owner_alive(record.owner):
+        if not alive:
             raise SessionNotFound("Session not found: the replica that held it is gone")
+        self._holders[session_id] = record.owner
+        if len(self._holders) > HOLDERS_KEPT:
+            del self._holders[next(iter(self._holders))]  # the oldest seen
         return record.owner
 
     # ------------------------------------------------------------------ forwarding

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from proxy.core.errors import SessionNotFound
 from proxy.forwarding import Acked, Forwarded, Reply
 from proxy.replicas import Relay, Replicas
-from proxy.store.base import LIVE, Batch, StoreError, StreamRecord
+from proxy.store.base import LIVE, Batch, SessionRecord, StoreError, StreamRecord
 from proxy.store.fencing import Fence
 from proxy.store.memory import MemoryStore
 
@@ -397,3 +398,24 @@ async def test_a_lease_missing_just_after_an_outage_is_presumed_alive_for_half_a
     assert not await b.replicas.owner_alive("late")  # still missing half a lease on
     clock.now += LEASE
     assert not await b.replicas.owner_alive("later")  # a lease after the outage
+
+
+async def test_a_session_taken_over_since_it_was_last_seen_is_found_at_its_new_holder(
+    memory_store: MemoryStore, started: list[Replicas]
+) -> None:
+    """The asker reads a session's record with the lease of the replica it last saw
+    holding it (one round trip); what it goes by is the fresh record: a session taken
+    over meanwhile is found at its new holder, a dropped one is gone."""
+    clock = Clock()
+    asker = (await Replica(memory_store, "c", clock).join(started)).replicas
+    await Replica(memory_store, "a", clock).join(started)
+    await Replica(memory_store, "b", clock).join(started)
+    now = time.time()
+    await memory_store.put_session(SessionRecord("s1", "ep", "a", None, now + 60))
+    assert await asker.owner_of("s1") == "a"
+    assert await asker.owner_of("s1") == "a"  # (the record and a's lease, together)
+    await memory_store.put_session(SessionRecord("s1", "ep", "b", None, now + 60))
+    assert await asker.owner_of("s1") == "b"
+    await memory_store.drop_session("s1")
+    with pytest.raises(SessionNotFound):
+        await asker.owner_of("s1")

@@ -334,6 +334,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def lease_owner(self, name: str, now: float) -> str | None: ...
 
+    async def session_and_lease(
+        self, session_id: str, lease: str, now: float
+    ) -> tuple[SessionRecord | None, str | None]:
+        """:meth:`get_session` and :meth:`lease_owner` of ``lease`` (the lease of the
+        replica last seen holding the session), in one round trip where the store can
+        (Redis: one pipeline); here one after the other."""
+        return await self.get_session(session_id, now), await self.lease_owner(lease, now)
+
     # ------------------------------------------------------------------ tasks
     @abc.abstractmethod
     async def put_task(self, task_id: str, record: dict[str, Any], expires_at: float) -> bool:

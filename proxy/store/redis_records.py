@@ -139,6 +139,25 @@ class RedisRecords:
 
     async def get_session(self, session_id: str, now: float) -> SessionRecord | None:
         raw = await self._run("read a session", lambda r: r.get(self._key("session", session_id)))
+        return self._session_of(session_id, raw, now)
+
+    async def session_and_lease(
+        self, session_id: str, lease: str, now: float
+    ) -> tuple[SessionRecord | None, str | None]:
+        """Both reads in one pipeline (two slots on a cluster: one round trip per master)."""
+
+        async def both(client: Client) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            pipe.get(self._key("session", session_id))
+            pipe.get(self._key("lease", lease))
+            return list(await pipe.execute())
+
+        raw, held = await self._run("read a session", both)
+        return self._session_of(session_id, raw, now), text(held) if held is not None else None
+
+    @staticmethod
+    def _session_of(session_id: str, raw: Any, now: float) -> SessionRecord | None:
+        """A session's record from its stored value (None: none, or expired at ``now``)."""
         if raw is None:
             return None
         value = json.loads(raw)

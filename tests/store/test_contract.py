@@ -328,6 +328,19 @@ async def test_session_records_last_until_dropped_or_expired(maker: Maker) -> No
     assert await store.get_session("s2", clock.now()) is None
 
 
+async def test_a_session_and_a_lease_read_together_are_what_each_read_gives(
+    maker: Maker,
+) -> None:
+    store, clock = await maker.make(), maker.clock
+    now = clock.now()
+    await store.put_session(SessionRecord("s1", "ep", "a", None, now + 60))
+    assert await store.acquire_lease("replica:a", "a", 60, now)
+    together = await store.session_and_lease("s1", "replica:a", now)
+    assert together == (await store.get_session("s1", now), "a")
+    assert await store.session_and_lease("s1", "replica:b", now) == (together[0], None)
+    assert await store.session_and_lease("s9", "replica:a", now) == (None, "a")
+
+
 async def test_leases_are_exclusive_renewable_and_lapse(maker: Maker) -> None:
     store, clock = await maker.make(), maker.clock
     now = clock.now()
