@@ -73,8 +73,8 @@ log = structlog.get_logger("proxy.replicas")
 
 FORWARD_TIMEOUT_SECONDS = 30.0
 REPLY_PATIENCE_SECONDS = 300.0
-HOLDERS_KEPT = 10_000  # sessions whose last holder is remembered (Replicas._holders)
 """How long a holder goes on sending a reply the store would not take (then drops it)."""
+HOLDERS_KEPT = 10_000  # sessions whose last holder is remembered (Replicas._holders)
 
 # Sends the asker of a request served here a part of the reply ahead of it (NotesAhead).
 Relay = Callable[[NotesAhead], Awaitable[None]]
@@ -249,28 +249,27 @@ class Replicas(Reaping):
         return at is not None and self.leases.clock() - at < self.lease_seconds
 
     # ------------------------------------------------------------------ owners
-    async def owner_alive(self, owner: str) -> bool:
+    async def owner_alive(self, owner: str, seen: tuple[bool, float] | None = None) -> bool:
         """Whether ``owner`` holds its lease, or is presumed to (found missing just now
         after it was seen held: its key may have been lost, and it takes it again).
+        ``seen``: whether it held it in a read already made, and when that was sent.
 
         False only once this replica holds ``reaper:<owner>`` (or another does), since a
         caller acts on it (a client told its session is gone, a call ended
         ``owner_lost``): ``owner``, were it only cut off from the store and back, finds
         itself reaped when it takes its lease again and loses its sessions too, so what
         the client was told stays true (:meth:`_declare_gone`)."""
-        return await self._presumed_alive(owner) or not await self._declare_gone(owner)
+        return await self._presumed_alive(owner, seen) or not await self._declare_gone(owner)
 
-    async def _presumed_alive(self, owner: str) -> bool:
+    async def _presumed_alive(self, owner: str, seen: tuple[bool, float] | None = None) -> bool:
         """``owner`` holds its lease or is presumed to (:meth:`LeaseClock.note`); no claim."""
         if owner == self.owner:
             return True
-        sent = self.leases.clock()
-        return self._noted(owner, await self._holds_lease(owner), sent)
-
-    def _noted(self, owner: str, held: bool, sent: float) -> bool:
-        """:meth:`_presumed_alive`, from whether ``owner`` held its lease in a read sent
-        at ``sent`` (a stalled store: the lease may have expired in it)."""
-        self.leases.answered(sent)
+        if seen is None:
+            sent = self.leases.clock()
+            seen = await self._holds_lease(owner), sent
+        held, sent = seen
+        self.leases.answered(sent)  # (a stalled store: the lease may have expired in it)
         return self.leases.note(owner, held)
 
     async def _declare_gone(self, owner: str) -> bool:
@@ -289,26 +288,22 @@ class Replicas(Reaping):
 
     async def _owner_of(self, session_id: str) -> str:
         last = self._holders.pop(session_id, None)  # (put back last: the newest stay)
+        seen = None
         if last is None or last == self.owner:
             record = await self.store.get_session(session_id, time.time())
-            alive = record is not None and await self.owner_alive(record.owner)
         else:
             # The record and the lease of the replica last seen holding it, in one round
-            # trip; what decides is the fresh record's owner and that owner's fresh lease,
-            # as below (a session taken over since: its new holder's lease is read then).
+            # trip; what decides is the fresh record's owner and that owner's fresh lease
+            # (a session taken over since: its new holder's lease is read then).
             sent = self.leases.clock()
-            record, held = await self.store.session_and_lease(
+            record, held_by = await self.store.session_and_lease(
                 session_id, f"replica:{last}", time.time()
             )
-            if record is None:
-                alive = False
-            elif record.owner == last:
-                alive = self._noted(last, held == last, sent) or not await self._declare_gone(last)
-            else:
-                alive = await self.owner_alive(record.owner)
+            if record is not None and record.owner == last:
+                seen = held_by == last, sent
         if record is None:
             raise SessionNotFound("Session not found")
-        if not alive:
+        if not await self.owner_alive(record.owner, seen):
             raise SessionNotFound("Session not found: the replica that held it is gone")
         self._holders[session_id] = record.owner
         if len(self._holders) > HOLDERS_KEPT:

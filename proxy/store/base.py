@@ -285,7 +285,7 @@ class Store(abc.ABC):
         comes with no entries: the caller, once it knows from the record that this
         reader may have the stream, asks :func:`check_read` why."""
         record = await self.get_stream(key, now)
-        if record is None or not readable_after(record, after):
+        if not readable_after(record, after):
             return record, []
         return record, await self.read(key, after, now, limit)
 
@@ -387,8 +387,9 @@ def check_read(record: StreamRecord | None, after: int) -> StreamRecord:
     return record
 
 
-def readable_after(record: StreamRecord, after: int) -> bool:
-    """Whether :func:`check_read` lets a reader at ``after`` read ``record``'s stream."""
+def readable_after(record: StreamRecord | None, after: int) -> bool:
+    """Whether :func:`check_read` lets a reader at ``after`` read ``record``'s stream
+    (None: there is none)."""
     try:
         check_read(record, after)
     except ResumeError:

@@ -64,7 +64,7 @@ class RedisReads:
     ) -> tuple[StreamRecord | None, list[Entry]]:
         """:meth:`~proxy.store.base.Store.snapshot` in one MULTI (:meth:`_found`)."""
         record, entries, _ = await self._found(key, after, now, limit)
-        if record is None or not readable_after(record, after):
+        if not readable_after(record, after):
             return record, []
         return record, entries
 

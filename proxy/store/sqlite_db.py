@@ -314,7 +314,7 @@ class Database:
         """:meth:`~proxy.store.base.Store.snapshot` in one read transaction."""
         with self._snapshot():
             record = self.stream(key, now)
-            if record is None or not readable_after(record, after):
+            if not readable_after(record, after):
                 return record, []
             return record, self._entries(key, after, limit)
 
