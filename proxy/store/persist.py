@@ -88,8 +88,6 @@ class Persister(Gathering):
         self.committed = 0  # every batch up to this ticket is in the store
         self._scheduled = False  # a flush at the end of this loop turn
         self._lanes: set[str] = set()  # the sessions (epochs) with something in the batch
-        self._deferred = 0  # turns the open batch has waited for more (BULK_TURNS)
-        self._hurried = False  # a replica waits for the open batch: no waiting for more
         self._timer: asyncio.TimerHandle | None = None  # a delayed one (records alone)
         self._records_ticket = 0  # the open batch that holds records alone, waiting
         self._records_due = 0.0  # until then (loop time)
@@ -134,7 +132,7 @@ class Persister(Gathering):
         batch, self._ticket_in_commit = self._batch, self._open
         batch.fence, batch.owner = self.fence.token, self.owner
         self._batch = Batch()
-        self._lanes, self._deferred, self._hurried = set(), 0, False
+        self._lanes = set()
         self._open += 1
         self._slices = slices(batch, self._cap)
         self._busy = True
@@ -347,7 +345,6 @@ class Persister(Gathering):
             and ticket >= self._open
             and not self._busy
             and self.store.commits_at_once
-            and not self._may_wait()
         ):
             self._flush()
 
@@ -356,7 +353,6 @@ class Persister(Gathering):
         ``hurry``: without waiting for more (a replica waits to read what it names);
         ``lane``: once the part session ``lane`` noted is (:func:`~proxy.store.slices.slices`)."""
         if hurry and ticket >= self._open:
-            self._hurried = True
             self._schedule(urgent=True)
         self._commit_open_for(ticket)
         while not self.landed(ticket, lane):

@@ -1,8 +1,13 @@
 """The persister's gathering (:mod:`proxy.store.persist`): what the sessions noted goes
 into the open batch (:meth:`Gathering.noted`, :meth:`Gathering.note`), and when that
-batch goes to the store: at the end of the loop turn that noted events, after
-:data:`RECORD_DELAY_SECONDS` for new stream records alone, or a turn or two later for a
-burst's batch alone when the store commits at once (:meth:`Gathering._may_wait`)."""
+batch goes to the store: at the end of the loop turn that noted events, or after
+:data:`RECORD_DELAY_SECONDS` for new stream records alone.
+
+A burst's batch does not wait for more turns either, also when the store commits at
+once (SQLite): a turn's 64 lines are a few runs of rows (:mod:`proxy.store.sqlite_runs`),
+and committing them at once lets the client read them while the next turn's are read,
+where waiting up to 3 turns for 256 events (as before runs) left the client idle, then
+the proxy (bench/README.md, "SQLite runs")."""
 
 from __future__ import annotations
 
@@ -24,15 +29,6 @@ RECORD_DELAY_SECONDS = 0.005
 """How long a batch holding only new stream records waits for more: a quick call's answer
 then goes to the store with its stream's record, in one commit."""
 
-BULK_EVENTS = 256
-BULK_MIN = 16
-BULK_TURNS = 3
-"""A batch of one session's events alone (a burst: from :data:`BULK_MIN` up to fewer than
-:data:`BULK_EVENTS`, no new stream, no ending) waits up to :data:`BULK_TURNS` more loop
-turns for more when the store commits at once: the stdio reader lets the loop turn every
-64 lines, and a commit per turn cost a burst a quarter of its rate. Any other session's
-events in the batch (a call's answer), or a replica waiting, end the wait."""
-
 
 class Gathering:
     """The open batch and when it goes; :class:`~proxy.store.persist.Persister` holds the
@@ -46,8 +42,6 @@ class Gathering:
     _open: int
     _scheduled: bool
     _lanes: set[str]
-    _deferred: int
-    _hurried: bool
     _timer: asyncio.TimerHandle | None
     _records_ticket: int
     _records_due: float
@@ -136,28 +130,7 @@ class Gathering:
             return
         self._flush()
 
-    def _may_wait(self) -> bool:
-        """Whether the open batch is a burst's alone that may wait a turn or two for
-        more (:data:`BULK_EVENTS`) before a store that commits at once takes it."""
-        self._gather()
-        batch = self._batch
-        return (
-            self.store.commits_at_once
-            and self._deferred < BULK_TURNS
-            and len(self._lanes) == 1
-            and not self._busy
-            and not self._hurried
-            and not batch.streams
-            and not batch.completed
-            and BULK_MIN <= batch.events() < BULK_EVENTS
-        )
-
     def _turn_end(self) -> None:
-        """The end of a turn that noted events: flush, unless a burst's batch alone may
-        wait a turn or two for more (:meth:`_may_wait`)."""
+        """The end of a turn that noted events: flush."""
         self._turn = None
-        if self._may_wait():
-            self._deferred += 1
-            self._turn = asyncio.get_running_loop().call_soon(self._turn_end)  # (scheduled)
-            return
         self._flush()

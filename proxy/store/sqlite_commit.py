@@ -24,10 +24,10 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import Any
 
+from proxy.store import sqlite_runs
 from proxy.store.base import COMPLETED, LIVE, Batch, Entry, StoreLimits, StreamRecord, refused_by
 from proxy.store.sqlite_fresh import FreshEpochs
 from proxy.store.sqlite_rows import (
@@ -35,7 +35,6 @@ from proxy.store.sqlite_rows import (
     PUT_STREAM,
     STREAM_COLUMNS,
     ids_json,
-    insert_rows,
     stream_record,
     stream_row,
 )
@@ -50,9 +49,7 @@ _KEY_OF = attrgetter("key")
 _SEQ_OF = itemgetter(0)  # an :class:`Entry`'s seq
 
 _WIPE = "DELETE FROM events WHERE key = ?"
-_CUT = "DELETE FROM events WHERE key = ? AND seq < ?"
 
-INSERT_ROWS = 128  # events per INSERT statement, at most
 TOMBSTONE_EXPIRES = 0.0  # a dropped record's ``expires_at``: expired at any ``now``
 DROP_AT_ONCE = 64
 """A dropped stream with at most this many stored events is deleted in its commit (a
@@ -387,12 +384,12 @@ def _write(conn: sqlite3.Cursor, keys: dict[str, _Key], batch: Batch) -> list[st
         if k.wipe:
             conn.execute(_WIPE, (key,))
         elif k.below is not None:
-            conn.execute(_CUT, (key, k.below))
+            sqlite_runs.cut(conn, key, k.below)
         new = k.new
         if len(new) == 1:  # (a call's answer: one row, no chunking)
             conn.execute(INSERT_ONE, (key, *new[0]))
         elif new:
-            _insert_events(conn, key, new)
+            sqlite_runs.insert(conn, key, new)
         if k.write and k.record is not None:
             rows.append(stream_row(k.record))
     if len(rows) == 1:  # (a call's commit: one record; ``execute`` makes no iterator)
@@ -400,14 +397,3 @@ def _write(conn: sqlite3.Cursor, keys: dict[str, _Key], batch: Batch) -> list[st
     elif rows:
         conn.executemany(PUT_STREAM, rows)
     return tombstones
-
-
-def _insert_events(conn: sqlite3.Cursor, key: str, new: list[Entry]) -> None:
-    """Insert ``key``'s events ``new``, many rows per statement (a quarter less time per
-    event than a statement per row), the key bound once. Chunks are powers of two up to
-    :data:`INSERT_ROWS`, so a few statements, prepared once, serve every batch."""
-    done, rows = 0, len(new)
-    while done < rows:
-        size = min(INSERT_ROWS, 1 << ((rows - done).bit_length() - 1))
-        conn.execute(insert_rows(size), [key, *chain.from_iterable(new[done : done + size])])
-        done += size

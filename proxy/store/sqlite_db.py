@@ -1,19 +1,23 @@
 """The SQLite store's database side: schema, SQL, and :class:`Database`, which owns the
 connection and runs only on the store's one thread (:mod:`proxy.store.sqlite`).
 
-Schema (``PRAGMA user_version`` = 1)::
+Schema (``PRAGMA user_version`` = 2)::
 
     meta(name PRIMARY KEY, value)                   -- 'epoch': minted with the file
     streams(key PRIMARY KEY, session_id, owner, state, first_seq, last_seq,
             request_ids JSON, announced, expires_at, principal, server, fence)
-    events(key, seq, mark, payload BLOB, PRIMARY KEY(key, seq))
+    events(key, seq, mark, run BLOB, payload BLOB, PRIMARY KEY(key, seq))
     sessions(session_id PRIMARY KEY, epoch, owner, protocol_version, expires_at)
     leases(name PRIMARY KEY, owner, expires_at)
     tasks(task_id PRIMARY KEY, record JSON, expires_at)
 
 A new file's pages are 8 KB (:data:`PAGE_SIZE`; a file made with 16 KB pages, as before,
 keeps them) and ``events`` is a rowid table, so events of a few KB stay on their page
-(see ``_SCHEMA``). ``expires_at`` is unix seconds (NULL: no limit). A row past it is
+(see ``_SCHEMA``). A row of ``events`` is one event or a run of them
+(:mod:`proxy.store.sqlite_runs`): version 2. A version 1 file (a row per event, no
+``run`` column) is brought to version 2 when it is opened (the column added, its rows
+kept: each is an event as version 2 reads one); a proxy that reads version 1 then refuses
+the file, by its version. ``expires_at`` is unix seconds (NULL: no limit). A row past it is
 treated as absent by every read and deleted by :meth:`SqliteStore.sweep` (a stream with
 its events); a dropped stream's record is one (expired at 0) until :meth:`Database.tidy_step`
 deletes its events after the commit (:mod:`proxy.store.sqlite_commit`).
@@ -35,9 +39,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from proxy.core.stream import Mark, Unacknowledged
+from proxy.core.stream import Unacknowledged
 from proxy.core.taskrecord import TERMINAL
-from proxy.store import sqlite_commit
+from proxy.store import sqlite_commit, sqlite_runs
 from proxy.store.base import (
     LIVE,
     Batch,
@@ -54,7 +58,7 @@ from proxy.store.sqlite_rows import STREAM_COLUMNS, stream_record
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SYNCHRONOUS = ("normal", "full")
 BUSY_TIMEOUT_MS = 5_000
 WAL_SIZE_LIMIT = 64 * 1024 * 1024  # bytes the WAL file shrinks back to after a checkpoint
@@ -70,9 +74,9 @@ TAIL_CHUNK = 1_000  # entries a tail reads at a time
 # (:meth:`Database.checkpoint`), and the WAL only reaches this when it cannot keep up.
 WAL_BACKSTOP_PAGES = 4_096
 SWEEP_KEYS = 64  # expired streams looked at per sweep transaction (the loop turns between)
-SWEEP_EVENTS = 2_000  # their events deleted per sweep transaction (ditto)
+SWEEP_EVENTS = 2_000  # rows of their events (an event or a run) deleted per sweep transaction
 SWEEP_ROWS = 1_000  # expired sessions, leases, tasks deleted per sweep transaction, each
-TIDY_EVENTS = 2_000  # a dropped stream's events deleted per transaction (ditto)
+TIDY_EVENTS = 2_000  # rows of a dropped stream's events deleted per transaction (ditto)
 
 _SCHEMA = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
@@ -84,8 +88,9 @@ _SCHEMA = (
     # a quarter of a page spills into an overflow page of its own, which made 1 KB
     # events four times slower; small events commit about as fast either way.
     # ``mark`` before ``payload``: a summary reads it without the payload's overflow pages.
+    # ``run`` before ``payload`` too (a file of version 1 has it last: added on open).
     "CREATE TABLE events (key TEXT NOT NULL, seq INTEGER NOT NULL, mark INTEGER NOT NULL,"
-    " payload BLOB NOT NULL, PRIMARY KEY (key, seq))",
+    " run BLOB, payload BLOB NOT NULL, PRIMARY KEY (key, seq))",
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, epoch TEXT NOT NULL,"
     " owner TEXT NOT NULL, protocol_version TEXT, expires_at REAL)",
     "CREATE TABLE leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL)",
@@ -116,10 +121,6 @@ _ACQUIRE_LEASE = (
     "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?)"
     " ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at"
     " WHERE leases.owner = excluded.owner OR leases.expires_at <= ?"
-)
-_SUMMARY = (
-    "SELECT count(*), coalesce(sum((mark & ?) != 0), 0), coalesce(sum((mark & ?) != 0), 0)"
-    " FROM events WHERE key = ? AND seq > ?"
 )
 
 
@@ -244,6 +245,9 @@ class Database:
                     conn.execute(statement)
                 conn.execute("INSERT INTO meta VALUES ('epoch', ?)", (secrets.token_hex(6),))
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version == 1:  # a row per event: each is an event as version 2 reads one
+                conn.execute("ALTER TABLE events ADD COLUMN run BLOB")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             elif version != SCHEMA_VERSION:
                 raise StoreError(
                     f"the sqlite store {self.path} has schema version {version}; "
@@ -319,11 +323,8 @@ class Database:
             return record, self._entries(key, after, limit)
 
     def _entries(self, key: str, after: int, limit: int | None) -> list[Entry]:
-        rows = self._reads.execute(
-            "SELECT seq, payload, mark FROM events WHERE key = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (key, after, -1 if limit is None else limit),
-        )
-        return list(map(Entry._make, rows))  # rows are (seq, payload, mark)
+        rows = self._reads.execute(sqlite_runs.ENTRIES, (key, after))
+        return sqlite_runs.entries(rows, after, limit)
 
     def tail_step(self, key: str, after: int, now: float) -> tuple[list[Entry], StreamRecord]:
         """The next entries after ``after`` and the stream's record, read together."""
@@ -334,8 +335,8 @@ class Database:
     def summary(self, key: str, after: int, now: float) -> Unacknowledged:
         with self._snapshot():
             check_read(self.stream(key, now), after)
-            row = self._reads.execute(_SUMMARY, (int(Mark.REQUEST), int(Mark.ERROR), key, after))
-            messages, requests, errors = row.fetchone()
+            rows = self._reads.execute(sqlite_runs.SUMMARY, (key, after))
+            messages, requests, errors = sqlite_runs.summary(rows, after)
         return Unacknowledged(messages, requests, errors)
 
     def live_streams(self, owner: str | None, now: float) -> list[StreamRecord]:

@@ -1,10 +1,10 @@
 """How the SQLite store's rows hold a stream: the record's columns (:func:`stream_row`,
 :func:`stream_record`, ``request_ids`` as JSON: :func:`ids_json`) and the statements that
-write a record or a key's events (:data:`PUT_STREAM`, :func:`insert_rows`)."""
+write a record or one event (:data:`PUT_STREAM`, :data:`INSERT_ONE`; runs of events:
+:mod:`proxy.store.sqlite_runs`)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -23,22 +23,16 @@ PUT_STREAM = f"INSERT OR REPLACE INTO streams ({STREAM_COLUMNS}) VALUES (?,?,?,?
 # ``__adapt__`` on the protocol (an AttributeError raised and cleared), then
 # ``__conform__`` on it: ~3,300 instructions per event inserted (callgrind, CPython 3.11).
 # With ``bytes`` registered the first look-up finds it: about a fifth off a multi-row
-# INSERT per event. The adapter is ``bytes.__bytes__`` (a method descriptor: an exact
+# INSERT per event (then a row per event). The adapter: ``bytes.__bytes__`` (an exact
 # bytes object back as it is) rather than the type ``bytes`` (a type call that looks
 # ``__bytes__`` up and calls it): ~730 fewer instructions per event bound. Process-wide,
 # and a no-op for every value it sees (the registry is keyed by exact type).
 sqlite3.register_adapter(bytes, bytes.__bytes__)
 
 
-@functools.cache
-def insert_rows(rows: int) -> str:
-    """An INSERT of ``rows`` events of one key: the key is bound once (``?1``), then
-    each event's seq, payload and mark, as an :class:`Entry` holds them."""
-    values = ",".join(f"(?1,?{3 * n + 2},?{3 * n + 3},?{3 * n + 4})" for n in range(rows))
-    return f"INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES {values}"
-
-
-INSERT_ONE = insert_rows(1)
+INSERT_ONE = "INSERT OR REPLACE INTO events (key, seq, payload, mark) VALUES (?, ?, ?, ?)"
+"""One event's row (its ``run`` NULL: :mod:`proxy.store.sqlite_runs`), bound as the key
+then an :class:`Entry`."""
 
 
 def ids_json(ids: list[Any]) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from proxy.store.base import Batch, Entry, Store, StoreLimits, StreamRecord
 from proxy.store.sqlite import SqliteStore
+from proxy.store.sqlite_runs import EVENTS_OF_ROW
 
 DONE = "e0e0e0.1"  # a completed stream (see fill)
 LIVE_KEY = "e0e0e0.2"  # a live one
@@ -31,7 +32,8 @@ async def opened(
 
 def stored_events(path: Path, key: str) -> int:
     with sqlite3.connect(path) as conn:
-        return int(conn.execute("SELECT count(*) FROM events WHERE key = ?", (key,)).fetchone()[0])
+        query = f"SELECT coalesce(sum({EVENTS_OF_ROW}), 0) FROM events WHERE key = ?"
+        return int(conn.execute(query, (key,)).fetchone()[0])
 
 
 def stored_streams(path: Path, key: str) -> int:

@@ -28,6 +28,7 @@ from proxy.store.base import (
     StreamRecord,
 )
 from proxy.store.sqlite import SqliteStore
+from proxy.store.sqlite_db import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "e0e0e0.1"
@@ -195,9 +196,9 @@ async def test_a_file_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     await (await opened_store(path)).close()
     with sqlite3.connect(path) as raw:
-        raw.execute("PRAGMA user_version = 2")
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     store = SqliteStore(path, StoreLimits())
-    with pytest.raises(StoreError, match="schema version 2") as caught:
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}") as caught:
         await store.open()
     assert str(path) in str(caught.value)
     await store.close()

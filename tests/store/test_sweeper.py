@@ -10,9 +10,12 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from proxy.config import config_from_mapping
 from proxy.context import ProxyContext
 from proxy.registry import Registry
+from proxy.store import sqlite_runs
 from proxy.store.base import Batch, StreamRecord
 from proxy.store.memory import MemoryStore
 from proxy.store.sqlite_db import SWEEP_EVENTS
@@ -109,10 +112,12 @@ async def test_a_sweep_deletes_what_expired_by_its_clock_and_nothing_else(
 
 
 async def test_a_sweep_step_is_bounded_and_the_record_goes_with_its_last_events(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One transaction deletes at most SWEEP_EVENTS events: a long expired log takes
-    several (the loop turns between them); meanwhile its record is absent to reads."""
+    """One transaction deletes at most SWEEP_EVENTS rows of events: a long expired log
+    takes several (the loop turns between them); meanwhile its record is absent to
+    reads. (A row per event here: a run holds events up to RUN_BYTES.)"""
+    monkeypatch.setattr(sqlite_runs, "RUN_BYTES", 0)
     path, now = tmp_path / "s.db", time.time()
     later = now + 20
     async with filled(path, now, events=SWEEP_EVENTS + 10) as store:
