@@ -120,8 +120,9 @@ class ClientConn:
     """One client response stream: the core decides, the transport writes the queue out."""
 
     __slots__ = (
+        "_fenced",
+        "_token",
         "closed",
-        "fenced",
         "first_event_id",
         "framing",
         "gate",
@@ -165,10 +166,25 @@ class ClientConn:
         self.gate = gate
         self.ticket = 0
         self.lane = lane  # its session's epoch: the part of a batch it waits for (slices)
-        self.fenced = False  # the session was lost (fencing): nothing more is written
+        self._fenced = False  # the session was lost (fencing): nothing more is written
+        # The fencing token in force when it was made: what it queues is noted under it.
+        self._token = "" if gate is None else gate.fence.token
 
     def __repr__(self) -> str:
         return f"ClientConn(id={self.id}, framing={self.framing!r}, closed={self.closed})"
+
+    @property
+    def fenced(self) -> bool:
+        """The session was lost (fencing): nothing more is written. Also once the token
+        it was made under went stale, whether or not anyone fenced it by name: a session
+        a stop had forgotten before its last commit came back refused is in no list of
+        sessions to lose, and what that commit held must not reach its client either."""
+        if self._fenced:
+            return True
+        gate = self.gate
+        if gate is not None and gate.fence.token != self._token:
+            self._fenced = True
+        return self._fenced
 
     async def stored(self, upto: int | None = None) -> None:
         """Wait until everything queued so far is in the store (the wire never runs
@@ -186,7 +202,7 @@ class ClientConn:
         """Drop what is queued; :meth:`stored` raises from now on."""
         self.queue.clear()
         self.queued_bytes = self.replay_left = 0
-        self.fenced = True
+        self._fenced = True
 
     def written(self, n: int) -> None:
         """The writer handed ``n`` bytes from the front of the queue to the socket."""

@@ -10,7 +10,10 @@ read from the start holds every event once and exactly one answer, ``owner_lost`
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import aiohttp
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
+from proxy.core.sse import SSEDecoder
 from tests.downstream.sse_client import RawSession, messages, read_events
 from tests.downstream.ws_client import Client, initialize, request, tool
 from tests.proxy_lives import Proxy, lives, progress_of, read_some, shared
@@ -100,3 +104,49 @@ async def _pause_past_the_lease(
         what="the resumed owner to log lease_lost",
     )
     return rest
+
+
+async def test_an_owner_stopping_when_it_learns_it_was_fenced_writes_nothing_refused(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The nemesis's case (seed 1713577961): the owner is paused past its lease while its
+    server finishes the call into the pipe, and a drain (SIGTERM) is queued meanwhile.
+    Resumed, it reads the call's last progress and its answer, commits them (refused:
+    the other replica ended the stream) and stops its sessions, in whatever order. The
+    client's POST, still open, gets nothing the store does not hold: no progress past
+    what B served, never the call's own answer."""
+    async with lives(tmp_path, shared(redis_url, LEASE)) as (proxies, http):
+        a, b = await proxies.start(), await proxies.start()
+        client = RawSession(http, a.url)
+        await client.initialize()
+        call = tool_call(7, "slow", {"steps": 40, "delay": 0.05}, "t")  # 2 s
+        started = time.monotonic()
+        resp = await http.post(a.url, json=call, headers=client.headers())
+        dec = SSEDecoder()
+        received: list[dict[str, Any]] = []
+        last_id = ""
+        async for chunk in resp.content.iter_any():
+            for event in dec.feed(chunk):
+                last_id = event.id or last_id
+                if event.data:
+                    received.append(json.loads(event.data))
+            if len(received) >= 3:
+                break
+        a.process.send_signal(signal.SIGSTOP)
+        try:
+            follow = await http.get(b.url, headers=client.headers(**{"Last-Event-ID": last_id}))
+            assert follow.status == 200, await follow.text()
+            rest = messages(await read_events(follow))  # ends once B ended the stream
+            assert rest[-1]["id"] == 7 and rest[-1]["error"]["data"] == {"reason": "owner_lost"}
+            await asyncio.sleep(max(0.0, started + 3.0 - time.monotonic()))  # the call ran out
+            a.process.send_signal(signal.SIGTERM)  # a drain, queued while paused
+        finally:
+            a.process.send_signal(signal.SIGCONT)
+        async for chunk in resp.content.iter_any():  # the POST, to its end
+            for event in dec.feed(chunk):
+                if event.data:
+                    received.append(json.loads(event.data))
+        stored = progress_of(rest)
+        assert set(progress_of(received)) <= set(progress_of(received[:3]) + stored)
+        assert not [m for m in received if "result" in m], received[-3:]
+        await asyncio.wait_for(a.process.wait(), 30)

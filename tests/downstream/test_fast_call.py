@@ -21,6 +21,7 @@ from proxy.downstream.conn_response import ConnResponder
 from proxy.downstream.fast_call import FastCall
 from proxy.downstream.handoff import Handoff
 from proxy.metrics import Metrics
+from proxy.store.fencing import Fence
 
 SESSION = "s" * 32
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"flood"}}'
@@ -68,6 +69,7 @@ class Store:
 
     def __init__(self) -> None:
         self.committed = 0
+        self.fence = Fence("test")  # (a conn is fenced once its token goes stale)
         self._changed = asyncio.Event()
         self.at_once = False  # land_now commits the batch asked for (a store on the loop)
         self.when: list[tuple[int, Callable[[bool], None]]] = []  # Persister.when_landed
@@ -279,7 +281,8 @@ async def test_a_fenced_answer_is_handed_off_as_an_empty_200() -> None:
 async def test_an_answer_already_fenced_is_handed_off_as_an_empty_200() -> None:
     def fenced(conn: ClientConn) -> None:
         queue(conn, 0, PRIMING, ANSWER, CloseMarker(None))
-        conn.fenced = True  # (lost before the hold took the answer)
+        assert conn.gate is not None
+        conn.gate.fence.lost("lease_lapsed")  # (lost before the hold took the answer)
 
     call = Call(fenced, Wire())
     await call.ended()

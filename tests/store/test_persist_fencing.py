@@ -7,6 +7,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
+from proxy.client_conn import ClientConn, ConnFenced
+from proxy.core.events import ConnId
 from proxy.core.journal import Journal
 from proxy.store.base import Batch, Entry, StreamRecord
 from proxy.store.fencing import Fence
@@ -52,4 +56,30 @@ async def test_what_lost_sessions_gathered_is_dropped_and_its_waiters_let_go() -
     async with asyncio.timeout(10):
         await persister.wait(ticket)
     assert await store.get_stream(KEY, time.time()) is None
+    await persister.close()
+
+
+async def test_a_conn_nobody_fenced_by_name_writes_none_of_a_refused_commit() -> None:
+    """A stop forgets its sessions before their last commit comes back (the nemesis:
+    a replica paused past its lease, reaped, then drained): refused, that commit's
+    events must not reach those sessions' clients, though no list of sessions names
+    them any more to fence. The token they were noted under went stale: that fences
+    them."""
+    store = MemoryStore()
+    await store.open()
+    fence = Fence("a")
+    persister = Persister(store, "a", 60.0, fence)
+    taken = Batch([StreamRecord(KEY, "s1", "a")], {KEY: [Entry(1, b"{}")]}, fence="reaper")
+    await store.commit(taken, time.time())
+    conn = ClientConn(ConnId(1), gate=persister, lane=EPOCH)
+    persister.note(NotingSession(), Journal(appends=[(1, 2, b'{"late":1}', 0)]), "default")  # type: ignore[arg-type]
+    conn.ticket = persister.ticket
+    conn.queue.put_nowait(b'data: {"late":1}\n\n')
+    with pytest.raises(ConnFenced):
+        async with asyncio.timeout(10):
+            await conn.stored()
+    assert conn.fenced
+    later = ClientConn(ConnId(2), gate=persister, lane=EPOCH)  # made under the new token
+    await later.stored()
+    assert not later.fenced
     await persister.close()
