@@ -85,6 +85,18 @@ async def test_a_paused_owner_is_fenced_and_never_writes_a_second_answer(
         assert echo[0]["result"]["content"][0]["text"] == "k"
 
 
+async def _ended_by(
+    b: Proxy, http: aiohttp.ClientSession, client: RawSession, last_id: str
+) -> list[dict[str, Any]]:
+    """What ``b`` serves of call 7's stream after ``last_id``: it ends once ``b`` ended
+    the stream (``owner_lost``), the owner being paused past its lease."""
+    follow = await http.get(b.url, headers=client.headers(**{"Last-Event-ID": last_id}))
+    assert follow.status == 200, await follow.text()
+    rest = messages(await read_events(follow))
+    assert rest[-1]["id"] == 7 and rest[-1]["error"]["data"] == {"reason": "owner_lost"}
+    return rest
+
+
 async def _pause_past_the_lease(
     a: Proxy, b: Proxy, http: aiohttp.ClientSession, client: RawSession, last_id: str
 ) -> list[dict[str, Any]]:
@@ -92,10 +104,7 @@ async def _pause_past_the_lease(
     then SIGCONT; return once ``a`` logged ``lease_lost``."""
     a.process.send_signal(signal.SIGSTOP)
     try:
-        follow = await http.get(b.url, headers=client.headers(**{"Last-Event-ID": last_id}))
-        assert follow.status == 200, await follow.text()
-        rest = messages(await read_events(follow))  # ends once B ended the stream
-        assert rest[-1]["id"] == 7 and rest[-1]["error"]["data"] == {"reason": "owner_lost"}
+        rest = await _ended_by(b, http, client, last_id)
         assert all(alive(pid) for pid in a.upstream_pids())  # the call runs on, A is paused
     finally:
         a.process.send_signal(signal.SIGCONT)
@@ -134,10 +143,7 @@ async def test_an_owner_stopping_when_it_learns_it_was_fenced_writes_nothing_ref
                 break
         a.process.send_signal(signal.SIGSTOP)
         try:
-            follow = await http.get(b.url, headers=client.headers(**{"Last-Event-ID": last_id}))
-            assert follow.status == 200, await follow.text()
-            rest = messages(await read_events(follow))  # ends once B ended the stream
-            assert rest[-1]["id"] == 7 and rest[-1]["error"]["data"] == {"reason": "owner_lost"}
+            rest = await _ended_by(b, http, client, last_id)
             await asyncio.sleep(max(0.0, started + 3.0 - time.monotonic()))  # the call ran out
             a.process.send_signal(signal.SIGTERM)  # a drain, queued while paused
         finally:
