@@ -138,9 +138,13 @@ async def lives(
             assert not failures, "\n".join(failures)
 
 
-async def read_some(resp: aiohttp.ClientResponse, n: int) -> tuple[list[dict[str, Any]], str]:
-    """Read whole events until ``n`` messages came; return them and the last event id."""
-    dec = SSEDecoder()
+async def read_some(
+    resp: aiohttp.ClientResponse, n: int, dec: SSEDecoder | None = None
+) -> tuple[list[dict[str, Any]], str]:
+    """Read whole events until ``n`` messages came (or the answer ended); return them and
+    the last event id. ``dec``: the decoder to go on with (a later read of the same
+    answer passes the same one: an event cut between two reads is not lost)."""
+    dec = SSEDecoder() if dec is None else dec
     got: list[dict[str, Any]] = []
     last_id = ""
     async for chunk in resp.content.iter_any():

@@ -11,8 +11,8 @@ read from the start holds every event once and exactly one answer, ``owner_lost`
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -132,15 +132,7 @@ async def test_an_owner_stopping_when_it_learns_it_was_fenced_writes_nothing_ref
         started = time.monotonic()
         resp = await http.post(a.url, json=call, headers=client.headers())
         dec = SSEDecoder()
-        received: list[dict[str, Any]] = []
-        last_id = ""
-        async for chunk in resp.content.iter_any():
-            for event in dec.feed(chunk):
-                last_id = event.id or last_id
-                if event.data:
-                    received.append(json.loads(event.data))
-            if len(received) >= 3:
-                break
+        received, last_id = await read_some(resp, 3, dec)
         a.process.send_signal(signal.SIGSTOP)
         try:
             rest = await _ended_by(b, http, client, last_id)
@@ -148,10 +140,7 @@ async def test_an_owner_stopping_when_it_learns_it_was_fenced_writes_nothing_ref
             a.process.send_signal(signal.SIGTERM)  # a drain, queued while paused
         finally:
             a.process.send_signal(signal.SIGCONT)
-        async for chunk in resp.content.iter_any():  # the POST, to its end
-            for event in dec.feed(chunk):
-                if event.data:
-                    received.append(json.loads(event.data))
+        received += (await read_some(resp, sys.maxsize, dec))[0]  # the POST, to its end
         stored = progress_of(rest)
         assert set(progress_of(received)) <= set(progress_of(received[:3]) + stored)
         assert not [m for m in received if "result" in m], received[-3:]

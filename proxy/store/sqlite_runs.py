@@ -49,11 +49,13 @@ FROM_AFTER = (
     "key = ?1 AND seq >= coalesce("
     "(SELECT max(seq) FROM events WHERE key = ?1 AND seq <= ?2 + 1), ?2 + 1)"
 )
+EVENTS_OF_ROW = "CASE WHEN run IS NULL THEN 1 ELSE length(run) / 4 END"
+"""SQL: how many events a row of ``events`` holds (``sum`` of it: a key's events)."""
 ENTRIES = f"SELECT seq, payload, mark, run FROM events WHERE {FROM_AFTER} ORDER BY seq"
 # (a run's words only when one of its events has a mark: a summary counts the rest)
 SUMMARY = (
-    "SELECT seq, mark, CASE WHEN run IS NULL THEN 1 ELSE length(run) / 4 END,"
-    f" CASE WHEN mark != 0 THEN run END FROM events WHERE {FROM_AFTER} ORDER BY seq"
+    f"SELECT seq, mark, {EVENTS_OF_ROW}, CASE WHEN mark != 0 THEN run END"
+    f" FROM events WHERE {FROM_AFTER} ORDER BY seq"
 )
 # The rows wholly before ``below`` (?2); the one holding it, if it starts before, stays.
 _CUT = (
@@ -62,8 +64,6 @@ _CUT = (
 )
 _STRADDLING = "SELECT seq, payload, mark, run FROM events WHERE key = ? AND seq < ?"
 _DROP_ROW = "DELETE FROM events WHERE key = ? AND seq = ?"
-EVENTS_OF_ROW = "CASE WHEN run IS NULL THEN 1 ELSE length(run) / 4 END"
-"""SQL: how many events a row of ``events`` holds (``sum`` of it: a key's events)."""
 
 
 @cache
